@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create (or reuse) .venv at the repo root with everything installed.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WS := $(VENV)/bin/websailor
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-all bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(WS) corpus build
+	$(WS) corpus info
+	$(WS) search "longest river in Africa" "painter of the Mona Lisa" -k 3
+	$(WS) visit https://en.wikipedia.org/wiki/Nile --goal "How long is the Nile and where does it flow?"
+	$(WS) tool visit '{"url": "https://en.wikipedia.org/wiki/Leonardo_DaVinci", "goal": "birth year"}'
+	$(WS) links "Mona Lisa"
+
+test: venv
+	$(PY) -m pytest -q
+
+test-all: venv
+	$(PY) -m pytest -q -m ''
+
+bench: venv
+	$(PY) benchmarks/corpus_build.py
+	$(PY) benchmarks/search_latency.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

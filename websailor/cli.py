@@ -1,0 +1,214 @@
+"""The ``websailor`` command: a thin layer over the library.
+
+Every command maps its options onto library calls; errors raised on purpose
+(:class:`websailor.errors.WebsailorError`) are printed as one clear line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from websailor.errors import WebsailorError
+from websailor.log import setup_logging
+
+app = typer.Typer(
+    help="WebSailor-V2 deep-research agents: corpus, tools, agent, synthesis, training, evaluation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+corpus_app = typer.Typer(help="Build and inspect corpora (the offline Wikipedia).", no_args_is_help=True)
+app.add_typer(corpus_app, name="corpus")
+
+
+class Format(str, Enum):
+    vital = "vital"
+    jsonl = "jsonl"
+    wiki18 = "wiki18"
+    kilt = "kilt"
+
+
+class OnDuplicate(str, Enum):
+    error = "error"
+    first = "first"
+    merge = "merge"
+
+
+CorpusOpt = Annotated[
+    Optional[Path],
+    typer.Option("--corpus", help="Corpus directory (default: the embedded corpus in $WEBSAILOR_HOME)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn websailor's own errors into a one-line message and exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except WebsailorError as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+    setup_logging(verbose)
+
+
+@corpus_app.command("build")
+@handle_errors
+def corpus_build(
+    source: Annotated[Optional[Path], typer.Option(help="Input file; default: the embedded vital-articles corpus.")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Layout of --source.")] = Format.vital,
+    out: Annotated[Optional[Path], typer.Option(help="Target directory (default under $WEBSAILOR_HOME/corpora).")] = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even if a complete corpus exists.")] = False,
+    links: Annotated[bool, typer.Option(help="Derive the link graph by entity linking.")] = True,
+    on_duplicate: Annotated[OnDuplicate, typer.Option(help="Pages sharing a title: error, keep first, or merge.")] = OnDuplicate.error,
+) -> None:
+    """Build a corpus (store, BM25 index, link graph); reuses a complete one unless --force."""
+    from websailor.corpus import CorpusBuildConfig, build_corpus
+
+    cfg = CorpusBuildConfig(source=source, format=format.value, out=out, force=force, links=links,
+                            on_duplicate=on_duplicate.value)
+    path = build_corpus(cfg)
+    print(path)
+
+
+@corpus_app.command("info")
+@handle_errors
+def corpus_info(corpus: Annotated[Optional[Path], typer.Argument(help="Corpus directory.")] = None, as_json: JsonOpt = False) -> None:
+    """Show what a corpus holds."""
+    from websailor.corpus import Corpus
+
+    c = Corpus.open(corpus)
+    info = {"path": str(c.path), **c.meta}
+    if as_json:
+        _print_json(info)
+        return
+    for key in ("path", "name", "format", "source", "n_docs", "n_passages", "n_links", "built_at", "build_seconds"):
+        print(f"{key:>14}: {info.get(key)}")
+
+
+@app.command()
+@handle_errors
+def search(
+    queries: Annotated[list[str], typer.Argument(help="One or more queries.")],
+    k: Annotated[int, typer.Option("-k", "--top-k", help="Results per query.")] = 10,
+    corpus: CorpusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search the corpus (BM25): top k pages per query with URL and snippet."""
+    from websailor.corpus import Corpus
+    from websailor.tools.search import BLOCK_SEPARATOR, format_search_results
+
+    c = Corpus.open(corpus)
+    results = c.search(queries, k=k)
+    if as_json:
+        _print_json([{"query": q, "results": [h.to_dict() for h in hits]} for q, hits in zip(queries, results)])
+    else:
+        print(BLOCK_SEPARATOR.join(format_search_results(q, hits) for q, hits in zip(queries, results)))
+
+
+@app.command()
+@handle_errors
+def visit(
+    urls: Annotated[list[str], typer.Argument(help="Wikipedia URLs or titles.")],
+    goal: Annotated[Optional[str], typer.Option(help="What to look for: relevant passages first, then a summary.")] = None,
+    corpus: CorpusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print pages; with --goal, the passages most relevant to the goal first and a summary."""
+    from websailor.corpus import Corpus
+    from websailor.tools.extract import extract
+    from websailor.tools.search import BLOCK_SEPARATOR
+    from websailor.tools.visit import page_not_found
+
+    c = Corpus.open(corpus)
+    records, blocks = [], []
+    for url in urls:
+        doc = c.get(url)
+        if doc is None:
+            records.append({"url": url, "found": False, "closest": c.closest_titles(url)})
+            blocks.append(page_not_found(c, url))
+            continue
+        rec: dict[str, Any] = {"url": doc.url, "found": True, "title": doc.title, "description": doc.description}
+        if goal is None:
+            rec["text"] = doc.text
+            head = f"# {doc.title}\n{doc.url}" + (f"\n{doc.description}" if doc.description else "")
+            blocks.append(f"{head}\n\n{doc.text}")
+        else:
+            found = extract(doc, goal, c.index)
+            rec.update(goal=goal, evidence=found.evidence, summary=found.summary)
+            blocks.append(f"# {doc.title}\n{doc.url}\n\nEvidence for goal: {goal}\n" + "\n".join(found.evidence)
+                          + f"\n\nSummary:\n{found.summary}")
+        records.append(rec)
+    if as_json:
+        _print_json(records)
+    else:
+        print(BLOCK_SEPARATOR.join(blocks))
+
+
+@app.command()
+@handle_errors
+def tool(
+    name: Annotated[str, typer.Argument(help="Tool name (search, visit).")],
+    arguments: Annotated[str, typer.Argument(help="Arguments as a JSON object.")] = "{}",
+    corpus: CorpusOpt = None,
+) -> None:
+    """Call a tool exactly as the agent would and print its observation."""
+    from websailor.corpus import Corpus
+    from websailor.tools import build_local_tools, call_tool
+
+    print(call_tool(build_local_tools(Corpus.open(corpus)), name, arguments))
+
+
+@app.command()
+@handle_errors
+def links(
+    page: Annotated[str, typer.Argument(help="Wikipedia URL or title.")],
+    incoming: Annotated[bool, typer.Option(help="Show links that point to the page instead.")] = False,
+    corpus: CorpusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a page's links in the link graph, each with its evidence sentence."""
+    from websailor.corpus import Corpus
+
+    c = Corpus.open(corpus)
+    doc = c.get(page)
+    if doc is None:
+        _fail(f"no page {page!r} in {c.path}; closest: {', '.join(c.closest_titles(page)) or 'none'}")
+    mentions = c.backlinks(page) if incoming else c.links(page)
+    if as_json:
+        _print_json([m.__dict__ for m in mentions])
+        return
+    print(f"{len(mentions)} {'incoming' if incoming else 'outgoing'} links of {doc.title}")
+    for m in mentions:
+        other = m.source if incoming else m.target
+        print(f"- {other} ({m.surface!r}): {m.sentence}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,230 @@
+"""The :class:`Corpus`: an opened corpus directory with search, page lookup and links."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import networkx as nx
+from rapidfuzz import fuzz, process, utils
+
+from websailor.config import default_corpus_dir
+from websailor.corpus.build import INDEX_DIR, META_FILE, STORE_FILE, CORPUS_LAYOUT_VERSION
+from websailor.corpus.index import BM25Index
+from websailor.corpus.linking import Mention
+from websailor.corpus.store import Document, Store
+from websailor.corpus.text import sentence_spans, truncate
+from websailor.corpus.urls import title_key, url_to_title
+from websailor.errors import CorpusError, InvalidArgumentError
+
+#: Longest query (characters) that is analyzed; longer ones are cut (BM25 gains nothing from more).
+MAX_QUERY_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One search result: a page, represented by its best-matching passage.
+
+    ``rank`` starts at 1; ``score`` is the BM25 score of the passage; ``snippet`` is the
+    part of that passage that best matches the query (at most about 300 characters).
+    """
+
+    rank: int
+    title: str
+    url: str
+    snippet: str
+    score: float
+    doc_id: int
+    passage_id: int
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "title": self.title, "url": self.url, "snippet": self.snippet,
+                "score": round(self.score, 4), "doc_id": self.doc_id, "passage_id": self.passage_id}
+
+
+def validate_queries(queries: object, k: object) -> tuple[list[str], int]:
+    """Check a search request; returns ``(queries, k)``.
+
+    Raises:
+        InvalidArgumentError: ``queries`` is not a non-empty list of non-blank strings, or
+            ``k`` is not a positive integer.
+    """
+    if isinstance(queries, str):
+        raise InvalidArgumentError("queries must be a list of strings, not a single string: wrap it as [query]")
+    if not isinstance(queries, (list, tuple)):
+        raise InvalidArgumentError(f"queries must be a list of strings, got {type(queries).__name__}")
+    if not queries:
+        raise InvalidArgumentError("queries is an empty list: give at least one query")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            raise InvalidArgumentError(f"queries[{i}] must be a string, got {type(q).__name__}")
+        if not q.strip():
+            raise InvalidArgumentError(f"queries[{i}] is empty")
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise InvalidArgumentError(f"k must be a positive integer, got {k!r}")
+    return list(queries), k
+
+
+class Corpus:
+    """A built corpus directory (see :mod:`websailor.corpus.build`), opened read-only.
+
+    Thread-safe for concurrent readers. Use :meth:`open`.
+    """
+
+    def __init__(self, path: Path, meta: dict, store: Store, index: BM25Index) -> None:
+        self.path = path
+        self.meta = meta
+        self.store = store
+        self.index = index
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, mmap: bool = False) -> "Corpus":
+        """Open the corpus at ``path`` (default: the embedded corpus under ``$WEBSAILOR_HOME``).
+
+        Raises:
+            CorpusError: the directory is missing, was never completely built, or its files
+                are unreadable or corrupt. The message says how to (re)build it.
+        """
+        p = Path(path) if path is not None else default_corpus_dir()
+        hint = "build it with `websailor corpus build`" + (f" --out {p}" if path is not None else "")
+        if not p.exists():
+            raise CorpusError(f"no corpus at {p}: {hint}")
+        if not p.is_dir():
+            raise CorpusError(f"{p} is a file, not a corpus directory")
+        meta_path = p / META_FILE
+        if not meta_path.exists():
+            raise CorpusError(f"{p} is not a complete corpus (no {META_FILE}; an interrupted build?): {hint} --force")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CorpusError(f"{meta_path} is corrupt ({e}): rebuild with --force") from None
+        if not isinstance(meta, dict) or meta.get("complete") is not True:
+            raise CorpusError(f"{p} is not a complete corpus ({META_FILE} lacks \"complete\": true): rebuild with --force")
+        if meta.get("layout_version") != CORPUS_LAYOUT_VERSION:
+            raise CorpusError(f"{p} has corpus layout {meta.get('layout_version')!r}, this websailor reads "
+                              f"{CORPUS_LAYOUT_VERSION}: rebuild with --force")
+        for name in (STORE_FILE, INDEX_DIR):
+            if not (p / name).exists():
+                raise CorpusError(f"{p} is corrupt: {name} is missing; rebuild with --force")
+        try:
+            store = Store(p / STORE_FILE)
+            store.check()
+        except sqlite3.DatabaseError as e:
+            raise CorpusError(f"{p / STORE_FILE} is corrupt ({e}); rebuild with --force") from None
+        try:
+            index = BM25Index.load(p / INDEX_DIR, mmap=mmap)
+        except Exception as e:  # bm25s raises OSError, ValueError or KeyError on damaged files
+            raise CorpusError(f"{p / INDEX_DIR} is corrupt ({type(e).__name__}: {e}); rebuild with --force") from None
+        if index.n_rows != meta.get("n_passages"):
+            raise CorpusError(f"{p} is corrupt: the index has {index.n_rows} rows for {meta.get('n_passages')} passages")
+        return cls(p, meta, store, index)
+
+    def __len__(self) -> int:
+        return int(self.meta["n_docs"])
+
+    def __repr__(self) -> str:
+        return f"Corpus({str(self.path)!r}, docs={len(self)}, passages={self.meta['n_passages']})"
+
+    # -- search --------------------------------------------------------------------------
+    def search(self, queries: Sequence[str], k: int = 10, n_threads: int = 0) -> list[list[SearchHit]]:
+        """BM25 search; for each query the top ``k`` pages (best passage per page).
+
+        Args:
+            queries: one or more query strings (each analyzed to at most
+                :data:`MAX_QUERY_CHARS` characters).
+            k: pages per query (positive; fewer come back when fewer pages match).
+            n_threads: bm25s threads for large batches.
+
+        Returns:
+            ``len(queries)`` lists of :class:`SearchHit`, best first. A query whose words all
+            miss the index gets an empty list.
+
+        Raises:
+            InvalidArgumentError: empty list, blank query, non-string, ``k`` <= 0.
+        """
+        queries, k = validate_queries(queries, k)
+        cut = [q[:MAX_QUERY_CHARS] for q in queries]
+        rows = self.index.retrieve(cut, k=k * 3 + 2, n_threads=n_threads)
+        passages = self.store.passages(sorted({r for hits in rows for r, _ in hits}))
+        out: list[list[SearchHit]] = []
+        for query, hits in zip(cut, rows):
+            seen: set[int] = set()
+            results: list[SearchHit] = []
+            terms = set(self.index.analyzer(query))
+            for row, score in hits:
+                doc_id, text = passages[row]
+                if doc_id in seen:
+                    continue
+                seen.add(doc_id)
+                doc = self.store.doc_by_id(doc_id)
+                assert doc is not None
+                results.append(SearchHit(len(results) + 1, doc.title, doc.url, self.snippet(text, terms),
+                                         score, doc_id, row))
+                if len(results) == k:
+                    break
+            out.append(results)
+        return out
+
+    def snippet(self, passage: str, terms: set[str], max_chars: int = 300) -> str:
+        """The run of sentences of ``passage`` that starts at the sentence sharing most
+        analyzed ``terms`` with the query, cut to ``max_chars``."""
+        spans = sentence_spans(passage)
+        if len(spans) <= 1 or len(passage) <= max_chars:
+            return truncate(passage, max_chars)
+        best = max(range(len(spans)), key=lambda i: (len(terms & set(self.index.analyzer(passage[slice(*spans[i])]))), -i))
+        return truncate(passage[spans[best][0]:].strip(), max_chars)
+
+    # -- pages ---------------------------------------------------------------------------
+    def get(self, url_or_title: str) -> Document | None:
+        """The page for a Wikipedia URL (any form: mobile, percent-encoded, with #fragment)
+        or a title (first letter case-insensitive); ``None`` if the corpus has no such page."""
+        if not isinstance(url_or_title, str) or not url_or_title.strip():
+            return None
+        return self.store.doc_by_key(title_key(url_to_title(url_or_title)))
+
+    @cached_property
+    def titles(self) -> list[str]:
+        """All page titles, by page id."""
+        return self.store.titles()
+
+    def closest_titles(self, url_or_title: str, n: int = 5) -> list[str]:
+        """Up to ``n`` titles most similar to the title in ``url_or_title`` (fuzzy match)."""
+        wanted = url_to_title(url_or_title) or url_or_title
+        found = process.extract(wanted, self.titles, scorer=fuzz.ratio, limit=n, processor=utils.default_process)
+        return [t for t, score, _ in found if score >= 50]
+
+    def iter_documents(self) -> Iterator[Document]:
+        """All pages, by id."""
+        return self.store.iter_docs()
+
+    # -- links ---------------------------------------------------------------------------
+    def links(self, url_or_title: str) -> list[Mention]:
+        """Outgoing links of a page (each with its evidence sentence); ``[]`` if unknown."""
+        doc = self.get(url_or_title)
+        return self.store.links_from(doc.id) if doc else []
+
+    def backlinks(self, url_or_title: str) -> list[Mention]:
+        """Links that point to a page."""
+        doc = self.get(url_or_title)
+        return self.store.links_to(doc.id) if doc else []
+
+    def iter_links(self) -> Iterator[Mention]:
+        """Every link of the corpus."""
+        return iter(self.store.all_links())
+
+    def link_graph(self) -> nx.MultiDiGraph:
+        """The link graph: one node per page (attributes ``url``, ``description``, ``topic``),
+        one edge per mention (attributes ``surface``, ``sentence``)."""
+        g = nx.MultiDiGraph()
+        for doc in self.iter_documents():
+            g.add_node(doc.title, url=doc.url, description=doc.description, topic=doc.topic)
+        for m in self.iter_links():
+            g.add_edge(m.source, m.target, surface=m.surface, sentence=m.sentence)
+        return g
+
+    def close(self) -> None:
+        self.store.close()

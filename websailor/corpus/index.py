@@ -1,0 +1,115 @@
+"""BM25 retrieval over passages (bm25s), with one text analyzer shared by indexing,
+queries, snippets and goal ranking.
+
+The analyzer lower-cases, keeps runs of two or more word characters, drops English stop
+words (bm25s's list) and applies the Snowball English stemmer (PyStemmer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import bm25s
+import numpy as np
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+
+
+class Analyzer:
+    """Text -> list of stemmed index terms. Stems are cached, so repeated words cost a dict hit."""
+
+    def __init__(self) -> None:
+        self._stemmer = Stemmer.Stemmer("english")
+        self._stop = frozenset(STOPWORDS_EN)
+        self._cache: dict[str, str] = {}
+
+    def __call__(self, text: str) -> list[str]:
+        cache = self._cache
+        out = []
+        for w in _TOKEN.findall(text.lower()):
+            s = cache.get(w)
+            if s is None:
+                s = "" if w in self._stop else self._stemmer.stemWord(w)
+                if len(cache) < 2_000_000:
+                    cache[w] = s
+            if s:
+                out.append(s)
+        return out
+
+
+class BM25Index:
+    """A bm25s index over passages. Row ``i`` of the index is passage ``i``.
+
+    Use :meth:`build` then :meth:`save`, or :meth:`load`.
+    """
+
+    def __init__(self, model: bm25s.BM25, analyzer: Analyzer | None = None) -> None:
+        self.model = model
+        self.analyzer = analyzer or Analyzer()
+
+    @classmethod
+    def build(cls, texts: Sequence[str], analyzer: Analyzer | None = None, show_progress: bool = False) -> "BM25Index":
+        """Index ``texts`` (one string per passage) with BM25 (k1=1.5, b=0.75, Lucene IDF)."""
+        analyzer = analyzer or Analyzer()
+        tokens = [analyzer(t) for t in texts]
+        model = bm25s.BM25()
+        model.index(tokens, show_progress=show_progress)
+        return cls(model, analyzer)
+
+    def save(self, path: Path) -> None:
+        self.model.save(str(path), show_progress=False)
+
+    @classmethod
+    def load(cls, path: Path, mmap: bool = False) -> "BM25Index":
+        model = bm25s.BM25.load(str(path), mmap=mmap, show_progress=False)
+        return cls(model)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.model.scores["num_docs"])
+
+    def query_terms(self, query: str) -> list[str]:
+        """Analyzed terms of ``query`` that occur in the index (others cannot score)."""
+        vocab = self.model.vocab_dict
+        return [t for t in self.analyzer(query) if t in vocab]
+
+    def retrieve(self, queries: Sequence[str], k: int, n_threads: int = 0) -> list[list[tuple[int, float]]]:
+        """Top ``k`` rows per query as ``[(row, score), ...]`` with score > 0, best first.
+
+        Args:
+            queries: raw query strings (analyzed here).
+            k: rows per query, clamped to the index size.
+            n_threads: bm25s worker threads for large batches (0 = in the caller's thread).
+        """
+        terms = [self.query_terms(q) for q in queries]
+        k = max(1, min(k, self.n_rows))
+        live = [i for i, t in enumerate(terms) if t]
+        results: list[list[tuple[int, float]]] = [[] for _ in queries]
+        if not live:
+            return results
+        docs, scores = self.model.retrieve(
+            [terms[i] for i in live], k=k, show_progress=False, n_threads=n_threads
+        )
+        for row, i in enumerate(live):
+            results[i] = [(int(d), float(s)) for d, s in zip(docs[row], scores[row]) if s > 0]
+        return results
+
+    def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """BM25 scores of ``query`` against a small ad-hoc set of ``texts`` (e.g. one page's
+        paragraphs), using a throw-away index. Shape ``(len(texts),)``; zeros if nothing matches."""
+        q = self.analyzer(query)
+        toks = [self.analyzer(t) for t in texts]
+        if not q or not any(toks):
+            return np.zeros(len(texts), dtype=np.float32)
+        # bm25s rejects an all-empty document; give empty ones a placeholder term
+        toks = [t or ["\x00"] for t in toks]
+        model = bm25s.BM25()
+        model.index(toks, show_progress=False)
+        known = [t for t in q if t in model.vocab_dict]
+        if not known:
+            return np.zeros(len(texts), dtype=np.float32)
+        return np.asarray(model.get_scores(known), dtype=np.float32)

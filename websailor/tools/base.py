@@ -1,0 +1,82 @@
+"""The tool protocol shared by local and web back ends.
+
+A tool is a small object with a ``name``, a ``description`` and ``parameters`` (a JSON
+schema), called with the arguments the model wrote and returning the observation string the
+model will read. A tool never raises on bad arguments or missing pages: it returns an error
+observation that tells the model what was wrong, because the caller is an agent.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from websailor.errors import WebsailorError
+
+
+class ToolArgumentError(WebsailorError):
+    """The arguments of a tool call are not valid JSON or do not match the tool's schema."""
+
+
+class Tool(ABC):
+    """Base class of the agent's tools (smolagents-style: metadata plus one ``forward``).
+
+    Subclasses set ``name``, ``description`` and ``parameters`` and implement
+    :meth:`forward`, which receives validated keyword arguments.
+    """
+
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+    def schema(self) -> dict[str, Any]:
+        """The function schema listed in the system prompt's ``<tools>`` block."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def coerce(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Fix common, unambiguous slips before validation (override per tool)."""
+        return arguments
+
+    def parse_arguments(self, arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """JSON text or a mapping -> validated argument dict.
+
+        Raises:
+            ToolArgumentError: not JSON, not an object, or not matching :attr:`parameters`.
+        """
+        if arguments is None:
+            arguments = {}
+        if isinstance(arguments, str):
+            text = arguments.strip() or "{}"
+            try:
+                arguments = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ToolArgumentError(f"the arguments are not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(arguments, Mapping):
+            raise ToolArgumentError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+        args = self.coerce(dict(arguments))
+        errors = sorted(Draft202012Validator(self.parameters).iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            raise ToolArgumentError("; ".join(
+                ("/".join(str(p) for p in e.path) + ": " if e.path else "") + e.message for e in errors[:3]
+            ))
+        return args
+
+    def __call__(self, arguments: str | Mapping[str, Any] | None = None) -> str:
+        """Run the tool on raw arguments; always returns an observation string."""
+        try:
+            args = self.parse_arguments(arguments)
+        except ToolArgumentError as e:
+            return (f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
+                    f"{json.dumps(self.parameters, ensure_ascii=False)}")
+        try:
+            return self.forward(**args)
+        except WebsailorError as e:
+            return f"[{self.name}] Error: {e}"
+
+    @abstractmethod
+    def forward(self, **kwargs: Any) -> str:
+        """Do the work on validated arguments and return the observation."""

@@ -1,0 +1,76 @@
+"""Goal-ranked passage extraction: the offline default behind ``visit``.
+
+On the real web an LLM reads the page and writes evidence and a summary for the goal
+(WebSailor-V2 / Tongyi DeepResearch ``visit``). Offline, this extractor does the same job
+without a model: it ranks the page's passages by BM25 against the goal, puts the most
+relevant first, and builds a short extractive summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from websailor.corpus.index import BM25Index
+from websailor.corpus.store import Document
+from websailor.corpus.text import split_sentences, truncate
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """Evidence (passages, most relevant to the goal first) and a short summary."""
+
+    evidence: list[str]
+    summary: str
+
+
+def _units(doc: Document) -> list[str]:
+    """Passages of a page for ranking: paragraphs, or sentences when the page has few."""
+    paragraphs = [p for p in doc.paragraphs if not p.startswith("## ")]
+    if len(paragraphs) >= 3:
+        return paragraphs
+    return [s for p in paragraphs for s in split_sentences(p)] or [doc.title]
+
+
+def extract(doc: Document, goal: str, index: BM25Index, max_evidence_chars: int = 4000,
+            summary_sentences: int = 3, max_summary_chars: int = 600) -> Extraction:
+    """Rank ``doc``'s passages by relevance to ``goal``.
+
+    Args:
+        doc: the page.
+        goal: what the agent wants from the page; blank keeps page order.
+        index: supplies the analyzer (same stemming as search).
+        max_evidence_chars: evidence budget; passages past it are dropped (the last one cut).
+        summary_sentences: sentences in the summary: the page's opening sentence plus the
+            sentences that best match the goal, in page order.
+
+    Returns:
+        :class:`Extraction` with evidence passages (matching ones by descending score, then
+        the rest in page order) and the summary.
+    """
+    units = _units(doc)
+    scores = index.score_texts(goal, units) if goal.strip() else np.zeros(len(units), dtype=np.float32)
+    order = sorted(range(len(units)), key=lambda i: (-float(scores[i]), i))
+    evidence: list[str] = []
+    used = 0
+    for i in order:
+        room = max_evidence_chars - used
+        if room < 80:
+            break
+        evidence.append(truncate(units[i], room))
+        used += len(evidence[-1]) + 1
+
+    sentences = [s for p in doc.paragraphs if not p.startswith("## ") for s in split_sentences(p)]
+    if not sentences:
+        return Extraction(evidence, doc.title)
+    s_scores = index.score_texts(goal, sentences) if goal.strip() else np.zeros(len(sentences), dtype=np.float32)
+    chosen = {0}
+    for i in sorted(range(len(sentences)), key=lambda i: (-float(s_scores[i]), i)):
+        if len(chosen) >= summary_sentences or s_scores[i] <= 0:
+            break
+        chosen.add(i)
+    if len(chosen) < summary_sentences:
+        chosen.update(range(min(summary_sentences, len(sentences))))
+    summary = truncate(" ".join(sentences[i] for i in sorted(chosen)), max_summary_chars)
+    return Extraction(evidence, summary)

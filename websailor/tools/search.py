@@ -1,0 +1,85 @@
+"""``search``: batched web-style search over the local corpus (BM25)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from websailor.corpus.corpus import Corpus, SearchHit
+from websailor.corpus.text import truncate
+from websailor.tools.base import Tool
+
+#: Separator between the results of several queries (or pages), as in the Tongyi tools.
+BLOCK_SEPARATOR = "\n=======\n"
+
+
+def format_search_results(query: str, hits: list[SearchHit]) -> str:
+    """One query's results laid out like the released Tongyi DeepResearch search tool:
+    a header, then numbered ``[title](url)`` lines each followed by the snippet."""
+    if not hits:
+        return f"No results found for '{query}'. Try a shorter or more general query."
+    lines = [f"{h.rank}. [{h.title}]({h.url})\n{h.snippet}" for h in hits]
+    return f"A search for '{query}' found {len(hits)} results:\n\n## Web Results\n" + "\n\n".join(lines)
+
+
+class SearchTool(Tool):
+    """Search the offline Wikipedia: top ``top_k`` pages per query (paper: 10).
+
+    Args:
+        corpus: the corpus to search.
+        top_k: results per query.
+        max_queries: queries per call; extra ones are dropped with a note.
+        max_query_chars: longer queries are cut (with a note) before searching.
+    """
+
+    name = "search"
+    description = (
+        "Performs batched web searches: supply an array 'query'; the tool retrieves the top 10 "
+        "results for each query in one call."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": "Array of query strings. Include multiple complementary search queries in a single call.",
+            }
+        },
+        "required": ["query"],
+    }
+
+    def __init__(self, corpus: Corpus, top_k: int = 10, max_queries: int = 10, max_query_chars: int = 500) -> None:
+        self.corpus = corpus
+        self.top_k = top_k
+        self.max_queries = max_queries
+        self.max_query_chars = max_query_chars
+
+    def coerce(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(arguments.get("query"), str):
+            arguments["query"] = [arguments["query"]]
+        return arguments
+
+    def forward(self, query: list[str]) -> str:
+        notes: list[str] = []
+        if len(query) > self.max_queries:
+            notes.append(f"Note: only the first {self.max_queries} of {len(query)} queries were run.")
+            query = query[: self.max_queries]
+        blocks: dict[int, str] = {}
+        live: list[int] = []
+        shown: list[str] = []
+        for i, q in enumerate(query):
+            q = " ".join(q.split())
+            if len(q) > self.max_query_chars:
+                notes.append(f"Note: query {i + 1} was {len(q)} characters long and was cut to {self.max_query_chars}.")
+                q = truncate(q, self.max_query_chars)
+            shown.append(q)
+            if q:
+                live.append(i)
+            else:
+                blocks[i] = "Empty query: write what you are looking for."
+        if live:
+            for i, hits in zip(live, self.corpus.search([shown[i] for i in live], k=self.top_k)):
+                blocks[i] = format_search_results(shown[i], hits)
+        text = BLOCK_SEPARATOR.join(blocks[i] for i in range(len(query)))
+        return "\n".join(notes + [text]) if notes else text

@@ -1,0 +1,73 @@
+"""``visit``: read pages of the offline Wikipedia with a goal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from websailor.corpus.corpus import Corpus
+from websailor.corpus.urls import title_to_url
+from websailor.tools.base import Tool
+from websailor.tools.extract import extract
+from websailor.tools.search import BLOCK_SEPARATOR
+
+
+def page_not_found(corpus: Corpus, url: str) -> str:
+    """Observation for a URL that is not in the corpus, with the closest titles."""
+    close = corpus.closest_titles(url)
+    text = (f"The page {url} could not be found: it is not in the offline Wikipedia, or the URL is wrong. "
+            "Use search to find pages, then visit the URLs it returns.")
+    if close:
+        text += "\nClosest pages:\n" + "\n".join(f"{i}. [{t}]({title_to_url(t)})" for i, t in enumerate(close, 1))
+    return text
+
+
+class VisitTool(Tool):
+    """Visit pages: evidence for the goal (most relevant passages first) and a summary.
+
+    The observation is laid out like the released Tongyi DeepResearch visit tool. Unknown
+    URLs give a "could not be found" observation with the closest titles.
+
+    Args:
+        corpus: the corpus pages come from.
+        max_urls: pages per call; extra ones are dropped with a note.
+        max_evidence_chars: evidence budget per page.
+    """
+
+    name = "visit"
+    description = "Visit webpage(s) and return the summary of the content."
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "url": {
+                "type": ["string", "array"],
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": "The URL(s) of the webpage(s) to visit. Can be a single URL or an array of URLs.",
+            },
+            "goal": {"type": "string", "description": "The specific information goal for visiting webpage(s)."},
+        },
+        "required": ["url", "goal"],
+    }
+
+    def __init__(self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000) -> None:
+        self.corpus = corpus
+        self.max_urls = max_urls
+        self.max_evidence_chars = max_evidence_chars
+
+    def visit_one(self, url: str, goal: str) -> str:
+        doc = self.corpus.get(url)
+        if doc is None:
+            return page_not_found(self.corpus, url)
+        found = extract(doc, goal, self.corpus.index, max_evidence_chars=self.max_evidence_chars)
+        return (f"The useful information in {doc.url} for user goal {goal} as follows: \n\n"
+                f"Evidence in page: \n" + "\n".join(found.evidence) + "\n\n"
+                f"Summary: \n{found.summary}\n")
+
+    def forward(self, url: str | list[str], goal: str) -> str:
+        urls = [url] if isinstance(url, str) else list(url)
+        note = ""
+        if len(urls) > self.max_urls:
+            note = f"Note: only the first {self.max_urls} of {len(urls)} URLs were visited.\n"
+            urls = urls[: self.max_urls]
+        blocks = [self.visit_one(u, goal) if u.strip() else "Empty URL: give the URL of a page." for u in urls]
+        return note + BLOCK_SEPARATOR.join(blocks)
