@@ -122,8 +122,10 @@ def search(
 ) -> None:
     """Search the corpus (BM25): top k pages per query with URL and snippet."""
     from websailor.corpus import Corpus
+    from websailor.corpus.corpus import validate_queries
     from websailor.tools.search import BLOCK_SEPARATOR, format_search_results
 
+    validate_queries(queries, k)  # before the (slower) corpus load
     c = Corpus.open(corpus)
     results = c.search(queries, k=k)
     if as_json:

@@ -184,7 +184,7 @@ class EntityLinker:
                     form = self._form(cand, toks[i : i + n], i == first)
                     if form is None:
                         continue
-                    if form == "cap" and self._glued(toks, i, i + n, first):
+                    if form in ("cap", "initial") and self._glued(toks, i, i + n, first):
                         continue
                     if self._hyphenated(toks, i, i + n):
                         continue

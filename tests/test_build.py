@@ -1,0 +1,122 @@
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus, is_complete
+from websailor.corpus import build as build_mod
+from websailor.errors import CorpusError
+
+
+def test_vital_build_counts(vital: Corpus):
+    assert len(vital) == 10033
+    assert vital.meta["n_passages"] >= 10033
+    assert vital.meta["n_links"] > 20000
+    assert vital.meta["format"] == "vital" and vital.meta["complete"] is True
+
+
+@pytest.mark.parametrize("name, fmt, n_docs", [("wiki18_sample_1000.jsonl", "wiki18", None),
+                                                ("kilt_sample_100.jsonl", "kilt", 99)])
+def test_other_layouts_build_and_search(shared_data: Path, tmp_path: Path, name: str, fmt: str, n_docs):
+    out = build_corpus(CorpusBuildConfig(source=shared_data / name, format=fmt, out=tmp_path / fmt))
+    c = Corpus.open(out)
+    if n_docs:
+        assert len(c) == n_docs
+    if fmt == "wiki18":
+        assert c.meta["n_passages"] == 1000
+        hits = c.search(["Genentech lobbyist Washington"], k=3)[0]
+        assert hits[0].title == "Evan Morris"
+    else:
+        hits = c.search(["first letter of the English alphabet"], k=3)[0]
+        assert hits[0].title == "A"
+        assert "## History" in c.get("A").text
+
+
+def test_reuse_unless_force(shared_data: Path, tmp_path: Path):
+    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+    out = build_corpus(cfg)
+    stamp = json.loads((out / "meta.json").read_text())["built_at"], (out / "meta.json").stat().st_mtime_ns
+    assert build_corpus(cfg) == out
+    assert (out / "meta.json").stat().st_mtime_ns == stamp[1]
+    cfg.force = True
+    build_corpus(cfg)
+    assert (out / "meta.json").stat().st_mtime_ns != stamp[1]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp or old dirs left
+
+
+def test_interrupted_build_leaves_no_corpus(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build_mod.EntityLinker, "link", boom)
+    out = tmp_path / "k"
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=out))
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CorpusError, match="no corpus at"):
+        Corpus.open(out)
+
+
+def test_interrupted_rebuild_keeps_the_old_corpus(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+    out = build_corpus(cfg)
+    monkeypatch.setattr(build_mod.EntityLinker, "link", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk")))
+    cfg.force = True
+    with pytest.raises(RuntimeError):
+        build_corpus(cfg)
+    assert len(Corpus.open(out)) == 99
+
+
+def test_target_that_is_not_a_corpus_is_not_overwritten(tmp_path: Path, shared_data: Path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("precious")
+    with pytest.raises(CorpusError, match="not a complete websailor corpus; pass --force"):
+        build_corpus(CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=out))
+    assert (out / "notes.txt").read_text() == "precious"
+
+
+def _copy_corpus(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_open_reports_missing_or_corrupt_corpora(tmp_path: Path, vital_dir: Path):
+    with pytest.raises(CorpusError, match="no corpus at .*websailor corpus build"):
+        Corpus.open(tmp_path / "absent")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(CorpusError, match="is a file"):
+        Corpus.open(tmp_path / "afile")
+
+    half = _copy_corpus(vital_dir, tmp_path / "half")
+    (half / "meta.json").unlink()
+    assert not is_complete(half)
+    with pytest.raises(CorpusError, match="not a complete corpus .*interrupted build"):
+        Corpus.open(half)
+
+    bad_meta = _copy_corpus(vital_dir, tmp_path / "bad_meta")
+    (bad_meta / "meta.json").write_bytes(b"{not json")
+    with pytest.raises(CorpusError, match="meta.json is corrupt"):
+        Corpus.open(bad_meta)
+
+    bad_store = _copy_corpus(vital_dir, tmp_path / "bad_store")
+    (bad_store / "store.sqlite").write_bytes(os.urandom(4096))
+    with pytest.raises(CorpusError, match="store.sqlite is corrupt"):
+        Corpus.open(bad_store)
+
+    no_index = _copy_corpus(vital_dir, tmp_path / "no_index")
+    import shutil
+
+    shutil.rmtree(no_index / "bm25")
+    with pytest.raises(CorpusError, match="bm25 is missing"):
+        Corpus.open(no_index)
+
+    bad_index = _copy_corpus(vital_dir, tmp_path / "bad_index")
+    for f in (bad_index / "bm25").iterdir():
+        f.write_bytes(b"garbage")
+    with pytest.raises(CorpusError, match="bm25 is corrupt"):
+        Corpus.open(bad_index)

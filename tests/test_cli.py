@@ -1,0 +1,75 @@
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from websailor.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def kilt_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("cli") / "kilt"
+    res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "kilt", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().endswith(str(out))
+    return str(out)
+
+
+def test_info_search_visit_tool_links(kilt_dir: str, vital_dir: Path):
+    res = run("corpus", "info", kilt_dir, "--json")
+    assert json.loads(res.stdout)["n_docs"] == 99
+
+    res = run("search", "first letter of the alphabet", "vowel", "-k", "2", "--corpus", kilt_dir, "--json")
+    data = json.loads(res.stdout)
+    assert [d["query"] for d in data] == ["first letter of the alphabet", "vowel"]
+    assert data[0]["results"][0]["title"] == "A" and len(data[0]["results"]) == 2
+    assert data[0]["results"][0]["url"] == "https://en.wikipedia.org/wiki/A"
+
+    res = run("search", "Mona Lisa", "-k", "3", "--corpus", str(vital_dir))
+    assert res.exit_code == 0 and "1. [Mona Lisa](https://en.wikipedia.org/wiki/Mona_Lisa)" in res.stdout
+
+    res = run("visit", "https://en.wikipedia.org/wiki/Nile", "--corpus", str(vital_dir))
+    assert res.stdout.startswith("# Nile\nhttps://en.wikipedia.org/wiki/Nile\n")
+    res = run("visit", "Nile", "--goal", "length in kilometers", "--corpus", str(vital_dir), "--json")
+    [rec] = json.loads(res.stdout)
+    assert rec["found"] and rec["evidence"][0].startswith("At 7,088 kilometers")
+    res = run("visit", "https://en.wikipedia.org/wiki/Nyle", "--corpus", str(vital_dir), "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["found"] is False
+
+    res = run("tool", "search", '{"query": ["Nile"]}', "--corpus", str(vital_dir))
+    assert res.stdout.startswith("A search for 'Nile' found")
+    res = run("tool", "search", '{"query": ["Nile"', "--corpus", str(vital_dir))
+    assert res.exit_code == 0 and "not valid JSON" in res.stdout  # the agent's view, not a crash
+
+    res = run("links", "Mona Lisa", "--corpus", str(vital_dir))
+    assert "Leonardo da Vinci" in res.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["search", "x", "-k", "0"], "k must be a positive integer"),
+    (["search", "   "], r"queries[0] is empty"),
+    (["corpus", "info"], "no corpus at"),
+    (["corpus", "build", "--source", "/no/such/file.jsonl", "--format", "jsonl"], "does not exist"),
+    (["corpus", "build", "--format", "kilt"], "--format needs --source"),
+])
+def test_errors_are_one_clear_line_and_exit_2(args, message):
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_wrong_format_is_rejected_by_the_cli(shared_data: Path, tmp_path: Path):
+    res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "csv")
+    assert res.exit_code == 2 and "'csv' is not one of" in res.output
+    res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "wiki18",
+              "--out", str(tmp_path / "x"))
+    assert res.exit_code == 2 and "try --format kilt" in res.stderr
+    assert not (tmp_path / "x").exists()
