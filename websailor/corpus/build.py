@@ -186,7 +186,9 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
         source = Path(cfg.source)
         name = source.stem
     logger.info("reading %s as %s", source, cfg.format)
-    raw = list(read_source(source, cfg.format))
+    pages = read_source(source, cfg.format)
+    big = cfg.show_progress and Path(source).stat().st_size > 50 * 2**20
+    raw = list(tqdm(pages, desc="reading", unit=" pages", disable=not big))
     docs = _collect(raw, cfg.on_duplicate)
 
     out.parent.mkdir(parents=True, exist_ok=True)
