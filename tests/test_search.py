@@ -66,3 +66,19 @@ def test_get_by_url_or_title(vital: Corpus):
     assert vital.get("https://en.wikipedia.org/wiki/Not_A_Real_Page_123") is None
     assert vital.get("") is None
     assert vital.closest_titles("https://en.wikipedia.org/wiki/Leonardo_Davinci")[0] == "Leonardo da Vinci"
+
+
+def test_top_k_selection_by_hand():
+    import numpy as np
+
+    from websailor.corpus.index import BM25Index
+
+    scores = np.array([0.0, 2.0, 0.5, 2.0, 0.0, 3.0], dtype=np.float32)
+    assert BM25Index.top_k(scores, 2) == [(5, 3.0), (1, 2.0)]
+    assert BM25Index.top_k(scores, 10) == [(5, 3.0), (1, 2.0), (3, 2.0), (2, 0.5)]
+    assert BM25Index.top_k(np.zeros(4, dtype=np.float32), 3) == []
+
+
+def test_batch_with_threads_equals_one_by_one(vital: Corpus):
+    queries = ["Roman emperor", "painter of water lilies", "largest desert", "quantum mechanics founder"]
+    assert vital.search(queries, k=5, n_threads=2) == [vital.search([q], k=5)[0] for q in queries]

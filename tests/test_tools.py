@@ -62,8 +62,8 @@ def test_visit_unknown_url_suggests_closest_titles(tools):
 
 
 @pytest.mark.parametrize("name, args, expected", [
-    ("search", '{"query": ["a", }', "Invalid arguments: the arguments are not valid JSON"),
-    ("search", "[1, 2]", "must be a JSON object, got list"),
+    ("search", '{"query": ["a", }', "Invalid arguments: not valid JSON"),
+    ("search", "[1, 2]", "Invalid arguments: expected a JSON object, got list"),
     ("search", '{"query": []}', "query: [] should be non-empty"),
     ("search", '{"q": ["x"]}', "'query' is a required property"),
     ("search", '{"query": [3]}', "query/0: 3 is not of type 'string'"),

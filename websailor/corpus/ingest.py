@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from websailor.config import downloads_dir
 from websailor.errors import DownloadError, InputFormatError
+from websailor.jsonio import loads_object
 from websailor.log import get_logger
 
 logger = get_logger(__name__)
@@ -78,11 +79,9 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputFormatError(f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise InputFormatError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+                obj = loads_object(line)
+            except ValueError as e:
+                raise InputFormatError(f"{path} line {lineno}: {e}") from None
             n_objects += 1
             yield lineno, obj
     if n_objects == 0:

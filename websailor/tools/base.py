@@ -16,6 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from websailor.errors import WebsailorError
+from websailor.jsonio import loads_object
 
 
 class ToolArgumentError(WebsailorError):
@@ -50,13 +51,12 @@ class Tool(ABC):
         if arguments is None:
             arguments = {}
         if isinstance(arguments, str):
-            text = arguments.strip() or "{}"
             try:
-                arguments = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ToolArgumentError(f"the arguments are not valid JSON ({e.msg} at column {e.colno})") from None
+                arguments = loads_object(arguments.strip() or "{}")
+            except ValueError as e:
+                raise ToolArgumentError(str(e)) from None
         if not isinstance(arguments, Mapping):
-            raise ToolArgumentError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+            raise ToolArgumentError(f"expected a JSON object, got {type(arguments).__name__}")
         args = self.coerce(dict(arguments))
         errors = sorted(Draft202012Validator(self.parameters).iter_errors(args), key=lambda e: list(e.path))
         if errors:
