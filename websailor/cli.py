@@ -62,6 +62,8 @@ def handle_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except WebsailorError as e:
             _fail(str(e))
+        except OSError as e:  # permissions, full disk: name the file and the reason
+            _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None

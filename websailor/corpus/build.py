@@ -191,10 +191,13 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
     raw = list(tqdm(pages, desc="reading", unit=" pages", disable=not big))
     docs = _collect(raw, cfg.on_duplicate)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as e:
+        raise CorpusError(f"cannot create the corpus directory next to {out}: {e.strerror}") from None
     try:
         stats = _write(tmp, docs, cfg)
         meta = {
