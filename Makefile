@@ -20,8 +20,9 @@ venv: $(STAMP)
 demo: venv
 	$(WS) corpus build
 	$(WS) corpus info
-	$(WS) search "longest river in Africa" "painter of the Mona Lisa" -k 3
+	$(WS) search "Nile river length" "painter of the Mona Lisa" -k 3
 	$(WS) visit https://en.wikipedia.org/wiki/Nile --goal "How long is the Nile and where does it flow?"
+	@echo "--- an agent's misspelt URL is not an error: the observation suggests the closest pages"
 	$(WS) tool visit '{"url": "https://en.wikipedia.org/wiki/Leonardo_DaVinci", "goal": "birth year"}'
 	$(WS) links "Mona Lisa"
 

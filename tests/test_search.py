@@ -82,3 +82,22 @@ def test_top_k_selection_by_hand():
 def test_batch_with_threads_equals_one_by_one(vital: Corpus):
     queries = ["Roman emperor", "painter of water lilies", "largest desert", "quantum mechanics founder"]
     assert vital.search(queries, k=5, n_threads=2) == [vital.search([q], k=5)[0] for q in queries]
+
+
+def test_bare_wikipedia_urls_resolve(vital: Corpus):
+    assert vital.get("en.wikipedia.org/wiki/Nile").title == "Nile"
+    assert vital.get("www.wikipedia.org/wiki/Nile").title == "Nile"
+
+
+def test_decomposed_unicode_is_normalized(tmp_path):
+    import json
+
+    from websailor.corpus import CorpusBuildConfig, build_corpus
+
+    decomposed = "Angra do Heroi\u0301smo"  # i + combining acute, as some dumps write it
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"title": decomposed, "text": f"{decomposed} is a city in the Azores."}) + "\n")
+    c = Corpus.open(build_corpus(CorpusBuildConfig(source=src, format="jsonl", out=tmp_path / "c")))
+    doc = c.get("https://en.wikipedia.org/wiki/Angra_do_Hero%C3%ADsmo")
+    assert doc is not None and doc.url == "https://en.wikipedia.org/wiki/Angra_do_Hero%C3%ADsmo"
+    assert c.search(["Heroísmo"], k=1)[0][0].title == "Angra do Heroísmo"

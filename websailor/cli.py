@@ -7,6 +7,7 @@ Every command maps its options onto library calls; errors raised on purpose
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from functools import wraps
@@ -62,6 +63,9 @@ def handle_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except WebsailorError as e:
             _fail(str(e))
+        except BrokenPipeError:  # `websailor search ... | head`: stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
         except OSError as e:  # permissions, full disk: name the file and the reason
             _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
         except KeyboardInterrupt:
@@ -144,11 +148,12 @@ def visit(
     corpus: CorpusOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print pages; with --goal, the passages most relevant to the goal first and a summary."""
+    """Print pages; with --goal, what the agent's visit tool returns: the passages most relevant
+    to the goal first, then a short summary."""
     from websailor.corpus import Corpus
     from websailor.tools.extract import extract
     from websailor.tools.search import BLOCK_SEPARATOR
-    from websailor.tools.visit import page_not_found
+    from websailor.tools.visit import format_visit, page_not_found
 
     c = Corpus.open(corpus)
     records, blocks = [], []
@@ -166,8 +171,7 @@ def visit(
         else:
             found = extract(doc, goal, c.index)
             rec.update(goal=goal, evidence=found.evidence, summary=found.summary)
-            blocks.append(f"# {doc.title}\n{doc.url}\n\nEvidence for goal: {goal}\n" + "\n".join(found.evidence)
-                          + f"\n\nSummary:\n{found.summary}")
+            blocks.append(format_visit(doc.url, goal, found))
         records.append(rec)
     if as_json:
         _print_json(records)

@@ -195,7 +195,7 @@ class Corpus:
         """Up to ``n`` titles most similar to the title in ``url_or_title`` (fuzzy match)."""
         wanted = url_to_title(url_or_title) or url_or_title
         found = process.extract(wanted, self.titles, scorer=fuzz.ratio, limit=n, processor=utils.default_process)
-        return [t for t, score, _ in found if score >= 50]
+        return [t for t, score, _ in found if score >= 60]
 
     def iter_documents(self) -> Iterator[Document]:
         """All pages, by id."""

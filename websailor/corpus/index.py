@@ -8,6 +8,7 @@ words (bm25s's list) and applies the Snowball English stemmer (PyStemmer).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,7 +32,7 @@ class Analyzer:
     def __call__(self, text: str) -> list[str]:
         cache = self._cache
         out = []
-        for w in _TOKEN.findall(text.lower()):
+        for w in _TOKEN.findall(unicodedata.normalize("NFC", text).lower()):
             s = cache.get(w)
             if s is None:
                 s = "" if w in self._stop else self._stemmer.stemWord(w)

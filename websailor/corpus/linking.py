@@ -119,7 +119,9 @@ class EntityLinker:
         self.titles = list(titles)
         self.max_common_df = max_common_df if max_common_df is not None else max(10, len(titles) // 500)
         by_key: dict[tuple[str, ...], list[tuple[_Candidate, bool]]] = defaultdict(list)
-        prefixes = {t.split(" (")[0].lower() for t in self.titles if not t.endswith(")")}
+        # lower-cased plain titles and their word prefixes: a "(qualifier)" base equal to one
+        # of these is not used as a surface form
+        prefixes = {t.lower() for t in self.titles if not t.endswith(")")}
         prefixes |= {p for t in self.titles for p in _word_prefixes(t)}
         for doc, title in enumerate(self.titles):
             for i, form in enumerate(_surface_forms(title, prefixes)):

@@ -7,6 +7,7 @@ such as "A. J. P. Taylor" or "c. 1500"); everything else is plain Python.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import blingfire
 
@@ -15,8 +16,8 @@ _SPACE = re.compile(r"\s+")
 
 
 def normalize_space(text: str) -> str:
-    """Collapse runs of whitespace to single spaces and strip the ends."""
-    return _SPACE.sub(" ", text).strip()
+    """Unicode NFC (so "é" written as e + accent matches "é"), whitespace runs collapsed, ends stripped."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:

@@ -7,12 +7,14 @@ so that a trajectory from the simulated environment looks like one from the real
 from __future__ import annotations
 
 import re
+import unicodedata
 from urllib.parse import quote, unquote, urlsplit
 
 WIKI_PREFIX = "https://en.wikipedia.org/wiki/"
 # Characters that Wikipedia leaves unescaped in article paths.
 _SAFE = "/:,()'!*@$;-._~"
 _WIKI_HOST = re.compile(r"^(?:[a-z\-]+\.)?(?:m\.)?wikipedia\.org$", re.IGNORECASE)
+_BARE_WIKI_URL = re.compile(r"^(?:www\.)?(?:[a-z\-]+\.)?(?:m\.)?wikipedia\.org/", re.IGNORECASE)
 
 
 def title_to_url(title: str) -> str:
@@ -21,8 +23,8 @@ def title_to_url(title: str) -> str:
 
 
 def title_key(title: str) -> str:
-    """Lookup key of a title: spaces collapsed, first letter upper-case (as MediaWiki does)."""
-    t = " ".join(title.replace("_", " ").split())
+    """Lookup key of a title: Unicode NFC, spaces collapsed, first letter upper-case (as MediaWiki does)."""
+    t = " ".join(unicodedata.normalize("NFC", title).replace("_", " ").split())
     return t[:1].upper() + t[1:]
 
 
@@ -30,10 +32,12 @@ def url_to_title(url_or_title: str) -> str:
     """Best-effort title from a Wikipedia URL (any language or mobile host) or a plain title.
 
     ``https://en.m.wikipedia.org/wiki/Albert_Einstein#Life`` -> ``"Albert Einstein"``;
-    ``"/wiki/Paris"`` -> ``"Paris"``; ``"Paris"`` -> ``"Paris"``. The result is not checked
+    ``"en.wikipedia.org/wiki/Paris"`` and ``"/wiki/Paris"`` -> ``"Paris"``; ``"Paris"`` -> ``"Paris"``. The result is not checked
     against any corpus; use :func:`title_key` to compare.
     """
     s = url_or_title.strip()
+    if _BARE_WIKI_URL.match(s):
+        s = "https://" + s
     if "://" in s or s.startswith("//"):
         parts = urlsplit(s if "://" in s else "https:" + s)
         path = parts.path
@@ -45,4 +49,4 @@ def url_to_title(url_or_title: str) -> str:
     if s.startswith("/wiki/"):
         s = s[len("/wiki/"):]
     s = s.split("#", 1)[0]
-    return " ".join(unquote(s).replace("_", " ").split())
+    return " ".join(unicodedata.normalize("NFC", unquote(s)).replace("_", " ").split())

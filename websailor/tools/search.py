@@ -18,7 +18,8 @@ def format_search_results(query: str, hits: list[SearchHit]) -> str:
     if not hits:
         return f"No results found for '{query}'. Try a shorter or more general query."
     lines = [f"{h.rank}. [{h.title}]({h.url})\n{h.snippet}" for h in hits]
-    return f"A search for '{query}' found {len(hits)} results:\n\n## Web Results\n" + "\n\n".join(lines)
+    noun = "result" if len(hits) == 1 else "results"
+    return f"A search for '{query}' found {len(hits)} {noun}:\n\n## Web Results\n" + "\n\n".join(lines)
 
 
 class SearchTool(Tool):

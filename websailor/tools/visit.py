@@ -7,7 +7,7 @@ from typing import Any
 from websailor.corpus.corpus import Corpus
 from websailor.corpus.urls import title_to_url
 from websailor.tools.base import Tool
-from websailor.tools.extract import extract
+from websailor.tools.extract import Extraction, extract
 from websailor.tools.search import BLOCK_SEPARATOR
 
 
@@ -19,6 +19,13 @@ def page_not_found(corpus: Corpus, url: str) -> str:
     if close:
         text += "\nClosest pages:\n" + "\n".join(f"{i}. [{t}]({title_to_url(t)})" for i, t in enumerate(close, 1))
     return text
+
+
+def format_visit(url: str, goal: str, found: Extraction) -> str:
+    """A visited page as the Tongyi DeepResearch visit tool lays it out: evidence, then summary."""
+    return (f"The useful information in {url} for user goal {goal} as follows: \n\n"
+            "Evidence in page: \n" + "\n".join(found.evidence) + "\n\n"
+            f"Summary: \n{found.summary}\n")
 
 
 class VisitTool(Tool):
@@ -58,10 +65,7 @@ class VisitTool(Tool):
         doc = self.corpus.get(url)
         if doc is None:
             return page_not_found(self.corpus, url)
-        found = extract(doc, goal, self.corpus.index, max_evidence_chars=self.max_evidence_chars)
-        return (f"The useful information in {doc.url} for user goal {goal} as follows: \n\n"
-                f"Evidence in page: \n" + "\n".join(found.evidence) + "\n\n"
-                f"Summary: \n{found.summary}\n")
+        return format_visit(doc.url, goal, extract(doc, goal, self.corpus.index, self.max_evidence_chars))
 
     def forward(self, url: str | list[str], goal: str) -> str:
         urls = [url] if isinstance(url, str) else list(url)
