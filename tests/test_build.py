@@ -73,9 +73,59 @@ def test_target_that_is_not_a_corpus_is_not_overwritten(tmp_path: Path, shared_d
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("precious")
-    with pytest.raises(CorpusError, match="not a complete websailor corpus; pass --force"):
-        build_corpus(CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=out))
+    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=out)
+    with pytest.raises(CorpusError, match="is not a websailor corpus: refusing to write there, even with --force"):
+        build_corpus(cfg)
+    cfg.force = True
+    with pytest.raises(CorpusError, match="refusing to write there"):
+        build_corpus(cfg)
     assert (out / "notes.txt").read_text() == "precious"
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(CorpusError, match="is a file, not a corpus directory"):
+        build_corpus(CorpusBuildConfig(source=cfg.source, format="kilt", out=tmp_path / "afile", force=True))
+    assert (tmp_path / "afile").read_text() == "mine"
+    with pytest.raises(CorpusError, match="a parent of it is a file"):
+        build_corpus(CorpusBuildConfig(source=cfg.source, format="kilt", out=tmp_path / "afile" / "c"))
+
+
+def test_reuse_checks_the_source(shared_data: Path, tmp_path: Path):
+    from websailor.errors import InputFormatError
+
+    out = build_corpus(CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k"))
+    with pytest.raises(InputFormatError, match="does not exist"):
+        build_corpus(CorpusBuildConfig(source=tmp_path / "missing.jsonl", format="kilt", out=out))
+    with pytest.raises(CorpusError, match="already holds a corpus built from .*kilt_sample_100.jsonl"):
+        build_corpus(CorpusBuildConfig(source=shared_data / "wiki18_sample_1000.jsonl", format="wiki18", out=out))
+
+
+def test_incomplete_corpus_needs_force(shared_data: Path, tmp_path: Path):
+    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+    out = build_corpus(cfg)
+    (out / "meta.json").unlink()
+    with pytest.raises(CorpusError, match="incomplete corpus .*pass --force"):
+        build_corpus(cfg)
+    cfg.force = True
+    assert len(Corpus.open(build_corpus(cfg))) == 99
+
+
+def test_leftovers_of_killed_builds_are_cleaned(shared_data: Path, tmp_path: Path):
+    import subprocess
+
+    dead = subprocess.run(["true"]).returncode or 999_999  # a pid that does not exist
+    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+    out = build_corpus(cfg)
+    # a kill between the two renames of a rebuild: the old corpus sits in .k.old-PID
+    os.replace(out, tmp_path / f".k.old-{dead}")
+    (tmp_path / f".k.tmp-{dead}").mkdir()
+    assert build_corpus(cfg) == out and len(Corpus.open(out)) == 99
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
+
+
+def test_stop_word_only_pages_still_build(tmp_path: Path):
+    src = tmp_path / "s.jsonl"
+    src.write_text(json.dumps({"title": "a", "text": "the"}) + "\n" + json.dumps({"title": "Bee", "text": "a bee"}) + "\n")
+    c = Corpus.open(build_corpus(CorpusBuildConfig(source=src, format="jsonl", out=tmp_path / "c")))
+    assert c.search(["bee"], k=5)[0][0].title == "Bee"
 
 
 def _copy_corpus(src: Path, dst: Path) -> Path:
@@ -105,7 +155,7 @@ def test_open_reports_missing_or_corrupt_corpora(tmp_path: Path, vital_dir: Path
 
     bad_store = _copy_corpus(vital_dir, tmp_path / "bad_store")
     (bad_store / "store.sqlite").write_bytes(os.urandom(4096))
-    with pytest.raises(CorpusError, match="store.sqlite is corrupt"):
+    with pytest.raises(CorpusError, match="altered after its build: store.sqlite has 4096 bytes"):
         Corpus.open(bad_store)
 
     no_index = _copy_corpus(vital_dir, tmp_path / "no_index")
@@ -118,5 +168,27 @@ def test_open_reports_missing_or_corrupt_corpora(tmp_path: Path, vital_dir: Path
     bad_index = _copy_corpus(vital_dir, tmp_path / "bad_index")
     for f in (bad_index / "bm25").iterdir():
         f.write_bytes(b"garbage")
-    with pytest.raises(CorpusError, match="bm25 is corrupt"):
+    with pytest.raises(CorpusError, match="altered after its build: bm25/.* has 7 bytes"):
         Corpus.open(bad_index)
+
+    # same size, other bytes: only the checksum can tell
+    patched = _copy_corpus(vital_dir, tmp_path / "patched")
+    with (patched / "store.sqlite").open("r+b") as fh:
+        fh.seek(3000 * 4096)
+        fh.write(os.urandom(4096))
+    with pytest.raises(CorpusError, match="store.sqlite does not match its checksum"):
+        Corpus.open(patched)
+    assert len(Corpus.open(patched, verify=False)) == 10033  # size-only check passes ...
+    with pytest.raises(CorpusError, match="corrupt"):  # ... and damage found later is still an error
+        for q in ["Nile", "zebra", "Paris", "Mona Lisa", "quantum", "river", "empire", "music"]:
+            Corpus.open(patched, verify=False).search([q], k=10)
+            list(Corpus.open(patched, verify=False).iter_links())
+
+    bad_count = _copy_corpus(vital_dir, tmp_path / "bad_count")
+    meta = json.loads((bad_count / "meta.json").read_text())
+    meta["n_passages"] = str(meta["n_passages"])
+    (bad_count / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CorpusError, match="'n_passages' must be an integer"):
+        Corpus.open(bad_count)
+    with pytest.raises(CorpusError, match="must be a string or a Path, got int"):
+        Corpus.open(5)

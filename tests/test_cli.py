@@ -18,7 +18,7 @@ def kilt_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> str
     out = tmp_path_factory.mktemp("cli") / "kilt"
     res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "kilt", "--out", str(out))
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip().endswith(str(out))
+    assert res.stdout.strip() == str(out)  # logs go to stderr: DIR=$(websailor corpus build ...) works
     return str(out)
 
 
@@ -50,6 +50,9 @@ def test_info_search_visit_tool_links(kilt_dir: str, vital_dir: Path):
 
     res = run("links", "Mona Lisa", "--corpus", str(vital_dir))
     assert "Leonardo da Vinci" in res.stdout
+
+    res = run("visit", "\udcff", "https://[x", "--corpus", str(vital_dir))  # undecodable argv byte, bad URL
+    assert res.exit_code == 0 and res.stdout.count("could not be found") == 2
 
 
 @pytest.mark.parametrize("args, message", [

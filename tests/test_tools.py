@@ -80,3 +80,26 @@ def test_tool_objects_are_callable_directly(vital: Corpus):
     assert SearchTool(vital, top_k=3)({"query": ["Nile"]}).count("\n1. [") == 1
     obs = VisitTool(vital, max_urls=1)({"url": ["Nile", "Amazon River"], "goal": "length"})
     assert obs.startswith("Note: only the first 1 of 2 URLs were visited.")
+
+
+def test_agent_inputs_that_once_crashed_give_observations(tools):
+    # extra fields are ignored with a note
+    obs = call_tool(tools, "search", '{"query": ["Nile"], "top_k": 3}')
+    assert obs.startswith("Note: ignored unknown argument(s) 'top_k'.\nA search for 'Nile'")
+    # a malformed URL, a non-Wikipedia host and a javascript: URI are pages that do not exist
+    for url in ["https://[/wiki/Nile", "https://example.com/wiki/Nile", "javascript://en.wikipedia.org/wiki/Nile"]:
+        assert "could not be found" in call_tool(tools, "visit", {"url": url, "goal": "x"})
+    # lone surrogates (valid JSON escapes, invalid text) become U+FFFD and print fine
+    for name, args in [("visit", '{"url": "\\ud800", "goal": "\\ud800"}'), ("search", '{"query": ["\\ud800"]}')]:
+        call_tool(tools, name, args).encode("utf-8")
+    # deeply nested JSON
+    assert "nested too deeply" in call_tool(tools, "search", "[" * 100_000)
+    # the goal is echoed, but not a million characters of it
+    obs = call_tool(tools, "visit", {"url": "Nile", "goal": "length " * 200_000})
+    assert len(obs) < 6000
+    assert call_tool(tools, ["search"], "{}").startswith("Error: the tool name must be a string, got list")
+    assert "Empty URL" in call_tool(tools, "visit", {"url": "", "goal": "x"})
+
+
+def test_underscores_separate_query_words(vital: Corpus):
+    assert vital.search(["longest_river_in_Africa"], k=3) == vital.search(["longest river in Africa"], k=3)

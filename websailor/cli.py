@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from enum import Enum
 from functools import wraps
@@ -54,11 +55,23 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _clean_arg(value: Any) -> Any:
+    """Undecodable command-line bytes arrive as lone surrogates: make them printable."""
+    from websailor.corpus.text import clean_text
+
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_arg(v) for v in value]
+    return value
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn websailor's own errors into a one-line message and exit status 2."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs = {k: _clean_arg(v) for k, v in kwargs.items()}
         try:
             return fn(*args, **kwargs)
         except WebsailorError as e:
@@ -79,9 +92,14 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, ensure_ascii=False, indent=2))
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # run the same clean-up as Ctrl-C (temporary build directories)
+
+
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
     setup_logging(verbose)
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 @corpus_app.command("build")

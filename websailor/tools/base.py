@@ -15,12 +15,24 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from websailor.corpus.text import clean_text
 from websailor.errors import WebsailorError
 from websailor.jsonio import loads_object
 
 
 class ToolArgumentError(WebsailorError):
     """The arguments of a tool call are not valid JSON or do not match the tool's schema."""
+
+
+def _clean(value: Any) -> Any:
+    """Apply :func:`clean_text` to every string inside parsed arguments."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    return value
 
 
 class Tool(ABC):
@@ -57,7 +69,7 @@ class Tool(ABC):
                 raise ToolArgumentError(str(e)) from None
         if not isinstance(arguments, Mapping):
             raise ToolArgumentError(f"expected a JSON object, got {type(arguments).__name__}")
-        args = self.coerce(dict(arguments))
+        args = self.coerce(_clean(dict(arguments)))
         errors = sorted(Draft202012Validator(self.parameters).iter_errors(args), key=lambda e: list(e.path))
         if errors:
             raise ToolArgumentError("; ".join(
@@ -66,14 +78,20 @@ class Tool(ABC):
         return args
 
     def __call__(self, arguments: str | Mapping[str, Any] | None = None) -> str:
-        """Run the tool on raw arguments; always returns an observation string."""
+        """Run the tool on raw arguments; always returns an observation string.
+
+        Arguments the schema does not name are ignored, with a note in the observation.
+        """
         try:
             args = self.parse_arguments(arguments)
         except ToolArgumentError as e:
             return (f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
                     f"{json.dumps(self.parameters, ensure_ascii=False)}")
+        known = self.parameters.get("properties", {})
+        unknown = sorted(k for k in args if k not in known)
+        note = f"Note: ignored unknown argument(s) {', '.join(map(repr, unknown))}.\n" if unknown else ""
         try:
-            return self.forward(**args)
+            return note + self.forward(**{k: v for k, v in args.items() if k in known})
         except WebsailorError as e:
             return f"[{self.name}] Error: {e}"
 

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from websailor.corpus.corpus import Corpus
+from websailor.corpus.corpus import MAX_QUERY_CHARS, Corpus
+from websailor.corpus.text import truncate
 from websailor.corpus.urls import title_to_url
 from websailor.tools.base import Tool
 from websailor.tools.extract import Extraction, extract
 from websailor.tools.search import BLOCK_SEPARATOR
 
 
+#: Longest goal or URL echoed back in an observation (characters).
+MAX_ECHO_CHARS = 500
+
+
 def page_not_found(corpus: Corpus, url: str) -> str:
     """Observation for a URL that is not in the corpus, with the closest titles."""
+    if not url.strip():
+        return "Empty URL: give the URL of a page."
     close = corpus.closest_titles(url)
-    text = (f"The page {url} could not be found: it is not in the offline Wikipedia, or the URL is wrong. "
+    text = (f"The page {truncate(url, MAX_ECHO_CHARS)} could not be found: it is not in the offline Wikipedia, or the URL is wrong. "
             "Use search to find pages, then visit the URLs it returns.")
     if close:
         text += "\nClosest pages:\n" + "\n".join(f"{i}. [{t}]({title_to_url(t)})" for i, t in enumerate(close, 1))
@@ -23,6 +30,7 @@ def page_not_found(corpus: Corpus, url: str) -> str:
 
 def format_visit(url: str, goal: str, found: Extraction) -> str:
     """A visited page as the Tongyi DeepResearch visit tool lays it out: evidence, then summary."""
+    goal = truncate(" ".join(goal.split()), MAX_ECHO_CHARS)
     return (f"The useful information in {url} for user goal {goal} as follows: \n\n"
             "Evidence in page: \n" + "\n".join(found.evidence) + "\n\n"
             f"Summary: \n{found.summary}\n")
@@ -65,7 +73,8 @@ class VisitTool(Tool):
         doc = self.corpus.get(url)
         if doc is None:
             return page_not_found(self.corpus, url)
-        return format_visit(doc.url, goal, extract(doc, goal, self.corpus.index, self.max_evidence_chars))
+        found = extract(doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.max_evidence_chars)
+        return format_visit(doc.url, goal, found)
 
     def forward(self, url: str | list[str], goal: str) -> str:
         urls = [url] if isinstance(url, str) else list(url)
@@ -73,5 +82,5 @@ class VisitTool(Tool):
         if len(urls) > self.max_urls:
             note = f"Note: only the first {self.max_urls} of {len(urls)} URLs were visited.\n"
             urls = urls[: self.max_urls]
-        blocks = [self.visit_one(u, goal) if u.strip() else "Empty URL: give the URL of a page." for u in urls]
+        blocks = [self.visit_one(u, goal) for u in urls]
         return note + BLOCK_SEPARATOR.join(blocks)
