@@ -236,5 +236,79 @@ def links(
         print(f"- {other} ({m.surface!r}): {m.sentence}")
 
 
+class Env(str, Enum):
+    local = "local"
+
+
+def _print_step(turn: int, action: Any, result: Any) -> None:
+    from websailor.corpus.text import truncate
+
+    if action.thought:
+        print(f"[{turn}] think: {truncate(' '.join(action.thought.split()), 300)}")
+    if action.answer is not None:
+        print(f"[{turn}] answer: {action.answer}")
+    elif action.tool_call is not None:
+        args = json.dumps(action.tool_call.arguments, ensure_ascii=False)
+        print(f"[{turn}] call {action.tool_call.name} {truncate(args, 200)}")
+        print(f"     -> {truncate(' '.join(result.observation.split()), 240)}")
+    else:
+        print(f"[{turn}] format error: {action.error}")
+
+
+@app.command()
+@handle_errors
+def run(
+    question: Annotated[Optional[str], typer.Argument(help="One question (or use --questions).")] = None,
+    questions: Annotated[Optional[Path], typer.Option(help="JSONL with question, optional answer and id.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Trajectories JSONL (appended; resumes).")] = None,
+    rollouts: Annotated[int, typer.Option(min=1, help="Rollouts per question.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 4,
+    max_calls: Annotated[int, typer.Option(min=1, help="Model calls per question.")] = 100,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")] = 8192,
+    timeout: Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")] = 9000,
+    temperature: Annotated[float, typer.Option(min=0)] = 0.85,
+    seed: Annotated[int, typer.Option()] = 0,
+    model: Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")] = "smollm2",
+    summary_model: Annotated[Optional[str], typer.Option(help="Model for the LLM page extractor of visit.")] = None,
+    env: Annotated[Env, typer.Option(help="Environment (local: offline Wikipedia).")] = Env.local,
+    corpus: CorpusOpt = None,
+) -> None:
+    """Run the ReAct agent on one question (steps shown live) or on a questions file."""
+    from websailor.agent import Agent, AgentConfig
+    from websailor.agent.runner import load_questions, run_questions
+    from websailor.corpus import Corpus
+    from websailor.models import SamplingParams, load_model
+    from websailor.tools import build_local_tools
+
+    if (question is None) == (questions is None):
+        _fail("give either a QUESTION or --questions FILE")
+    if question is not None and not question.strip():
+        _fail("the question is empty")
+    if questions is not None and out is None:
+        _fail("--questions needs --out TRAJ.jsonl")
+    items = load_questions(questions) if questions is not None else None
+    c = Corpus.open(corpus)
+    llm = load_model(model)
+    extractor = load_model(summary_model) if summary_model else None
+    cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, timeout_s=timeout, seed=seed,
+                      sampling=SamplingParams(temperature=temperature))
+    agent = Agent(llm, build_local_tools(c, summary_model=extractor), cfg, env=env.value)
+    if items is None:
+        traj = agent.run(question, id="cli", on_step=_print_step)
+        if out is not None:
+            with out.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
+        print(f"\nprediction: {traj.prediction}")
+        print(f"termination: {traj.termination}" + (f" ({traj.error})" if traj.error else ""))
+        print(f"model calls {traj.num_model_calls}, tool calls {traj.num_tool_calls}, "
+              f"tokens {traj.tokens['prompt']} prompt / {traj.tokens['completion']} completion, "
+              f"time {traj.timings['total_s']:.1f} s (model {traj.timings['model_s']:.1f} s, tools {traj.timings['tools_s']:.2f} s)")
+        return
+    summary = run_questions(agent, items, out, rollouts=rollouts, concurrency=concurrency)
+    terms = ", ".join(f"{k} {v}" for k, v in summary.terminations.most_common()) or "none"
+    print(f"{summary.finished} trajectories written to {out} ({summary.skipped} already there) in {summary.seconds:.1f} s")
+    print(f"terminations: {terms}; tool calls {summary.tool_calls}, model calls {summary.model_calls}")
+
+
 if __name__ == "__main__":
     app()

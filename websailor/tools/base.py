@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -18,6 +19,15 @@ from jsonschema import Draft202012Validator
 from websailor.corpus.text import clean_text
 from websailor.errors import WebsailorError
 from websailor.jsonio import loads_object
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call produced: the ``observation`` the model reads and, if the call failed
+    (bad arguments, unknown tool, tool error), a short ``error``."""
+
+    observation: str
+    error: str | None = None
 
 
 class ToolArgumentError(WebsailorError):
@@ -77,23 +87,27 @@ class Tool(ABC):
             ))
         return args
 
-    def __call__(self, arguments: str | Mapping[str, Any] | None = None) -> str:
-        """Run the tool on raw arguments; always returns an observation string.
+    def execute(self, arguments: str | Mapping[str, Any] | None = None) -> ToolResult:
+        """Run the tool on raw arguments; never raises for bad input.
 
         Arguments the schema does not name are ignored, with a note in the observation.
         """
         try:
             args = self.parse_arguments(arguments)
         except ToolArgumentError as e:
-            return (f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
-                    f"{json.dumps(self.parameters, ensure_ascii=False)}")
+            return ToolResult(f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
+                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}")
         known = self.parameters.get("properties", {})
         unknown = sorted(k for k in args if k not in known)
         note = f"Note: ignored unknown argument(s) {', '.join(map(repr, unknown))}.\n" if unknown else ""
         try:
-            return note + self.forward(**{k: v for k, v in args.items() if k in known})
+            return ToolResult(note + self.forward(**{k: v for k, v in args.items() if k in known}))
         except WebsailorError as e:
-            return f"[{self.name}] Error: {e}"
+            return ToolResult(f"[{self.name}] Error: {e}", str(e))
+
+    def __call__(self, arguments: str | Mapping[str, Any] | None = None) -> str:
+        """Run the tool on raw arguments; always returns the observation string."""
+        return self.execute(arguments).observation
 
     @abstractmethod
     def forward(self, **kwargs: Any) -> str:

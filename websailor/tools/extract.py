@@ -9,12 +9,16 @@ relevant first, and builds a short extractive summary.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from websailor.corpus.index import BM25Index
 from websailor.corpus.store import Document
 from websailor.corpus.text import split_sentences, truncate
+
+if TYPE_CHECKING:
+    from websailor.models.base import ChatModel
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,44 @@ def extract(doc: Document, goal: str, index: BM25Index, max_evidence_chars: int 
         chosen.update(range(min(summary_sentences, len(sentences))))
     summary = truncate(" ".join(sentences[i] for i in sorted(chosen)), max_summary_chars)
     return Extraction(evidence, summary)
+
+
+EXTRACTOR_PROMPT = """Please process the following webpage content and user goal to extract relevant information:
+
+## Webpage Content
+{content}
+
+## User Goal
+{goal}
+
+## Task Guidelines
+1. Rationale: locate the specific sections or data directly related to the user's goal.
+2. Evidence: extract the most relevant information, quoting the original text in full where it matters.
+3. Summary: organize it into a concise paragraph that judges how useful the page is for the goal.
+
+Output a JSON object with the fields "rational", "evidence" and "summary"."""
+
+
+def llm_extract(model: "ChatModel", doc: Document, goal: str, max_chars: int = 24000, attempts: int = 3) -> Extraction | None:
+    """LLM page extraction, as the web ``visit`` tool of Tongyi DeepResearch does it: the
+    model reads the page and the goal and answers JSON with rationale, evidence and summary.
+    An empty or unparsable answer is retried with the page cut to half its length.
+
+    Returns ``None`` when every attempt fails (the caller falls back to :func:`extract`).
+    Raises :class:`websailor.errors.ModelError` only through the model.
+    """
+    from websailor.agent.parse import load_lenient_json
+    from websailor.models.base import SamplingParams
+
+    content = doc.text[:max_chars]
+    params = SamplingParams(temperature=0.7, max_tokens=1024, stop=[])
+    for _ in range(attempts):
+        prompt = EXTRACTOR_PROMPT.format(content=content, goal=goal)
+        gen = model.chat([{"role": "user", "content": prompt}], params)
+        obj = load_lenient_json(gen.text) if gen.text.strip() else None
+        if obj and str(obj.get("evidence", "")).strip() and str(obj.get("summary", "")).strip():
+            return Extraction([str(obj["evidence"]).strip()], str(obj["summary"]).strip())
+        content = content[: len(content) // 2]
+        if len(content) < 200:
+            break
+    return None

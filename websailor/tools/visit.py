@@ -8,7 +8,7 @@ from websailor.corpus.corpus import MAX_QUERY_CHARS, Corpus
 from websailor.corpus.text import truncate
 from websailor.corpus.urls import title_to_url
 from websailor.tools.base import Tool
-from websailor.tools.extract import Extraction, extract
+from websailor.tools.extract import Extraction, extract, llm_extract
 from websailor.tools.search import BLOCK_SEPARATOR
 
 
@@ -44,6 +44,8 @@ class VisitTool(Tool):
 
     Args:
         corpus: the corpus pages come from.
+        summary_model: a chat model for LLM extraction (``--summary-model``); the goal-ranked
+            passage extractor is used without it, or when the model's output is unusable.
         max_urls: pages per call; extra ones are dropped with a note.
         max_evidence_chars: evidence budget per page.
     """
@@ -64,8 +66,10 @@ class VisitTool(Tool):
         "required": ["url", "goal"],
     }
 
-    def __init__(self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000) -> None:
+    def __init__(self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000,
+                 summary_model: Any = None) -> None:
         self.corpus = corpus
+        self.summary_model = summary_model
         self.max_urls = max_urls
         self.max_evidence_chars = max_evidence_chars
 
@@ -73,7 +77,11 @@ class VisitTool(Tool):
         doc = self.corpus.get(url)
         if doc is None:
             return page_not_found(self.corpus, url)
-        found = extract(doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.max_evidence_chars)
+        found = None
+        if self.summary_model is not None:
+            found = llm_extract(self.summary_model, doc, goal[:MAX_QUERY_CHARS])
+        if found is None:  # no extractor model, or it gave no usable JSON
+            found = extract(doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.max_evidence_chars)
         return format_visit(doc.url, goal, found)
 
     def forward(self, url: str | list[str], goal: str) -> str:

@@ -1,0 +1,95 @@
+"""Test doubles: a scripted chat model and a local OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from websailor.errors import ModelError
+from websailor.models.base import ChatModel, Generation, SamplingParams
+
+
+class ScriptedModel(ChatModel):
+    """Replies from a script: a list of strings (or exceptions to raise), or a function of
+    the conversation. Counts tokens as words."""
+
+    def __init__(self, script: list | Callable, max_context: int = 131072) -> None:
+        self.script = script
+        self.calls = 0
+        self.name = "scripted"
+        self.max_context = max_context
+
+    def generate(self, conversations, params: SamplingParams):
+        out = []
+        for messages in conversations:
+            if callable(self.script):
+                reply = self.script(messages)
+            else:
+                reply = self.script[min(self.calls, len(self.script) - 1)]
+            self.calls += 1
+            if isinstance(reply, Exception):
+                raise reply
+            prompt = sum(len(m["content"].split()) for m in messages)
+            out.append(Generation(reply, prompt, len(reply.split())))
+        return out
+
+
+def call(name: str, **arguments) -> str:
+    return f'<think>I will use {name}.</think>\n<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+class FakeOpenAIServer:
+    """A local HTTP server that speaks /v1/chat/completions and answers at once.
+
+    ``fail_first`` requests get HTTP 500 before the server starts answering.
+    """
+
+    def __init__(self, reply: str = "<answer>Paris</answer>", fail_first: int = 0) -> None:
+        state = {"left": fail_first, "requests": 0}
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    state["requests"] += 1
+                    fail = state["left"] > 0
+                    state["left"] -= 1
+                if fail:
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "overloaded"}}')
+                    return
+                resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": reply}}],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}}
+                data = json.dumps(resp).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.state = state
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+__all__ = ["FakeOpenAIServer", "ModelError", "ScriptedModel", "call"]

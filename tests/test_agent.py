@@ -1,0 +1,199 @@
+import json
+import time
+from pathlib import Path
+
+import pytest
+from fakes import FakeOpenAIServer, ScriptedModel, call
+
+from websailor.agent import Agent, AgentConfig
+from websailor.agent.parse import parse_turn
+from websailor.agent.runner import done_rollouts, load_questions, run_questions
+from websailor.corpus import Corpus
+from websailor.errors import InputFormatError, ModelError
+from websailor.tools import build_local_tools
+
+
+@pytest.fixture(scope="module")
+def tools(vital: Corpus):
+    return build_local_tools(vital)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, name, args", [
+    ('<think>a</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["Nile"]}}\n</tool_call>', "search", {"query": ["Nile"]}),
+    ('<tool_call>\n{"name": "search", "arguments": {"query": ["Nile"]}}\n', "search", {"query": ["Nile"]}),  # stopped at <tool_response>
+    ('<tool_call>```json\n{"name": "visit", "arguments": {"url": "Nile", "goal": "g",},}\n```</tool_call>', "visit", {"url": "Nile", "goal": "g"}),
+    ("<tool_call>{'name': 'search', 'arguments': {'query': ['q']}}</tool_call>", "search", {"query": ["q"]}),
+    ('<tool_call>{"name": "search", "arguments": "{\\"query\\": [\\"q\\"]}"}</tool_call>', "search", {"query": ["q"]}),
+])
+def test_parse_tolerates_common_mistakes(text, name, args):
+    action = parse_turn(text)
+    assert action.error is None and action.tool_call.name == name and action.tool_call.arguments == args
+
+
+def test_parse_answers_code_and_errors():
+    assert parse_turn("<think>x</think><answer> Paris </answer>").answer == "Paris"
+    assert parse_turn("<answer>Paris").answer == "Paris"
+    py = parse_turn('<tool_call>{"name": "PythonInterpreter", "arguments": {}}\n<code>\nprint(2)\n</code></tool_call>')
+    assert py.tool_call.code == "print(2)"
+    assert "neither a <tool_call> nor an <answer>" in parse_turn("I think it is Paris.").error
+    assert "not valid" in parse_turn("<tool_call>garbage</tool_call>").error
+    assert "empty" in parse_turn("<answer>  </answer>").error
+    two = parse_turn(call("search", query=["a"]) + call("search", query=["b"]))
+    assert two.tool_call.arguments == {"query": ["a"]} and "first of 2" in two.warnings[0]
+
+
+# -- the loop --------------------------------------------------------------------------------
+def test_search_visit_answer_records_everything(tools):
+    model = ScriptedModel([call("search", query=["Mona Lisa painter"]),
+                           call("visit", url="https://en.wikipedia.org/wiki/Mona_Lisa", goal="who painted it"),
+                           "<think>Leonardo.</think>\n<answer>Leonardo da Vinci</answer>"])
+    t = Agent(model, tools).run("Who painted the Mona Lisa?", id="q1", rollout=2, answer="Leonardo da Vinci")
+    assert (t.termination, t.prediction, t.num_model_calls, t.num_tool_calls) == ("answer", "Leonardo da Vinci", 3, 2)
+    roles = [m["role"] for m in t.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert "<tools>" in t.messages[0]["content"] and t.messages[0]["content"].rstrip().split()[-1][:4].isdigit()
+    assert t.messages[3]["content"].startswith("<tool_response>\nA search for 'Mona Lisa painter'")
+    assert t.messages[5]["content"].startswith("<tool_response>\nThe useful information in https://en.wikipedia.org/wiki/Mona_Lisa")
+    assert [c.name for c in t.tool_calls] == ["search", "visit"] and all(c.error is None for c in t.tool_calls)
+    assert t.timings["total_s"] >= t.timings["model_s"] + t.timings["tools_s"] > 0
+    rec = json.loads(json.dumps(t.to_dict()))
+    for key in ["id", "rollout", "question", "answer", "prediction", "termination", "messages", "num_model_calls",
+                "num_tool_calls", "tool_calls", "tokens", "timings", "model", "env", "seed", "version"]:
+        assert key in rec
+    assert rec["id"] == "q1" and rec["rollout"] == 2 and rec["env"] == "local"
+
+
+def test_bad_calls_become_observations_and_count(tools):
+    model = ScriptedModel([call("browse", url="x"), call("search"), "<answer>x</answer>"])
+    t = Agent(model, tools).run("q")
+    assert t.termination == "answer" and t.num_model_calls == 3
+    assert "there is no tool named 'browse'" in t.messages[3]["content"]
+    assert "'query' is a required property" in t.messages[5]["content"]
+    assert [c.error is not None for c in t.tool_calls] == [True, True]
+
+
+@pytest.mark.parametrize("script, cfg, termination", [
+    ([call("search", query=["a"])], AgentConfig(max_calls=3), "max_calls"),
+    (["I am not sure."], AgentConfig(max_format_errors=3), "format_error"),
+    (["x " * 50_000], AgentConfig(max_format_errors=2), "format_error"),  # 50,000 tokens of garbage
+    ([ModelError("http://x: APIConnectionError after 5 attempts")], AgentConfig(), "model_error"),
+    ([RuntimeError("backend bug")], AgentConfig(), "model_error"),
+])
+def test_budgets_end_with_a_recorded_termination(tools, script, cfg, termination):
+    t = Agent(ScriptedModel(script), tools, cfg).run("q")
+    assert t.termination == termination
+    assert t.prediction is None
+
+
+def test_context_budget_nudges_then_stops(tools):
+    # a small context (words count as tokens here): search results soon cross the nudge threshold
+    model = ScriptedModel([call("search", query=["Nile"])], max_context=3000)
+    t = Agent(model, tools, AgentConfig(max_context_tokens=3000, answer_nudge_tokens=1000)).run("q")
+    nudged = [i for i, m in enumerate(t.messages) if "stop making tool calls" in m["content"]]
+    assert len(nudged) == 1 and t.messages[nudged[0]]["role"] == "user"
+    # the model kept calling tools after the nudge: the trajectory ends there
+    assert t.termination == "context" and nudged[0] == len(t.messages) - 2
+
+
+def test_context_nudge_then_answer(tools):
+    def script(messages):
+        if "stop making tool calls" in messages[-1]["content"]:
+            return "<answer>Nile</answer>"
+        return call("search", query=["Nile"])
+
+    t = Agent(ScriptedModel(script, max_context=3000), tools,
+              AgentConfig(max_context_tokens=3000, answer_nudge_tokens=1000)).run("q")
+    assert t.termination == "answer" and t.prediction == "Nile"
+
+
+def test_timeout(tools):
+    slow = ScriptedModel(lambda msgs: (time.sleep(0.3), call("search", query=["a"]))[1])
+    t = Agent(slow, tools, AgentConfig(timeout_s=0.5)).run("q")
+    assert t.termination == "timeout"
+
+
+# -- batch runs ------------------------------------------------------------------------------
+def _questions(tmp_path: Path, n: int) -> Path:
+    p = tmp_path / "q.jsonl"
+    p.write_text("".join(json.dumps({"id": f"q{i}", "question": f"question {i}?", "answer": "x"}) + "\n" for i in range(n)))
+    return p
+
+
+def test_batch_appends_and_resumes_without_duplicates(tools, tmp_path: Path):
+    out = tmp_path / "traj.jsonl"
+    agent = Agent(ScriptedModel([call("search", query=["Nile"]), "<answer>x</answer>"]), tools)
+    qs = load_questions(_questions(tmp_path, 5))
+    s = run_questions(agent, qs[:3], out, rollouts=2, concurrency=3, progress=False)
+    assert s.finished == 6
+    # a kill in the middle of a write leaves a partial line
+    with out.open("a") as fh:
+        fh.write('{"id": "q4", "rollout": 0, "quest')
+    s = run_questions(agent, qs, out, rollouts=2, concurrency=3, progress=False)
+    assert (s.skipped, s.finished) == (6, 4)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["id"], r["rollout"]) for r in lines) == [(f"q{i}", r) for i in range(5) for r in range(2)]
+    assert done_rollouts(out) == {(f"q{i}", r) for i in range(5) for r in range(2)}
+
+
+def test_one_bad_question_never_stops_the_batch(tools, tmp_path: Path):
+    def script(messages):
+        if "question 1?" in messages[1]["content"]:
+            raise ModelError("server exploded")
+        return "<answer>x</answer>"
+
+    s = run_questions(Agent(ScriptedModel(script), tools), load_questions(_questions(tmp_path, 4)),
+                      tmp_path / "o.jsonl", concurrency=2, progress=False)
+    assert s.finished == 4 and s.terminations == {"answer": 3, "model_error": 1}
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"question": "ok"}\n{"question": "a", \n', "line 2: not valid JSON"),
+    ('{"question": ""}\n', "line 1: 'question' must be a non-empty string"),
+    ('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n', "line 2: duplicate id '1'"),
+    ("\n\n", "no questions"),
+])
+def test_questions_file_errors_name_the_line(tmp_path: Path, content: str, message: str):
+    p = tmp_path / "q.jsonl"
+    p.write_text(content)
+    with pytest.raises(InputFormatError, match=message):
+        load_questions(p)
+
+
+def test_nq_sample_loads_golden_answers(shared_data: Path):
+    path = shared_data / "nq_test_sample.jsonl"
+    qs = load_questions(path)
+    assert len(qs) == len(path.read_text().split("\n")) - path.read_text().split("\n").count("") and qs[0].id == "test_0" and isinstance(qs[0].answer, list)
+
+
+# -- OpenAI-compatible backend ---------------------------------------------------------------
+def test_openai_backend_retries_5xx_then_answers(tools):
+    from websailor.models import load_model
+
+    with FakeOpenAIServer(fail_first=2) as srv:
+        model = load_model(f"openai:fake@{srv.url}", backoff_s=0.01)
+        t = Agent(model, tools).run("Capital of France?")
+        assert t.termination == "answer" and t.prediction == "Paris"
+        assert srv.state["requests"] == 3 and t.tokens == {"prompt": 10, "completion": 3}
+
+
+def test_unreachable_server_is_a_model_error(tools):
+    import socket
+
+    from websailor.models import load_model
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = load_model(f"openai:fake@http://127.0.0.1:{port}/v1", backoff_s=0.01, max_attempts=3)
+    t = Agent(model, tools).run("q")
+    assert t.termination == "model_error" and "APIConnectionError after 3 attempts" in t.error
+
+
+@pytest.mark.parametrize("spec", ["gpt4", "openai:model", "openai:m@localhost:8000", "hf:/no/such/dir", ""])
+def test_unknown_model_specs(spec):
+    from websailor.errors import ConfigError
+    from websailor.models import load_model
+
+    with pytest.raises(ConfigError, match="model spec"):
+        load_model(spec)

@@ -1,0 +1,163 @@
+"""The ReAct loop: prompt, generate, parse, act, observe, repeat; budgets are explicit branches."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from websailor import __version__
+from websailor.agent.parse import Action, parse_turn
+from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
+from websailor.agent.trajectory import ToolCallRecord, Trajectory
+from websailor.errors import ModelError
+from websailor.models.base import ChatModel, SamplingParams
+from websailor.tools import Tool, execute_tool
+from websailor.tools.base import ToolResult
+
+
+@dataclass
+class AgentConfig:
+    """Budgets and sampling of the agent (defaults: DESIGN.md, "The agent protocol").
+
+    Attributes:
+        max_calls: model calls per question (paper: 100).
+        max_context_tokens: context budget (paper: 128k); the model's own limit caps it.
+        answer_nudge_tokens: from this many tokens of context (scaled with the cap above) the
+            model is told to stop calling tools and answer (paper: about 110k of 128k).
+        timeout_s: wall-clock limit per question (paper setup: 150 minutes).
+        max_format_errors: consecutive unparsable turns before ``format_error``.
+        max_tokens_per_turn: completion tokens per model call.
+        sampling: temperature 0.85, top-p 0.95, presence penalty 1.1.
+        seed: base seed; each (question id, rollout) gets its own derived seed.
+    """
+
+    max_calls: int = 100
+    max_context_tokens: int = 128_000
+    answer_nudge_tokens: int = 110_000
+    timeout_s: float = 150 * 60
+    max_format_errors: int = 3
+    max_tokens_per_turn: int = 8192
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+
+
+StepCallback = Callable[[int, Action, ToolResult | None], None]
+
+
+class Agent:
+    """Runs questions with a model and tools.
+
+    Args:
+        model: any :class:`ChatModel`.
+        tools: tools by name (or a sequence of tools).
+        config: budgets and sampling.
+        env: the environment's name, recorded in trajectories (``local``, ``web``).
+    """
+
+    def __init__(self, model: ChatModel, tools: Mapping[str, Tool] | Sequence[Tool],
+                 config: AgentConfig | None = None, env: str = "local") -> None:
+        self.model = model
+        self.tools = dict(tools) if isinstance(tools, Mapping) else {t.name: t for t in tools}
+        self.config = config or AgentConfig()
+        self.env = env
+
+    def seed_for(self, qid: str, rollout: int) -> int:
+        return (self.config.seed * 1_000_003 + zlib.crc32(f"{qid}/{rollout}".encode())) % 2**31
+
+    def run(self, question: str, id: str = "q", rollout: int = 0, answer: object = None,
+            on_step: StepCallback | None = None) -> Trajectory:
+        """Answer ``question``; never raises for model, tool or format failures (they end the
+        trajectory with a recorded ``termination``).
+
+        Args:
+            on_step: called after each turn with (turn number, parsed action, tool result).
+        """
+        cfg = self.config
+        t0 = time.perf_counter()
+        seed = self.seed_for(id, rollout)
+        traj = Trajectory(id=id, rollout=rollout, question=question, answer=answer, model=self.model.name,
+                          env=self.env, seed=seed, version=__version__)
+        traj.messages = [{"role": "system", "content": system_prompt(self.tools.values())},
+                         {"role": "user", "content": question}]
+        limit = min(cfg.max_context_tokens, self.model.max_context)
+        nudge_at = limit * cfg.answer_nudge_tokens // cfg.max_context_tokens
+        nudged = False
+        bad_turns = 0
+        context = 0
+        while True:
+            if traj.num_model_calls >= cfg.max_calls:
+                traj.termination = "max_calls"
+                break
+            if time.perf_counter() - t0 > cfg.timeout_s:
+                traj.termination = "timeout"
+                break
+            params = replace(cfg.sampling, seed=seed + traj.num_model_calls,
+                             max_tokens=max(1, min(cfg.max_tokens_per_turn, limit - context)))
+            tm = time.perf_counter()
+            try:
+                gen = self.model.chat(traj.messages, params)
+            except ModelError as e:
+                traj.termination, traj.error = "model_error", str(e)
+                break
+            except Exception as e:  # a backend bug must not stop the batch
+                traj.termination, traj.error = "model_error", f"{type(e).__name__}: {e}"
+                break
+            finally:
+                traj.timings["model_s"] += time.perf_counter() - tm
+            traj.num_model_calls += 1
+            traj.tokens["prompt"] += gen.prompt_tokens
+            traj.tokens["completion"] += gen.completion_tokens
+            context = gen.prompt_tokens + gen.completion_tokens
+            traj.messages.append({"role": "assistant", "content": gen.text.strip()})
+            action = parse_turn(gen.text)
+            if action.answer is not None:
+                traj.prediction, traj.termination = action.answer, "answer"
+                if on_step:
+                    on_step(traj.num_model_calls, action, None)
+                break
+            if nudged:  # told to answer, and did not
+                traj.termination = "context"
+                break
+            result = self._act(action, traj)
+            if on_step:
+                on_step(traj.num_model_calls, action, result)
+            if action.error:
+                bad_turns += 1
+                if bad_turns >= cfg.max_format_errors:
+                    traj.termination = "format_error"
+                    break
+            else:
+                bad_turns = 0
+            observation = tool_response(result.observation) if action.tool_call else result.observation
+            if context >= limit:
+                traj.termination = "context"
+                break
+            if context >= nudge_at:
+                observation += "\n\n" + FINAL_ANSWER_NUDGE
+                nudged = True
+            traj.messages.append({"role": "user", "content": observation})
+        traj.timings["total_s"] = time.perf_counter() - t0
+        return traj
+
+    def _act(self, action: Action, traj: Trajectory) -> ToolResult:
+        """Run the turn's tool call, or turn its format error into feedback."""
+        if action.tool_call is None:
+            return ToolResult(action.error or "", action.error)
+        call = action.tool_call
+        args = dict(call.arguments)
+        if call.code is not None:
+            args.setdefault("code", call.code)
+        tt = time.perf_counter()
+        try:
+            result = execute_tool(self.tools, call.name, args)
+        except Exception as e:  # a tool bug becomes an observation, not a crash
+            result = ToolResult(f"[{call.name}] Error: the tool failed ({type(e).__name__}: {e})", f"{type(e).__name__}: {e}")
+        latency = time.perf_counter() - tt
+        traj.timings["tools_s"] += latency
+        traj.num_tool_calls += 1
+        traj.tool_calls.append(ToolCallRecord(call.name, call.arguments, round(latency, 6), result.error))
+        if action.warnings:
+            result = ToolResult("\n".join(action.warnings) + "\n" + result.observation, result.error)
+        return result

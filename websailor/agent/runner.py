@@ -1,0 +1,162 @@
+"""Batch runs: many questions, K rollouts each, concurrent, appended as they finish, resumable.
+
+Each finished trajectory is appended to the output JSONL at once (flushed and fsynced), so a
+killed run loses only rollouts in flight; running again with the same output skips every
+``(id, rollout)`` already there. A partial last line left by a kill is dropped first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from websailor.agent.loop import Agent
+from websailor.agent.trajectory import Trajectory
+from websailor.errors import InputFormatError
+from websailor.jsonio import loads_object
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class Question:
+    """One item of a questions file: ``question``, optional gold ``answer`` and ``id``."""
+
+    id: str
+    question: str
+    answer: Any = None
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Read a questions JSONL (``question``, optional ``answer``/``golden_answers``, ``id``).
+
+    Every line is checked before anything runs.
+
+    Raises:
+        InputFormatError: missing or empty file, or lines that are not JSON objects with a
+            non-empty string ``question``; the message lists up to 5 bad line numbers.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputFormatError(f"questions file {p} does not exist or is not a file")
+    items: list[Question] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                problems.append(f"line {lineno}: not valid UTF-8")
+                continue
+            if not line.strip():
+                continue
+            try:
+                obj = loads_object(line)
+            except ValueError as e:
+                problems.append(f"line {lineno}: {e}")
+                continue
+            q = obj.get("question")
+            if not isinstance(q, str) or not q.strip():
+                problems.append(f"line {lineno}: 'question' must be a non-empty string")
+                continue
+            qid = str(obj.get("id", f"line{lineno}"))
+            if qid in seen:
+                problems.append(f"line {lineno}: duplicate id {qid!r}")
+                continue
+            seen.add(qid)
+            items.append(Question(qid, q, obj.get("answer", obj.get("golden_answers"))))
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise InputFormatError(f"{p}: " + "; ".join(problems[:5]) + more)
+    if not items:
+        raise InputFormatError(f"{p}: no questions (the file is empty)")
+    return items
+
+
+def done_rollouts(out: Path) -> set[tuple[str, int]]:
+    """``(id, rollout)`` pairs already in ``out``; drops a partial last line left by a kill."""
+    if not out.exists():
+        return set()
+    data = out.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        logger.warning("%s: dropping an unfinished last line (%d bytes) left by an interrupted run", out, len(data) - cut)
+        with out.open("r+b") as fh:
+            fh.truncate(cut)
+        data = data[:cut]
+    done = set()
+    for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        try:
+            rec = json.loads(line)
+            done.add((str(rec["id"]), int(rec["rollout"])))
+        except (ValueError, KeyError, TypeError):
+            raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
+                                   "use another --out or repair the file") from None
+    return done
+
+
+@dataclass
+class RunSummary:
+    """Figures of a batch run (this invocation only; ``skipped`` were already done)."""
+
+    finished: int = 0
+    skipped: int = 0
+    terminations: Counter = field(default_factory=Counter)
+    tool_calls: int = 0
+    model_calls: int = 0
+    seconds: float = 0.0
+
+    def add(self, t: Trajectory) -> None:
+        self.finished += 1
+        self.terminations[t.termination] += 1
+        self.tool_calls += t.num_tool_calls
+        self.model_calls += t.num_model_calls
+
+
+def run_questions(agent: Agent, questions: list[Question], out: str | Path, rollouts: int = 1,
+                  concurrency: int = 4, progress: bool = True) -> RunSummary:
+    """Run every question ``rollouts`` times with ``concurrency`` threads, appending each
+    finished trajectory to ``out``; resumes a previous run on the same file."""
+    import time
+
+    if rollouts < 1 or concurrency < 1:
+        raise ValueError("rollouts and concurrency must be at least 1")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = done_rollouts(out)
+    todo = [(q, r) for q in questions for r in range(rollouts) if (q.id, r) not in done]
+    summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
+    if summary.skipped:
+        logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+    with out.open("a", encoding="utf-8") as fh, ThreadPoolExecutor(max_workers=concurrency) as pool, \
+            tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
+        futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
+        try:
+            for fut in as_completed(futures):
+                traj = fut.result()
+                line = json.dumps(traj.to_dict(), ensure_ascii=False) + "\n"
+                with lock:
+                    fh.write(line)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                summary.add(traj)
+                bar.update(1)
+                bar.set_postfix(answered=summary.terminations["answer"])
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    summary.seconds = time.perf_counter() - t0
+    return summary

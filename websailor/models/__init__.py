@@ -1,0 +1,45 @@
+"""Model backends behind one protocol, and model specs (``smollm2``, ``hf:PATH``,
+``openai:MODEL@BASE_URL``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from websailor.errors import ConfigError
+from websailor.models.base import ChatModel, Generation, Message, SamplingParams
+
+SPEC_HELP = "smollm2 (the embedded default), hf:PATH (a local transformers directory) or openai:MODEL@BASE_URL"
+
+
+def load_model(spec: str, **kwargs) -> ChatModel:
+    """Build a backend from a spec string.
+
+    Raises:
+        ConfigError: the spec is not one of the forms in :data:`SPEC_HELP`, or the path is not
+            a model directory.
+        DownloadError: the embedded model could not be fetched.
+    """
+    spec = (spec or "").strip()
+    if spec == "smollm2":
+        from websailor.models.embedded import ensure_smollm2
+        from websailor.models.hf import TransformersModel
+
+        return TransformersModel(ensure_smollm2(), name="smollm2", **kwargs)
+    if spec.startswith("hf:"):
+        from websailor.models.hf import TransformersModel
+
+        path = Path(spec[3:]).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"model spec {spec!r}: {path} is not a directory")
+        return TransformersModel(path, **kwargs)
+    if spec.startswith("openai:"):
+        from websailor.models.openai_compat import OpenAIModel
+
+        model, sep, base_url = spec[len("openai:"):].rpartition("@")
+        if not sep or not model or not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"model spec {spec!r}: expected openai:MODEL@http(s)://HOST[:PORT]/v1")
+        return OpenAIModel(model, base_url, **kwargs)
+    raise ConfigError(f"unknown model spec {spec!r}; use {SPEC_HELP}")
+
+
+__all__ = ["SPEC_HELP", "ChatModel", "Generation", "Message", "SamplingParams", "load_model"]

@@ -1,0 +1,62 @@
+"""The chat-model protocol shared by every backend.
+
+A backend turns conversations (lists of ``{"role", "content"}`` messages) into assistant
+replies. ``generate`` takes a *batch* of conversations so that a local backend can run
+concurrent rollouts in one forward pass; HTTP backends simply serve each request.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+Message = dict[str, str]
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings for one call. Defaults follow the paper's evaluation setup
+    (DESIGN.md, "The agent protocol"): temperature 0.85, top-p 0.95, presence penalty 1.1."""
+
+    temperature: float = 0.85
+    top_p: float = 0.95
+    presence_penalty: float = 1.1
+    max_tokens: int = 4096
+    stop: list[str] = field(default_factory=lambda: ["<tool_response>", "\n<tool_response>"])
+    seed: int | None = None
+
+
+@dataclass
+class Generation:
+    """One reply: ``text`` (cut before any stop string), token counts of the prompt as the
+    model saw it and of the completion, and why generation ended (``stop``, ``length``)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str = "stop"
+
+
+class ChatModel(ABC):
+    """A chat backend. Subclasses set ``name`` and ``max_context`` (tokens)."""
+
+    name: str = "model"
+    max_context: int = 131072
+
+    @abstractmethod
+    def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
+        """Reply to each conversation. Raises :class:`websailor.errors.ModelError` after
+        retries are exhausted."""
+
+    def chat(self, messages: list[Message], params: SamplingParams) -> Generation:
+        """Reply to one conversation (a batch of one)."""
+        return self.generate([messages], params)[0]
+
+    def close(self) -> None:
+        """Release resources (threads, connections)."""
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """``text`` up to the earliest stop string, and whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)

@@ -1,0 +1,131 @@
+"""Local transformers backend with micro-batching of concurrent rollouts.
+
+Rollout threads call :meth:`TransformersModel.chat`; a single worker thread gathers the
+requests that arrive within ``batch_wait_s`` (up to ``max_batch``, same sampling settings) and
+runs them as one left-padded ``generate`` call, so 8 concurrent rollouts cost about one
+forward pass per token instead of eight.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import astuple
+from pathlib import Path
+
+from websailor.errors import ConfigError, ModelError
+from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
+
+
+class TransformersModel(ChatModel):
+    """A causal LM directory loaded with transformers (CPU by default).
+
+    Args:
+        path: a directory with ``config.json``, weights and a tokenizer with a chat template.
+        device: torch device.
+        max_batch: most conversations per ``generate`` call.
+        batch_wait_s: how long the batcher waits for more requests after the first.
+
+    Note: ``presence_penalty`` has no exact equivalent in transformers' sampling and is not
+    applied here (HTTP backends apply it).
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu", max_batch: int = 8, batch_wait_s: float = 0.02,
+                 name: str | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(path)
+        if not (path / "config.json").exists():
+            raise ConfigError(f"{path} is not a transformers model directory (no config.json)")
+        self.name = name or f"hf:{path}"
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if not self.tokenizer.chat_template:
+            raise ConfigError(f"{path}: the tokenizer has no chat template")
+        self.model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        self.device = device
+        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 8192))
+        self.max_batch = max_batch
+        self.batch_wait_s = batch_wait_s
+        self._torch = torch
+        self._queue: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- direct batch generation ---------------------------------------------------------
+    def render(self, messages: list[Message]) -> str:
+        """The chat-templated prompt text, ending with the assistant header."""
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
+
+    def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
+        torch = self._torch
+        texts = [self.render(c) for c in conversations]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        width = enc["input_ids"].shape[1]
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        room = self.max_context - width
+        if room <= 0:
+            return [Generation("", int(n), 0, "length") for n in prompt_lens]
+        kwargs = dict(max_new_tokens=min(params.max_tokens, room), pad_token_id=self.tokenizer.pad_token_id)
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(do_sample=False)
+        if params.stop:
+            kwargs.update(stop_strings=params.stop, tokenizer=self.tokenizer)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        try:
+            with torch.inference_mode():
+                out = self.model.generate(**enc, **kwargs)
+        except (RuntimeError, ValueError) as e:
+            raise ModelError(f"{self.name}: generation failed: {e}") from e
+        eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
+        results = []
+        for row, n_prompt in zip(out[:, width:].tolist(), prompt_lens):
+            n = next((i for i, t in enumerate(row) if t in eos), len(row))
+            text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
+            text, stopped = cut_at_stop(text, params.stop)
+            finish = "stop" if (n < len(row) or stopped) else "length"
+            results.append(Generation(text, int(n_prompt), n + (1 if n < len(row) else 0), finish))
+        return results
+
+    # -- micro-batched single calls ------------------------------------------------------
+    def chat(self, messages: list[Message], params: SamplingParams) -> Generation:
+        fut: Future = Future()
+        self._queue.put((messages, params, fut))
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._serve, name="websailor-batcher", daemon=True)
+                self._worker.start()
+        return fut.result()
+
+    def _serve(self) -> None:
+        pending: list = []
+        while True:
+            if not pending:
+                pending.append(self._queue.get())
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(pending) < self.max_batch * 4:
+                try:
+                    pending.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            key = astuple(pending[0][1])
+            batch = [p for p in pending if astuple(p[1]) == key][: self.max_batch]
+            pending = [p for p in pending if p not in batch]
+            try:
+                gens = self.generate([b[0] for b in batch], batch[0][1])
+                for (_, _, fut), gen in zip(batch, gens):
+                    fut.set_result(gen)
+            except Exception as e:  # the waiting rollouts get the error, the worker lives on
+                for _, _, fut in batch:
+                    fut.set_exception(e if isinstance(e, ModelError) else ModelError(f"{self.name}: {e}"))
