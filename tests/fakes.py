@@ -46,7 +46,7 @@ class FakeOpenAIServer:
     ``fail_first`` requests get HTTP 500 before the server starts answering.
     """
 
-    def __init__(self, reply: str = "<answer>Paris</answer>", fail_first: int = 0) -> None:
+    def __init__(self, reply: str | Callable = "<answer>Paris</answer>", fail_first: int = 0) -> None:
         state = {"left": fail_first, "requests": 0}
         lock = threading.Lock()
 
@@ -66,9 +66,10 @@ class FakeOpenAIServer:
                     self.end_headers()
                     self.wfile.write(b'{"error": {"message": "overloaded"}}')
                     return
+                content = reply(body["messages"]) if callable(reply) else reply
                 resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                         "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": reply}}],
+                                     "message": {"role": "assistant", "content": content}}],
                         "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}}
                 data = json.dumps(resp).encode()
                 self.send_response(200)

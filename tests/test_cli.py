@@ -76,3 +76,42 @@ def test_wrong_format_is_rejected_by_the_cli(shared_data: Path, tmp_path: Path):
               "--out", str(tmp_path / "x"))
     assert res.exit_code == 2 and "try --format kilt" in res.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_run_single_question_and_batch(vital_dir: Path, tmp_path: Path):
+    from fakes import FakeOpenAIServer, call
+
+    def reply(messages):
+        if "<tool_response>" in messages[-1]["content"]:
+            return "<think>Found it.</think>\n<answer>Leonardo da Vinci</answer>"
+        return call("search", query=["Mona Lisa painter"])
+
+    with FakeOpenAIServer(reply=reply) as srv:
+        spec = f"openai:fake@{srv.url}"
+        res = run("run", "Who painted the Mona Lisa?", "--model", spec, "--corpus", str(vital_dir))
+        assert res.exit_code == 0, res.output
+        assert "[1] call search" in res.stdout and "-> A search for 'Mona Lisa painter'" in res.stdout
+        assert "prediction: Leonardo da Vinci" in res.stdout and "termination: answer" in res.stdout
+
+        qfile = tmp_path / "q.jsonl"
+        qfile.write_text('{"id": "a", "question": "Q1?"}\n{"id": "b", "question": "Q2?", "answer": "x"}\n')
+        out = tmp_path / "t.jsonl"
+        res = run("run", "--questions", str(qfile), "--out", str(out), "--rollouts", "2", "--model", spec,
+                  "--corpus", str(vital_dir))
+        assert res.exit_code == 0, res.output
+        assert "4 trajectories written" in res.stdout and "answer 4" in res.stdout
+        res = run("run", "--questions", str(qfile), "--out", str(out), "--rollouts", "2", "--model", spec,
+                  "--corpus", str(vital_dir))
+        assert "0 trajectories written" in res.stdout and "(4 already there)" in res.stdout
+        assert len(out.read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "  "], "the question is empty"),
+    (["run"], "give either a QUESTION or --questions FILE"),
+    (["run", "q", "--model", "gpt-9"], "unknown model spec 'gpt-9'"),
+    (["run", "--questions", "q.jsonl"], "--questions needs --out"),
+])
+def test_run_errors(args, message, vital_dir: Path):
+    res = run(*args, "--corpus", str(vital_dir))
+    assert res.exit_code == 2 and message in res.stderr

@@ -1,0 +1,103 @@
+"""Agent figures (issue 3).
+
+1. Framework overhead per turn, excluding model and tool time (target: at most 2 ms): an
+   instant scripted model and a no-op tool, 20 turns per question.
+2. Local backend (SmolLM2-135M on CPU): generated tokens per second with 1 and with 8
+   concurrent rollouts (target: 8 give at least 4 times the single-stream rate).
+3. 64 concurrent rollouts against a local OpenAI-compatible HTTP server that answers at once
+   (one search call, then an answer): errors and rollouts per second.
+
+    python benchmarks/agent_overhead.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fakes import FakeOpenAIServer, ScriptedModel, call  # noqa: E402
+
+from websailor.agent import Agent, AgentConfig  # noqa: E402
+from websailor.agent.runner import Question, run_questions  # noqa: E402
+from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus  # noqa: E402
+from websailor.models import SamplingParams, load_model  # noqa: E402
+from websailor.tools.base import Tool  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+
+
+class NoopTool(Tool):
+    name = "noop"
+    description = "Does nothing."
+    parameters = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+
+    def forward(self, x: str) -> str:
+        return "ok"
+
+
+def overhead() -> float:
+    turns = 20
+    script = [call("noop", x="a")] * (turns - 1) + ["<answer>done</answer>"]
+    agent = Agent(ScriptedModel(script), [NoopTool()], AgentConfig(max_calls=turns + 1))
+    per_turn = []
+    for _ in range(30):
+        agent.model.calls = 0
+        t = agent.run("question?")
+        rest = t.timings["total_s"] - t.timings["model_s"] - t.timings["tools_s"]
+        per_turn.append(rest / t.num_model_calls)
+    per_turn.sort()
+    return per_turn[len(per_turn) // 2] * 1000
+
+
+def local_throughput() -> tuple[float, float]:
+    model = load_model("smollm2")
+    params = SamplingParams(temperature=0.85, max_tokens=96, stop=[])
+    msgs = [{"role": "user", "content": "Write a long story about the history of the Roman Empire."}]
+    model.chat(msgs, SamplingParams(max_tokens=4, stop=[]))  # warm up
+
+    def rate(n: int) -> float:
+        t = time.perf_counter()
+        with ThreadPoolExecutor(n) as pool:
+            gens = list(pool.map(lambda _: model.chat(msgs, params), range(n)))
+        return sum(g.completion_tokens for g in gens) / (time.perf_counter() - t)
+
+    return rate(1), rate(8)
+
+
+def http_rollouts(corpus: Corpus) -> tuple[int, int, float]:
+    from websailor.tools import build_local_tools
+
+    def reply(messages):
+        return "<answer>x</answer>" if "<tool_response>" in messages[-1]["content"] else call("search", query=["Nile river"])
+
+    with FakeOpenAIServer(reply=reply) as srv, tempfile.TemporaryDirectory() as tmp:
+        agent = Agent(load_model(f"openai:fake@{srv.url}"), build_local_tools(corpus))
+        qs = [Question(f"q{i}", f"question {i}?") for i in range(64)]
+        s = run_questions(agent, qs, Path(tmp) / "t.jsonl", concurrency=64, progress=False)
+        errors = s.finished - s.terminations["answer"]
+        return s.finished, errors, s.finished / s.seconds
+
+
+def main() -> int:
+    ms = overhead()
+    print(f"framework overhead per turn (median of 30 runs x 20 turns): {ms:.3f} ms (target <= 2 ms)")
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Corpus.open(build_corpus(CorpusBuildConfig(source=SHARED / "vital_articles_en.json",
+                                                            out=Path(tmp) / "v", show_progress=False)))
+        n, errors, rps = http_rollouts(corpus)
+    print(f"64 concurrent rollouts against a local OpenAI-compatible server: {n} finished, {errors} errors, "
+          f"{rps:.1f} rollouts/s")
+    one, eight = local_throughput()
+    print(f"SmolLM2-135M on CPU: {one:.1f} tokens/s with 1 rollout, {eight:.1f} tokens/s with 8 concurrent "
+          f"({eight / one:.1f}x; target >= 4x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

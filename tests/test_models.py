@@ -1,0 +1,66 @@
+"""The embedded model and the local backend, on the real SmolLM2 weights and tokenizer."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+from fakes import ScriptedModel, call
+
+from websailor.agent import Agent, Trajectory
+from websailor.models import SamplingParams
+
+
+def test_token_view_masks_exactly_the_assistant_replies(smollm2, vital):
+    from websailor.tools import build_local_tools
+
+    model = ScriptedModel([call("search", query=["Nile"]), "<think>Done.</think>\n<answer>Nile</answer>"])
+    traj = Agent(model, build_local_tools(vital)).run("Which river flows through Egypt?")
+    tok = smollm2.tokenizer
+    ids, mask = traj.token_view(tok)
+    assert len(ids) == len(mask)
+    assert ids == tok(tok.apply_chat_template(traj.messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    # decode the masked (trained-on) tokens: exactly the two replies, each with its end-of-turn token
+    trained = tok.decode([t for t, m in zip(ids, mask) if m])
+    replies = [m["content"] for m in traj.messages if m["role"] == "assistant"]
+    assert trained == "".join(r + tok.eos_token for r in replies)
+    # nothing of the system prompt, the question or the tool response is in the loss
+    untrained = tok.decode([t for t, m in zip(ids, mask) if not m])
+    assert "<tool_response>" in untrained and "Which river flows through Egypt?" in untrained
+    assert "<tool_response>" not in trained and "<|im_start|>" not in trained
+    # a record read back from JSON gives the same view
+    assert Trajectory.from_dict(traj.to_dict()).token_view(tok) == (ids, mask)
+
+
+def test_smollm2_chat_template_renders_the_protocol(smollm2):
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": "<think>t</think>\n<tool_call>\n{}\n</tool_call>"},
+            {"role": "user", "content": "<tool_response>\nobs\n</tool_response>"}]
+    text = smollm2.render(msgs)
+    assert text.startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n")
+    assert text.endswith("<|im_start|>user\n<tool_response>\nobs\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_local_backend_batches_concurrent_calls(smollm2):
+    params = SamplingParams(temperature=0, max_tokens=6, stop=["<tool_response>"])
+    msgs = [[{"role": "user", "content": f"Count from {i} to {i + 5}."}] for i in range(4)]
+    direct = smollm2.generate(msgs, params)
+    assert [g.completion_tokens <= 6 for g in direct] == [True] * 4
+    calls = []
+    original = smollm2.generate
+
+    def spy(conversations, p):
+        calls.append(len(conversations))
+        return original(conversations, p)
+
+    smollm2.generate = spy
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            threaded = list(pool.map(lambda m: smollm2.chat(m, params), msgs))
+    finally:
+        del smollm2.generate
+    assert max(calls) > 1  # concurrent rollouts shared a generate call
+    assert [g.text for g in threaded] == [g.text for g in direct]  # greedy: batching changes nothing
+
+
+def test_stop_at_tool_response(smollm2):
+    params = SamplingParams(temperature=0, max_tokens=40, stop=["Paris"])
+    g = smollm2.chat([{"role": "user", "content": "What is the capital of France?"}], params)
+    assert "Paris" not in g.text and g.finish_reason == "stop"
