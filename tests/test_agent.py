@@ -197,3 +197,12 @@ def test_unknown_model_specs(spec):
 
     with pytest.raises(ConfigError, match="model spec"):
         load_model(spec)
+
+
+def test_huge_and_empty_questions(tools):
+    from websailor.errors import InvalidArgumentError
+
+    t = Agent(ScriptedModel(["<answer>x</answer>"], max_context=8192), tools).run("word " * 20_000)  # 100,000 characters
+    assert t.termination == "context" and t.prediction is None
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        Agent(ScriptedModel(["<answer>x</answer>"]), tools).run("   ")

@@ -11,7 +11,7 @@ from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
-from websailor.errors import ModelError
+from websailor.errors import InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.tools import Tool, execute_tool
 from websailor.tools.base import ToolResult
@@ -74,6 +74,8 @@ class Agent:
         Args:
             on_step: called after each turn with (turn number, parsed action, tool result).
         """
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidArgumentError("the question is empty")
         cfg = self.config
         t0 = time.perf_counter()
         seed = self.seed_for(id, rollout)
@@ -85,7 +87,7 @@ class Agent:
         nudge_at = limit * cfg.answer_nudge_tokens // cfg.max_context_tokens
         nudged = False
         bad_turns = 0
-        context = 0
+        context = 0  # tokens of the conversation so far (estimated for the newest observation)
         while True:
             if traj.num_model_calls >= cfg.max_calls:
                 traj.termination = "max_calls"
@@ -93,8 +95,11 @@ class Agent:
             if time.perf_counter() - t0 > cfg.timeout_s:
                 traj.termination = "timeout"
                 break
+            if context >= limit:
+                traj.termination = "context"
+                break
             params = replace(cfg.sampling, seed=seed + traj.num_model_calls,
-                             max_tokens=max(1, min(cfg.max_tokens_per_turn, limit - context)))
+                             max_tokens=min(cfg.max_tokens_per_turn, limit - context))
             tm = time.perf_counter()
             try:
                 gen = self.model.chat(traj.messages, params)
@@ -110,6 +115,9 @@ class Agent:
             traj.tokens["prompt"] += gen.prompt_tokens
             traj.tokens["completion"] += gen.completion_tokens
             context = gen.prompt_tokens + gen.completion_tokens
+            if gen.prompt_tokens >= limit:  # the prompt alone fills the context (e.g. a huge question)
+                traj.termination = "context"
+                break
             traj.messages.append({"role": "assistant", "content": gen.text.strip()})
             action = parse_turn(gen.text)
             if action.answer is not None:
@@ -131,10 +139,8 @@ class Agent:
             else:
                 bad_turns = 0
             observation = tool_response(result.observation) if action.tool_call else result.observation
-            if context >= limit:
-                traj.termination = "context"
-                break
-            if context >= nudge_at:
+            context += len(observation) // 3  # about 3 characters a token, until the next call counts it
+            if context >= nudge_at and not nudged:
                 observation += "\n\n" + FINAL_ANSWER_NUDGE
                 nudged = True
             traj.messages.append({"role": "user", "content": observation})
