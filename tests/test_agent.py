@@ -206,3 +206,43 @@ def test_huge_and_empty_questions(tools):
     assert t.termination == "context" and t.prediction is None
     with pytest.raises(InvalidArgumentError, match="empty"):
         Agent(ScriptedModel(["<answer>x</answer>"]), tools).run("   ")
+
+
+def test_hostile_model_output_and_resume(tools, tmp_path: Path):
+    # lone surrogates and line separators in model output must not break or split the file
+    agent = Agent(ScriptedModel(["<answer>Par\ud800is\u2028x\x85y</answer>"]), tools)
+    qs = load_questions(_questions(tmp_path, 2))
+    out = tmp_path / "t.jsonl"
+    assert run_questions(agent, qs, out, progress=False).finished == 2
+    assert run_questions(agent, qs, out, rollouts=2, progress=False).finished == 2
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 4 and recs[0]["prediction"] == "Par\ufffdis\u2028x\x85y"
+
+
+def test_timeout_covers_a_call_in_flight(tools):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from websailor.models import load_model
+
+    release = threading.Event()
+
+    class Hang(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            release.wait(10)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Hang)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        model = load_model(f"openai:m@http://127.0.0.1:{srv.server_address[1]}/v1", backoff_s=0.01)
+        t0 = time.perf_counter()
+        t = Agent(model, tools, AgentConfig(timeout_s=1.0)).run("q")
+        assert t.termination == "timeout" and time.perf_counter() - t0 < 4
+    finally:
+        release.set()
+        srv.shutdown()
+        srv.server_close()

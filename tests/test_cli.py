@@ -115,3 +115,13 @@ def test_run_single_question_and_batch(vital_dir: Path, tmp_path: Path):
 def test_run_errors(args, message, vital_dir: Path):
     res = run(*args, "--corpus", str(vital_dir))
     assert res.exit_code == 2 and message in res.stderr
+
+
+def test_run_checks_out_before_spending_model_time(vital_dir: Path, tmp_path: Path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    res = run("run", "q", "--out", str(notes), "--model", "openai:m@http://127.0.0.1:9/v1", "--corpus", str(vital_dir))
+    assert res.exit_code == 2 and "is not a trajectory record" in res.stderr
+    assert notes.read_text() == "hello\n"
+    res = run("run", "q", "--temperature", "inf", "--corpus", str(vital_dir))
+    assert res.exit_code == 2 and "finite" in res.stderr

@@ -7,6 +7,7 @@ Every command maps its options onto library calls; errors raised on purpose
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -82,8 +83,12 @@ def handle_errors(fn: Callable) -> Callable:
         except OSError as e:  # permissions, full disk: name the file and the reason
             _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
         except KeyboardInterrupt:
+            # clean-up (temporary build directories) has run in the finally blocks and every
+            # finished trajectory is on disk; exit now rather than wait for calls in flight
             print("interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
 
     return wrapper
 
@@ -275,7 +280,7 @@ def run(
 ) -> None:
     """Run the ReAct agent on one question (steps shown live) or on a questions file."""
     from websailor.agent import Agent, AgentConfig
-    from websailor.agent.runner import load_questions, run_questions
+    from websailor.agent.runner import append_trajectory, done_rollouts, load_questions, run_questions
     from websailor.corpus import Corpus
     from websailor.models import SamplingParams, load_model
     from websailor.tools import build_local_tools
@@ -286,7 +291,12 @@ def run(
         _fail("the question is empty")
     if questions is not None and out is None:
         _fail("--questions needs --out TRAJ.jsonl")
+    if not math.isfinite(temperature) or not math.isfinite(timeout):
+        _fail("--temperature and --timeout must be finite numbers")
     items = load_questions(questions) if questions is not None else None
+    if out is not None:  # check the output before spending any model time
+        out.parent.mkdir(parents=True, exist_ok=True)
+        done_rollouts(out)
     c = Corpus.open(corpus)
     llm = load_model(model)
     extractor = load_model(summary_model) if summary_model else None
@@ -296,8 +306,7 @@ def run(
     if items is None:
         traj = agent.run(question, id="cli", on_step=_print_step)
         if out is not None:
-            with out.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
+            append_trajectory(out, traj)
         print(f"\nprediction: {traj.prediction}")
         print(f"termination: {traj.termination}" + (f" ({traj.error})" if traj.error else ""))
         print(f"model calls {traj.num_model_calls}, tool calls {traj.num_tool_calls}, "

@@ -11,6 +11,7 @@ from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
+from websailor.corpus.text import clean_text
 from websailor.errors import InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.tools import Tool, execute_tool
@@ -79,6 +80,7 @@ class Agent:
         cfg = self.config
         t0 = time.perf_counter()
         seed = self.seed_for(id, rollout)
+        question = clean_text(question)
         traj = Trajectory(id=id, rollout=rollout, question=question, answer=answer, model=self.model.name,
                           env=self.env, seed=seed, version=__version__)
         traj.messages = [{"role": "system", "content": system_prompt(self.tools.values())},
@@ -99,12 +101,14 @@ class Agent:
                 traj.termination = "context"
                 break
             params = replace(cfg.sampling, seed=seed + traj.num_model_calls,
-                             max_tokens=min(cfg.max_tokens_per_turn, limit - context))
+                             max_tokens=min(cfg.max_tokens_per_turn, limit - context),
+                             timeout_s=cfg.timeout_s - (time.perf_counter() - t0))
             tm = time.perf_counter()
             try:
                 gen = self.model.chat(traj.messages, params)
             except ModelError as e:
-                traj.termination, traj.error = "model_error", str(e)
+                timed_out = time.perf_counter() - t0 >= cfg.timeout_s
+                traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)
                 break
             except Exception as e:  # a backend bug must not stop the batch
                 traj.termination, traj.error = "model_error", f"{type(e).__name__}: {e}"
@@ -118,8 +122,9 @@ class Agent:
             if gen.prompt_tokens >= limit:  # the prompt alone fills the context (e.g. a huge question)
                 traj.termination = "context"
                 break
-            traj.messages.append({"role": "assistant", "content": gen.text.strip()})
-            action = parse_turn(gen.text)
+            text = clean_text(gen.text)  # no lone surrogates from a misbehaving server
+            traj.messages.append({"role": "assistant", "content": text.strip()})
+            action = parse_turn(text)
             if action.answer is not None:
                 traj.prediction, traj.termination = action.answer, "answer"
                 if on_step:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from tqdm import tqdm
 
 from websailor.agent.loop import Agent
 from websailor.agent.trajectory import Trajectory
+from websailor.corpus.text import clean_text
 from websailor.errors import InputFormatError
 from websailor.jsonio import loads_object
 from websailor.log import get_logger
@@ -54,7 +54,7 @@ def load_questions(path: str | Path) -> list[Question]:
     with p.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError:
                 problems.append(f"line {lineno}: not valid UTF-8")
                 continue
@@ -69,12 +69,16 @@ def load_questions(path: str | Path) -> list[Question]:
             if not isinstance(q, str) or not q.strip():
                 problems.append(f"line {lineno}: 'question' must be a non-empty string")
                 continue
-            qid = str(obj.get("id", f"line{lineno}"))
+            raw_id = obj.get("id")
+            if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int))):
+                problems.append(f"line {lineno}: 'id' must be a string or an integer")
+                continue
+            qid = clean_text(str(raw_id)) if raw_id is not None else f"line{lineno}"
             if qid in seen:
                 problems.append(f"line {lineno}: duplicate id {qid!r}")
                 continue
             seen.add(qid)
-            items.append(Question(qid, q, obj.get("answer", obj.get("golden_answers"))))
+            items.append(Question(qid, clean_text(q), obj.get("answer", obj.get("golden_answers"))))
     if problems:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise InputFormatError(f"{p}: " + "; ".join(problems[:5]) + more)
@@ -83,10 +87,26 @@ def load_questions(path: str | Path) -> list[Question]:
     return items
 
 
+def trajectory_line(traj: Trajectory) -> str:
+    """One JSONL line. ASCII-escaped, so that no character a model may emit (lone
+    surrogates, U+2028 line separators) can break the line structure of the file."""
+    return json.dumps(traj.to_dict(), ensure_ascii=True) + "\n"
+
+
+def append_trajectory(out: Path, traj: Trajectory) -> None:
+    """Append one record and make it durable (single-question runs)."""
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write(trajectory_line(traj))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def done_rollouts(out: Path) -> set[tuple[str, int]]:
     """``(id, rollout)`` pairs already in ``out``; drops a partial last line left by a kill."""
     if not out.exists():
         return set()
+    if not out.is_file():
+        raise InputFormatError(f"{out} is not a file; --out must be a trajectories JSONL file")
     data = out.read_bytes()
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n") + 1
@@ -95,11 +115,14 @@ def done_rollouts(out: Path) -> set[tuple[str, int]]:
             fh.truncate(cut)
         data = data[:cut]
     done = set()
-    for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
         try:
+            line = raw.decode("utf-8")
             rec = json.loads(line)
             done.add((str(rec["id"]), int(rec["rollout"])))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
                                    "use another --out or repair the file") from None
     return done
@@ -138,25 +161,24 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
     summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
     if summary.skipped:
         logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
-    lock = threading.Lock()
     t0 = time.perf_counter()
-    with out.open("a", encoding="utf-8") as fh, ThreadPoolExecutor(max_workers=concurrency) as pool, \
-            tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
-        futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
-        try:
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
+    finished_cleanly = False
+    try:
+        with out.open("a", encoding="utf-8") as fh, \
+                tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
+            futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
             for fut in as_completed(futures):
                 traj = fut.result()
-                line = json.dumps(traj.to_dict(), ensure_ascii=False) + "\n"
-                with lock:
-                    fh.write(line)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                fh.write(trajectory_line(traj))  # only this thread writes
+                fh.flush()
+                os.fsync(fh.fileno())
                 summary.add(traj)
                 bar.update(1)
                 bar.set_postfix(answered=summary.terminations["answer"])
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        finished_cleanly = True
+    finally:
+        # on an interrupt, finished trajectories are already on disk: do not wait for calls in flight
+        pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
     summary.seconds = time.perf_counter() - t0
     return summary

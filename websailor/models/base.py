@@ -24,6 +24,7 @@ class SamplingParams:
     max_tokens: int = 4096
     stop: list[str] = field(default_factory=lambda: ["<tool_response>", "\n<tool_response>"])
     seed: int | None = None
+    timeout_s: float | None = None  # wall-clock budget for this call, retries included (HTTP backends)
 
 
 @dataclass

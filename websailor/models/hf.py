@@ -12,11 +12,16 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from pathlib import Path
 
 from websailor.errors import ConfigError, ModelError
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
+
+
+def _batch_key(params: SamplingParams) -> tuple:
+    """Calls that may share a ``generate``: same sampling settings (deadlines may differ)."""
+    return astuple(replace(params, timeout_s=None))
 
 
 class TransformersModel(ChatModel):
@@ -119,8 +124,8 @@ class TransformersModel(ChatModel):
                     pending.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
-            key = astuple(pending[0][1])
-            batch = [p for p in pending if astuple(p[1]) == key][: self.max_batch]
+            key = _batch_key(pending[0][1])
+            batch = [p for p in pending if _batch_key(p[1]) == key][: self.max_batch]
             pending = [p for p in pending if p not in batch]
             try:
                 gens = self.generate([b[0] for b in batch], batch[0][1])

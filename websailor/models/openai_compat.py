@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import openai
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
 from websailor.errors import ModelError
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
@@ -41,6 +41,7 @@ class OpenAIModel(ChatModel):
                  backoff_s: float = 1.0, max_context: int = 131072) -> None:
         key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "EMPTY")
         self.client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s)
+        self.timeout_s = timeout_s
         self.model = model
         self.base_url = base_url
         self.name = f"openai:{model}@{base_url}"
@@ -54,11 +55,16 @@ class OpenAIModel(ChatModel):
                       stop=params.stop[:4] or None)
         if params.seed is not None:
             kwargs["seed"] = params.seed
-        retrying = Retrying(stop=stop_after_attempt(self.max_attempts), reraise=True,
+        client, stop = self.client, stop_after_attempt(self.max_attempts)
+        if params.timeout_s is not None:  # the question's remaining wall-clock budget
+            budget = max(0.1, params.timeout_s)
+            client = client.with_options(timeout=min(self.timeout_s, budget))
+            stop = stop | stop_after_delay(budget)
+        retrying = Retrying(stop=stop, reraise=True,
                             wait=wait_exponential_jitter(multiplier=self.backoff_s, max=30),
                             retry=retry_if_exception(_transient))
         try:
-            resp = retrying(self.client.chat.completions.create, **kwargs)
+            resp = retrying(client.chat.completions.create, **kwargs)
         except openai.OpenAIError as e:
             tries = f" after {self.max_attempts} attempts" if _transient(e) else ""
             raise ModelError(f"{self.name}: {type(e).__name__}{tries}: {e}") from e
