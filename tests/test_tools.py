@@ -103,3 +103,16 @@ def test_agent_inputs_that_once_crashed_give_observations(tools):
 
 def test_underscores_separate_query_words(vital: Corpus):
     assert vital.search(["longest_river_in_Africa"], k=3) == vital.search(["longest river in Africa"], k=3)
+
+
+def test_llm_extractor_for_visit_and_its_fallback(vital: Corpus):
+    from fakes import ScriptedModel
+
+    good = ScriptedModel([json.dumps({"rational": "r", "evidence": "It is 7,088 km long.", "summary": "The Nile's length."})])
+    obs = VisitTool(vital, summary_model=good)({"url": "Nile", "goal": "length"})
+    assert "Evidence in page: \nIt is 7,088 km long.\n\nSummary: \nThe Nile's length." in obs
+    assert good.calls == 1
+    # empty, then unparsable, then empty: the page is cut in half each time, then the passage extractor answers
+    bad = ScriptedModel(["", "not json at all", ""])
+    obs = VisitTool(vital, summary_model=bad)({"url": "Nile", "goal": "length in kilometers"})
+    assert bad.calls >= 1 and "At 7,088 kilometers" in obs.split("Evidence in page: \n")[1]
