@@ -257,7 +257,8 @@ def _print_step(turn: int, action: Any, result: Any) -> None:
         print(f"[{turn}] call {action.tool_call.name} {truncate(args, 200)}")
         print(f"     -> {truncate(' '.join(result.observation.split()), 240)}")
     else:
-        print(f"[{turn}] format error: {action.error}")
+        print(f"[{turn}] reply: {truncate(' '.join(action.text.split()), 240)}")
+        print(f"     -> format error: {action.error}")
 
 
 @app.command()

@@ -38,6 +38,7 @@ class Action:
     is set; ``thought`` is the text of ``<think>`` (possibly empty)."""
 
     thought: str = ""
+    text: str = ""  # the whole reply
     tool_call: ToolCall | None = None
     answer: str | None = None
     error: str | None = None
@@ -66,7 +67,7 @@ def parse_turn(text: str) -> Action:
     ``error`` explains, for the model, what was wrong.
     """
     m = _THINK.search(text)
-    action = Action(thought=m.group(1).strip() if m else "")
+    action = Action(thought=m.group(1).strip() if m else "", text=text)
     body = _THINK.sub("", text) if m else text
     call_at = body.find("<tool_call>")
     answer_at = body.find("<answer>")
