@@ -73,7 +73,14 @@ class Agent:
         trajectory with a recorded ``termination``).
 
         Args:
+            question: the question (cleaned of invalid Unicode).
+            id, rollout: recorded in the trajectory; with the config's seed they fix the
+                sampling seed of every model call.
+            answer: the gold answer, recorded as is.
             on_step: called after each turn with (turn number, parsed action, tool result).
+
+        Raises:
+            InvalidArgumentError: the question is empty.
         """
         if not isinstance(question, str) or not question.strip():
             raise InvalidArgumentError("the question is empty")
