@@ -20,7 +20,8 @@ from websailor.tools.base import ToolResult
 
 @dataclass
 class AgentConfig:
-    """Budgets and sampling of the agent (defaults: DESIGN.md, "The agent protocol").
+    """Budgets and sampling of the agent. Defaults are the WebSailor-V2 / Tongyi DeepResearch
+    evaluation setup (arXiv 2509.13305 and the released inference code).
 
     Attributes:
         max_calls: model calls per question (paper: 100).

@@ -2,7 +2,7 @@
 
 The tools are listed as JSON schemas inside ``<tools>...</tools>``; the model thinks in
 ``<think>``, then writes one ``<tool_call>`` or a final ``<answer>``; the prompt ends with the
-current date (DESIGN.md, "The agent protocol").
+current date (as in the released Tongyi DeepResearch inference code).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ For each function call, first think inside <think></think> tags, then return a j
 
 Current date: {date}"""
 
-#: Told to the model when the context nears its limit (DESIGN.md: from about 110k of 128k tokens).
+#: Told to the model when the context nears its limit (Tongyi DeepResearch: from about 110k of 128k tokens).
 FINAL_ANSWER_NUDGE = (
     "You have now reached the maximum context length you can handle. You should stop making tool calls and, "
     "based on all the information above, think again and provide what you consider the most likely answer "

@@ -157,6 +157,12 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = done_rollouts(out)
+    if done:
+        with out.open(encoding="utf-8") as fh:
+            first = json.loads(fh.readline())
+        if first.get("model") != agent.model.name:
+            logger.warning("%s holds trajectories of model %r; this run uses %r. Resuming skips every (id, rollout) "
+                           "already there: use another --out to compare models", out, first.get("model"), agent.model.name)
     todo = [(q, r) for q in questions for r in range(rollouts) if (q.id, r) not in done]
     summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
     if summary.skipped:

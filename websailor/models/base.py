@@ -16,7 +16,7 @@ Message = dict[str, str]
 @dataclass
 class SamplingParams:
     """Sampling settings for one call. Defaults follow the paper's evaluation setup
-    (DESIGN.md, "The agent protocol"): temperature 0.85, top-p 0.95, presence penalty 1.1."""
+    (Tongyi DeepResearch inference scripts): temperature 0.85, top-p 0.95, presence penalty 1.1."""
 
     temperature: float = 0.85
     top_p: float = 0.95

