@@ -1,0 +1,104 @@
+"""SailorFog-QA-V2 building blocks on the real vital-articles corpus."""
+
+import random
+
+import networkx as nx
+import pytest
+
+from websailor.corpus import Corpus
+from websailor.errors import InvalidArgumentError
+from websailor.synth import (KnowledgeGraph, build_knowledge_graph, has_cycle, load_or_build, parse_attributes,
+                             sample_subgraph, structural_roles, topology_hash)
+from websailor.synth.attributes import parse_span, parse_years
+
+
+@pytest.fixture(scope="module")
+def kg(vital: Corpus) -> KnowledgeGraph:
+    return build_knowledge_graph(vital)
+
+
+def _attrs(vital: Corpus, title: str):
+    doc = vital.get(title)
+    return parse_attributes(doc.description, doc.topic, doc.text)
+
+
+def test_attributes_of_real_pages(vital: Corpus):
+    nile = _attrs(vital, "Nile")
+    assert [(q.kind, q.value) for q in nile.quantities] == [("length", 7088.0)]
+    assert "7,088 kilometers" in nile.quantities[0].sentence
+    paris = {q.kind: q.value for q in _attrs(vital, "Paris").quantities}
+    assert paris["area"] == 105.4 and paris["population"] == 2_040_000
+    assert {q.kind: q.value for q in _attrs(vital, "Mount Everest").quantities} == {"height": 8848.86}
+    assert _attrs(vital, "Albert Einstein").span == (1879, 1955)
+    caesar = _attrs(vital, "Julius Caesar")
+    assert caesar.span == (-100, -44) and caesar.years[:2] == [-49, -44]
+
+
+@pytest.mark.parametrize("text, span", [("Italian polymath (1452–1519)", (1452, 1519)),
+                                        ("Roman general (100–44 BC)", (-100, -44)),
+                                        ("Greek philosopher (c. 470 – 399 BC)", (-470, -399)),
+                                        ("Capital of France", None)])
+def test_spans(text, span):
+    assert parse_span(text) == span
+
+
+def test_years_skip_quantities():
+    assert parse_years("It is 1,285 km long and 4404 mi wide; built in 1889 and rebuilt in 1905.") == [1889, 1905]
+
+
+def test_graph_has_every_page_and_evidence_for_every_edge(kg: KnowledgeGraph, vital: Corpus):
+    assert len(kg) == len(vital) == 10033
+    assert kg.graph.number_of_edges() > 20000
+    ev = kg.evidence("Mona Lisa", "Leonardo da Vinci")[0]
+    assert ev["source"] == "Mona Lisa" and ev["url"] == "https://en.wikipedia.org/wiki/Mona_Lisa"
+    assert "Leonardo da Vinci" in ev["sentence"]
+    for a, b, d in list(kg.graph.edges(data=True))[:2000]:
+        assert d["evidence"] and all({e["source"], e["target"]} == {a, b} for e in d["evidence"])
+
+
+def test_graph_cache_round_trip(kg: KnowledgeGraph, tmp_path):
+    path = tmp_path / "kg.json"
+    kg.save(path)
+    back = KnowledgeGraph.load(path)
+    assert len(back) == len(kg) and back.graph.number_of_edges() == kg.graph.number_of_edges()
+    assert back.attributes("Paris") == kg.attributes("Paris")
+
+
+def test_load_or_build_caches_in_the_corpus(vital: Corpus):
+    kg = load_or_build(vital)
+    assert (vital.path / "synth" / "knowledge_graph.json").exists()
+    assert load_or_build(vital).graph.number_of_edges() == kg.graph.number_of_edges()
+
+
+def test_sampling_is_connected_induced_deterministic_and_forms_cycles(kg: KnowledgeGraph):
+    subs = [sample_subgraph(kg.graph, random.Random(7), n_nodes=5) for _ in range(2)]
+    assert list(subs[0].nodes()) == list(subs[1].nodes())
+    rng = random.Random(0)
+    many = [sample_subgraph(kg.graph, rng, n_nodes=rng.choice([4, 5, 6])) for _ in range(200)]
+    for s in many:
+        assert nx.is_connected(s)
+        for a in s:
+            for b in s:
+                assert s.has_edge(a, b) == kg.graph.has_edge(a, b)  # densified: every edge kept
+    assert sum(has_cycle(s) for s in many) / len(many) > 0.15
+    assert len({topology_hash(s) for s in many}) > 10
+
+
+def test_topology_hash_and_roles_by_hand():
+    path = nx.path_graph(["a", "b", "c", "d"])
+    relabelled = nx.relabel_nodes(path, {"a": "x", "b": "y", "c": "z", "d": "w"})
+    assert topology_hash(path) == topology_hash(relabelled) != topology_hash(nx.star_graph(3))
+    assert structural_roles(path) == [frozenset({"a", "d"}), frozenset({"b", "c"})]  # ends, middle
+    star = nx.star_graph(3)  # hub 0, leaves 1..3
+    assert structural_roles(star) == [frozenset({0}), frozenset({1, 2, 3})]
+    assert structural_roles(nx.cycle_graph(4)) == [frozenset({0, 1, 2, 3})]
+    assert has_cycle(nx.cycle_graph(3)) and not has_cycle(path)
+
+
+def test_sampling_bad_input():
+    with pytest.raises(InvalidArgumentError, match="n_nodes"):
+        sample_subgraph(nx.path_graph(5), random.Random(0), n_nodes=1)
+    with pytest.raises(InvalidArgumentError, match="backtrack_p"):
+        sample_subgraph(nx.path_graph(5), random.Random(0), backtrack_p=2)
+    assert sample_subgraph(nx.path_graph(2), random.Random(0), n_nodes=3) is None  # too small
+    assert sample_subgraph(nx.path_graph(4), random.Random(0), n_nodes=9, max_tries=3) is None
