@@ -102,3 +102,51 @@ def test_sampling_bad_input():
         sample_subgraph(nx.path_graph(5), random.Random(0), backtrack_p=2)
     assert sample_subgraph(nx.path_graph(2), random.Random(0), n_nodes=3) is None  # too small
     assert sample_subgraph(nx.path_graph(4), random.Random(0), n_nodes=9, max_tries=3) is None
+
+
+# -- vagueness functions (hand-computed) -------------------------------------------------------
+from websailor.synth.vague import mask_name, vague_number, vague_period  # noqa: E402
+
+
+@pytest.mark.parametrize("year, g, phrase, lo, hi", [
+    (1452, "decade", "in the 1450s", 1450, 1459),
+    (1452, "century", "in the 15th century", 1401, 1500),
+    (1452, "part", "in the mid-15th century", 1434, 1466),
+    (1401, "part", "in the early-15th century", 1401, 1433),
+    (1500, "part", "in the late-15th century", 1467, 1500),
+    (1921, "century", "in the 20th century", 1901, 2000),
+    (-44, "century", "in the 1st century BC", -100, -1),
+    (-470, "decade", "in the 470s BC", -479, -470),
+    (-5, "decade", "in the 1st century BC", -100, -1),
+])
+def test_vague_period(year, g, phrase, lo, hi):
+    v = vague_period(year, random.Random(0), g)
+    assert (v.phrase, v.lo, v.hi) == (phrase, lo, hi) and v.holds(year)
+
+
+@pytest.mark.parametrize("value, kind, style, phrase, lo, hi", [
+    (7088, "length", "bound", "more than 5,000 km", 5000, float("inf")),
+    (7088, "length", "magnitude", "between 1,000 and 10,000 km", 1000, 10000),
+    (105.4, "area", "magnitude", "between 100 and 1,000 km2", 100, 1000),
+    (2_040_000, "population", "magnitude", "between 1 and 10 million", 1e6, 1e7),
+    (2_040_000, "population", "bound", "more than 2 million", 2e6, float("inf")),
+    (1_500_000, "population", "bound", "more than a million", 1e6, float("inf")),
+    (8848.86, "height", "bound", "more than 5,000 m", 5000, float("inf")),
+])
+def test_vague_number(value, kind, style, phrase, lo, hi):
+    v = vague_number(value, kind, random.Random(0), style)
+    assert (v.phrase, v.lo, v.hi) == (phrase, lo, hi) and v.holds(value)
+
+
+def test_vague_number_rejects_non_positive():
+    with pytest.raises(ValueError, match="positive"):
+        vague_number(0, "length", random.Random(0))
+
+
+def test_mask_name():
+    m = mask_name("Leonardo da Vinci", random.Random(0), "initials")
+    assert m.phrase == "whose initials are L. d. V." and m.matches("Leonardo da Vinci")
+    assert not m.matches("Leonardo Fibonacci")
+    m = mask_name("Leonardo da Vinci", random.Random(0), "letters")
+    assert m.phrase == "whose name has 3 words, the first with 8 letters, starting with L"
+    assert m.matches("Lysander di Sparta") and not m.matches("Leonardo Vinci")

@@ -1,0 +1,125 @@
+"""Vagueness functions behind SailorFog-QA-V2's uncertainty operators (WebSailor V1 section
+3.1 "obfuscation"; WebSailor-V2 section 3): each turns an exact value into a vague one that
+still holds for it, and returns the interval (or pattern) that a verifier can evaluate over the
+whole graph, the phrase a question uses, and the parameters to record.
+
+Examples (all tested):
+
+* :func:`vague_period`: 1452 -> "in the mid-15th century" ``(1434, 1466)``, "in the 1450s"
+  ``(1450, 1459)`` or "in the 15th century" ``(1401, 1500)``; -44 -> "in the 1st century BC".
+* :func:`vague_number`: 7088 km -> "more than 5,000 km" ``(5000, inf)`` or "between 1,000 and
+  10,000 km" ``(1000, 10000)``; 2,040,000 people -> "between 1 and 10 million" or "more than 2 million".
+* :func:`mask_name`: "Leonardo da Vinci" -> initials "L. d. V."; or "a name of 3 words, the
+  first with 8 letters, starting with L".
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Vague:
+    """A blurred value: ``phrase`` for the question, the closed interval ``[lo, hi]`` it
+    allows (``inf`` for open ends), and ``params`` to record (granularity etc.)."""
+
+    phrase: str
+    lo: float
+    hi: float
+    params: dict = field(default_factory=dict)
+
+    def holds(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def vague_period(year: int, rng: random.Random, granularity: str | None = None) -> Vague:
+    """Blur a year (negative = BC) to a decade, a century, or an early/mid/late third of a
+    century. ``granularity`` is ``decade``, ``century`` or ``part``; random if ``None``."""
+    g = granularity or rng.choice(["decade", "century", "part"])
+    if year < 0:  # BC: centuries and decades count backwards
+        c = (-year - 1) // 100 + 1
+        lo, hi = -(c * 100), -((c - 1) * 100 + 1)
+        if g == "decade" and -year >= 10:
+            d = (-year) // 10 * 10
+            return Vague(f"in the {d}s BC", -(d + 9), -d, {"granularity": "decade"})
+        return Vague(f"in the {_ordinal(c)} century BC", lo, hi, {"granularity": "century"})
+    c = (year - 1) // 100 + 1
+    start = (c - 1) * 100 + 1
+    if g == "decade":
+        d = year // 10 * 10
+        return Vague(f"in the {d}s", d, d + 9, {"granularity": "decade"})
+    if g == "part":
+        third = min(2, (year - start) // 33)
+        name = ["early", "mid", "late"][third]
+        lo = start + 33 * third
+        hi = start + 99 if third == 2 else lo + 32
+        return Vague(f"in the {name}-{_ordinal(c)} century", lo, hi, {"granularity": "part", "part": name})
+    return Vague(f"in the {_ordinal(c)} century", start, start + 99, {"granularity": "century"})
+
+
+_UNITS = {"length": "km", "area": "km2", "height": "m", "population": ""}
+
+
+def _fmt(x: float, kind: str) -> str:
+    if kind == "population" and x >= 1e6:
+        return f"{x / 1e9:g} billion" if x >= 1e9 else f"{x / 1e6:g} million"
+    return f"{x:,.0f}"
+
+
+def vague_number(value: float, kind: str, rng: random.Random, style: str | None = None) -> Vague:
+    """Blur a positive quantity to an order of magnitude ("between 1,000 and 10,000 km") or a
+    lower bound on the 1-2-5 series ("more than 5,000 km"). ``style`` is ``magnitude`` or ``bound``."""
+    if value <= 0:
+        raise ValueError(f"vague_number needs a positive value, got {value}")
+    s = style or rng.choice(["magnitude", "bound"])
+    unit = _UNITS.get(kind, "")
+    exp = math.floor(math.log10(value))
+    lo, hi = 10.0**exp, 10.0 ** (exp + 1)
+    if s == "bound":  # the largest of 1, 2, 5 x 10^k below the value: 7,088 -> 5,000; 2.04M -> 2 million
+        bound = max(m * lo for m in (1, 2, 5) if m * lo <= value)
+        phrase = f"more than {_fmt(bound, kind)}{' ' + unit if unit else ''}"
+        return Vague(phrase.replace("more than 1 million", "more than a million"), bound, math.inf,
+                     {"style": "bound", "bound": bound})
+    if kind == "population" and lo >= 1e6:
+        phrase = f"between {_fmt(lo, kind).split()[0]} and {_fmt(hi, kind)}"
+    else:
+        phrase = f"between {_fmt(lo, kind)} and {_fmt(hi, kind)}{' ' + unit if unit else ''}"
+    return Vague(phrase, lo, hi, {"style": "magnitude", "exponent": exp})
+
+
+@dataclass(frozen=True)
+class NameMask:
+    """A partial view of a name: ``phrase`` for the question; :meth:`matches` checks a title."""
+
+    phrase: str
+    style: str
+    pattern: tuple
+
+    def matches(self, title: str) -> bool:
+        words = title.split()
+        if self.style == "initials":
+            return tuple(w[0] for w in words) == self.pattern
+        n_words, first_len, first_letter = self.pattern
+        return len(words) == n_words and len(words[0]) == first_len and words[0][0].upper() == first_letter
+
+
+def mask_name(title: str, rng: random.Random, style: str | None = None) -> NameMask:
+    """Mask a name as its initials ("L. d. V.") or as letter counts ("a name of 3 words, the
+    first with 8 letters, starting with L"). ``style`` is ``initials`` or ``letters``."""
+    words = title.split()
+    s = style or rng.choice(["initials", "letters"])
+    if s == "initials":
+        initials = tuple(w[0] for w in words)
+        return NameMask("whose initials are " + " ".join(f"{i}." for i in initials), "initials", initials)
+    first = words[0]
+    n = len(words)
+    phrase = (f"whose name has {n} word{'s' if n > 1 else ''}, the first with {len(first)} letters, "
+              f"starting with {first[0].upper()}")
+    return NameMask(phrase, "letters", (n, len(first), first[0].upper()))
