@@ -150,3 +150,45 @@ def test_mask_name():
     m = mask_name("Leonardo da Vinci", random.Random(0), "letters")
     assert m.phrase == "whose name has 3 words, the first with 8 letters, starting with L"
     assert m.matches("Lysander di Sparta") and not m.matches("Leonardo Vinci")
+
+
+# -- constraints and verification ---------------------------------------------------------------
+from websailor.synth.constraints import (Constraint, candidates, distinctive_words, is_leak_free,  # noqa: E402
+                                         is_supported, is_unique)
+
+
+def _ev(kg, a, b):
+    return tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(a, b))
+
+
+def test_constraints_narrow_to_a_unique_target(kg: KnowledgeGraph):
+    # "an Italian polymath linked to the Mona Lisa, born in the mid-15th century"
+    target = "Leonardo da Vinci"
+    linked = Constraint("linked", {"other": "Mona Lisa"}, "is linked to the Mona Lisa", _ev(kg, target, "Mona Lisa"))
+    assert target in candidates(kg, [linked])
+    born = Constraint("span_start", {"lo": 1434, "hi": 1466}, "born in the mid-15th century",
+                      ({"sentence": kg.attributes(target).description, "url": "https://en.wikipedia.org/wiki/Leonardo_da_Vinci"},))
+    assert is_unique(kg, [linked, born], target)
+    # without the link, many people were born then: not unique
+    assert len(candidates(kg, [born])) > 5
+    assert is_supported([linked, born])
+    assert not is_supported([Constraint("topic", {"topic": "People"}, "a person")])
+    back = [Constraint.from_dict(c.to_dict()) for c in (linked, born)]
+    assert is_unique(kg, back, target)
+
+
+def test_quantity_and_name_constraints(kg: KnowledgeGraph):
+    long_river = Constraint("quantity", {"kind": "length", "lo": 5000, "hi": float("inf")}, "more than 5,000 km long")
+    rivers = candidates(kg, [long_river, Constraint("linked", {"other": "Mediterranean Sea"}, "flows to a sea")])
+    assert "Nile" in rivers
+    name = Constraint("name", {"style": "initials", "pattern": ["N"]}, "whose initials are N.")
+    assert candidates(kg, [long_river, name, Constraint("linked", {"other": "Mediterranean Sea"}, "")]) == ["Nile"]
+
+
+def test_leak_checks():
+    assert distinctive_words("Leonardo da Vinci") == {"leonardo", "vinci"}
+    assert is_leak_free("Which polymath born in the 1450s painted a famous portrait?", "Leonardo da Vinci")
+    assert not is_leak_free("Which Vinci-born painter made the portrait?", "Leonardo da Vinci")
+    assert not is_leak_free("Who painted the Mona Lisa, L. da Vinci?", "Leonardo da Vinci", aliases=["L. da Vinci"])
+    assert not is_leak_free("Which river is the nile?", "Nile")
+    assert is_leak_free("Which river flows north into a sea?", "Nile")

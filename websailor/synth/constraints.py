@@ -1,0 +1,112 @@
+"""Constraints on a question's target, and the three checks every item must pass
+(SailorFog-QA-V2 verification):
+
+* unique: evaluating all constraints over the *whole* knowledge graph yields exactly the target;
+* leak-free: neither the answer, nor an alias, nor a distinctive word of a multi-word answer
+  occurs in the question;
+* supported: every constraint has an evidence sentence from the corpus.
+
+A :class:`Constraint` is data (``kind``, ``params``) plus the phrase a question uses for it, so
+items can be stored as JSON and re-verified later.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.vague import NameMask
+
+KINDS = ("linked", "name", "span_start", "span_end", "year", "quantity", "topic")
+_WORD = re.compile(r"[^\W_]+")
+_STOP = frozenset("the a an of and in on at to for by with from de da di du von van der la le el al".split())
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One condition on the target node.
+
+    ``kind`` and ``params``:
+
+    * ``linked`` ``{"other": title}``: the target is linked to that page;
+    * ``name`` ``{"style", "pattern"}``: see :class:`websailor.synth.vague.NameMask`;
+    * ``span_start`` / ``span_end`` ``{"lo", "hi"}``: start or end of the life span/period;
+    * ``year`` ``{"lo", "hi"}``: some year in the page's text lies in the interval;
+    * ``quantity`` ``{"kind", "lo", "hi"}``: some quantity of that kind lies in the interval;
+    * ``topic`` ``{"topic"}``: the page's topic.
+
+    ``evidence`` holds the supporting sentences (``{"sentence", "url"}``).
+    """
+
+    kind: str
+    params: dict
+    phrase: str
+    evidence: tuple = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["evidence"] = list(self.evidence)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Constraint":
+        return cls(d["kind"], d["params"], d["phrase"], tuple(d.get("evidence", ())))
+
+    def matches(self, kg: KnowledgeGraph, node: str) -> bool:
+        """Whether ``node`` satisfies the constraint."""
+        p = self.params
+        if self.kind == "linked":
+            return kg.graph.has_edge(node, p["other"])
+        if self.kind == "name":
+            return NameMask(self.phrase, p["style"], tuple(p["pattern"])).matches(node)
+        attrs = kg.attributes(node)
+        if self.kind in ("span_start", "span_end"):
+            span = attrs.span
+            return span is not None and p["lo"] <= span[0 if self.kind == "span_start" else 1] <= p["hi"]
+        if self.kind == "year":
+            return any(p["lo"] <= y <= p["hi"] for y in attrs.years)
+        if self.kind == "quantity":
+            return any(q.kind == p["kind"] and p["lo"] <= q.value <= p["hi"] for q in attrs.quantities)
+        if self.kind == "topic":
+            return attrs.topic == p["topic"]
+        raise ValueError(f"unknown constraint kind {self.kind!r}; one of {', '.join(KINDS)}")
+
+
+def candidates(kg: KnowledgeGraph, constraints: Iterable[Constraint]) -> list[str]:
+    """Every node of the graph that satisfies all ``constraints`` (sorted). Starts from the
+    neighbours of a ``linked`` constraint when there is one, else scans all nodes."""
+    cs = list(constraints)
+    linked = [c for c in cs if c.kind == "linked"]
+    pool = (set(kg.graph.neighbors(linked[0].params["other"])) if linked and linked[0].params["other"] in kg.graph
+            else set(kg.graph.nodes))
+    return sorted(n for n in pool if all(c.matches(kg, n) for c in cs))
+
+
+def is_unique(kg: KnowledgeGraph, constraints: Iterable[Constraint], target: str) -> bool:
+    return candidates(kg, constraints) == [target]
+
+
+def distinctive_words(answer: str) -> set[str]:
+    """Words of an answer that would give it away: not stop words, at least 4 letters (or
+    any word of a one-word answer)."""
+    words = [w.lower() for w in _WORD.findall(answer)]
+    if len(words) == 1:
+        return set(words)
+    return {w for w in words if w not in _STOP and len(w) >= 4}
+
+
+def is_leak_free(question: str, answer: str, aliases: Iterable[str] = ()) -> bool:
+    """True if no form of the answer appears in the question (case-insensitive, whole words)."""
+    q = question.lower()
+    q_words = set(_WORD.findall(q))
+    for form in [answer, *aliases]:
+        if form and re.search(r"(?<!\w)" + re.escape(form.lower()) + r"(?!\w)", q):
+            return False
+    return not (distinctive_words(answer) & q_words)
+
+
+def is_supported(constraints: Iterable[Constraint]) -> bool:
+    """Every constraint carries at least one evidence sentence."""
+    return all(any(e.get("sentence") for e in c.evidence) for c in constraints)
