@@ -192,3 +192,31 @@ def test_leak_checks():
     assert not is_leak_free("Who painted the Mona Lisa, L. da Vinci?", "Leonardo da Vinci", aliases=["L. da Vinci"])
     assert not is_leak_free("Which river is the nile?", "Nile")
     assert is_leak_free("Which river flows north into a sea?", "Nile")
+
+
+# -- items (template mode) --------------------------------------------------------------------
+from websailor.synth.items import _lower_first, build_item  # noqa: E402
+
+
+def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
+    rng = random.Random(3)
+    items = [it for it, _ in (build_item(kg, rng) for _ in range(60)) if it]
+    assert len(items) >= 30
+    for it in items:
+        cs = [Constraint.from_dict(c) for c in it["constraints"]]
+        assert candidates(kg, cs) == [it["answer"]]  # unique over the whole graph
+        assert is_leak_free(it["question"], it["answer"]) and is_supported(cs)
+        assert it["question"].startswith("Which ") and it["question"].endswith("?")
+        assert it["uncertainty"] and all("op" in o and "params" in o for o in it["uncertainty"])
+        assert it["target_url"] == "https://en.wikipedia.org/wiki/" + it["answer"].replace(" ", "_") or "%" in it["target_url"]
+    ops = {o["op"] for it in items for o in it["uncertainty"]}
+    assert {"describe", "vague_relation", "intersection", "mask_name"} <= ops
+    # deterministic for a seed
+    assert build_item(kg, random.Random(11)) == build_item(kg, random.Random(11))
+
+
+@pytest.mark.parametrize("desc, out", [("Italian polymath", "Italian polymath"), ("Country in West Africa", "country in West Africa"),
+                                       ("Bronze Age civilization", "Bronze Age civilization"),
+                                       ("Romanian-French playwright", "Romanian-French playwright")])
+def test_description_case(desc, out):
+    assert _lower_first(desc) == out

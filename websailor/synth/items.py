@@ -1,0 +1,181 @@
+"""Building one SailorFog-QA-V2 item in template mode (no LLM): sample a subgraph, pick the
+target by structural role, turn its neighbours and attributes into vague constraints, add them
+until the target is the only node of the whole graph that satisfies them, render the question
+and verify it. Work in progress for issue 4: balancing, comparisons, the LLM rewrite and the
+dataset loop come next.
+
+Uncertainty operators recorded in ``uncertainty`` (each with its parameters):
+
+* ``describe``: a linked entity is named only by its description ("a 1968 film by Stanley
+  Kubrick" instead of "2001: A Space Odyssey"), so it must be found first.
+* ``vague_relation``: the link is stated as an unspecified association ("is associated with"),
+  not the relation of the evidence sentence.
+* ``intersection``: two or more linked entities converge on the target (a cycle or a hub of the
+  subgraph), each alone too weak to identify it.
+* ``vague_period``: a year blurred to a decade, century or part of a century.
+* ``vague_number``: a quantity blurred to an order of magnitude or a lower bound.
+* ``mask_name``: the answer's name as initials or letter counts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from websailor import __version__
+from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported
+from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
+from websailor.synth.vague import mask_name, vague_number, vague_period
+
+_SPAN_IN_DESC = re.compile(r"\s*\([^)]*\d[^)]*\)\s*$")
+_TYPE_WORD = {"People": "person", "Geography": "place", "Arts": "work or artist", "History": "historical subject",
+              "Biology and health sciences": "living thing or health topic", "Physical sciences": "subject of physical science",
+              "Technology": "technology", "Mathematics": "mathematical subject", "Philosophy and religion": "subject of thought or faith",
+              "Society and social sciences": "social subject", "Everyday life": "everyday subject"}
+_QUANTITY_VERB = {"length": "is", "area": "covers", "height": "rises", "population": "has a population of"}
+
+
+@dataclass
+class ItemConfig:
+    """Knobs of one item. ``n_nodes``: subgraph sizes to draw from; ``max_constraints``:
+    constraints added before giving up on uniqueness."""
+
+    n_nodes: tuple[int, ...] = (3, 4, 5, 6)
+    backtrack_p: float = 0.3
+    max_constraints: int = 5
+
+
+def _lower_first(desc: str) -> str:
+    """Lower-case a short description's first letter unless it starts a name: "Italian
+    polymath", "Bronze Age civilization", "South Korean genre", "Romanian-French playwright"
+    keep theirs; "Country in West Africa" becomes "country in West Africa"."""
+    words = desc.split()
+    first = words[0]
+    proper = (len(words) > 1 and words[1][:1].isupper()) or re.search(r"-[A-Z]", first) \
+        or first.endswith(("an", "ese", "ish"))
+    return desc if proper else first[0].lower() + desc[1:]
+
+
+def _describe(kg: KnowledgeGraph, node: str) -> str | None:
+    desc = _SPAN_IN_DESC.sub("", kg.attributes(node).description).strip()
+    if not desc:
+        return None
+    return ("an " if desc[0].lower() in "aeiou" else "a ") + _lower_first(desc)
+
+
+def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> tuple[Constraint, list[dict]] | None:
+    phrase = _describe(kg, other)
+    if phrase is None:
+        return None
+    evidence = tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(target, other))
+    c = Constraint("linked", {"other": other}, f"is associated with {phrase}", evidence)
+    return c, [{"op": "describe", "params": {"entity": other}}, {"op": "vague_relation", "params": {"entity": other}}]
+
+
+def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) -> list[tuple[Constraint, dict]]:
+    attrs = kg.attributes(target)
+    url = kg.graph.nodes[target]["url"]
+    out: list[tuple[Constraint, dict]] = []
+    if attrs.span:
+        which = rng.choice(["span_start", "span_end"])
+        year = attrs.span[0 if which == "span_start" else 1]
+        v = vague_period(year, rng)
+        verb = ("was born" if which == "span_start" else "died") if attrs.topic == "People" else \
+               ("began" if which == "span_start" else "ended")
+        ev = ({"sentence": attrs.description, "url": url},)
+        out.append((Constraint(which, {"lo": v.lo, "hi": v.hi}, f"{verb} {v.phrase}", ev),
+                    {"op": "vague_period", "params": {"year": year, **v.params}}))
+    for q in attrs.quantities[:2]:
+        if q.value > 0:
+            v = vague_number(q.value, q.kind, rng)
+            out.append((Constraint("quantity", {"kind": q.kind, "lo": v.lo, "hi": v.hi},
+                                   f"{_QUANTITY_VERB[q.kind]} {v.phrase}" + (" long" if q.kind == "length" else ""),
+                                   ({"sentence": q.sentence, "url": url},)),
+                        {"op": "vague_number", "params": {"kind": q.kind, "value": q.value, **v.params}}))
+    m = mask_name(target, rng)
+    out.append((Constraint("name", {"style": m.style, "pattern": list(m.pattern)}, m.phrase,
+                           ({"sentence": target, "url": url},)), {"op": "mask_name", "params": {"style": m.style}}))
+    return out
+
+
+def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> str:
+    """Template rendering: "Which <type> <c1>, <c2>, and <c3>?" (name masks go last)."""
+    word = _TYPE_WORD.get(kg.attributes(target).topic, "entity")
+    phrases = [c.phrase for c in constraints if c.kind != "name"] + [c.phrase for c in constraints if c.kind == "name"]
+    body = phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + ", and " + phrases[-1]
+    return f"Which {word} {body}?"
+
+
+def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = None) -> tuple[dict | None, str]:
+    """One item, or ``(None, reason)`` with reason ``no_subgraph``, ``not_unique``, ``leak`` or
+    ``unsupported``."""
+    cfg = cfg or ItemConfig()
+    sub = sample_subgraph(kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p)
+    if sub is None:
+        return None, "no_subgraph"
+    roles = structural_roles(sub)
+    role = rng.choice(roles)
+    target = rng.choice(sorted(role))
+    pool: list[tuple[Constraint, list[dict]]] = []
+    for other in sorted(sub.neighbors(target)):
+        got = _linked(kg, target, other, rng)
+        if got:
+            pool.append(got)
+    rng.shuffle(pool)
+    attrs = _attribute_constraints(kg, target, rng)
+    rng.shuffle(attrs)
+    pool += [(c, [op]) for c, op in attrs]
+    chosen: list[tuple[Constraint, list[dict]]] = []
+    for c, ops in pool:
+        if len(chosen) >= cfg.max_constraints:
+            break
+        chosen.append((c, ops))
+        if candidates(kg, [x for x, _ in chosen]) == [target]:
+            break
+    constraints = [c for c, _ in chosen]
+    if candidates(kg, constraints) != [target]:
+        return None, "not_unique"
+    ops = [op for _, o in chosen for op in o]
+    n_linked = sum(c.kind == "linked" for c in constraints)
+    if n_linked >= 2:
+        ops.append({"op": "intersection", "params": {"entities": [c.params["other"] for c in constraints if c.kind == "linked"]}})
+    question = render(kg, target, constraints)
+    if not is_leak_free(question, target):
+        return None, "leak"
+    if not is_supported(constraints):
+        return None, "unsupported"
+    item = {
+        "question": question,
+        "answer": target,
+        "aliases": [],
+        "target_url": kg.graph.nodes[target]["url"],
+        "subgraph": {"nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
+                     "edges": [{"src": a, "dst": b, "evidence": kg.evidence(a, b)[0]["sentence"],
+                                "url": kg.evidence(a, b)[0]["url"]} for a, b in sorted(sub.edges())]},
+        "topology_hash": topology_hash(sub),
+        "has_cycle": has_cycle(sub),
+        "target_role_size": len(role),
+        "uncertainty": ops,
+        "constraints": [c.to_dict() for c in constraints],
+        "procedure": _procedure(kg, target, constraints),
+        "verification": {"unique": True, "leak_free": True, "supported": True},
+        "difficulty": None,
+        "version": __version__,
+    }
+    return item, "accepted"
+
+
+def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> list[dict]:
+    """Steps that solve the item in the local environment: find each linked entity by its
+    description, read the page that mentions the target, then open the target's page."""
+    steps: list[dict] = []
+    for c in constraints:
+        if c.kind != "linked":
+            continue
+        other = c.params["other"]
+        steps.append({"action": "search", "query": kg.attributes(other).description or other})
+        steps.append({"action": "visit", "url": c.evidence[0]["url"], "evidence": c.evidence[0]["sentence"]})
+    steps.append({"action": "visit", "url": kg.graph.nodes[target]["url"], "evidence": ""})
+    return steps
