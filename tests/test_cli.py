@@ -125,3 +125,17 @@ def test_run_checks_out_before_spending_model_time(vital_dir: Path, tmp_path: Pa
     assert notes.read_text() == "hello\n"
     res = run("run", "q", "--temperature", "inf", "--corpus", str(vital_dir))
     assert res.exit_code == 2 and "finite" in res.stderr
+
+
+def test_synth_and_stats(vital_dir: Path, tmp_path: Path):
+    out = tmp_path / "qa.jsonl"
+    res = run("synth", "--n", "12", "--out", str(out), "--corpus", str(vital_dir))
+    assert res.exit_code == 0, res.output
+    assert "12 items in" in res.stdout and len(out.read_text().splitlines()) == 12
+    res = run("synth", "stats", str(out), "--json")
+    assert json.loads(res.stdout)["items"] == 12
+    res = run("synth", "stats", str(tmp_path / "nope.jsonl"))
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+    (tmp_path / "bad.jsonl").write_text("hello\n")
+    res = run("synth", "--n", "2", "--out", str(tmp_path / "bad.jsonl"), "--corpus", str(vital_dir))
+    assert res.exit_code == 2 and "is not a QA item" in res.stderr

@@ -220,3 +220,36 @@ def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
                                        ("Romanian-French playwright", "Romanian-French playwright")])
 def test_description_case(desc, out):
     assert _lower_first(desc) == out
+
+
+# -- dataset loop -------------------------------------------------------------------------------
+from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize  # noqa: E402
+
+
+def test_synthesize_is_resumable_deterministic_and_balanced(kg: KnowledgeGraph, tmp_path):
+    whole = tmp_path / "whole.jsonl"
+    synthesize(kg, whole, SynthConfig(n=60, seed=5), progress=False)
+    parts = tmp_path / "parts.jsonl"
+    synthesize(kg, parts, SynthConfig(n=25, seed=5), progress=False)
+    with parts.open("a") as fh:
+        fh.write('{"id": "sf-5-9')  # a kill mid-write
+    synthesize(kg, parts, SynthConfig(n=60, seed=5), progress=False)
+    assert whole.read_text() == parts.read_text()
+    items = read_items(whole)
+    assert len({it["id"] for it in items}) == 60
+    report = dataset_report(items)
+    assert report["largest_topology_share"] <= 0.25 and report["cycle_ratio"] >= 0.35
+    assert set(report["splits"]) <= {"train", "test"}
+
+
+def test_synthesize_stops_when_the_graph_cannot_supply(tmp_path):
+    tiny = KnowledgeGraph(nx.path_graph(["Aa", "Bb"]))
+    reasons = synthesize(tiny, tmp_path / "q.jsonl", SynthConfig(n=5, max_attempts_per_item=10), progress=False)
+    assert reasons["no_subgraph"] == 10 and read_items(tmp_path / "q.jsonl") == []
+
+
+def test_synth_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="n must be"):
+        SynthConfig(n=0)
+    with pytest.raises(ValueError, match="test_fraction"):
+        SynthConfig(test_fraction=2)

@@ -320,5 +320,52 @@ def run(
     print(f"terminations: {terms}; tool calls {summary.tool_calls}, model calls {summary.model_calls}")
 
 
+synth_app = typer.Typer(help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items (in progress).",
+                        invoke_without_command=True)
+app.add_typer(synth_app, name="synth")
+
+
+@synth_app.callback()
+@handle_errors
+def synth(
+    ctx: typer.Context,
+    n: Annotated[int, typer.Option("--n", min=1, help="Items wanted in --out (resumes up to n).")] = 500,
+    out: Annotated[Optional[Path], typer.Option(help="QA items JSONL (appended; resumes).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same items.")] = 0,
+    test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
+    corpus: CorpusOpt = None,
+) -> None:
+    """Synthesize QA items in template mode (graph built once and cached in the corpus)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from websailor.corpus import Corpus
+    from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
+    from websailor.synth.graph import load_or_build
+
+    if out is None:
+        _fail("synth needs --out QA.jsonl")
+    read_items(out)  # a wrong --out fails before the graph is built
+    kg = load_or_build(Corpus.open(corpus))
+    reasons = synthesize(kg, out, SynthConfig(n=n, seed=seed, test_fraction=test_fraction))
+    report = dataset_report(read_items(out))
+    print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+
+
+@synth_app.command("stats")
+@handle_errors
+def synth_stats(path: Annotated[Path, typer.Argument(help="QA items JSONL.")], as_json: JsonOpt = False) -> None:
+    """Print the dataset report of a QA file."""
+    from websailor.synth.dataset import dataset_report, read_items
+
+    if not path.is_file():
+        _fail(f"{path} does not exist or is not a file")
+    report = dataset_report(read_items(path))
+    if as_json:
+        _print_json(report)
+        return
+    for key, value in report.items():
+        print(f"{key:>24}: {value}")
+
+
 if __name__ == "__main__":
     app()
