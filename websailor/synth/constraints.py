@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.vague import NameMask
 
-KINDS = ("linked", "name", "span_start", "span_end", "year", "quantity", "topic")
+KINDS = ("linked", "name", "span_start", "span_end", "year", "quantity", "topic", "compare", "relative_start")
 _WORD = re.compile(r"[^\W_]+")
 _STOP = frozenset("the a an of and in on at to for by with from de da di du von van der la le el al".split())
 
@@ -36,6 +36,10 @@ class Constraint:
     * ``year`` ``{"lo", "hi"}``: some year in the page's text lies in the interval;
     * ``quantity`` ``{"kind", "lo", "hi"}``: some quantity of that kind lies in the interval;
     * ``topic`` ``{"topic"}``: the page's topic.
+    * ``compare`` ``{"kind", "other", "more"}``: the target's quantity of that kind is larger
+      (``more``) or smaller than the other page's;
+    * ``relative_start`` ``{"other", "lo", "hi"}``: the target's span starts between ``lo`` and
+      ``hi`` years after the other page's (negative: before).
 
     ``evidence`` holds the supporting sentences (``{"sentence", "url"}``).
     """
@@ -71,6 +75,13 @@ class Constraint:
             return any(q.kind == p["kind"] and p["lo"] <= q.value <= p["hi"] for q in attrs.quantities)
         if self.kind == "topic":
             return attrs.topic == p["topic"]
+        if self.kind == "compare":
+            mine = [q.value for q in attrs.quantities if q.kind == p["kind"]]
+            theirs = [q.value for q in kg.attributes(p["other"]).quantities if q.kind == p["kind"]]
+            return bool(mine and theirs) and (mine[0] > theirs[0] if p["more"] else mine[0] < theirs[0])
+        if self.kind == "relative_start":
+            other = kg.attributes(p["other"]).span
+            return attrs.span is not None and other is not None and p["lo"] <= attrs.span[0] - other[0] <= p["hi"]
         raise ValueError(f"unknown constraint kind {self.kind!r}; one of {', '.join(KINDS)}")
 
 

@@ -15,6 +15,12 @@ Uncertainty operators recorded in ``uncertainty`` (each with its parameters):
 * ``vague_period``: a year blurred to a decade, century or part of a century.
 * ``vague_number``: a quantity blurred to an order of magnitude or a lower bound.
 * ``mask_name``: the answer's name as initials or letter counts.
+* ``comparison``: the target is compared with a described neighbour on a quantity ("is longer
+  than a major river in northeast Africa").
+* ``relative_time`` (ours): the target's date is given only relative to a described
+  neighbour's ("was born about 3 decades after an Italian polymath was born"). Neither date
+  appears, so the solver must find both entities and do the arithmetic: this blurs a value and
+  ties it to a second hop at once, which none of the other operators does.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ _TYPE_WORD = {"People": "person", "Geography": "place", "Arts": "work or artist"
               "Technology": "technology", "Mathematics": "mathematical subject", "Philosophy and religion": "subject of thought or faith",
               "Society and social sciences": "social subject", "Everyday life": "everyday subject"}
 _QUANTITY_VERB = {"length": "is", "area": "covers", "height": "rises", "population": "has a population of"}
+_COMPARE = {"length": ("is longer than", "is shorter than"), "area": ("covers a larger area than", "covers a smaller area than"),
+            "height": ("rises higher than", "is lower than"), "population": ("is more populous than", "is less populous than")}
 
 
 @dataclass
@@ -54,7 +62,7 @@ def _lower_first(desc: str) -> str:
     words = desc.split()
     first = words[0]
     proper = (len(words) > 1 and words[1][:1].isupper()) or re.search(r"-[A-Z]", first) \
-        or first.endswith(("an", "ese", "ish"))
+        or first.endswith(("an", "ese", "ish", "ch"))
     return desc if proper else first[0].lower() + desc[1:]
 
 
@@ -100,6 +108,40 @@ def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) 
     return out
 
 
+def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[str],
+                            rng: random.Random) -> list[tuple[Constraint, dict]]:
+    """Comparisons on a shared quantity kind, and dates relative to a neighbour's."""
+    mine = kg.attributes(target)
+    url = kg.graph.nodes[target]["url"]
+    out: list[tuple[Constraint, dict]] = []
+    for other in neighbours:
+        theirs = kg.attributes(other)
+        phrase = _describe(kg, other)
+        if phrase is None:
+            continue
+        other_url = kg.graph.nodes[other]["url"]
+        for q in mine.quantities:
+            oq = next((x for x in theirs.quantities if x.kind == q.kind), None)
+            if oq is None or oq.value == q.value or q is not next(x for x in mine.quantities if x.kind == q.kind):
+                continue
+            more = q.value > oq.value
+            ev = ({"sentence": q.sentence, "url": url}, {"sentence": oq.sentence, "url": other_url})
+            out.append((Constraint("compare", {"kind": q.kind, "other": other, "more": more},
+                                   f"{_COMPARE[q.kind][0 if more else 1]} {phrase}", ev),
+                        {"op": "comparison", "params": {"kind": q.kind, "entity": other, "more": more}}))
+        if mine.span and theirs.span and mine.topic == theirs.topic == "People":
+            delta = mine.span[0] - theirs.span[0]
+            decades = round(abs(delta) / 10)
+            if decades >= 1:
+                lo, hi = delta - 5, delta + 5
+                side = "after" if delta > 0 else "before"
+                ev = ({"sentence": mine.description, "url": url}, {"sentence": theirs.description, "url": other_url})
+                out.append((Constraint("relative_start", {"other": other, "lo": lo, "hi": hi},
+                                       f"was born about {decades} decade{'s' if decades > 1 else ''} {side} {phrase} was born", ev),
+                            {"op": "relative_time", "params": {"entity": other, "delta_years": delta}}))
+    return out
+
+
 def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> str:
     """Template rendering: "Which <type> <c1>, <c2>, and <c3>?" (name masks go last)."""
     word = _TYPE_WORD.get(kg.attributes(target).topic, "entity")
@@ -124,9 +166,11 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         if got:
             pool.append(got)
     rng.shuffle(pool)
-    attrs = _attribute_constraints(kg, target, rng)
-    rng.shuffle(attrs)
-    pool += [(c, [op]) for c, op in attrs]
+    # one hop first (every item is multi-hop), then links and blurred attributes in random order
+    attrs = _attribute_constraints(kg, target, rng) + _relational_constraints(kg, target, sorted(sub.neighbors(target)), rng)
+    rest = pool[1:] + [(c, [op]) for c, op in attrs]
+    rng.shuffle(rest)
+    pool = pool[:1] + rest
     chosen: list[tuple[Constraint, list[dict]]] = []
     for c, ops in pool:
         if len(chosen) >= cfg.max_constraints:
