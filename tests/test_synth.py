@@ -200,7 +200,7 @@ from websailor.synth.items import _lower_first, build_item  # noqa: E402
 
 def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
     rng = random.Random(3)
-    items = [it for it, _ in (build_item(kg, rng) for _ in range(60)) if it]
+    items = [it for it, _ in (build_item(kg, rng) for _ in range(100)) if it]
     assert len(items) >= 30
     for it in items:
         cs = [Constraint.from_dict(c) for c in it["constraints"]]
@@ -263,3 +263,23 @@ def test_comparison_and_relative_time_constraints(kg: KnowledgeGraph):
     after = Constraint("relative_start", {"other": "Leonardo da Vinci", "lo": 422, "hi": 432}, "born about 43 decades after")
     assert after.matches(kg, "Albert Einstein")  # 1879 - 1452 = 427
     assert not after.matches(kg, "Nile")  # no span
+
+
+def test_solution_procedures_replay_through_the_real_tools(kg: KnowledgeGraph, vital: Corpus, tmp_path):
+    """Search the first hop's description, visit its page: the page names the answer. (The
+    issue's 90% target for reaching the answer is not met yet: the first search finds the hop
+    for about 82% of items; see the README's synthesis section.)"""
+    from websailor.tools import SearchTool, VisitTool
+
+    out = tmp_path / "qa.jsonl"
+    synthesize(kg, out, SynthConfig(n=40, seed=1), progress=False)
+    search, visit = SearchTool(vital), VisitTool(vital)
+    found = named = 0
+    for it in read_items(out):
+        first_search, first_visit = it["procedure"][0], it["procedure"][1]
+        found += first_search["expect"] in search({"query": [first_search["query"]]})
+        page = visit({"url": first_visit["url"], "goal": "what it is related to"})
+        named += it["answer"].lower() in page.lower()
+        assert first_visit["evidence"] and it["procedure"][-1]["url"] == it["target_url"]
+    assert named == 40  # the hop's page always leads to the answer
+    assert found / 40 >= 0.7

@@ -166,6 +166,12 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         if got:
             pool.append(got)
     rng.shuffle(pool)
+    # the first hop must be one whose own page mentions the target, so that finding it leads to
+    # the answer (the solution procedure reads that mention)
+    forward = [i for i, (c, _) in enumerate(pool) if any(e["url"] != kg.graph.nodes[target]["url"] for e in c.evidence)]
+    if not forward:
+        return None, "no_forward_hop"
+    pool.insert(0, pool.pop(forward[0]))
     # one hop first (every item is multi-hop), then links and blurred attributes in random order
     attrs = _attribute_constraints(kg, target, rng) + _relational_constraints(kg, target, sorted(sub.neighbors(target)), rng)
     rest = pool[1:] + [(c, [op]) for c, op in attrs]
@@ -212,14 +218,18 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
 
 
 def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> list[dict]:
-    """Steps that solve the item in the local environment: find each linked entity by its
-    description, read the page that mentions the target, then open the target's page."""
+    """Steps that solve the item in the local environment: for each linked entity, search its
+    description and read its page (for the first hop that page mentions the target: the
+    ``evidence``), then open the target's page to check the other constraints."""
     steps: list[dict] = []
+    target_url = kg.graph.nodes[target]["url"]
     for c in constraints:
         if c.kind != "linked":
             continue
         other = c.params["other"]
-        steps.append({"action": "search", "query": kg.attributes(other).description or other})
-        steps.append({"action": "visit", "url": c.evidence[0]["url"], "evidence": c.evidence[0]["sentence"]})
-    steps.append({"action": "visit", "url": kg.graph.nodes[target]["url"], "evidence": ""})
+        other_url = kg.graph.nodes[other]["url"]
+        on_other = [e for e in c.evidence if e["url"] == other_url]
+        steps.append({"action": "search", "query": kg.attributes(other).description or other, "expect": other_url})
+        steps.append({"action": "visit", "url": other_url, "evidence": on_other[0]["sentence"] if on_other else ""})
+    steps.append({"action": "visit", "url": target_url, "evidence": ""})
     return steps
