@@ -66,7 +66,7 @@ def test_graph_cache_round_trip(kg: KnowledgeGraph, tmp_path):
 
 def test_load_or_build_caches_in_the_corpus(vital: Corpus):
     kg = load_or_build(vital)
-    assert (vital.path / "synth" / "knowledge_graph.json").exists()
+    assert (vital.path / "synth" / "knowledge_graph.v2.json").exists()
     assert load_or_build(vital).graph.number_of_edges() == kg.graph.number_of_edges()
 
 
@@ -266,20 +266,20 @@ def test_comparison_and_relative_time_constraints(kg: KnowledgeGraph):
 
 
 def test_solution_procedures_replay_through_the_real_tools(kg: KnowledgeGraph, vital: Corpus, tmp_path):
-    """Search the first hop's description, visit its page: the page names the answer. (The
-    issue's 90% target for reaching the answer is not met yet: the first search finds the hop
-    for about 82% of items; see the README's synthesis section.)"""
+    """Search the first hop's description, visit its page: the page names the answer, whose page
+    the last step opens. The issue's target: the answer's page is reached for at least 90%."""
     from websailor.tools import SearchTool, VisitTool
 
     out = tmp_path / "qa.jsonl"
     synthesize(kg, out, SynthConfig(n=40, seed=1), progress=False)
     search, visit = SearchTool(vital), VisitTool(vital)
-    found = named = 0
+    found = named = reached = 0
     for it in read_items(out):
         first_search, first_visit = it["procedure"][0], it["procedure"][1]
         found += first_search["expect"] in search({"query": [first_search["query"]]})
         page = visit({"url": first_visit["url"], "goal": "what it is related to"})
         named += it["answer"].lower() in page.lower()
+        reached += first_search["expect"] in search({"query": [first_search["query"]]}) and it["answer"].lower() in page.lower()
         assert first_visit["evidence"] and it["procedure"][-1]["url"] == it["target_url"]
     assert named == 40  # the hop's page always leads to the answer
-    assert found / 40 >= 0.7
+    assert reached / 40 >= 0.9

@@ -23,14 +23,16 @@ from websailor.synth.attributes import Attributes, parse_attributes
 
 logger = get_logger(__name__)
 
-GRAPH_FILE = "knowledge_graph.json"
+GRAPH_FILE = "knowledge_graph.v2.json"
 
 
 @dataclass
 class KnowledgeGraph:
     """An undirected :class:`networkx.Graph` keyed by page title.
 
-    Node attributes: ``url`` and ``attributes`` (:class:`Attributes`). Edge attributes:
+    Node attributes: ``url``, ``attributes`` (:class:`Attributes`) and ``findable`` (a BM25
+    search of the page's description returns it in the top 10, so a question may name it by
+    its description and expect a solver to find it). Edge attributes:
     ``evidence``, a list of ``{"source", "target", "sentence", "url"}`` (``source`` mentions
     ``target`` in ``sentence``, on the page at ``url``).
     """
@@ -49,7 +51,7 @@ class KnowledgeGraph:
     def save(self, path: Path) -> None:
         """Write node-link JSON atomically."""
         data = {
-            "nodes": [{"id": n, "url": d["url"], "attributes": d["attributes"].to_dict()}
+            "nodes": [{"id": n, "url": d["url"], "attributes": d["attributes"].to_dict(), "findable": d["findable"]}
                       for n, d in self.graph.nodes(data=True)],
             "edges": [{"a": a, "b": b, "evidence": d["evidence"]} for a, b, d in self.graph.edges(data=True)],
         }
@@ -62,7 +64,8 @@ class KnowledgeGraph:
         data = json.loads(path.read_text(encoding="utf-8"))
         g = nx.Graph()
         for n in data["nodes"]:
-            g.add_node(n["id"], url=n["url"], attributes=Attributes.from_dict(n["attributes"]))
+            g.add_node(n["id"], url=n["url"], attributes=Attributes.from_dict(n["attributes"]),
+                       findable=bool(n.get("findable")))
         for e in data["edges"]:
             g.add_edge(e["a"], e["b"], evidence=e["evidence"])
         return cls(g)
@@ -76,6 +79,7 @@ def build_knowledge_graph(corpus: Corpus) -> KnowledgeGraph:
     for doc in corpus.iter_documents():
         body = "\n\n".join(p for p in doc.paragraphs if not p.startswith("## "))
         g.add_node(doc.title, url=doc.url, attributes=parse_attributes(doc.description, doc.topic, body))
+    _mark_findable(g, corpus)
     for m in corpus.iter_links():
         ev = {"source": m.source, "target": m.target, "sentence": m.sentence, "url": g.nodes[m.source]["url"]}
         if g.has_edge(m.source, m.target):
@@ -87,6 +91,23 @@ def build_knowledge_graph(corpus: Corpus) -> KnowledgeGraph:
     logger.info("knowledge graph: %d nodes, %d edges (%.1f s)", g.number_of_nodes(), g.number_of_edges(),
                 time.perf_counter() - t0)
     return KnowledgeGraph(g)
+
+
+def _mark_findable(g: nx.Graph, corpus: Corpus, k: int = 10) -> None:
+    """Set ``findable`` on every node: its description, searched with BM25, returns the page
+    among the top ``k`` pages (about 1 s for 10k pages: index only, no snippets)."""
+    titles = list(g.nodes)
+    descs = [g.nodes[t]["attributes"].description for t in titles]
+    rows = corpus.index.retrieve([d or "\x00" for d in descs], k=k * 3)
+    doc_of = corpus.store.passages(sorted({r for hits in rows for r, _ in hits}))
+    ids = {t: i for i, t in enumerate(corpus.titles)}
+    for title, desc, hits in zip(titles, descs, rows):
+        top: list[int] = []
+        for r, _ in hits:
+            d = doc_of[r][0]
+            if d not in top:
+                top.append(d)
+        g.nodes[title]["findable"] = bool(desc) and ids[title] in top[:k]
 
 
 def load_or_build(corpus: Corpus) -> KnowledgeGraph:

@@ -166,9 +166,11 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         if got:
             pool.append(got)
     rng.shuffle(pool)
-    # the first hop must be one whose own page mentions the target, so that finding it leads to
-    # the answer (the solution procedure reads that mention)
-    forward = [i for i, (c, _) in enumerate(pool) if any(e["url"] != kg.graph.nodes[target]["url"] for e in c.evidence)]
+    # the first hop must be findable by its description and its own page must mention the
+    # target, so that the solution procedure (search it, read its page) leads to the answer
+    forward = [i for i, (c, _) in enumerate(pool)
+               if kg.graph.nodes[c.params["other"]].get("findable")
+               and any(e["url"] != kg.graph.nodes[target]["url"] for e in c.evidence)]
     if not forward:
         return None, "no_forward_hop"
     pool.insert(0, pool.pop(forward[0]))
