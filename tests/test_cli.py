@@ -134,6 +134,10 @@ def test_synth_and_stats(vital_dir: Path, tmp_path: Path):
     assert "12 items in" in res.stdout and len(out.read_text().splitlines()) == 12
     res = run("synth", "stats", str(out), "--json")
     assert json.loads(res.stdout)["items"] == 12
+    res = run("synth", "show", str(out), "--index", "3")
+    assert res.exit_code == 0 and "question: Which " in res.stdout and "solution path:" in res.stdout
+    res = run("synth", "show", str(out), "--index", "99")
+    assert res.exit_code == 2 and "out of range" in res.stderr
     res = run("synth", "stats", str(tmp_path / "nope.jsonl"))
     assert res.exit_code == 2 and "does not exist" in res.stderr
     (tmp_path / "bad.jsonl").write_text("hello\n")

@@ -351,6 +351,35 @@ def synth(
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
 
 
+@synth_app.command("show")
+@handle_errors
+def synth_show(path: Annotated[Path, typer.Argument(help="QA items JSONL.")],
+               index: Annotated[int, typer.Option(min=0, help="Which item (0-based).")] = 0) -> None:
+    """Show one item in full: question, answer, subgraph, operators, constraints, solution path."""
+    from websailor.synth.dataset import read_items
+
+    if not path.is_file():
+        _fail(f"{path} does not exist or is not a file")
+    items = read_items(path)
+    if index >= len(items):
+        _fail(f"{path} has {len(items)} items; --index {index} is out of range")
+    it = items[index]
+    print(f"id: {it['id']} ({it.get('split')})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>")
+    print(f"subgraph: {len(it['subgraph']['nodes'])} nodes, {len(it['subgraph']['edges'])} edges, "
+          f"cycle: {it['has_cycle']}, topology {it['topology_hash'][:8]}")
+    for e in it["subgraph"]["edges"]:
+        print(f"  {e['src']} -- {e['dst']}")
+    print("uncertainty: " + "; ".join(f"{o['op']} {json.dumps(o['params'], ensure_ascii=False)}" for o in it["uncertainty"]))
+    print("constraints:")
+    for c in it["constraints"]:
+        print(f"  [{c['kind']}] {c['phrase']}")
+    print("solution path:")
+    for s in it["procedure"]:
+        print(f"  {s['action']} " + (repr(s['query']) if s['action'] == 'search' else s['url'])
+              + (f"  -> {s['evidence'][:140]}" if s.get("evidence") else ""))
+    print(f"verification: {it['verification']}")
+
+
 @synth_app.command("stats")
 @handle_errors
 def synth_stats(path: Annotated[Path, typer.Argument(help="QA items JSONL.")], as_json: JsonOpt = False) -> None:
