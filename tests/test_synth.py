@@ -283,3 +283,42 @@ def test_solution_procedures_replay_through_the_real_tools(kg: KnowledgeGraph, v
         assert first_visit["evidence"] and it["procedure"][-1]["url"] == it["target_url"]
     assert named == 40  # the hop's page always leads to the answer
     assert reached / 40 >= 0.9
+
+
+# -- LLM rewrite ----------------------------------------------------------------------------------
+from websailor.synth.rewrite import rewrite_question, survived  # noqa: E402
+
+
+def test_rewrite_keeps_constraints_or_falls_back():
+    from fakes import ScriptedModel
+
+    from websailor.errors import ModelError
+
+    cs = [Constraint("linked", {"other": "Kanpur"}, "is associated with a metropolis in Uttar Pradesh, India"),
+          Constraint("span_end", {"lo": 1940, "hi": 1949}, "ended in the 1940s"),
+          Constraint("name", {"style": "initials", "pattern": ["B", "R"]}, "whose initials are B. R.")]
+    template = "Which historical subject is associated with a metropolis in Uttar Pradesh, India, ended in the 1940s, and whose initials are B. R.?"
+    good = "Which historical entity, whose initials are B. R., ended in the 1940s and is tied to a metropolis in Uttar Pradesh, India?"
+    q, r = rewrite_question(ScriptedModel([good]), template, cs, "British Raj")
+    assert q == good and r["mode"] == "llm"
+    lost = "Which historical entity ended in the 1940s and is tied to a city in Uttar Pradesh?"
+    q, r = rewrite_question(ScriptedModel([lost]), template, cs, "British Raj")
+    assert q == template and r["mode"] == "template" and "lost a constraint" in r["reason"]
+    leak = "Which historical entity, the British Raj, whose initials are B. R., ended in the 1940s near a metropolis in Uttar Pradesh, India?"
+    assert rewrite_question(ScriptedModel([leak]), template, cs, "British Raj")[1]["reason"] == "the rewrite leaks the answer"
+    q, r = rewrite_question(ScriptedModel([ModelError("endpoint down")]), template, cs, "British Raj")
+    assert q == template and r["reason"].startswith("model error")
+    assert survived(good, cs) is None
+
+
+def test_llm_failing_mid_run_loses_nothing(kg: KnowledgeGraph, tmp_path):
+    from fakes import ScriptedModel
+
+    from websailor.errors import ModelError
+
+    flaky = ScriptedModel(lambda msgs: (_ for _ in ()).throw(ModelError("503")) if len(msgs[0]["content"]) % 2 else "No?")
+    out = tmp_path / "qa.jsonl"
+    reasons = synthesize(kg, out, SynthConfig(n=15, seed=2), progress=False, llm=flaky)
+    items = read_items(out)
+    assert len(items) == 15 and reasons["rendered_template"] == 15
+    assert all(it["rendering"]["mode"] == "template" for it in items)

@@ -333,6 +333,7 @@ def synth(
     out: Annotated[Optional[Path], typer.Option(help="QA items JSONL (appended; resumes).")] = None,
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same items.")] = 0,
     test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
+    llm: Annotated[Optional[str], typer.Option(help="Model spec for the optional fluent rewrite.")] = None,
     corpus: CorpusOpt = None,
 ) -> None:
     """Synthesize QA items in template mode (graph built once and cached in the corpus)."""
@@ -345,8 +346,11 @@ def synth(
     if out is None:
         _fail("synth needs --out QA.jsonl")
     read_items(out)  # a wrong --out fails before the graph is built
+    from websailor.models import load_model
+
+    rewriter = load_model(llm) if llm else None
     kg = load_or_build(Corpus.open(corpus))
-    reasons = synthesize(kg, out, SynthConfig(n=n, seed=seed, test_fraction=test_fraction))
+    reasons = synthesize(kg, out, SynthConfig(n=n, seed=seed, test_fraction=test_fraction), llm=rewriter)
     report = dataset_report(read_items(out))
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
 

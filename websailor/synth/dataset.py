@@ -18,13 +18,19 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from websailor.errors import InputFormatError
 from websailor.log import get_logger
 from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.constraints import Constraint
 from websailor.synth.items import ItemConfig, build_item
+from websailor.synth.rewrite import rewrite_question
+
+if TYPE_CHECKING:
+    from websailor.models.base import ChatModel
 
 logger = get_logger(__name__)
 
@@ -75,10 +81,15 @@ def read_items(path: Path) -> list[dict]:
     return items
 
 
-def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: bool = True) -> Counter:
+def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: bool = True,
+               llm: "ChatModel | None" = None) -> Counter:
     """Append accepted items to ``out`` until it holds ``cfg.n``; returns the reasons of every
     candidate (``accepted``, ``not_unique``, ``leak``, ``topology_cap``, ...). Stops early, with
-    a warning, when ``max_attempts_per_item`` candidates in a row are rejected."""
+    a warning, when ``max_attempts_per_item`` candidates in a row are rejected.
+
+    With ``llm``, each accepted question is rewritten into fluent prose when the rewrite keeps
+    every constraint and leaks nothing (:mod:`websailor.synth.rewrite`); otherwise, and when
+    the model fails, the template text is kept and the reason recorded in ``rendering``."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     items = read_items(out)
@@ -107,6 +118,14 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
                 misses += 1
                 continue
             misses = 0
+            rendering = {"mode": "template"}
+            if llm is not None:
+                cs = [Constraint.from_dict(c) for c in item["constraints"]]
+                item["question"], rendering = rewrite_question(llm, item["question"], cs, item["answer"])
+                reasons[f"rendered_{rendering['mode']}"] += 1
+                if rendering["mode"] == "template" and rendering["reason"].startswith("model error"):
+                    logger.warning("LLM rewrite failed, kept the template question: %s", rendering["reason"])
+            item["rendering"] = rendering
             item_id = f"sf-{cfg.seed}-{attempt - 1}"
             item = {"id": item_id, **item, "split": _split(item_id, cfg.test_fraction), "seed": cfg.seed,
                     "attempt": attempt - 1}
