@@ -21,7 +21,7 @@ from websailor.agent.loop import Agent
 from websailor.agent.trajectory import Trajectory
 from websailor.corpus.text import clean_text
 from websailor.errors import InputFormatError
-from websailor.jsonio import loads_object
+from websailor.jsonio import loads_object, read_appended_jsonl
 from websailor.log import get_logger
 
 logger = get_logger(__name__)
@@ -103,26 +103,11 @@ def append_trajectory(out: Path, traj: Trajectory) -> None:
 
 def done_rollouts(out: Path) -> set[tuple[str, int]]:
     """``(id, rollout)`` pairs already in ``out``; drops a partial last line left by a kill."""
-    if not out.exists():
-        return set()
-    if not out.is_file():
-        raise InputFormatError(f"{out} is not a file; --out must be a trajectories JSONL file")
-    data = out.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        logger.warning("%s: dropping an unfinished last line (%d bytes) left by an interrupted run", out, len(data) - cut)
-        with out.open("r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
     done = set()
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
+    for lineno, rec in read_appended_jsonl(out, "a trajectory record"):
         try:
-            line = raw.decode("utf-8")
-            rec = json.loads(line)
             done.add((str(rec["id"]), int(rec["rollout"])))
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        except (KeyError, TypeError, ValueError):
             raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
                                    "use another --out or repair the file") from None
     return done

@@ -168,8 +168,9 @@ class Corpus:
             rows = self.index.retrieve(cut, k=k * 3 + 2, n_threads=n_threads)
         except (IndexError, ValueError) as e:
             raise CorpusError(f"{self.path / INDEX_DIR} is corrupt ({e}); rebuild with --force") from None
-        passages = self.store.passages(sorted({r for hits in rows for r, _ in hits}))
-        if len(passages) != len({r for hits in rows for r, _ in hits}):
+        wanted = {r for hits in rows for r, _ in hits}
+        passages = self.store.passages(sorted(wanted))
+        if len(passages) != len(wanted):
             raise CorpusError(f"{self.path} is inconsistent: the index names passages the store lacks; rebuild with --force")
         out: list[list[SearchHit]] = []
         for query, hits in zip(cut, rows):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from websailor.errors import InputFormatError
+from websailor.jsonio import read_appended_jsonl
 from websailor.log import get_logger
 from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.constraints import Constraint
@@ -63,22 +63,7 @@ def _split(item_id: str, test_fraction: float) -> str:
 
 def read_items(path: Path) -> list[dict]:
     """Items of a QA file; a half-written last line (a killed run) is dropped from the file."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
-    items = []
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if raw.strip():
-            try:
-                items.append(json.loads(raw))
-            except ValueError:
-                raise InputFormatError(f"{path} line {lineno} is not a QA item; use another --out") from None
-    return items
+    return [rec for _, rec in read_appended_jsonl(path, "a QA item")]
 
 
 def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: bool = True,
