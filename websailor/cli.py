@@ -18,6 +18,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from websailor.corpus.text import clean_strings
 from websailor.errors import WebsailorError
 from websailor.log import setup_logging
 
@@ -56,23 +57,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _clean_arg(value: Any) -> Any:
-    """Undecodable command-line bytes arrive as lone surrogates: make them printable."""
-    from websailor.corpus.text import clean_text
-
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [_clean_arg(v) for v in value]
-    return value
-
-
 def handle_errors(fn: Callable) -> Callable:
     """Turn websailor's own errors into a one-line message and exit status 2."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        kwargs = {k: _clean_arg(v) for k, v in kwargs.items()}
+        # undecodable command-line bytes arrive as lone surrogates: make them printable
+        kwargs = {k: clean_strings(v) for k, v in kwargs.items()}
         try:
             return fn(*args, **kwargs)
         except WebsailorError as e:

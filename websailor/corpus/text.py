@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 import blingfire
 
@@ -23,6 +24,18 @@ def clean_text(text: str) -> str:
     except UnicodeEncodeError:
         text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
     return unicodedata.normalize("NFC", text)
+
+
+def clean_strings(value: Any) -> Any:
+    """:func:`clean_text` applied to every string inside lists and dicts (parsed tool
+    arguments, command-line values); other values are returned as they are."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): clean_strings(v) for k, v in value.items()}
+    return value
 
 
 def normalize_space(text: str) -> str:

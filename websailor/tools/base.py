@@ -16,7 +16,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from websailor.corpus.text import clean_text
+from websailor.corpus.text import clean_strings
 from websailor.errors import WebsailorError
 from websailor.jsonio import loads_object
 
@@ -32,17 +32,6 @@ class ToolResult:
 
 class ToolArgumentError(WebsailorError):
     """The arguments of a tool call are not valid JSON or do not match the tool's schema."""
-
-
-def _clean(value: Any) -> Any:
-    """Apply :func:`clean_text` to every string inside parsed arguments."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    return value
 
 
 class Tool(ABC):
@@ -79,7 +68,7 @@ class Tool(ABC):
                 raise ToolArgumentError(str(e)) from None
         if not isinstance(arguments, Mapping):
             raise ToolArgumentError(f"expected a JSON object, got {type(arguments).__name__}")
-        args = self.coerce(_clean(dict(arguments)))
+        args = self.coerce(clean_strings(dict(arguments)))
         errors = sorted(Draft202012Validator(self.parameters).iter_errors(args), key=lambda e: list(e.path))
         if errors:
             raise ToolArgumentError("; ".join(
