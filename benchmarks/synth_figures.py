@@ -22,7 +22,7 @@ from pathlib import Path
 from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
 from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
 from websailor.synth.graph import build_knowledge_graph
-from websailor.synth.items import _TYPE_WORD
+from websailor.synth.items import type_word
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -39,8 +39,7 @@ def plain_question(kg, item: dict) -> str:
         elif c["kind"] in ("span_start", "span_end"):
             span = kg.attributes(item["answer"]).span
             parts.append(f"{'began' if c['kind'] == 'span_start' else 'ended'} in {span[0 if c['kind'] == 'span_start' else 1]}")
-    word = _TYPE_WORD.get(kg.attributes(item["answer"]).topic, "entity")
-    return f"Which {word} " + ", and ".join(parts or ["exists"]) + "?"
+    return f"Which {type_word(kg, item['answer'])} " + ", and ".join(parts or ["exists"]) + "?"
 
 
 def recall_at_10(corpus: Corpus, questions: list[str], answers: list[str]) -> float:

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
@@ -20,6 +21,7 @@ import networkx as nx
 from websailor.corpus.corpus import Corpus
 from websailor.log import get_logger
 from websailor.synth.attributes import Attributes, parse_attributes
+from websailor.synth.sampling import walk_starts
 
 logger = get_logger(__name__)
 
@@ -38,6 +40,11 @@ class KnowledgeGraph:
     """
 
     graph: nx.Graph
+
+    @cached_property
+    def walk_starts(self) -> list[str]:
+        """Nodes a subgraph walk may start from (computed once; the graph is not mutated after build)."""
+        return walk_starts(self.graph)
 
     def __len__(self) -> int:
         return self.graph.number_of_nodes()

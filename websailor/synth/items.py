@@ -142,9 +142,14 @@ def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[st
     return out
 
 
+def type_word(kg: KnowledgeGraph, node: str) -> str:
+    """The noun a question uses for the answer, from its topic ("person", "place", ...)."""
+    return _TYPE_WORD.get(kg.attributes(node).topic, "entity")
+
+
 def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> str:
     """Template rendering: "Which <type> <c1>, <c2>, and <c3>?" (name masks go last)."""
-    word = _TYPE_WORD.get(kg.attributes(target).topic, "entity")
+    word = type_word(kg, target)
     phrases = [c.phrase for c in constraints if c.kind != "name"] + [c.phrase for c in constraints if c.kind == "name"]
     body = phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + ", and " + phrases[-1]
     return f"Which {word} {body}?"
@@ -154,7 +159,8 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     """One item, or ``(None, reason)`` with reason ``no_subgraph``, ``not_unique``, ``leak`` or
     ``unsupported``."""
     cfg = cfg or ItemConfig()
-    sub = sample_subgraph(kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p)
+    sub = sample_subgraph(kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p,
+                          starts=kg.walk_starts)
     if sub is None:
         return None, "no_subgraph"
     roles = structural_roles(sub)

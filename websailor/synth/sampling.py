@@ -20,10 +20,16 @@ from networkx.algorithms.isomorphism import GraphMatcher
 from websailor.errors import InvalidArgumentError
 
 
+def walk_starts(graph: nx.Graph) -> list:
+    """Nodes a walk may start from (degree at least 2), in graph order."""
+    return [n for n, d in graph.degree() if d >= 2]
+
+
 def sample_subgraph(graph: nx.Graph, rng: random.Random, n_nodes: int = 4, backtrack_p: float = 0.3,
-                    max_tries: int = 50) -> nx.Graph | None:
+                    max_tries: int = 50, starts: list | None = None) -> nx.Graph | None:
     """A connected induced subgraph of ``n_nodes`` nodes, or ``None`` if ``max_tries`` walks
-    all got stuck (a small or sparse graph).
+    all got stuck (a small or sparse graph). ``starts``: :func:`walk_starts` of the graph,
+    when the caller samples many times (computed here otherwise).
 
     Raises:
         InvalidArgumentError: ``n_nodes`` < 2 or ``backtrack_p`` outside [0, 1].
@@ -32,7 +38,7 @@ def sample_subgraph(graph: nx.Graph, rng: random.Random, n_nodes: int = 4, backt
         raise InvalidArgumentError(f"n_nodes must be at least 2, got {n_nodes}")
     if not 0.0 <= backtrack_p <= 1.0:
         raise InvalidArgumentError(f"backtrack_p must be in [0, 1], got {backtrack_p}")
-    seeds = [n for n, d in graph.degree() if d >= 2]
+    seeds = starts if starts is not None else walk_starts(graph)
     if not seeds:
         return None
     for _ in range(max_tries):
