@@ -178,16 +178,14 @@ class Corpus:
             results: list[SearchHit] = []
             terms = set(self.index.analyzer(query))
             for row, score in hits:
-                doc_id, text = passages[row]
+                doc_id, text, title, url = passages[row]
                 if doc_id in seen:
                     continue
                 seen.add(doc_id)
-                doc = self.store.doc_by_id(doc_id)
-                if doc is None:
+                if title is None:
                     raise CorpusError(f"{self.path} is inconsistent: passage {row} belongs to a missing page; "
                                       "rebuild with --force")
-                results.append(SearchHit(len(results) + 1, doc.title, doc.url, self.snippet(text, terms),
-                                         score, doc_id, row))
+                results.append(SearchHit(len(results) + 1, title, url, self.snippet(text, terms), score, doc_id, row))
                 if len(results) == k:
                     break
             out.append(results)

@@ -102,17 +102,15 @@ class Store:
         rows = self._all("SELECT id, title, url, text, description, topic FROM docs WHERE key = ?", (key,))
         return Document(*rows[0]) if rows else None
 
-    def doc_by_id(self, doc_id: int) -> Document | None:
-        rows = self._all("SELECT id, title, url, text, description, topic FROM docs WHERE id = ?", (doc_id,))
-        return Document(*rows[0]) if rows else None
-
-    def passages(self, ids: list[int]) -> dict[int, tuple[int, str]]:
-        """``{passage_id: (doc_id, text)}`` for the given passage ids."""
+    def passages(self, ids: list[int]) -> dict[int, tuple[int, str, str | None, str | None]]:
+        """``{passage_id: (doc_id, text, page title, page url)}`` for the given passage ids, in
+        one query (title and url are ``None`` if the page is missing: a damaged store)."""
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = self._all(f"SELECT id, doc_id, text FROM passages WHERE id IN ({marks})", tuple(ids))
-        return {r[0]: (r[1], r[2]) for r in rows}
+        rows = self._all("SELECT p.id, p.doc_id, p.text, d.title, d.url FROM passages p LEFT JOIN docs d "
+                         f"ON d.id = p.doc_id WHERE p.id IN ({marks})", tuple(ids))
+        return {r[0]: r[1:] for r in rows}
 
     def titles(self) -> list[str]:
         return [r[0] for r in self._all("SELECT title FROM docs ORDER BY id")]
