@@ -143,3 +143,21 @@ def test_synth_and_stats(vital_dir: Path, tmp_path: Path):
     (tmp_path / "bad.jsonl").write_text("hello\n")
     res = run("synth", "--n", "2", "--out", str(tmp_path / "bad.jsonl"), "--corpus", str(vital_dir))
     assert res.exit_code == 2 and "is not a QA item" in res.stderr
+
+
+def test_synth_with_difficulty_filter(vital_dir: Path, tmp_path: Path):
+    from fakes import FakeOpenAIServer
+
+    out = tmp_path / "hard.jsonl"
+    with FakeOpenAIServer("<think>no idea</think><answer>Atlantis</answer>") as srv:
+        res = run("synth", "--n", "3", "--out", str(out), "--corpus", str(vital_dir), "--filter-with",
+                  f"openai:ref@{srv.url}", "--k", "2", "--keep", "hard")
+        assert res.exit_code == 0, res.output
+        assert srv.state["requests"] == 6
+    items = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [it["difficulty"] for it in items] == [{"k": 2, "correct": 0, "model": f"openai:ref@{srv.url}"}] * 3
+    assert len((tmp_path / "hard.rollouts.jsonl").read_text().splitlines()) == 6
+    res = run("synth", "stats", str(out), "--json")
+    assert json.loads(res.stdout)["difficulty"] == {"rated": 3, "mean_correct": 0.0, "k": [2]}
+    res = run("synth", "--n", "3", "--out", str(out), "--corpus", str(vital_dir), "--filter-with", "x", "--keep", "easy")
+    assert res.exit_code == 2 and "easy" in res.output

@@ -1,6 +1,8 @@
 """SailorFog-QA-V2 building blocks on the real vital-articles corpus."""
 
+import json
 import random
+from collections import Counter
 
 import networkx as nx
 import pytest
@@ -195,7 +197,7 @@ def test_leak_checks():
 
 
 # -- items (template mode) --------------------------------------------------------------------
-from websailor.synth.items import _lower_first, build_item  # noqa: E402
+from websailor.synth.items import _lower_first, aliases_of, build_item  # noqa: E402
 
 
 def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
@@ -222,6 +224,27 @@ def test_description_case(desc, out):
     assert _lower_first(desc) == out
 
 
+def test_description_case_follows_the_corpus(kg: KnowledgeGraph):
+    # the corpus writes "country" in lower case and "Hindu" capitalized when not first
+    assert kg.common_words["country"] and not kg.common_words["hindu"]
+    assert _lower_first("Hindu pilgrimage and festival in India", kg.common_words) == "Hindu pilgrimage and festival in India"
+    assert _lower_first("Country in West Africa", kg.common_words) == "country in West Africa"
+
+
+def test_aliases():
+    assert aliases_of("Mercury (planet)") == ["Mercury"]
+    assert aliases_of("The Tale of Genji") == ["Tale of Genji"]
+    assert aliases_of("Nile") == []
+
+
+def test_items_state_at_least_three_constraints_when_they_can(kg: KnowledgeGraph):
+    rng = random.Random(5)
+    items = [it for it, _ in (build_item(kg, rng) for _ in range(60)) if it]
+    assert sum(len(it["constraints"]) >= 3 for it in items) / len(items) >= 0.6
+    for it in items:
+        assert is_leak_free(it["question"], it["answer"], it["aliases"])
+
+
 # -- dataset loop -------------------------------------------------------------------------------
 from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize  # noqa: E402
 
@@ -242,10 +265,43 @@ def test_synthesize_is_resumable_deterministic_and_balanced(kg: KnowledgeGraph, 
     assert set(report["splits"]) <= {"train", "test"}
 
 
-def test_synthesize_stops_when_the_graph_cannot_supply(tmp_path):
+def test_synthesize_refuses_a_graph_too_small(tmp_path):
+    from websailor.errors import CorpusError
+
     tiny = KnowledgeGraph(nx.path_graph(["Aa", "Bb"]))
-    reasons = synthesize(tiny, tmp_path / "q.jsonl", SynthConfig(n=5, max_attempts_per_item=10), progress=False)
-    assert reasons["no_subgraph"] == 10 and read_items(tmp_path / "q.jsonl") == []
+    with pytest.raises(CorpusError, match="2 pages, 1 links, largest group of linked pages 2; items need at least 3"):
+        synthesize(tiny, tmp_path / "q.jsonl", SynthConfig(n=5), progress=False)
+    assert read_items(tmp_path / "q.jsonl") == []
+
+
+def test_synthesize_stops_with_what_it_found_when_the_graph_runs_dry(kg: KnowledgeGraph, tmp_path, caplog):
+    # a small piece of the real graph: few distinct items exist, so candidates keep failing
+    nodes = list(nx.bfs_tree(kg.graph, "Nile", depth_limit=1))[:12]
+    small = KnowledgeGraph(kg.graph.subgraph(nodes).copy())
+    out = tmp_path / "q.jsonl"
+    reasons = synthesize(small, out, SynthConfig(n=500, max_attempts_per_item=30), progress=False)
+    got = read_items(out)
+    assert len(got) < 500 and reasons["accepted"] == len(got)
+    assert "the last 30 candidates were all rejected" in caplog.text
+
+
+def test_resuming_with_another_seed_is_refused(kg: KnowledgeGraph, tmp_path):
+    from websailor.errors import InvalidArgumentError
+
+    out = tmp_path / "q.jsonl"
+    synthesize(kg, out, SynthConfig(n=3, seed=1), progress=False)
+    with pytest.raises(InvalidArgumentError, match="seed 1; this run uses seed 2"):
+        synthesize(kg, out, SynthConfig(n=6, seed=2), progress=False)
+    assert len(read_items(out)) == 3
+
+
+def test_report_counts_rejections_per_check(kg: KnowledgeGraph, tmp_path):
+    out = tmp_path / "q.jsonl"
+    reasons = synthesize(kg, out, SynthConfig(n=40, seed=3), progress=False)
+    report = dataset_report(read_items(out))
+    assert report["candidates"] == sum(reasons.values()) - sum(v for k, v in reasons.items() if k.startswith("rendered_"))
+    rejected = {k: v for k, v in reasons.items() if k != "accepted"}
+    assert report["rejected_share"] == {k: round(v / report["candidates"], 3) for k, v in Counter(rejected).most_common()}
 
 
 def test_synth_config_rejects_bad_values():
@@ -322,3 +378,83 @@ def test_llm_failing_mid_run_loses_nothing(kg: KnowledgeGraph, tmp_path):
     items = read_items(out)
     assert len(items) == 15 and reasons["rendered_template"] == 15
     assert all(it["rendering"]["mode"] == "template" for it in items)
+
+
+# -- difficulty filter ---------------------------------------------------------------------------
+from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter, verdict  # noqa: E402
+
+
+@pytest.mark.parametrize("correct, k, keep, out", [(0, 8, "moderate", "too_hard"), (3, 8, "moderate", "kept"),
+                                                   (8, 8, "moderate", "too_easy"), (0, 8, "hard", "kept"),
+                                                   (1, 8, "hard", "too_easy"), (8, 8, "all", "kept")])
+def test_verdict(correct, k, keep, out):
+    assert verdict(correct, k, keep) == out
+
+
+def _reference_agent(vital: Corpus, answers: dict[str, str], solve_first: int):
+    """An agent whose model answers the gold answer in the first ``solve_first`` rollouts of
+    each question (counted per question) and a wrong one after."""
+    import threading
+
+    from fakes import ScriptedModel
+
+    from websailor.agent import Agent, AgentConfig
+    from websailor.tools import build_local_tools
+
+    seen: Counter = Counter()
+    lock = threading.Lock()
+
+    def reply(msgs):
+        q = msgs[1]["content"]
+        with lock:
+            seen[q] += 1
+            n = seen[q]
+        return f"<think>done</think><answer>{answers.get(q, 'Atlantis') if n <= solve_first else 'Atlantis'}</answer>"
+
+    model = ScriptedModel(reply)
+    return Agent(model, build_local_tools(vital), AgentConfig(max_calls=3)), model
+
+
+def test_difficulty_filter_keeps_moderate_items_and_reuses_rollouts(kg: KnowledgeGraph, vital: Corpus, tmp_path):
+    from websailor.agent.trajectory import Trajectory
+
+    plain = tmp_path / "plain.jsonl"
+    synthesize(kg, plain, SynthConfig(n=4, seed=9), progress=False)
+    answers = {it["question"]: it["answer"].upper() for it in read_items(plain)}  # graded after normalization
+
+    agent, model = _reference_agent(vital, answers, solve_first=1)
+    rollouts = tmp_path / "qa.rollouts.jsonl"
+    out = tmp_path / "qa.jsonl"
+    rater = DifficultyFilter(agent, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1))
+    synthesize(kg, out, SynthConfig(n=4, seed=9), progress=False, difficulty=rater)
+    items = read_items(out)
+    assert [it["question"] for it in items] == list(answers)
+    assert all(it["difficulty"] == {"k": 3, "correct": 1, "model": "scripted"} for it in items)
+    assert model.calls == 12
+    trajs = [Trajectory.from_dict(json.loads(line)) for line in rollouts.read_text().splitlines()]
+    assert sorted((t.id, t.rollout) for t in trajs) == sorted((it["id"], r) for it in items for r in range(3))
+
+    # a second run over the same rollouts file reruns nothing and keeps the same items
+    again = tmp_path / "again.jsonl"
+    rater2 = DifficultyFilter(agent, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1))
+    synthesize(kg, again, SynthConfig(n=4, seed=9), progress=False, difficulty=rater2)
+    assert model.calls == 12 and [it["id"] for it in read_items(again)] == [it["id"] for it in items]
+
+
+def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vital: Corpus, tmp_path):
+    plain = tmp_path / "plain.jsonl"
+    synthesize(kg, plain, SynthConfig(n=3, seed=4), progress=False)
+    answers = {it["question"]: it["answer"] for it in read_items(plain)}
+    agent, _ = _reference_agent(vital, answers, solve_first=99)  # always right
+    out = tmp_path / "hard.jsonl"
+    rater = DifficultyFilter(agent, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard", concurrency=2))
+    reasons = synthesize(kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=6), progress=False, difficulty=rater)
+    assert read_items(out) == [] and reasons["too_easy"] == 3 and reasons["accepted"] == 0
+    assert all(json.loads(line)["prediction"] in answers.values() for line in (tmp_path / "r.jsonl").read_text().splitlines())
+
+
+def test_difficulty_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="keep must be one of moderate, hard, all"):
+        DifficultyConfig(keep="easy")
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        DifficultyConfig(k=0)

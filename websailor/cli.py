@@ -20,7 +20,9 @@ import typer
 
 from websailor.corpus.text import clean_strings
 from websailor.errors import WebsailorError
-from websailor.log import setup_logging
+from websailor.log import get_logger, setup_logging
+
+logger = get_logger(__name__)
 
 app = typer.Typer(
     help="WebSailor-V2 deep-research agents: corpus, tools, agent, synthesis, training, evaluation.",
@@ -311,9 +313,15 @@ def run(
     print(f"terminations: {terms}; tool calls {summary.tool_calls}, model calls {summary.model_calls}")
 
 
-synth_app = typer.Typer(help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items (in progress).",
+synth_app = typer.Typer(help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items.",
                         invoke_without_command=True)
 app.add_typer(synth_app, name="synth")
+
+
+class Keep(str, Enum):
+    moderate = "moderate"
+    hard = "hard"
+    all = "all"
 
 
 @synth_app.callback()
@@ -325,9 +333,16 @@ def synth(
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same items.")] = 0,
     test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
     llm: Annotated[Optional[str], typer.Option(help="Model spec for the optional fluent rewrite.")] = None,
+    filter_with: Annotated[Optional[str], typer.Option(
+        help="Model spec of a reference agent: rate each item with --k rollouts and keep --keep ones.")] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="Rollouts per item for --filter-with.")] = 8,
+    keep: Annotated[Keep, typer.Option(help="moderate: 0 < correct < k; hard: none correct; all: record only.")] = Keep.moderate,
+    max_calls: Annotated[int, typer.Option(min=1, help="Model calls per rollout of the reference agent.")] = 100,
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts of the reference agent.")] = 8,
     corpus: CorpusOpt = None,
 ) -> None:
-    """Synthesize QA items in template mode (graph built once and cached in the corpus)."""
+    """Synthesize QA items (the graph is built once and cached in the corpus). With
+    --filter-with, the reference agent's rollouts go to OUT's name with .rollouts.jsonl."""
     if ctx.invoked_subcommand is not None:
         return
     from websailor.corpus import Corpus
@@ -337,13 +352,28 @@ def synth(
     if out is None:
         _fail("synth needs --out QA.jsonl")
     read_items(out)  # a wrong --out fails before the graph is built
+    cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction)
     from websailor.models import load_model
 
+    c = Corpus.open(corpus)
     rewriter = load_model(llm) if llm else None
-    kg = load_or_build(Corpus.open(corpus))
-    reasons = synthesize(kg, out, SynthConfig(n=n, seed=seed, test_fraction=test_fraction), llm=rewriter)
+    rater = None
+    if filter_with:
+        from websailor.agent import Agent, AgentConfig
+        from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
+        from websailor.tools import build_local_tools
+
+        rollouts = out.with_name(out.stem + ".rollouts.jsonl")
+        agent = Agent(load_model(filter_with), build_local_tools(c), AgentConfig(max_calls=max_calls, seed=seed))
+        rater = DifficultyFilter(agent, rollouts, DifficultyConfig(k=k, keep=keep.value, concurrency=concurrency))
+        logger.info("difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts)
+    kg = load_or_build(c)
+    reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater)
     report = dataset_report(read_items(out))
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    if report["items"] < n:
+        print(f"only {report['items']} of the {n} items asked for: the last candidates were all rejected "
+              "(see the reasons above); a larger corpus, another --seed or a looser --keep gives more")
 
 
 @synth_app.command("show")

@@ -13,6 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from tqdm import tqdm
@@ -131,6 +132,32 @@ class RunSummary:
         self.model_calls += t.num_model_calls
 
 
+def stream_rollouts(agent: Agent, todo: list[tuple[Question, int]], out: str | Path,
+                    concurrency: int = 4) -> Iterator[Trajectory]:
+    """Run ``(question, rollout)`` pairs with ``concurrency`` threads; append each finished
+    trajectory to ``out`` (flushed and fsynced) and yield it, in finishing order. Stopping
+    early (an interrupt, or the consumer closing the generator) cancels the calls not started
+    and does not wait for those in flight; what finished is already on disk."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
+    finished_cleanly = False
+    try:
+        with out.open("a", encoding="utf-8") as fh:
+            futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
+            for fut in as_completed(futures):
+                traj = fut.result()
+                fh.write(trajectory_line(traj))  # only this thread writes
+                fh.flush()
+                os.fsync(fh.fileno())
+                yield traj
+        finished_cleanly = True
+    finally:
+        pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
+
+
 def run_questions(agent: Agent, questions: list[Question], out: str | Path, rollouts: int = 1,
                   concurrency: int = 4, progress: bool = True) -> RunSummary:
     """Run every question ``rollouts`` times with ``concurrency`` threads, appending each
@@ -140,7 +167,6 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
     if rollouts < 1 or concurrency < 1:
         raise ValueError("rollouts and concurrency must be at least 1")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     done = done_rollouts(out)
     if done:
         with out.open(encoding="utf-8") as fh:
@@ -153,23 +179,10 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
     if summary.skipped:
         logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
     t0 = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
-    finished_cleanly = False
-    try:
-        with out.open("a", encoding="utf-8") as fh, \
-                tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
-            futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
-            for fut in as_completed(futures):
-                traj = fut.result()
-                fh.write(trajectory_line(traj))  # only this thread writes
-                fh.flush()
-                os.fsync(fh.fileno())
-                summary.add(traj)
-                bar.update(1)
-                bar.set_postfix(answered=summary.terminations["answer"])
-        finished_cleanly = True
-    finally:
-        # on an interrupt, finished trajectories are already on disk: do not wait for calls in flight
-        pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
+    with tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
+        for traj in stream_rollouts(agent, todo, out, concurrency):
+            summary.add(traj)
+            bar.update(1)
+            bar.set_postfix(answered=summary.terminations["answer"])
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import networkx as nx
 from tqdm import tqdm
 
+from websailor.errors import CorpusError, InvalidArgumentError
 from websailor.jsonio import read_appended_jsonl
 from websailor.log import get_logger
 from websailor.synth.graph import KnowledgeGraph
@@ -31,6 +33,7 @@ from websailor.synth.rewrite import rewrite_question
 
 if TYPE_CHECKING:
     from websailor.models.base import ChatModel
+    from websailor.synth.difficulty import DifficultyFilter
 
 logger = get_logger(__name__)
 
@@ -61,26 +64,67 @@ def _split(item_id: str, test_fraction: float) -> str:
     return "test" if h < test_fraction else "train"
 
 
+def item_key(item: dict) -> str:
+    """Identity of an item's content: its answer and its set of constraints (in any order), so
+    the same question rendered twice, or with its clauses reordered, counts once."""
+    cs = sorted(json.dumps([c["kind"], c["params"]], sort_keys=True) for c in item["constraints"])
+    return hashlib.sha1(json.dumps([item["answer"], cs]).encode()).hexdigest()
+
+
 def read_items(path: Path) -> list[dict]:
     """Items of a QA file; a half-written last line (a killed run) is dropped from the file."""
     return [rec for _, rec in read_appended_jsonl(path, "a QA item")]
 
 
+def check_graph(kg: KnowledgeGraph, cfg: SynthConfig) -> None:
+    """Fail early on a graph too small to sample from.
+
+    Raises:
+        CorpusError: no connected group of ``min(cfg.item.n_nodes)`` linked pages (3 by
+            default), so no subgraph can ever be drawn.
+    """
+    need = min(cfg.item.n_nodes)
+    largest = max((len(c) for c in nx.connected_components(kg.graph)), default=0)
+    if largest < need or not kg.walk_starts:
+        raise CorpusError(
+            f"the corpus's link graph is too small to synthesize from: {kg.graph.number_of_nodes()} pages, "
+            f"{kg.graph.number_of_edges()} links, largest group of linked pages {largest}; items need at least "
+            f"{need} pages linked together (one of them linked to two others). Build a larger corpus "
+            "(the embedded vital corpus gives a graph of 10,033 pages and 27,455 links)")
+
+
 def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: bool = True,
-               llm: "ChatModel | None" = None) -> Counter:
+               llm: "ChatModel | None" = None, difficulty: "DifficultyFilter | None" = None) -> Counter:
     """Append accepted items to ``out`` until it holds ``cfg.n``; returns the reasons of every
-    candidate (``accepted``, ``not_unique``, ``leak``, ``topology_cap``, ...). Stops early, with
-    a warning, when ``max_attempts_per_item`` candidates in a row are rejected.
+    candidate (``accepted``, ``not_unique``, ``leak``, ``topology_cap``, ...). Each item also
+    records, in ``rejected_before``, the candidates rejected since the item before it, so the
+    report can give rejection shares for a whole file. Stops early, with a warning, when
+    ``max_attempts_per_item`` candidates in a row are rejected.
 
     With ``llm``, each accepted question is rewritten into fluent prose when the rewrite keeps
     every constraint and leaks nothing (:mod:`websailor.synth.rewrite`); otherwise, and when
-    the model fails, the template text is kept and the reason recorded in ``rendering``."""
+    the model fails, the template text is kept and the reason recorded in ``rendering``.
+    With ``difficulty``, each item is then rated by the reference agent and kept only in the
+    filter's band (rejections: ``too_easy``, ``too_hard``).
+
+    Raises:
+        CorpusError: the graph is too small (:func:`check_graph`).
+        InvalidArgumentError: ``out`` holds items of another seed.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     items = read_items(out)
+    seeds = sorted({it.get("seed") for it in items} - {cfg.seed}, key=str)
+    if seeds:
+        raise InvalidArgumentError(
+            f"{out} holds items synthesized with seed {seeds[0]}; this run uses seed {cfg.seed}. Resuming would "
+            f"mix two streams: pass --seed {seeds[0]} to continue that file, or use another --out")
+    check_graph(kg, cfg)
     topo = Counter(it["topology_hash"] for it in items)
+    keys = {item_key(it) for it in items}
     cycles = sum(it["has_cycle"] for it in items)
     reasons: Counter = Counter()
+    since_last: Counter = Counter()  # rejections since the last accepted item
     attempt = max((it.get("attempt", -1) for it in items), default=-1) + 1
     misses = 0
     with out.open("a", encoding="utf-8") as fh, \
@@ -88,21 +132,23 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
         while len(items) < cfg.n:
             if misses >= cfg.max_attempts_per_item:
                 logger.warning("stopping at %d items: the last %d candidates were all rejected (%s); the graph "
-                               "cannot supply more under these settings", len(items), misses, dict(reasons))
+                               "gives no more items that pass under these settings", len(items), misses, dict(reasons))
                 break
             rng = random.Random(f"{cfg.seed}/{attempt}")
             item, why = build_item(kg, rng, cfg.item)
             attempt += 1
+            if item is not None and item_key(item) in keys:
+                item, why = None, "duplicate"
             if item is not None and len(items) >= cfg.warmup:
                 if (topo[item["topology_hash"]] + 1) / (len(items) + 1) > cfg.max_topology_share:
                     item, why = None, "topology_cap"
                 elif not item["has_cycle"] and cycles / len(items) < cfg.min_cycle_share:
                     item, why = None, "need_cycle"
-            reasons[why] += 1
             if item is None:
+                reasons[why] += 1
+                since_last[why] += 1
                 misses += 1
                 continue
-            misses = 0
             rendering = {"mode": "template"}
             if llm is not None:
                 cs = [Constraint.from_dict(c) for c in item["constraints"]]
@@ -114,10 +160,24 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
             item_id = f"sf-{cfg.seed}-{attempt - 1}"
             item = {"id": item_id, **item, "split": _split(item_id, cfg.test_fraction), "seed": cfg.seed,
                     "attempt": attempt - 1}
+            if difficulty is not None:
+                item["difficulty"] = difficulty.rate(item)
+                why = difficulty.keeps(item["difficulty"])
+                if why != "kept":
+                    reasons[why] += 1
+                    since_last[why] += 1
+                    misses += 1
+                    bar.set_postfix(rejected_by_difficulty=reasons["too_easy"] + reasons["too_hard"])
+                    continue
+            reasons["accepted"] += 1
+            misses = 0
+            item["rejected_before"] = dict(since_last)
+            since_last.clear()
             fh.write(json.dumps(item, ensure_ascii=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
             items.append(item)
+            keys.add(item_key(item))
             topo[item["topology_hash"]] += 1
             cycles += item["has_cycle"]
             bar.update(1)
@@ -130,6 +190,11 @@ def dataset_report(items: list[dict]) -> dict:
         return {"items": 0}
     topo = Counter(it["topology_hash"] for it in items)
     ops = Counter(o["op"] for it in items for o in it["uncertainty"])
+    rejected: Counter = Counter()
+    for it in items:
+        rejected.update(it.get("rejected_before") or {})
+    n_candidates = len(items) + sum(rejected.values())
+    rated = [it["difficulty"] for it in items if it.get("difficulty")]
     return {
         "items": len(items),
         "splits": dict(Counter(it.get("split", "?") for it in items)),
@@ -141,4 +206,10 @@ def dataset_report(items: list[dict]) -> dict:
         "mean_edges": round(statistics.mean(len(it["subgraph"]["edges"]) for it in items), 2),
         "mean_constraints": round(statistics.mean(len(it["constraints"]) for it in items), 2),
         "mean_question_words": round(statistics.mean(len(it["question"].split()) for it in items), 1),
+        "candidates": n_candidates,
+        "rejected_share": {k: round(v / n_candidates, 3) for k, v in rejected.most_common()},
+        "with_aliases": sum(bool(it.get("aliases")) for it in items),
+        "difficulty": ({"rated": len(rated), "mean_correct": round(statistics.mean(d["correct"] for d in rated), 2),
+                        "k": sorted({d["k"] for d in rated})} if rated else None),
+        "rendering": dict(Counter((it.get("rendering") or {}).get("mode", "template") for it in items)),
     }

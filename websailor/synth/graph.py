@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +46,23 @@ class KnowledgeGraph:
     def walk_starts(self) -> list[str]:
         """Nodes a subgraph walk may start from (computed once; the graph is not mutated after build)."""
         return walk_starts(self.graph)
+
+    @cached_property
+    def common_words(self) -> dict[str, bool]:
+        """For each word written after the first of a description or an evidence sentence:
+        whether it is lower case more often than capitalized there ("country": True; "hindu",
+        "disney": False). It decides how a description's first word is cased when put
+        mid-sentence."""
+        lower: Counter = Counter()
+        upper: Counter = Counter()
+        texts = [d["attributes"].description for _, d in self.graph.nodes(data=True)]
+        texts += [e["sentence"] for _, _, d in self.graph.edges(data=True) for e in d["evidence"]]
+        for text in texts:
+            for word in text.split()[1:]:
+                word = word.strip(".,;:()\"'")
+                if word[:1].isalpha():
+                    (lower if word[:1].islower() else upper)[word.lower()] += 1
+        return {w: lower[w] > upper[w] for w in lower.keys() | upper.keys()}
 
     def __len__(self) -> int:
         return self.graph.number_of_nodes()

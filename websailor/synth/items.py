@@ -1,8 +1,9 @@
 """Building one SailorFog-QA-V2 item in template mode (no LLM): sample a subgraph, pick the
 target by structural role, turn its neighbours and attributes into vague constraints, add them
-until the target is the only node of the whole graph that satisfies them, render the question
-and verify it. Work in progress for issue 4: balancing, comparisons, the LLM rewrite and the
-dataset loop come next.
+until the target is the only node of the whole graph that satisfies them (and at least
+``min_constraints`` are stated), render the question and verify it. The dataset loop
+(:mod:`websailor.synth.dataset`) balances topologies and cycles and may rewrite the text with an
+LLM (:mod:`websailor.synth.rewrite`).
 
 Uncertainty operators recorded in ``uncertainty`` (each with its parameters):
 
@@ -47,30 +48,58 @@ _COMPARE = {"length": ("is longer than", "is shorter than"), "area": ("covers a 
 
 @dataclass
 class ItemConfig:
-    """Knobs of one item. ``n_nodes``: subgraph sizes to draw from; ``max_constraints``:
-    constraints added before giving up on uniqueness."""
+    """Knobs of one item. ``n_nodes``: subgraph sizes to draw from; ``min_constraints``:
+    constraints stated even when fewer already make the target unique (more clues to combine,
+    none sufficient alone); ``max_constraints``: constraints added before giving up on
+    uniqueness."""
 
     n_nodes: tuple[int, ...] = (3, 4, 5, 6)
     backtrack_p: float = 0.3
+    min_constraints: int = 3
     max_constraints: int = 5
 
+    def __post_init__(self) -> None:
+        if not self.n_nodes or min(self.n_nodes) < 2:
+            raise ValueError(f"n_nodes must be sizes of at least 2, got {self.n_nodes}")
+        if not 1 <= self.min_constraints <= self.max_constraints:
+            raise ValueError(f"need 1 <= min_constraints <= max_constraints, got {self.min_constraints}, {self.max_constraints}")
+        if not 0.0 <= self.backtrack_p <= 1.0:
+            raise ValueError(f"backtrack_p must be in [0, 1], got {self.backtrack_p}")
 
-def _lower_first(desc: str) -> str:
-    """Lower-case a short description's first letter unless it starts a name: "Italian
-    polymath", "Bronze Age civilization", "South Korean genre", "Romanian-French playwright"
-    keep theirs; "Country in West Africa" becomes "country in West Africa"."""
+
+def _lower_first(desc: str, common: dict[str, bool] | None = None) -> str:
+    """Lower-case a short description's first letter when it is put mid-sentence, unless the
+    word is a name: "Country in West Africa" becomes "country in West Africa"; "Italian
+    polymath", "Hindu pilgrimage", "Bronze Age civilization", "Romanian-French playwright"
+    keep theirs. ``common`` (:attr:`KnowledgeGraph.common_words`) decides for words the
+    descriptions use elsewhere; a rule on the next word and the suffix for the others."""
     words = desc.split()
     first = words[0]
-    proper = (len(words) > 1 and words[1][:1].isupper()) or re.search(r"-[A-Z]", first) \
-        or first.endswith(("an", "ese", "ish", "ch"))
+    if common and first.lower() in common:
+        proper = not common[first.lower()] or re.search(r"-[A-Z]", first)
+    else:
+        proper = (len(words) > 1 and words[1][:1].isupper()) or re.search(r"-[A-Z]", first) \
+            or first.endswith(("an", "ese", "ish", "ch"))
     return desc if proper else first[0].lower() + desc[1:]
+
+
+def aliases_of(title: str) -> list[str]:
+    """Other forms a judge should accept for a page title: without the disambiguation in
+    parentheses ("Mercury (planet)" -> "Mercury") and without a leading article ("The
+    Beatles" -> "Beatles")."""
+    out: list[str] = []
+    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+    for form in (bare, re.sub(r"^(?:The|A|An)\s+", "", bare)):
+        if form and form != title and form not in out:
+            out.append(form)
+    return out
 
 
 def _describe(kg: KnowledgeGraph, node: str) -> str | None:
     desc = _SPAN_IN_DESC.sub("", kg.attributes(node).description).strip()
     if not desc:
         return None
-    return ("an " if desc[0].lower() in "aeiou" else "a ") + _lower_first(desc)
+    return ("an " if desc[0].lower() in "aeiou" else "a ") + _lower_first(desc, kg.common_words)
 
 
 def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> tuple[Constraint, list[dict]] | None:
@@ -90,8 +119,12 @@ def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) 
         which = rng.choice(["span_start", "span_end"])
         year = attrs.span[0 if which == "span_start" else 1]
         v = vague_period(year, rng)
-        verb = ("was born" if which == "span_start" else "died") if attrs.topic == "People" else \
-               ("began" if which == "span_start" else "ended")
+        if attrs.topic == "People":
+            verb = "was born" if which == "span_start" else "died"
+        elif attrs.topic in ("", "Uncategorized"):  # a life or a period: the corpus does not say which
+            verb = "whose life or period began" if which == "span_start" else "whose life or period ended"
+        else:
+            verb = "began" if which == "span_start" else "ended"
         ev = ({"sentence": attrs.description, "url": url},)
         out.append((Constraint(which, {"lo": v.lo, "hi": v.hi}, f"{verb} {v.phrase}", ev),
                     {"op": "vague_period", "params": {"year": year, **v.params}}))
@@ -180,17 +213,22 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     if not forward:
         return None, "no_forward_hop"
     pool.insert(0, pool.pop(forward[0]))
-    # one hop first (every item is multi-hop), then links and blurred attributes in random order
+    # one hop first (every item is multi-hop), then a blurred value when the target has one
+    # (values are rarer than links, so they would otherwise seldom be drawn), then links and
+    # the other blurred attributes in random order
     attrs = _attribute_constraints(kg, target, rng) + _relational_constraints(kg, target, sorted(sub.neighbors(target)), rng)
     rest = pool[1:] + [(c, [op]) for c, op in attrs]
     rng.shuffle(rest)
+    values = [i for i, (c, _) in enumerate(rest) if c.kind not in ("linked", "name")]
+    if values:
+        rest.insert(0, rest.pop(values[0]))
     pool = pool[:1] + rest
     chosen: list[tuple[Constraint, list[dict]]] = []
     for c, ops in pool:
         if len(chosen) >= cfg.max_constraints:
             break
         chosen.append((c, ops))
-        if candidates(kg, [x for x, _ in chosen]) == [target]:
+        if len(chosen) >= cfg.min_constraints and candidates(kg, [x for x, _ in chosen]) == [target]:
             break
     constraints = [c for c, _ in chosen]
     if candidates(kg, constraints) != [target]:
@@ -200,14 +238,15 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     if n_linked >= 2:
         ops.append({"op": "intersection", "params": {"entities": [c.params["other"] for c in constraints if c.kind == "linked"]}})
     question = render(kg, target, constraints)
-    if not is_leak_free(question, target):
+    aliases = aliases_of(target)
+    if not is_leak_free(question, target, aliases):
         return None, "leak"
     if not is_supported(constraints):
         return None, "unsupported"
     item = {
         "question": question,
         "answer": target,
-        "aliases": [],
+        "aliases": aliases,
         "target_url": kg.graph.nodes[target]["url"],
         "subgraph": {"nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
                      "edges": [{"src": a, "dst": b, "evidence": kg.evidence(a, b)[0]["sentence"],

@@ -1,0 +1,38 @@
+"""Rule-based judges: SQuAD-style normalization, aliases, lists, token F1 (hand-computed)."""
+
+import pytest
+
+from websailor.judge import exact_match, gold_answers, normalize_answer, token_f1
+
+
+@pytest.mark.parametrize("text, norm", [("The  Nile River.", "nile river"), ("Leonardo da Vinci!", "leonardo da vinci"),
+                                        ("An “Apple”", "apple"), ("Ｐａｒｉｓ", "paris"), ("Pelé", "pelé"),
+                                        ("1,000 km", "1 000 km")])
+def test_normalize_answer(text, norm):
+    assert normalize_answer(text) == norm
+
+
+def test_exact_match_uses_aliases_and_lists():
+    assert exact_match("the nile", "Nile")
+    assert exact_match("Mercury", "Mercury (planet)", ["Mercury"])
+    assert not exact_match("Mercury", "Mercury (planet)")
+    assert exact_match("Barack Obama", ["Obama", "Barack Obama"])
+    assert exact_match("1879", 1879)
+    assert not exact_match(None, "Nile") and not exact_match("  ", "Nile")
+    assert not exact_match("Nile River", "Nile")
+
+
+def test_token_f1_hand_computed():
+    # pred "nile river", gold "nile": p = 1/2, r = 1, f1 = 2/3
+    assert token_f1("Nile River", "Nile") == pytest.approx(2 / 3)
+    # pred "leonardo", gold "leonardo da vinci": p = 1, r = 1/3, f1 = 0.5
+    assert token_f1("Leonardo", "Leonardo da Vinci") == pytest.approx(0.5)
+    assert token_f1("Leonardo", "Leonardo da Vinci", ["Leonardo"]) == 1.0
+    assert token_f1("Danube", "Nile") == 0.0 and token_f1(None, "Nile") == 0.0
+
+
+def test_no_gold_answer_is_an_error_not_a_wrong_grade():
+    for bad in (None, "", "  ", [], [None]):
+        with pytest.raises(ValueError, match="no gold answer"):
+            exact_match("Nile", bad)
+    assert gold_answers(["Nile", ""], ["The Nile"]) == ["Nile", "The Nile"]
