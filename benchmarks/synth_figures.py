@@ -39,6 +39,11 @@ def plain_question(kg, item: dict) -> str:
         elif c["kind"] in ("span_start", "span_end"):
             span = kg.attributes(item["answer"]).span
             parts.append(f"{'began' if c['kind'] == 'span_start' else 'ended'} in {span[0 if c['kind'] == 'span_start' else 1]}")
+        elif c["kind"] == "compare":
+            parts.append(f"has a {'larger' if c['params']['more'] else 'smaller'} {c['params']['kind']} than {c['params']['other']}")
+        elif c["kind"] == "relative_start":
+            mine, theirs = kg.attributes(item["answer"]).span[0], kg.attributes(c["params"]["other"]).span[0]
+            parts.append(f"began in {mine}, {mine - theirs} years after {c['params']['other']}")
     return f"Which {type_word(kg, item['answer'])} " + ", and ".join(parts or ["exists"]) + "?"
 
 
@@ -63,8 +68,6 @@ def main() -> int:
         dt = time.perf_counter() - t
         items = read_items(out)
         print(f"{len(items)} items in {dt:.1f} s: {len(items) / dt * 60:.0f} accepted items per minute (target >= 100)")
-        total = sum(reasons.values())
-        print("candidates:", ", ".join(f"{k} {v} ({v / total:.0%})" for k, v in reasons.most_common()))
         print(json.dumps(dataset_report(items), indent=1))
         answers = [it["answer"] for it in items]
         rendered = recall_at_10(corpus, [it["question"] for it in items], answers)

@@ -12,6 +12,7 @@ from websailor.errors import InvalidArgumentError
 from websailor.synth import (KnowledgeGraph, build_knowledge_graph, has_cycle, load_or_build, parse_attributes,
                              sample_subgraph, structural_roles, topology_hash)
 from websailor.synth.attributes import parse_span, parse_years
+from websailor.synth.graph import GRAPH_FILE
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_graph_cache_round_trip(kg: KnowledgeGraph, tmp_path):
 
 def test_load_or_build_caches_in_the_corpus(vital: Corpus):
     kg = load_or_build(vital)
-    assert (vital.path / "synth" / "knowledge_graph.v2.json").exists()
+    assert (vital.path / "synth" / GRAPH_FILE).exists()
     assert load_or_build(vital).graph.number_of_edges() == kg.graph.number_of_edges()
 
 
@@ -132,6 +133,7 @@ def test_vague_period(year, g, phrase, lo, hi):
     (105.4, "area", "magnitude", "between 100 and 1,000 km2", 100, 1000),
     (2_040_000, "population", "magnitude", "between 1 and 10 million", 1e6, 1e7),
     (2_040_000, "population", "bound", "more than 2 million", 2e6, float("inf")),
+    (144_000_000, "population", "magnitude", "between 100 million and 1 billion", 1e8, 1e9),
     (1_500_000, "population", "bound", "more than a million", 1e6, float("inf")),
     (8848.86, "height", "bound", "more than 5,000 m", 5000, float("inf")),
 ])
@@ -202,7 +204,7 @@ from websailor.synth.items import _lower_first, aliases_of, build_item  # noqa: 
 
 def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
     rng = random.Random(3)
-    items = [it for it, _ in (build_item(kg, rng) for _ in range(100)) if it]
+    items = [it for it, _ in (build_item(kg, rng) for _ in range(150)) if it]
     assert len(items) >= 30
     for it in items:
         cs = [Constraint.from_dict(c) for c in it["constraints"]]

@@ -32,6 +32,10 @@ _QUANTITIES = [
 _POPULATION = re.compile(r"population\b[^.\d;]{0,40}?" + _NUM + r"(?:\s*(million|billion))?")
 _SCALE = {"million": 1e6, "billion": 1e9, None: 1.0}
 _HEIGHT_WORDS = re.compile(r"\b(height|tall|high|elevation|summit|altitude)\b", re.I)
+# sentences whose length or area is not the entity's own size (a river's basin, a country's
+# coastline or border): their km and km2 are not read
+_NOT_OWN_SIZE = re.compile(r"\b(basin|drainage|catchment|watershed|coast(?:line)?s?|borders?|shoreline|exclusive economic zone|"
+                           r"radius|diameter|orbit|distance)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,8 @@ def parse_quantities(text: str) -> list[Quantity]:
     for sentence in split_sentences(text):
         kinds: set[str] = set()
         for kind, pattern, factor in _QUANTITIES:
-            if kind in kinds or (kind == "height" and not _HEIGHT_WORDS.search(sentence)):
+            if kind in kinds or (kind == "height" and not _HEIGHT_WORDS.search(sentence)) \
+                    or (kind in ("length", "area") and _NOT_OWN_SIZE.search(sentence)):
                 continue
             m = pattern.search(sentence)
             if m:

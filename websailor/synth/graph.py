@@ -26,7 +26,7 @@ from websailor.synth.sampling import walk_starts
 
 logger = get_logger(__name__)
 
-GRAPH_FILE = "knowledge_graph.v2.json"
+GRAPH_FILE = "knowledge_graph.v3.json"
 
 
 @dataclass

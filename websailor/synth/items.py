@@ -95,11 +95,20 @@ def aliases_of(title: str) -> list[str]:
     return out
 
 
+_COUNT_WORDS = frozenset("two three four five six seven eight nine ten several many various multiple".split())
+
+
 def _describe(kg: KnowledgeGraph, node: str) -> str | None:
+    """The noun phrase naming ``node`` by its description: "an Italian polymath"; no article
+    before a count ("two equalities that ...")."""
     desc = _SPAN_IN_DESC.sub("", kg.attributes(node).description).strip()
     if not desc:
         return None
-    return ("an " if desc[0].lower() in "aeiou" else "a ") + _lower_first(desc, kg.common_words)
+    desc = _lower_first(desc, kg.common_words)
+    if desc.split()[0].lower() in _COUNT_WORDS:
+        return desc
+    vowel_sound = desc[0].lower() in "aeiou" and not re.match(r"(?i)(eu|uni|use|usu|one\b|once\b|uk)", desc)
+    return ("an " if vowel_sound else "a ") + desc
 
 
 def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> tuple[Constraint, list[dict]] | None:
@@ -162,15 +171,18 @@ def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[st
             out.append((Constraint("compare", {"kind": q.kind, "other": other, "more": more},
                                    f"{_COMPARE[q.kind][0 if more else 1]} {phrase}", ev),
                         {"op": "comparison", "params": {"kind": q.kind, "entity": other, "more": more}}))
-        if mine.span and theirs.span and mine.topic == theirs.topic == "People":
+        if mine.span and theirs.span:
             delta = mine.span[0] - theirs.span[0]
             decades = round(abs(delta) / 10)
             if decades >= 1:
                 lo, hi = delta - 5, delta + 5
                 side = "after" if delta > 0 else "before"
                 ev = ({"sentence": mine.description, "url": url}, {"sentence": theirs.description, "url": other_url})
+                mine_verb = "was born" if mine.topic == "People" else "began"
+                their_verb = "was born" if theirs.topic == "People" else "began"
                 out.append((Constraint("relative_start", {"other": other, "lo": lo, "hi": hi},
-                                       f"was born about {decades} decade{'s' if decades > 1 else ''} {side} {phrase} was born", ev),
+                                       f"{mine_verb} about {decades} decade{'s' if decades > 1 else ''} {side} "
+                                       f"{phrase} {their_verb}", ev),
                             {"op": "relative_time", "params": {"entity": other, "delta_years": delta}}))
     return out
 
@@ -183,7 +195,19 @@ def type_word(kg: KnowledgeGraph, node: str) -> str:
 def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> str:
     """Template rendering: "Which <type> <c1>, <c2>, and <c3>?" (name masks go last)."""
     word = type_word(kg, target)
-    phrases = [c.phrase for c in constraints if c.kind != "name"] + [c.phrase for c in constraints if c.kind == "name"]
+    ordered = [c for c in constraints if c.kind != "name"] + [c for c in constraints if c.kind == "name"]
+    phrases: list[str] = []
+    named: set[str] = set()
+    for c in ordered:
+        phrase = c.phrase
+        other = c.params.get("other")
+        if other is not None:
+            desc = _describe(kg, other)
+            if other in named and desc and desc[:2] in ("a ", "an"):
+                # the same entity again: "... before the same English poet was born", not a second one
+                phrase = phrase.replace(desc, "the same " + desc.split(" ", 1)[1], 1)
+            named.add(other)
+        phrases.append(phrase)
     body = phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + ", and " + phrases[-1]
     return f"Which {word} {body}?"
 
@@ -198,7 +222,11 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         return None, "no_subgraph"
     roles = structural_roles(sub)
     role = rng.choice(roles)
-    target = rng.choice(sorted(role))
+    # within the drawn role, prefer a node with a value to blur (a date or a quantity): values
+    # are rarer than links, and the role stays evenly drawn
+    members = sorted(role)
+    valued = [n for n in members if kg.attributes(n).span or kg.attributes(n).quantities]
+    target = rng.choice(valued or members)
     pool: list[tuple[Constraint, list[dict]]] = []
     for other in sorted(sub.neighbors(target)):
         got = _linked(kg, target, other, rng)

@@ -88,7 +88,9 @@ def vague_number(value: float, kind: str, rng: random.Random, style: str | None 
         return Vague(phrase.replace("more than 1 million", "more than a million"), bound, math.inf,
                      {"style": "bound", "bound": bound})
     if kind == "population" and lo >= 1e6:
-        phrase = f"between {_fmt(lo, kind).split()[0]} and {_fmt(hi, kind)}"
+        lo_s, hi_s = _fmt(lo, kind), _fmt(hi, kind)
+        same_scale = lo_s.split()[-1] == hi_s.split()[-1]  # "between 1 and 10 million", not "between 100 million and 1 billion"
+        phrase = f"between {lo_s.split()[0] if same_scale else lo_s} and {hi_s}"
     else:
         phrase = f"between {_fmt(lo, kind)} and {_fmt(hi, kind)}{' ' + unit if unit else ''}"
     return Vague(phrase, lo, hi, {"style": "magnitude", "exponent": exp})
