@@ -7,6 +7,7 @@ from fakes import FakeOpenAIServer, ScriptedModel, call
 
 from websailor.agent import Agent, AgentConfig
 from websailor.agent.parse import parse_turn
+from websailor.agent.prompt import FINAL_ANSWER_NUDGE
 from websailor.agent.runner import done_rollouts, load_questions, run_questions
 from websailor.corpus import Corpus
 from websailor.errors import InputFormatError, ModelError
@@ -54,7 +55,7 @@ def test_search_visit_answer_records_everything(tools):
     assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
     assert "<tools>" in t.messages[0]["content"] and t.messages[0]["content"].rstrip().split()[-1][:4].isdigit()
     assert t.messages[3]["content"].startswith("<tool_response>\nA search for 'Mona Lisa painter'")
-    assert t.messages[5]["content"].startswith("<tool_response>\nThe useful information in https://en.wikipedia.org/wiki/Mona_Lisa")
+    assert t.messages[5]["content"].startswith("<tool_response>\nPage https://en.wikipedia.org/wiki/Mona_Lisa, read for the goal")
     assert [c.name for c in t.tool_calls] == ["search", "visit"] and all(c.error is None for c in t.tool_calls)
     assert t.timings["total_s"] >= t.timings["model_s"] + t.timings["tools_s"] > 0
     rec = json.loads(json.dumps(t.to_dict()))
@@ -90,7 +91,7 @@ def test_context_budget_nudges_then_stops(tools):
     # a small context (words count as tokens here): search results soon cross the nudge threshold
     model = ScriptedModel([call("search", query=["Nile"])], max_context=3000)
     t = Agent(model, tools, AgentConfig(max_context_tokens=3000, answer_nudge_tokens=1000)).run("q")
-    nudged = [i for i, m in enumerate(t.messages) if "stop making tool calls" in m["content"]]
+    nudged = [i for i, m in enumerate(t.messages) if FINAL_ANSWER_NUDGE in m["content"]]
     assert len(nudged) == 1 and t.messages[nudged[0]]["role"] == "user"
     # the model kept calling tools after the nudge: the trajectory ends there
     assert t.termination == "context" and nudged[0] == len(t.messages) - 2
@@ -98,7 +99,7 @@ def test_context_budget_nudges_then_stops(tools):
 
 def test_context_nudge_then_answer(tools):
     def script(messages):
-        if "stop making tool calls" in messages[-1]["content"]:
+        if FINAL_ANSWER_NUDGE in messages[-1]["content"]:
             return "<answer>Nile</answer>"
         return call("search", query=["Nile"])
 

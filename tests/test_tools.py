@@ -46,10 +46,10 @@ def test_search_tolerates_a_string_query_and_notes_long_ones(tools):
 
 def test_visit_puts_goal_evidence_first_then_summary(tools):
     obs = call_tool(tools, "visit", {"url": "https://en.wikipedia.org/wiki/Nile", "goal": "How long is the river in kilometers?"})
-    assert obs.startswith("The useful information in https://en.wikipedia.org/wiki/Nile for user goal How long is the river in kilometers? as follows: \n\nEvidence in page: \n")
-    evidence = obs.split("Evidence in page: \n", 1)[1].split("\n\nSummary: \n")[0].splitlines()
+    assert obs.startswith("Page https://en.wikipedia.org/wiki/Nile, read for the goal: How long is the river in kilometers?\n\nEvidence in page:\n")
+    evidence = obs.split("Evidence in page:\n", 1)[1].split("\n\nSummary:\n")[0].splitlines()
     assert evidence[0].startswith("At 7,088 kilometers")
-    summary = obs.split("Summary: \n", 1)[1]
+    summary = obs.split("Summary:\n", 1)[1]
     assert summary.startswith("The Nile is a major north-flowing river") and "7,088" in summary
 
 
@@ -58,7 +58,7 @@ def test_visit_unknown_url_suggests_closest_titles(tools):
     first, second = obs.split("\n=======\n")
     assert "could not be found" in first
     assert "1. [Leonardo da Vinci](https://en.wikipedia.org/wiki/Leonardo_da_Vinci)" in first
-    assert second.startswith("The useful information in https://en.wikipedia.org/wiki/Mona_Lisa")
+    assert second.startswith("Page https://en.wikipedia.org/wiki/Mona_Lisa")
 
 
 @pytest.mark.parametrize("name, args, expected", [
@@ -110,9 +110,9 @@ def test_llm_extractor_for_visit_and_its_fallback(vital: Corpus):
 
     good = ScriptedModel([json.dumps({"rational": "r", "evidence": "It is 7,088 km long.", "summary": "The Nile's length."})])
     obs = VisitTool(vital, summary_model=good)({"url": "Nile", "goal": "length"})
-    assert "Evidence in page: \nIt is 7,088 km long.\n\nSummary: \nThe Nile's length." in obs
+    assert "Evidence in page:\nIt is 7,088 km long.\n\nSummary:\nThe Nile's length." in obs
     assert good.calls == 1
     # empty, then unparsable, then empty: the page is cut in half each time, then the passage extractor answers
     bad = ScriptedModel(["", "not json at all", ""])
     obs = VisitTool(vital, summary_model=bad)({"url": "Nile", "goal": "length in kilometers"})
-    assert bad.calls >= 1 and "At 7,088 kilometers" in obs.split("Evidence in page: \n")[1]
+    assert bad.calls >= 1 and "At 7,088 kilometers" in obs.split("Evidence in page:\n")[1]

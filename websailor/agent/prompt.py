@@ -13,36 +13,45 @@ from collections.abc import Iterable
 
 from websailor.tools.base import Tool
 
-SYSTEM_TEMPLATE = """You are a deep research assistant. Your core function is to conduct thorough, multi-source investigations into any topic. You must handle both broad, open-domain inquiries and queries within specialized academic fields. For every request, synthesize information from credible, diverse sources to deliver a comprehensive, accurate, and objective response. When you have gathered sufficient information and are ready to provide the definitive response, you must enclose the entire final answer within <answer></answer> tags.
+SYSTEM_TEMPLATE = """You are a research agent. You answer hard questions by searching for and reading sources, checking each claim against the evidence you find, and combining facts from several pages when no single page holds the answer. Keep going until the evidence settles the question; then give the final answer, as short as the question allows, between <answer> and </answer>.
 
 # Tools
 
-You may call one function per turn to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
+Each turn you may call at most one of the functions whose JSON schemas are listed between <tools> and </tools>:
 <tools>
 {tools}
 </tools>
 
-For each function call, first think inside <think></think> tags, then return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+To call one, first reason between <think> and </think>, then write the call as a JSON object with the keys "name" and "arguments" between <tool_call> and </tool_call>:
 <tool_call>
 {{"name": <function-name>, "arguments": <args-json-object>}}
 </tool_call>
+The result comes back in the next message between <tool_response> and </tool_response>.
 
 Current date: {date}"""
 
-#: Told to the model when the context nears its limit (Tongyi DeepResearch: from about 110k of 128k tokens).
+#: Told to the model when the context nears its limit (the Tongyi DeepResearch setup nudges
+#: from about 110k of 128k tokens).
 FINAL_ANSWER_NUDGE = (
-    "You have now reached the maximum context length you can handle. You should stop making tool calls and, "
-    "based on all the information above, think again and provide what you consider the most likely answer "
-    "in the following format:<think>your final thinking</think>\n<answer>your answer</answer>"
+    "Your context is nearly full, so no more tool calls are possible. Using what you have found so far, "
+    "think once more and give your best answer now, as <think>your reasoning</think>\n<answer>your answer</answer>"
 )
+
+#: The system message of the no-tools baseline (``--env none``): the same answer format, no tools.
+DIRECT_TEMPLATE = """You are a research agent without tools: answer from what you know. Reason between <think> and </think>, then give the final answer, as short as the question allows, between <answer> and </answer>.
+
+Current date: {date}"""
 
 
 def system_prompt(tools: Iterable[Tool], date: dt.date | None = None) -> str:
-    """The system message: tool schemas (one JSON object per line) and today's date."""
+    """The system message: tool schemas (one JSON object per line) and today's date; with no
+    tools, the direct-answer prompt of the no-tools baseline."""
+    tools = list(tools)
+    today = (date or dt.date.today()).isoformat()
+    if not tools:
+        return DIRECT_TEMPLATE.format(date=today)
     schemas = "\n".join(json.dumps(t.schema(), ensure_ascii=False) for t in tools)
-    return SYSTEM_TEMPLATE.format(tools=schemas, date=(date or dt.date.today()).isoformat())
+    return SYSTEM_TEMPLATE.format(tools=schemas, date=today)
 
 
 def tool_response(observation: str) -> str:

@@ -1,9 +1,11 @@
 """Rule-based judges: SQuAD-style normalized exact match and token F1 against every accepted
-form of the gold answer (the answer and its aliases).
+form of the gold answer (:class:`~websailor.judge.gold.Gold`).
 
 Normalization (as in the SQuAD v1.1 evaluation): Unicode NFKC, lower case, punctuation
 removed, the articles "a", "an", "the" removed, whitespace collapsed. Accents are kept
-("Pelé" and "Pele" differ) because they can distinguish answers.
+("Pelé" and "Pele" differ) because they can distinguish answers. A list answer (``parts``)
+is correct when every part, normalized, occurs as whole words in the normalized prediction,
+in any order (the "loose" list matching of FanOutQA).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
+
+from websailor.judge.gold import Gold
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = frozenset(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014"}
@@ -28,49 +32,55 @@ def normalize_answer(text: str) -> str:
 
 
 def gold_answers(answer: Any, aliases: Iterable[str] = ()) -> list[str]:
-    """Every accepted form: ``answer`` may be a string, a number or a list of strings (the
-    ``golden_answers`` of Natural-Questions-style files); ``aliases`` are added.
+    """Every accepted form of a gold answer given in any shape :meth:`Gold.parse` takes.
 
     Raises:
         ValueError: no non-empty gold answer.
     """
-    forms = list(answer) if isinstance(answer, (list, tuple)) else [answer]
-    forms += list(aliases)
-    out = [str(f) for f in forms if f is not None and not isinstance(f, bool) and str(f).strip()]
-    if not out:
-        raise ValueError(f"no gold answer to grade against (answer {answer!r})")
-    return out
+    return list(Gold.parse(answer, aliases).forms)
+
+
+def _gold(answer: Any, aliases: Iterable[str]) -> Gold:
+    return answer if isinstance(answer, Gold) else Gold.parse(answer, aliases)
 
 
 def exact_match(prediction: str | None, answer: Any, aliases: Iterable[str] = ()) -> bool:
-    """True when the normalized prediction equals a normalized gold form. A missing or empty
-    prediction is wrong.
+    """True when the normalized prediction equals a normalized gold form (or, for a list
+    answer, contains every part). A missing or empty prediction is wrong.
+
+    Args:
+        prediction: the model's final answer.
+        answer: a :class:`Gold` or anything :meth:`Gold.parse` takes.
+        aliases: more accepted forms (when ``answer`` is not a :class:`Gold`).
 
     Raises:
-        ValueError: no gold answer (see :func:`gold_answers`).
+        ValueError: no gold answer.
     """
-    golds = gold_answers(answer, aliases)
+    gold = _gold(answer, aliases)
     if not prediction or not prediction.strip():
         return False
     pred = normalize_answer(prediction)
-    return any(pred == normalize_answer(g) for g in golds)
+    if gold.parts:
+        padded = f" {pred} "
+        return all(f" {normalize_answer(p)} " in padded for p in gold.parts)
+    return any(pred == normalize_answer(g) for g in gold.forms)
 
 
 def token_f1(prediction: str | None, answer: Any, aliases: Iterable[str] = ()) -> float:
     """Best token-level F1 (0..1) between the normalized prediction and any gold form.
 
     Raises:
-        ValueError: no gold answer (see :func:`gold_answers`).
+        ValueError: no gold answer.
     """
-    golds = gold_answers(answer, aliases)
+    gold = _gold(answer, aliases)
     if not prediction:
         return 0.0
     pred = normalize_answer(prediction).split()
     best = 0.0
-    for g in golds:
-        gold = normalize_answer(g).split()
-        common = sum((Counter(pred) & Counter(gold)).values())
+    for g in gold.forms:
+        ref = normalize_answer(g).split()
+        common = sum((Counter(pred) & Counter(ref)).values())
         if common:
-            p, r = common / len(pred), common / len(gold)
+            p, r = common / len(pred), common / len(ref)
             best = max(best, 2 * p * r / (p + r))
     return best

@@ -80,20 +80,20 @@ def extract(doc: Document, goal: str, index: BM25Index, max_evidence_chars: int 
     return Extraction(evidence, summary)
 
 
-EXTRACTOR_PROMPT = """Please process the following webpage content and user goal to extract relevant information:
+EXTRACTOR_PROMPT = """Read the page below for a reader who has one goal, and report what in it serves that goal.
 
-## Webpage Content
+## Page
 {content}
 
-## User Goal
+## Goal
 {goal}
 
-## Task Guidelines
-1. Rationale: locate the specific sections or data directly related to the user's goal.
-2. Evidence: extract the most relevant information, quoting the original text in full where it matters.
-3. Summary: organize it into a concise paragraph that judges how useful the page is for the goal.
+## What to write
+- "rational": which parts of the page bear on the goal, and why.
+- "evidence": those parts quoted from the page, word for word where wording matters.
+- "summary": a short paragraph on what the page says about the goal and how far it settles it.
 
-Output a JSON object with the fields "rational", "evidence" and "summary"."""
+Answer with one JSON object with exactly these three keys."""
 
 
 def llm_extract(model: "ChatModel", doc: Document, goal: str, max_chars: int = 24000, attempts: int = 3) -> Extraction | None:

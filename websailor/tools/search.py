@@ -34,8 +34,8 @@ class SearchTool(Tool):
 
     name = "search"
     description = (
-        "Performs batched web searches: supply an array 'query'; the tool retrieves the top 10 "
-        "results for each query in one call."
+        "Search the web. Give one or more queries in the array 'query'; each returns its 10 best "
+        "results (title, URL, snippet)."
     )
     parameters: dict[str, Any] = {
         "type": "object",
@@ -44,7 +44,7 @@ class SearchTool(Tool):
                 "type": "array",
                 "items": {"type": "string"},
                 "minItems": 1,
-                "description": "Array of query strings. Include multiple complementary search queries in a single call.",
+                "description": "Queries to run in this call; several phrasings of the same need can go together.",
             }
         },
         "required": ["query"],

@@ -31,9 +31,9 @@ def page_not_found(corpus: Corpus, url: str) -> str:
 def format_visit(url: str, goal: str, found: Extraction) -> str:
     """A visited page as the Tongyi DeepResearch visit tool lays it out: evidence, then summary."""
     goal = truncate(" ".join(goal.split()), MAX_ECHO_CHARS)
-    return (f"The useful information in {url} for user goal {goal} as follows: \n\n"
-            "Evidence in page: \n" + "\n".join(found.evidence) + "\n\n"
-            f"Summary: \n{found.summary}\n")
+    return (f"Page {url}, read for the goal: {goal}\n\n"
+            "Evidence in page:\n" + "\n".join(found.evidence) + "\n\n"
+            f"Summary:\n{found.summary}\n")
 
 
 class VisitTool(Tool):
@@ -51,7 +51,7 @@ class VisitTool(Tool):
     """
 
     name = "visit"
-    description = "Visit webpage(s) and return the summary of the content."
+    description = "Read one or more web pages and return the passages that serve a goal, with a short summary."
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -59,9 +59,9 @@ class VisitTool(Tool):
                 "type": ["string", "array"],
                 "items": {"type": "string"},
                 "minItems": 1,
-                "description": "The URL(s) of the webpage(s) to visit. Can be a single URL or an array of URLs.",
+                "description": "A page URL, or an array of page URLs.",
             },
-            "goal": {"type": "string", "description": "The specific information goal for visiting webpage(s)."},
+            "goal": {"type": "string", "description": "What you want to learn from the page(s)."},
         },
         "required": ["url", "goal"],
     }

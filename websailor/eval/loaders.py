@@ -1,0 +1,341 @@
+"""Benchmark loaders: every layout becomes a list of :class:`EvalItem` (id, question, gold).
+
+Layouts (``--bench FORMAT:PATH``, or a path whose layout is recognised, or a name):
+
+* ``jsonl``: generic JSONL with ``question`` and ``answer`` (optional ``aliases``, ``id``).
+* ``nq``: Natural-Questions style JSONL, ``question`` and ``golden_answers`` (alternatives).
+* ``synth``: our SailorFog-QA-V2 items (``split`` selects train or test; default test).
+* ``browsecomp``: OpenAI's BrowseComp CSV (``problem``, ``answer``, ``canary``, base64 of the
+  text XORed with the SHA-256 of the row's canary, repeated).
+* ``browsecomp-zh``: BrowseComp-ZH, ``.xlsx`` or ``.csv`` (``Question``, ``Answer``,
+  ``canary``), encrypted the same way.
+* ``xbench``: xbench-DeepSearch CSV (``prompt``, ``answer``, ``canary``: base64 of the text
+  XORed with the canary's own bytes, repeated).
+* ``gaia``: GAIA ``metadata.jsonl`` (``task_id``, ``Question``, ``Final answer``); items
+  with an attached file are dropped (text only).
+* ``hle``: Humanity's Last Exam, ``.parquet`` or JSONL (``id``, ``question``, ``answer``,
+  ``image``); items with an image are dropped (text only).
+* ``fanoutqa``: FanOutQA JSON (a list of ``id``, ``question``, ``answer``; list and mapping
+  answers are list answers). The name ``fanoutqa-dev`` fetches the dev set from the
+  ``fanoutqa`` wheel on PyPI (checked by SHA-256, never installed).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from websailor.corpus.text import clean_text
+from websailor.errors import InputFormatError
+from websailor.judge.gold import Gold
+
+FORMATS = ("jsonl", "nq", "synth", "browsecomp", "browsecomp-zh", "xbench", "gaia", "hle", "fanoutqa")
+FANOUTQA_WHEEL = "fanoutqa==1.1.1"
+FANOUTQA_WHEEL_FILE = "fanoutqa-1.1.1-py3-none-any.whl"
+FANOUTQA_WHEEL_SHA256 = "1d97c901e62e90507ac0c039a357895308bed1c6a5b49207ae81d81eac6fd795"
+
+
+@dataclass
+class EvalItem:
+    """One benchmark question with its gold answer; ``meta`` keeps what else the source has
+    (topic, level, category)."""
+
+    id: str
+    question: str
+    gold: Gold
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+# -- decryption ---------------------------------------------------------------------------------
+def _xor(data: bytes, key: bytes) -> bytes:
+    return bytes(b ^ key[i % len(key)] for i, b in enumerate(data))
+
+
+def sha256_xor_decrypt(ciphertext_b64: str, password: str) -> str:
+    """BrowseComp's scheme: base64 text XORed with SHA-256(password) repeated.
+
+    Raises:
+        ValueError: not base64, or the result is not UTF-8 text (a wrong password).
+    """
+    return _decode(_xor(base64.b64decode(ciphertext_b64, validate=True), hashlib.sha256(password.encode()).digest()))
+
+
+def canary_xor_decrypt(ciphertext_b64: str, password: str) -> str:
+    """xbench's scheme: base64 text XORed with the password's UTF-8 bytes repeated.
+
+    Raises:
+        ValueError: not base64, or the result is not UTF-8 text (a wrong password).
+    """
+    if not password:
+        raise ValueError("empty canary")
+    return _decode(_xor(base64.b64decode(ciphertext_b64, validate=True), password.encode()))
+
+
+def sha256_xor_encrypt(plaintext: str, password: str) -> str:
+    """Inverse of :func:`sha256_xor_decrypt` (tests build their own encrypted samples)."""
+    return base64.b64encode(_xor(plaintext.encode(), hashlib.sha256(password.encode()).digest())).decode()
+
+
+def canary_xor_encrypt(plaintext: str, password: str) -> str:
+    """Inverse of :func:`canary_xor_decrypt`."""
+    return base64.b64encode(_xor(plaintext.encode(), password.encode())).decode()
+
+
+def _decode(raw: bytes) -> str:
+    text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    if any(ord(ch) < 32 and ch not in "\t\n\r" for ch in text):
+        raise ValueError("control characters in the decrypted text")
+    return text
+
+
+# -- readers ------------------------------------------------------------------------------------
+def _rows_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _rows_xlsx(path: Path) -> list[dict[str, Any]]:
+    import openpyxl
+
+    wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    rows = wb.active.iter_rows(values_only=True)
+    header = [str(h).strip() if h is not None else "" for h in next(rows, [])]
+    return [dict(zip(header, r)) for r in rows if any(v is not None for v in r)]
+
+
+def _rows_jsonl(path: Path) -> list[dict]:
+    out = []
+    with path.open(encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputFormatError(f"{path} line {lineno}: not JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise InputFormatError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+            out.append(obj)
+    return out
+
+
+def _rows_parquet(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _rows(path: Path) -> list[dict]:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _rows_csv(path)
+    if suffix == ".xlsx":
+        return _rows_xlsx(path)
+    if suffix == ".parquet":
+        return _rows_parquet(path)
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+            raise InputFormatError(f"{path}: expected a JSON list of objects")
+        return data
+    return _rows_jsonl(path)
+
+
+def _column(rows: list[dict], path: Path, fmt: str, *names: str) -> str:
+    """The first of ``names`` present in the header (case-insensitive), as spelled there."""
+    keys = {str(k).strip().lower(): k for k in (rows[0] if rows else {})}
+    for n in names:
+        if n.lower() in keys:
+            return keys[n.lower()]
+    raise InputFormatError(f"{path}: no {' or '.join(repr(n) for n in names)} column, which the {fmt} layout needs; "
+                           f"columns are {', '.join(map(repr, keys.values())) or 'none'}")
+
+
+def _item(path: Path, i: int, qid: Any, question: Any, gold: Callable[[], Gold], meta: dict) -> EvalItem:
+    if not isinstance(question, str) or not question.strip():
+        raise InputFormatError(f"{path} item {i + 1}: the question is empty or not text")
+    try:
+        g = gold()
+    except ValueError as e:
+        raise InputFormatError(f"{path} item {i + 1}: {e}") from None
+    return EvalItem(str(qid) if qid not in (None, "") else f"{path.stem}-{i}", clean_text(question), g, meta)
+
+
+def _plain(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
+    qcol = _column(rows, path, fmt, "question")
+    acol = _column(rows, path, fmt, "golden_answers" if fmt == "nq" else "answer", "answer", "golden_answers")
+    return [_item(path, i, r.get("id"), r.get(qcol), lambda r=r: Gold.parse(r.get(acol), r.get("aliases") or []), {})
+            for i, r in enumerate(rows)]
+
+
+def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
+    split = split or "test"
+    chosen = [r for r in rows if split == "all" or r.get("split") == split]
+    if not chosen:
+        have = sorted({str(r.get("split")) for r in rows})
+        raise InputFormatError(f"{path}: no items in split {split!r} (splits there: {', '.join(have)}); "
+                               "pass --split train, test or all")
+    return [_item(path, i, r.get("id"), r.get("question"), lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
+                  {"split": r.get("split")}) for i, r in enumerate(chosen)]
+
+
+def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
+    qcol = _column(rows, path, fmt, "problem", "question", "prompt")
+    acol = _column(rows, path, fmt, "answer")
+    try:
+        ccol = _column(rows, path, fmt, "canary")
+    except InputFormatError:
+        raise InputFormatError(f"{path}: no 'canary' column; the {fmt} file is encrypted with each row's canary, so it "
+                               "cannot be read without it (use the file as distributed)") from None
+    decrypt = canary_xor_decrypt if fmt == "xbench" else sha256_xor_decrypt
+    topic = next((k for k in (rows[0] if rows else {}) if str(k).lower() in ("problem_topic", "topic", "type")), None)
+    out = []
+    for i, r in enumerate(rows):
+        canary = str(r.get(ccol) or "")
+        try:
+            q, a = decrypt(str(r.get(qcol) or ""), canary), decrypt(str(r.get(acol) or ""), canary)
+        except ValueError as e:
+            raise InputFormatError(f"{path} row {i + 2}: cannot decrypt with its canary ({e}); is the canary "
+                                   f"column wrong, or the file not the {fmt} file as distributed?") from None
+        out.append(_item(path, i, r.get("id"), q, lambda a=a: Gold.parse(a), {"topic": r.get(topic)} if topic else {}))
+    return out
+
+
+def _gaia(path: Path, rows: list[dict]) -> list[EvalItem]:
+    _column(rows, path, "gaia", "Question")
+    _column(rows, path, "gaia", "Final answer")
+    text_only = [r for r in rows if not r.get("file_name")]
+    return [_item(path, i, r.get("task_id"), r.get("Question"), lambda r=r: Gold.parse(r.get("Final answer")),
+                  {"level": r.get("Level")}) for i, r in enumerate(text_only)]
+
+
+def _hle(path: Path, rows: list[dict]) -> list[EvalItem]:
+    _column(rows, path, "hle", "question")
+    _column(rows, path, "hle", "answer")
+    text_only = [r for r in rows if not r.get("image")]
+    return [_item(path, i, r.get("id"), r.get("question"), lambda r=r: Gold.parse(r.get("answer")),
+                  {"category": r.get("category"), "answer_type": r.get("answer_type")}) for i, r in enumerate(text_only)]
+
+
+def _fanoutqa(path: Path, rows: list[dict]) -> list[EvalItem]:
+    _column(rows, path, "fanoutqa", "question")
+    _column(rows, path, "fanoutqa", "answer")
+    return [_item(path, i, r.get("id"), r.get("question"),
+                  lambda r=r: Gold.parse(r.get("answer"), list_answer=isinstance(r.get("answer"), list)),
+                  {"categories": r.get("categories")}) for i, r in enumerate(rows)]
+
+
+def detect_format(path: Path, rows: list[dict]) -> str:
+    """Guess the layout from the file's type and first record.
+
+    Raises:
+        InputFormatError: nothing matches; the message lists the layouts.
+    """
+    keys = {str(k).strip().lower() for k in (rows[0] if rows else {})}
+    suffix = path.suffix.lower()
+    if "canary" in keys and "prompt" in keys:
+        return "xbench"
+    if "canary" in keys and "problem" in keys:
+        return "browsecomp"
+    if suffix == ".xlsx" or ("canary" in keys and "question" in keys and suffix == ".csv"):
+        return "browsecomp-zh"
+    if "final answer" in keys:
+        return "gaia"
+    if {"topology_hash", "constraints"} <= keys:
+        return "synth"
+    if "answer_type" in keys or suffix == ".parquet":
+        return "hle"
+    if "golden_answers" in keys:
+        return "nq"
+    if suffix == ".json" and "decomposition" in keys:
+        return "fanoutqa"
+    if {"question", "answer"} <= keys:
+        return "jsonl"
+    raise InputFormatError(f"{path}: cannot tell the benchmark layout (columns {', '.join(sorted(keys)) or 'none'}); "
+                           f"name it as FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}")
+
+
+def fetch_fanoutqa_dev() -> Path:
+    """The FanOutQA dev set (310 questions), read from the ``fanoutqa`` wheel fetched once with
+    pip into ``$WEBSAILOR_HOME/downloads`` and extracted next to it."""
+    from websailor.config import downloads_dir
+    from websailor.files import pip_download
+
+    wheel = pip_download(FANOUTQA_WHEEL, FANOUTQA_WHEEL_FILE, FANOUTQA_WHEEL_SHA256, downloads_dir(), size="0.6 MB")
+    out = downloads_dir() / "fanout-final-dev.json"
+    if not out.exists():
+        with zipfile.ZipFile(wheel) as zf:
+            tmp = out.with_suffix(".tmp")
+            tmp.write_bytes(zf.read("fanoutqa/data/fanout-final-dev.json"))
+            tmp.replace(out)
+    return out
+
+
+NAMES = {"fanoutqa-dev": ("fanoutqa", fetch_fanoutqa_dev)}
+
+
+def load_benchmark(spec: str | Path, split: str | None = None, limit: int | None = None) -> list[EvalItem]:
+    """Load a benchmark: ``FORMAT:PATH``, a ``PATH`` (layout detected), or a name in
+    :data:`NAMES`.
+
+    Args:
+        spec: what to load.
+        split: for our synthesized items, ``train``, ``test`` (default) or ``all``.
+        limit: keep the first ``limit`` items.
+
+    Raises:
+        InputFormatError: a missing file, an unknown layout, a missing column (answer,
+            canary, ...), a row that cannot be decrypted, an empty question or answer, or no
+            items; each message names the file and the row.
+    """
+    spec = str(spec)
+    fmt: str | None = None
+    if spec in NAMES:
+        fmt, fetch = NAMES[spec]
+        path = fetch()
+    else:
+        head, sep, rest = spec.partition(":")
+        if sep and head in FORMATS:
+            fmt, path = head, Path(rest)
+        else:
+            path = Path(spec)
+    if not path.is_file():
+        raise InputFormatError(f"benchmark file {path} does not exist or is not a file (or use a name: {', '.join(NAMES)})")
+    try:
+        rows = _rows(path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error, zipfile.BadZipFile) as e:
+        raise InputFormatError(f"{path}: cannot read it as {path.suffix or 'JSONL'}: {e}") from None
+    except Exception as e:  # parquet and xlsx readers raise their own types
+        if isinstance(e, InputFormatError):
+            raise
+        raise InputFormatError(f"{path}: cannot read it: {type(e).__name__}: {e}") from None
+    if not rows:
+        raise InputFormatError(f"{path}: no records")
+    fmt = fmt or detect_format(path, rows)
+    if fmt in ("jsonl", "nq"):
+        items = _plain(path, rows, fmt)
+    elif fmt == "synth":
+        items = _synth(path, rows, split)
+    elif fmt in ("browsecomp", "browsecomp-zh", "xbench"):
+        items = _encrypted(path, rows, fmt)
+    elif fmt == "gaia":
+        items = _gaia(path, rows)
+    elif fmt == "hle":
+        items = _hle(path, rows)
+    else:
+        items = _fanoutqa(path, rows)
+    if not items:
+        raise InputFormatError(f"{path}: no text-only items in this {fmt} file")
+    seen: set[str] = set()
+    for it in items:
+        if it.id in seen:
+            raise InputFormatError(f"{path}: duplicate id {it.id!r}")
+        seen.add(it.id)
+    return items[:limit] if limit else items

@@ -1,0 +1,139 @@
+"""LLM-as-judge in the style of the BrowseComp grader (Wei et al., arXiv 2504.12516, the
+grader the WebSailor papers use): the judge model sees the question, the agent's response
+and the correct answer and returns JSON with the extracted final answer, its reasoning, a
+yes/no verdict and the response's confidence.
+
+Unparsable verdicts and endpoint errors are retried (``max_attempts`` in all); after that the
+case is *ungraded* (``correct=None``, with the error), never counted as wrong. Verdicts are
+cached in SQLite by judge model, question, gold answer and prediction, so re-scoring a run
+costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from websailor.agent.parse import load_lenient_json
+from websailor.errors import ModelError
+from websailor.judge.base import Case, Grade
+from websailor.log import get_logger
+from websailor.models.base import ChatModel, SamplingParams
+
+logger = get_logger(__name__)
+
+GRADER_PROMPT = """Judge whether a response to a question gives the correct answer.
+
+[question]: {question}
+
+[response]: {response}
+
+[correct_answer]: {correct_answer}
+
+Reply with a single JSON object and nothing else, with these keys:
+"extracted_final_answer": the final answer stated in the response, copied exactly, or "None" if it states none;
+"reasoning": one or two sentences on whether the extracted answer and the correct answer mean the same thing; do not try to solve the question yourself and do not argue for another answer;
+"correct": "yes" if the extracted answer matches the correct answer, allowing only small differences of wording, formatting or numerical rounding, and "no" otherwise (also when it is ambiguous, incomplete or names several candidates);
+"confidence": the confidence stated in the response as a number from 0 to 100, or 100 if it states none."""
+
+_PARAMS = SamplingParams(temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=1024, stop=[])
+
+
+def parse_verdict(text: str) -> Grade | None:
+    """The grade in a judge reply, or ``None`` if the reply holds no usable verdict."""
+    obj = load_lenient_json(text)
+    if not obj:
+        return None
+    verdict = str(obj.get("correct", "")).strip().lower()
+    if verdict not in ("yes", "no", "true", "false"):
+        return None
+    ok = verdict in ("yes", "true")
+    try:
+        confidence = float(str(obj.get("confidence", "")).strip().rstrip("%"))
+    except ValueError:
+        confidence = None
+    extracted = obj.get("extracted_final_answer")
+    return Grade(ok, float(ok), extracted=None if extracted in (None, "None") else str(extracted),
+                 reasoning=str(obj.get("reasoning", "")) or None, confidence=confidence)
+
+
+class LLMJudge:
+    """Grades with a chat model.
+
+    Args:
+        model: the judge model (any :class:`ChatModel`; ``temperature`` 0).
+        cache: SQLite file of cached verdicts (created if missing); ``None``: no cache.
+        max_attempts: tries per case, for endpoint errors and unparsable replies together.
+        concurrency: cases graded at once.
+    """
+
+    def __init__(self, model: ChatModel, cache: Path | None = None, max_attempts: int = 3,
+                 concurrency: int = 8) -> None:
+        if max_attempts < 1 or concurrency < 1:
+            raise ValueError("max_attempts and concurrency must be at least 1")
+        self.model = model
+        self.name = f"llm:{model.name}"
+        self.max_attempts = max_attempts
+        self.concurrency = concurrency
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if cache is not None:
+            Path(cache).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(cache), check_same_thread=False)
+            self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, grade TEXT NOT NULL)")
+            self._db.commit()
+
+    def _key(self, case: Case) -> str:
+        raw = json.dumps([self.model.name, case.question, case.gold.to_dict(), case.prediction], ensure_ascii=False)
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def _cached(self, key: str) -> Grade | None:
+        if self._db is None:
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT grade FROM verdicts WHERE key = ?", (key,)).fetchone()
+        return Grade(**json.loads(row[0])) if row else None
+
+    def _store(self, key: str, grade: Grade) -> None:
+        if self._db is None:
+            return
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)", (key, json.dumps(grade.to_dict())))
+            self._db.commit()
+
+    def _grade_one(self, case: Case) -> Grade:
+        if not case.prediction or not case.prediction.strip():
+            return Grade(False, 0.0, reasoning="the response gives no final answer")
+        key = self._key(case)
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        gold = case.gold.answer if not case.gold.aliases else \
+            f"{case.gold.answer} (also accepted: {'; '.join(case.gold.aliases)})"
+        prompt = GRADER_PROMPT.format(question=case.question, response=case.prediction, correct_answer=gold)
+        error = ""
+        for _ in range(self.max_attempts):
+            try:
+                reply = self.model.chat([{"role": "user", "content": prompt}], _PARAMS).text
+            except ModelError as e:
+                error = f"judge endpoint error: {e}"
+                continue
+            grade = parse_verdict(reply)
+            if grade is not None:
+                self._store(key, grade)
+                return grade
+            error = f"unparsable verdict: {reply[:200]!r}"
+        logger.warning("ungraded after %d attempts: %s", self.max_attempts, error)
+        return Grade(None, None, error=error)
+
+    def grade(self, cases: Sequence[Case]) -> list[Grade]:
+        """One grade per case, in order; ungraded cases have ``correct=None``."""
+        if not cases:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(cases))) as pool:
+            return list(pool.map(self._grade_one, cases))
