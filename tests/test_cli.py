@@ -161,3 +161,32 @@ def test_synth_with_difficulty_filter(vital_dir: Path, tmp_path: Path):
     assert json.loads(res.stdout)["difficulty"] == {"rated": 3, "mean_correct": 0.0, "k": [2]}
     res = run("synth", "--n", "3", "--out", str(out), "--corpus", str(vital_dir), "--filter-with", "x", "--keep", "easy")
     assert res.exit_code == 2 and "easy" in res.output
+
+
+def test_eval_and_score(shared_data: Path, tmp_path: Path):
+    from fakes import FakeOpenAIServer
+
+    def reply(messages):
+        q = messages[-1]["content"]
+        if q.startswith("Judge whether"):  # the LLM judge
+            ok = "Wilhelm Conrad" in q.split("[correct_answer]:")[1]
+            return json.dumps({"extracted_final_answer": "x", "reasoning": "r", "correct": "yes" if ok else "no", "confidence": 80})
+        return "<think>I know this.</think><answer>Wilhelm Conrad Röntgen</answer>"
+
+    out = tmp_path / "ev"
+    with FakeOpenAIServer(reply) as srv:
+        res = run("eval", "--bench", str(shared_data / "nq_test_sample.jsonl"), "--limit", "4", "--model", f"openai:m@{srv.url}",
+                  "--env", "none", "--rollouts", "2", "--out", str(out))
+        assert res.exit_code == 0, res.output
+        assert "| 25.0 (" in res.stdout and "4 questions x k = 2 rollouts" in res.stdout  # only test_0 is Röntgen
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["avg_at_k"] == 0.25 and summary["env"] == ["none"] and summary["mean_tool_calls"] == 0
+
+        res = run("score", str(out / "trajectories.jsonl"), "--judge", f"llm:openai:j@{srv.url}", "--json")
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["avg_at_k"] == 0.25 and json.loads(res.stdout)["judge"].startswith("llm:openai:j@")
+
+    res = run("eval", "--bench", str(tmp_path / "missing.jsonl"), "--out", str(out))
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+    res = run("score", str(out / "summary.json"))
+    assert res.exit_code == 2 and "summary.json" in res.stderr

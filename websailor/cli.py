@@ -236,6 +236,30 @@ def links(
 
 class Env(str, Enum):
     local = "local"
+    none = "none"
+
+
+def _build_agent(model: str, env: "Env", corpus: Optional[Path], max_calls: int = 100, max_tokens: int = 8192,
+                 timeout: float = 9000, temperature: float = 0.85, seed: int = 0,
+                 summary_model: Optional[str] = None) -> Any:
+    """An agent over the local tools (``env local``) or with no tools (``env none``: the
+    direct-answer baseline)."""
+    from websailor.agent import Agent, AgentConfig
+    from websailor.models import SamplingParams, load_model
+
+    if not math.isfinite(temperature) or not math.isfinite(timeout):
+        _fail("--temperature and --timeout must be finite numbers")
+    tools: list = []
+    if env == Env.local:
+        from websailor.corpus import Corpus
+        from websailor.tools import build_local_tools
+
+        c = Corpus.open(corpus)
+        extractor = load_model(summary_model) if summary_model else None
+        tools = list(build_local_tools(c, summary_model=extractor).values())
+    cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, timeout_s=timeout, seed=seed,
+                      sampling=SamplingParams(temperature=temperature))
+    return Agent(load_model(model), tools, cfg, env=env.value)
 
 
 def _print_step(turn: int, action: Any, result: Any) -> None:
@@ -273,11 +297,7 @@ def run(
     corpus: CorpusOpt = None,
 ) -> None:
     """Run the ReAct agent on one question (steps shown live) or on a questions file."""
-    from websailor.agent import Agent, AgentConfig
     from websailor.agent.runner import append_trajectory, done_rollouts, load_questions, run_questions
-    from websailor.corpus import Corpus
-    from websailor.models import SamplingParams, load_model
-    from websailor.tools import build_local_tools
 
     if (question is None) == (questions is None):
         _fail("give either a QUESTION or --questions FILE")
@@ -291,12 +311,7 @@ def run(
     if out is not None:  # check the output before spending any model time
         out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out)
-    c = Corpus.open(corpus)
-    llm = load_model(model)
-    extractor = load_model(summary_model) if summary_model else None
-    cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, timeout_s=timeout, seed=seed,
-                      sampling=SamplingParams(temperature=temperature))
-    agent = Agent(llm, build_local_tools(c, summary_model=extractor), cfg, env=env.value)
+    agent = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed, summary_model)
     if items is None:
         traj = agent.run(question, id="cli", on_step=_print_step)
         if out is not None:
@@ -419,6 +434,77 @@ def synth_stats(path: Annotated[Path, typer.Argument(help="QA items JSONL.")], a
         return
     for key, value in report.items():
         print(f"{key:>24}: {value}")
+
+
+def _print_summary(summary: dict) -> None:
+    from websailor.eval.report import to_markdown
+
+    print(to_markdown(summary), end="")
+
+
+@app.command("eval")
+@handle_errors
+def eval_cmd(
+    bench: Annotated[str, typer.Option(help="Benchmark: a file (layout detected), FORMAT:PATH or a name (fanoutqa-dev).")],
+    out: Annotated[Path, typer.Option(help="Output directory (trajectories, scores, report; resumes).")],
+    split: Annotated[Optional[str], typer.Option(help="Split of synthesized QA items: train, test (default) or all.")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
+    model: Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")] = "smollm2",
+    env: Annotated[Env, typer.Option(help="local: offline Wikipedia tools; none: no tools (direct answer).")] = Env.local,
+    rollouts: Annotated[int, typer.Option(min=1, help="k: rollouts per question.")] = 3,
+    judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 8,
+    max_calls: Annotated[int, typer.Option(min=1, help="Model calls per question.")] = 100,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")] = 8192,
+    timeout: Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")] = 9000,
+    temperature: Annotated[float, typer.Option(min=0)] = 0.85,
+    seed: Annotated[int, typer.Option()] = 0,
+    corpus: CorpusOpt = None,
+) -> None:
+    """Run the agent k times on a benchmark, grade every rollout and write the report."""
+    from websailor.agent.runner import done_rollouts
+    from websailor.config import websailor_home
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.eval.loaders import load_benchmark
+    from websailor.judge import load_judge
+
+    items = load_benchmark(bench, split=split, limit=limit)
+    out.mkdir(parents=True, exist_ok=True)
+    done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
+    grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
+    agent = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed)
+    logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
+    summary = evaluate(items, agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench)
+    _print_summary(summary)
+    print(f"\nwritten to {out}: trajectories.jsonl, scores.jsonl, summary.json, report.md, *.png")
+
+
+@app.command()
+@handle_errors
+def score(
+    paths: Annotated[list[Path], typer.Argument(help="Trajectory JSONL files (one run, one k).")],
+    judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
+    out: Annotated[Optional[Path], typer.Option(help="Also write scores.jsonl, summary.json, report.md, plots here.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Grade existing trajectory files and print the report table."""
+    from websailor.config import websailor_home
+    from websailor.eval.report import summarize, write_report
+    from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
+    from websailor.judge import load_judge
+
+    records = read_trajectories(paths)
+    rollouts_per_question(records)
+    grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    scores = score_trajectories(records, grader, out / "scores.jsonl" if out else None, progress=not as_json)
+    bench = ", ".join(p.name for p in paths)
+    summary = write_report(scores, out, bench) if out else summarize(scores, bench)
+    if as_json:
+        _print_json(summary)
+    else:
+        _print_summary(summary)
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ def _item(path: Path, i: int, qid: Any, question: Any, gold: Callable[[], Gold],
 
 def _plain(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
     qcol = _column(rows, path, fmt, "question")
-    acol = _column(rows, path, fmt, "golden_answers" if fmt == "nq" else "answer", "answer", "golden_answers")
+    acol = _column(rows, path, fmt, *(("golden_answers", "answer") if fmt == "nq" else ("answer", "golden_answers")))
     return [_item(path, i, r.get("id"), r.get(qcol), lambda r=r: Gold.parse(r.get(acol), r.get("aliases") or []), {})
             for i, r in enumerate(rows)]
 

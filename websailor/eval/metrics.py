@@ -92,7 +92,9 @@ def bootstrap_ci(table: Table, n_resamples: int = 1000, level: float = 0.95, see
         idx = rng.integers(0, n, size=(b, n))  # (b, questions) drawn with replacement
         with np.errstate(invalid="ignore", divide="ignore"):
             per_run = x[idx].sum(axis=1) / graded[idx].sum(axis=1)  # (b, runs)
-        stats.extend(np.nanmean(per_run, axis=1) if per_run.size else [])
+        runs_graded = (~np.isnan(per_run)).sum(axis=1)
+        sums = np.nansum(per_run, axis=1)
+        stats.extend(np.where(runs_graded > 0, sums / np.maximum(runs_graded, 1), np.nan))
     stats = sorted(s for s in stats if not math.isnan(s))
     if not stats:
         return (math.nan, math.nan)

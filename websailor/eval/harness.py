@@ -1,0 +1,53 @@
+"""``websailor eval``: run an agent k times on a benchmark, grade, report. Every stage writes
+as it goes and resumes: ``trajectories.jsonl`` (the batch runner skips finished rollouts),
+``scores.jsonl`` (grades of the same judge are reused), then ``summary.json``,
+``report.md`` and the plots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from websailor.agent.loop import Agent
+from websailor.agent.runner import Question, run_questions
+from websailor.eval.loaders import EvalItem
+from websailor.eval.report import write_report
+from websailor.eval.scoring import read_trajectories, score_trajectories
+from websailor.judge import Judge
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class EvalConfig:
+    """``rollouts``: k runs per question; ``concurrency``: rollouts at once."""
+
+    rollouts: int = 3
+    concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        if self.rollouts < 1 or self.concurrency < 1:
+            raise ValueError("rollouts and concurrency must be at least 1")
+
+
+def evaluate(items: list[EvalItem], agent: Agent, judge: Judge, out_dir: str | Path, cfg: EvalConfig | None = None,
+             bench: str = "", progress: bool = True) -> dict:
+    """Run, grade and report; returns the summary (see :func:`websailor.eval.report.summarize`).
+
+    The gold answer travels in each trajectory (``answer``: ``{"answer", "aliases",
+    "parts"}``), so ``websailor score`` can regrade the file alone. Only the trajectories of
+    ``items`` are graded, so a file left by a larger run does not leak into a smaller one.
+    """
+    cfg = cfg or EvalConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    traj_path = out / "trajectories.jsonl"
+    questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
+    summary = run_questions(agent, questions, traj_path, rollouts=cfg.rollouts, concurrency=cfg.concurrency,
+                            progress=progress)
+    logger.info("%d rollouts run (%d already done) in %.1f s", summary.finished, summary.skipped, summary.seconds)
+    wanted = {(it.id, r) for it in items for r in range(cfg.rollouts)}
+    records = [r for r in read_trajectories([traj_path]) if (str(r["id"]), int(r["rollout"])) in wanted]
+    scores = score_trajectories(records, judge, out / "scores.jsonl", progress=progress)
+    return write_report(scores, out, bench)

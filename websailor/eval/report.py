@@ -1,0 +1,142 @@
+"""The evaluation report: figures (``summary.json``), a Markdown table (``report.md``) and
+plots (``*.png``): accuracy against the number of tool calls, termination reasons, and
+Pass@j for j = 1..k."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_at_k, per_run_accuracy
+from websailor.eval.scoring import Score, score_table
+
+#: tool-call buckets of the accuracy plot
+BUCKETS = [(0, 0), (1, 2), (3, 5), (6, 10), (11, 20), (21, 50), (51, 10**9)]
+
+
+def _bucket(n: int) -> str:
+    for lo, hi in BUCKETS:
+        if lo <= n <= hi:
+            return str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 10**9 else f"{lo}+")
+    return "?"
+
+
+def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> dict:
+    """Every figure of the report, as a JSON-able dict.
+
+    Raises:
+        ValueError: no scores, or questions with different numbers of rollouts.
+    """
+    if not scores:
+        raise ValueError("no scores to summarize")
+    ids, table = score_table(scores)
+    k = len(table[0])
+    graded = [s for s in scores if s.correct is not None]
+    ci = bootstrap_ci(table, n_resamples=n_resamples)
+    by_calls: dict[str, list[bool]] = defaultdict(list)
+    for s in graded:
+        by_calls[_bucket(s.num_tool_calls)].append(bool(s.correct))
+    order = [_bucket(lo) for lo, _ in BUCKETS]
+
+    def r(x: float) -> float | None:
+        return None if math.isnan(x) else round(x, 4)
+
+    return {
+        "bench": bench,
+        "judge": scores[0].judge,
+        "model": sorted({s.model for s in scores}),
+        "env": sorted({s.env for s in scores}),
+        "questions": len(ids),
+        "k": k,
+        "trajectories": len(scores),
+        "ungraded": len(scores) - len(graded),
+        "avg_at_k": r(avg_at_k(table)),
+        "avg_at_k_ci95": [r(ci[0]), r(ci[1])],
+        "pass_at_k": r(pass_at_k(table)),
+        "best_pass_at_1": r(best_pass_at_1(table)),
+        "per_run_accuracy": [r(a) for a in per_run_accuracy(table)],
+        "pass_at_j": {j: r(pass_at_k(table, j)) for j in range(1, k + 1)},
+        "mean_tool_calls": round(statistics.mean(s.num_tool_calls for s in scores), 2),
+        "mean_model_calls": round(statistics.mean(s.num_model_calls for s in scores), 2),
+        "terminations": dict(Counter(s.termination for s in scores).most_common()),
+        "mean_prompt_tokens": round(statistics.mean(s.prompt_tokens for s in scores), 1),
+        "mean_completion_tokens": round(statistics.mean(s.completion_tokens for s in scores), 1),
+        "mean_wall_s": round(statistics.mean(s.wall_s for s in scores), 2),
+        "total_wall_s": round(sum(s.wall_s for s in scores), 1),
+        "accuracy_by_tool_calls": {b: {"n": len(by_calls[b]), "accuracy": round(sum(by_calls[b]) / len(by_calls[b]), 4)}
+                                   for b in order if by_calls.get(b)},
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def to_markdown(s: dict) -> str:
+    """The report as Markdown: the setting, the main table, then the details."""
+    lo, hi = s["avg_at_k_ci95"]
+    lines = [
+        f"# Evaluation: {s['bench'] or 'trajectories'}",
+        "",
+        f"- model: {', '.join(s['model']) or '?'}; environment: {', '.join(s['env']) or '?'}; judge: {s['judge']}",
+        f"- {s['questions']} questions x k = {s['k']} rollouts = {s['trajectories']} trajectories; "
+        f"ungraded: {s['ungraded']}" + (" (left out of every figure)" if s["ungraded"] else ""),
+        "",
+        f"| Avg@{s['k']} (95% CI) | Pass@{s['k']} | Best Pass@1 | per-run accuracy | mean tool calls | mean model calls |",
+        "|---|---|---|---|---|---|",
+        f"| {_pct(s['avg_at_k'])} ({_pct(lo)}-{_pct(hi)}) | {_pct(s['pass_at_k'])} | {_pct(s['best_pass_at_1'])} | "
+        f"{' / '.join(_pct(a) for a in s['per_run_accuracy'])} | {s['mean_tool_calls']} | {s['mean_model_calls']} |",
+        "",
+        "Accuracies in %. Terminations: " + ", ".join(f"{k} {v}" for k, v in s["terminations"].items()) + ".",
+        f"Tokens per trajectory: {s['mean_prompt_tokens']} prompt, {s['mean_completion_tokens']} completion; "
+        f"wall time {s['mean_wall_s']} s per trajectory ({s['total_wall_s']} s in all).",
+        "",
+        "| tool calls | trajectories | accuracy |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {b} | {v['n']} | {_pct(v['accuracy'])} |" for b, v in s["accuracy_by_tool_calls"].items()]
+    lines += ["", "| j | Pass@j |", "|---|---|"] + [f"| {j} | {_pct(v)} |" for j, v in s["pass_at_j"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(s: dict, out_dir: Path) -> list[Path]:
+    """``accuracy_by_tool_calls.png``, ``terminations.png``, ``pass_at_j.png`` (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    figures = [
+        ("accuracy_by_tool_calls.png", "accuracy by tool calls", "tool calls", "accuracy (%)",
+         list(s["accuracy_by_tool_calls"]), [100 * v["accuracy"] for v in s["accuracy_by_tool_calls"].values()]),
+        ("terminations.png", "termination reasons", "termination", "trajectories",
+         list(s["terminations"]), list(s["terminations"].values())),
+        ("pass_at_j.png", "Pass@j", "j (rollouts)", "Pass@j (%)",
+         [str(j) for j in s["pass_at_j"]], [100 * (v or 0) for v in s["pass_at_j"].values()]),
+    ]
+    for name, title, xlabel, ylabel, xs, ys in figures:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.bar(xs, ys, color="#3b6ea5")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_report(scores: list[Score], out_dir: Path, bench: str = "") -> dict:
+    """Write ``summary.json``, ``report.md`` and the plots into ``out_dir``; return the summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    s = summarize(scores, bench)
+    (out_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "report.md").write_text(to_markdown(s), encoding="utf-8")
+    write_plots(s, out_dir)
+    return s
