@@ -32,10 +32,14 @@ demo: venv
 	mkdir -p runs/demo && rm -f runs/demo/trajectories.jsonl
 	head -n 3 benchmarks/data/vital_questions.jsonl > runs/demo/questions.jsonl
 	$(WS) run --questions runs/demo/questions.jsonl --out runs/demo/trajectories.jsonl --concurrency 3 --max-calls 4 --max-tokens 256
-	@echo "--- SailorFog-QA-V2 synthesis (template mode): five items, then one in full"
+	@echo "--- SailorFog-QA-V2 synthesis (template mode): 40 items, their report, then one in full"
 	rm -f runs/demo/qa.jsonl
-	$(WS) synth --n 5 --out runs/demo/qa.jsonl --seed 42
+	$(WS) synth --n 40 --out runs/demo/qa.jsonl --seed 42
+	$(WS) synth stats runs/demo/qa.jsonl
 	$(WS) synth show runs/demo/qa.jsonl --index 0
+	@echo "--- evaluation: the embedded model as an agent on the synthesized test items (k = 2, exact match)"
+	rm -rf runs/demo/eval
+	$(WS) eval --bench runs/demo/qa.jsonl --split test --rollouts 2 --max-calls 4 --max-tokens 256 --out runs/demo/eval
 
 test: venv
 	$(PY) -m pytest -q

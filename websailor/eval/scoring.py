@@ -116,7 +116,7 @@ def _chunks(items: list, n: int) -> Iterator[list]:
 
 
 def score_trajectories(records: list[dict], judge: Judge, out: Path | None = None, progress: bool = True,
-                       chunk: int = 256) -> list[Score]:
+                       chunk: int = 2048) -> list[Score]:
     """Grade every record; with ``out``, append grades as they are made and reuse the grades
     of the same judge already there (a killed scoring run resumes).
 

@@ -1,0 +1,117 @@
+"""Evaluation figures (issue 5):
+
+* scoring 100,000 trajectories with the ``em`` judge: read and check the file, grade, write the
+  scores, summarize (bootstrap included); target at most 30 s. The trajectories are synthetic
+  but shaped like real ones (system prompt, question, two tool calls with observations, an
+  answer: about 6 KB each);
+* ``--baseline``: the embedded model on the synthesized test split, without tools (direct
+  answer) and as the agent with the local tools, Avg@3 and Pass@3 (slow on CPU).
+
+    python benchmarks/eval_figures.py [--n 100000] [--baseline] [--questions 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from websailor.eval.report import summarize
+from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
+from websailor.judge import load_judge
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+ANSWERS = ["Nile", "Leonardo da Vinci", "Paris", "1879", "Mount Everest", "Marie Curie", "Danube", "Tokyo"]
+
+
+def fake_trajectories(path: Path, n: int, k: int = 4, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    observation = ("1. [Nile](https://en.wikipedia.org/wiki/Nile)\nThe Nile is a major north-flowing river in "
+                   "northeastern Africa. " * 12)
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            q, r = divmod(i, k)
+            gold = ANSWERS[q % len(ANSWERS)]
+            pred = gold if rng.random() < 0.4 else rng.choice(ANSWERS + [None])
+            msgs = [{"role": "system", "content": "You are a research agent. " * 40},
+                    {"role": "user", "content": f"Question {q}: which entity matches these clues?"},
+                    {"role": "assistant", "content": '<think>search</think><tool_call>{"name": "search", "arguments": {"query": ["x"]}}</tool_call>'},
+                    {"role": "user", "content": f"<tool_response>\n{observation}\n</tool_response>"},
+                    {"role": "assistant", "content": '<think>read</think><tool_call>{"name": "visit", "arguments": {"url": "u", "goal": "g"}}</tool_call>'},
+                    {"role": "user", "content": f"<tool_response>\n{observation}\n</tool_response>"},
+                    {"role": "assistant", "content": f"<think>done</think><answer>{pred}</answer>"}]
+            rec = {"id": f"q{q}", "rollout": r, "question": msgs[1]["content"], "answer": {"answer": gold, "aliases": [], "parts": None},
+                   "prediction": pred, "termination": "answer" if pred else "max_calls", "messages": msgs,
+                   "num_model_calls": 3, "num_tool_calls": 2, "tokens": {"prompt": 3000, "completion": 80},
+                   "timings": {"total_s": 12.5}, "model": "m", "env": "local"}
+            fh.write(json.dumps(rec) + "\n")
+
+
+def scoring_figure(n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        fake_trajectories(path, n)
+        mb = path.stat().st_size / 1e6
+        t0 = time.perf_counter()
+        records = read_trajectories([path])
+        rollouts_per_question(records)
+        t1 = time.perf_counter()
+        scores = score_trajectories(records, load_judge("em"), Path(tmp) / "scores.jsonl", progress=False)
+        t2 = time.perf_counter()
+        s = summarize(scores)
+        t3 = time.perf_counter()
+        print(f"scoring {n:,} trajectories ({mb:.0f} MB) with em: {t3 - t0:.1f} s in all (target 30 s): read and check "
+              f"{t1 - t0:.1f} s, grade and write {t2 - t1:.1f} s, summarize {t3 - t2:.1f} s; Avg@4 {s['avg_at_k']}")
+
+
+def baseline(questions: int) -> None:
+    from websailor.agent import Agent, AgentConfig
+    from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.eval.loaders import load_benchmark
+    from websailor.models import SamplingParams, load_model
+    from websailor.synth.dataset import SynthConfig, synthesize
+    from websailor.synth.graph import build_knowledge_graph
+    from websailor.tools import build_local_tools
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Corpus.open(build_corpus(CorpusBuildConfig(source=SHARED / "vital_articles_en.json",
+                                                            out=Path(tmp) / "v", show_progress=False)))
+        qa = Path(tmp) / "qa.jsonl"
+        synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=questions * 12, seed=0), progress=False)
+        items = load_benchmark(qa, split="test", limit=questions)
+        model = load_model("smollm2")
+        cfg = AgentConfig(max_calls=6, max_tokens_per_turn=512, sampling=SamplingParams(temperature=0.85))
+        rows = []
+        for env, tools in (("none", []), ("local", list(build_local_tools(corpus).values()))):
+            agent = Agent(model, tools, cfg, env=env)
+            t = time.perf_counter()
+            s = evaluate(items, agent, load_judge("em"), Path(tmp) / env, EvalConfig(rollouts=3, concurrency=8), progress=False)
+            rows.append((env, s, time.perf_counter() - t))
+        print(f"baseline on {len(items)} synthesized test items, SmolLM2-135M-Instruct, em judge, k = 3:")
+        print("| setting | Avg@3 | Pass@3 | mean tool calls | terminations | wall |")
+        print("|---|---|---|---|---|---|")
+        for env, s, dt in rows:
+            name = "no tools (direct answer)" if env == "none" else "agent, local tools"
+            print(f"| {name} | {100 * s['avg_at_k']:.1f} | {100 * s['pass_at_k']:.1f} | {s['mean_tool_calls']} | "
+                  f"{s['terminations']} | {dt:.0f} s |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--baseline", action="store_true")
+    ap.add_argument("--questions", type=int, default=30)
+    args = ap.parse_args()
+    scoring_figure(args.n)
+    if args.baseline:
+        baseline(args.questions)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
