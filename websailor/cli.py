@@ -52,6 +52,13 @@ CorpusOpt = Annotated[
     typer.Option("--corpus", help="Corpus directory (default: the embedded corpus in $WEBSAILOR_HOME)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+# agent options shared by run and eval
+ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")]
+MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
+MaxTokensOpt = Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")]
+TimeoutOpt = Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")]
+TemperatureOpt = Annotated[float, typer.Option(min=0, help="Sampling temperature.")]
+SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id and rollout index).")]
 
 
 def _fail(message: str) -> None:
@@ -286,12 +293,12 @@ def run(
     out: Annotated[Optional[Path], typer.Option(help="Trajectories JSONL (appended; resumes).")] = None,
     rollouts: Annotated[int, typer.Option(min=1, help="Rollouts per question.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 4,
-    max_calls: Annotated[int, typer.Option(min=1, help="Model calls per question.")] = 100,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")] = 8192,
-    timeout: Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")] = 9000,
-    temperature: Annotated[float, typer.Option(min=0)] = 0.85,
-    seed: Annotated[int, typer.Option()] = 0,
-    model: Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")] = "smollm2",
+    max_calls: MaxCallsOpt = 100,
+    max_tokens: MaxTokensOpt = 8192,
+    timeout: TimeoutOpt = 9000,
+    temperature: TemperatureOpt = 0.85,
+    seed: SeedOpt = 0,
+    model: ModelOpt = "smollm2",
     summary_model: Annotated[Optional[str], typer.Option(help="Model for the LLM page extractor of visit.")] = None,
     env: Annotated[Env, typer.Option(help="Environment (local: offline Wikipedia).")] = Env.local,
     corpus: CorpusOpt = None,
@@ -449,16 +456,16 @@ def eval_cmd(
     out: Annotated[Path, typer.Option(help="Output directory (trajectories, scores, report; resumes).")],
     split: Annotated[Optional[str], typer.Option(help="Split of synthesized QA items: train, test (default) or all.")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
-    model: Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")] = "smollm2",
+    model: ModelOpt = "smollm2",
     env: Annotated[Env, typer.Option(help="local: offline Wikipedia tools; none: no tools (direct answer).")] = Env.local,
     rollouts: Annotated[int, typer.Option(min=1, help="k: rollouts per question.")] = 3,
     judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 8,
-    max_calls: Annotated[int, typer.Option(min=1, help="Model calls per question.")] = 100,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")] = 8192,
-    timeout: Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")] = 9000,
-    temperature: Annotated[float, typer.Option(min=0)] = 0.85,
-    seed: Annotated[int, typer.Option()] = 0,
+    max_calls: MaxCallsOpt = 100,
+    max_tokens: MaxTokensOpt = 8192,
+    timeout: TimeoutOpt = 9000,
+    temperature: TemperatureOpt = 0.85,
+    seed: SeedOpt = 0,
     corpus: CorpusOpt = None,
 ) -> None:
     """Run the agent k times on a benchmark, grade every rollout and write the report."""
