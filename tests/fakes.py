@@ -43,10 +43,12 @@ def call(name: str, **arguments) -> str:
 class FakeOpenAIServer:
     """A local HTTP server that speaks /v1/chat/completions and answers at once.
 
-    ``fail_first`` requests get HTTP 500 before the server starts answering.
+    ``fail_first`` requests get HTTP 500 before the server starts answering; with ``raw``,
+    every answer is HTTP 200 with that body (a broken server).
     """
 
-    def __init__(self, reply: str | Callable = "<answer>Paris</answer>", fail_first: int = 0) -> None:
+    def __init__(self, reply: str | Callable = "<answer>Paris</answer>", fail_first: int = 0,
+                 raw: bytes | None = None) -> None:
         state = {"left": fail_first, "requests": 0}
         lock = threading.Lock()
 
@@ -65,6 +67,13 @@ class FakeOpenAIServer:
                     self.send_header("Content-Type", "application/json")
                     self.end_headers()
                     self.wfile.write(b'{"error": {"message": "overloaded"}}')
+                    return
+                if raw is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
                     return
                 content = reply(body["messages"]) if callable(reply) else reply
                 resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],

@@ -247,3 +247,13 @@ def test_timeout_covers_a_call_in_flight(tools):
         release.set()
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b'{"object": "error"}', b'{"choices": []}', b"[1, 2]"])
+def test_a_broken_server_reply_is_a_model_error(tools, raw):
+    from websailor.models import load_model
+
+    with FakeOpenAIServer(raw=raw) as srv:
+        model = load_model(f"openai:fake@{srv.url}", backoff_s=0.01, max_attempts=2)
+        t = Agent(model, tools).run("q")
+    assert t.termination == "model_error" and "not a chat completion" in t.error

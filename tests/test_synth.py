@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 
 from websailor.corpus import Corpus
-from websailor.errors import InvalidArgumentError
+from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.synth import (KnowledgeGraph, build_knowledge_graph, has_cycle, load_or_build, parse_attributes,
                              sample_subgraph, structural_roles, topology_hash)
 from websailor.synth.attributes import parse_span, parse_years
@@ -288,7 +288,7 @@ def test_synthesize_stops_with_what_it_found_when_the_graph_runs_dry(kg: Knowled
 
 
 def test_resuming_with_another_seed_is_refused(kg: KnowledgeGraph, tmp_path):
-    from websailor.errors import InvalidArgumentError
+    from websailor.errors import InputFormatError, InvalidArgumentError
 
     out = tmp_path / "q.jsonl"
     synthesize(kg, out, SynthConfig(n=3, seed=1), progress=False)
@@ -427,8 +427,8 @@ def test_difficulty_filter_keeps_moderate_items_and_reuses_rollouts(kg: Knowledg
     agent, model = _reference_agent(vital, answers, solve_first=1)
     rollouts = tmp_path / "qa.rollouts.jsonl"
     out = tmp_path / "qa.jsonl"
-    rater = DifficultyFilter(agent, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1))
-    synthesize(kg, out, SynthConfig(n=4, seed=9), progress=False, difficulty=rater)
+    with DifficultyFilter(agent, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1)) as rater:
+        synthesize(kg, out, SynthConfig(n=4, seed=9), progress=False, difficulty=rater)
     items = read_items(out)
     assert [it["question"] for it in items] == list(answers)
     assert all(it["difficulty"] == {"k": 3, "correct": 1, "model": "scripted"} for it in items)
@@ -438,9 +438,53 @@ def test_difficulty_filter_keeps_moderate_items_and_reuses_rollouts(kg: Knowledg
 
     # a second run over the same rollouts file reruns nothing and keeps the same items
     again = tmp_path / "again.jsonl"
-    rater2 = DifficultyFilter(agent, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1))
-    synthesize(kg, again, SynthConfig(n=4, seed=9), progress=False, difficulty=rater2)
+    with DifficultyFilter(agent, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1)) as rater2:
+        synthesize(kg, again, SynthConfig(n=4, seed=9), progress=False, difficulty=rater2)
     assert model.calls == 12 and [it["id"] for it in read_items(again)] == [it["id"] for it in items]
+
+    # another model does not reuse them
+    other, other_model = _reference_agent(vital, answers, solve_first=1)
+    other_model.name = "other"
+    with DifficultyFilter(other, rollouts, DifficultyConfig(k=3, keep="moderate", concurrency=1)) as rater3:
+        synthesize(kg, tmp_path / "third.jsonl", SynthConfig(n=1, seed=9), progress=False, difficulty=rater3)
+    assert other_model.calls == 3
+
+
+def test_difficulty_filter_stops_when_the_model_fails(kg: KnowledgeGraph, vital: Corpus, tmp_path):
+    from fakes import ScriptedModel
+
+    from websailor.agent import Agent, AgentConfig
+    from websailor.errors import ModelError
+    from websailor.tools import build_local_tools
+
+    out = tmp_path / "qa.jsonl"
+    dead = Agent(ScriptedModel([ModelError("HTTP 503")]), build_local_tools(vital), AgentConfig(max_calls=2))
+    with DifficultyFilter(dead, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard")) as rater:
+        with pytest.raises(ModelError, match="failed on 2 of 2 rollouts of item sf-0-"):
+            synthesize(kg, out, SynthConfig(n=2), progress=False, difficulty=rater)
+    assert read_items(out) == []  # nothing was called hard because the endpoint was down
+
+
+def test_a_second_writer_is_refused(kg: KnowledgeGraph, tmp_path):
+    from websailor.jsonio import appending
+
+    out = tmp_path / "q.jsonl"
+    with appending(out, "a QA item"):
+        with pytest.raises(InvalidArgumentError, match="another process is writing to"):
+            synthesize(kg, out, SynthConfig(n=2), progress=False)
+
+
+def test_readers_never_change_the_file(kg: KnowledgeGraph, tmp_path):
+    out = tmp_path / "q.jsonl"
+    synthesize(kg, out, SynthConfig(n=3), progress=False)
+    whole = out.read_bytes()
+    out.write_bytes(whole[:-1])  # a whole last item without its newline: kept
+    assert len(read_items(out)) == 3 and out.read_bytes() == whole[:-1]
+    out.write_bytes(whole[:-40])  # a half-written last item: skipped, but the file is left alone
+    assert len(read_items(out)) == 2 and out.read_bytes() == whole[:-40]
+    (tmp_path / "bad.jsonl").write_text('{"id": "x", "seed": 0}\n')
+    with pytest.raises(InputFormatError, match="line 1 is not a QA item: field 'question' is missing"):
+        read_items(tmp_path / "bad.jsonl")
 
 
 def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vital: Corpus, tmp_path):
@@ -449,8 +493,8 @@ def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vita
     answers = {it["question"]: it["answer"] for it in read_items(plain)}
     agent, _ = _reference_agent(vital, answers, solve_first=99)  # always right
     out = tmp_path / "hard.jsonl"
-    rater = DifficultyFilter(agent, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard", concurrency=2))
-    reasons = synthesize(kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=6), progress=False, difficulty=rater)
+    with DifficultyFilter(agent, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard", concurrency=2)) as rater:
+        reasons = synthesize(kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=6), progress=False, difficulty=rater)
     assert read_items(out) == [] and reasons["too_easy"] == 3 and reasons["accepted"] == 0
     assert all(json.loads(line)["prediction"] in answers.values() for line in (tmp_path / "r.jsonl").read_text().splitlines())
 
@@ -460,3 +504,30 @@ def test_difficulty_config_rejects_bad_values():
         DifficultyConfig(keep="easy")
     with pytest.raises(ValueError, match="k must be at least 1"):
         DifficultyConfig(k=0)
+
+
+def test_a_dead_rewrite_endpoint_is_given_up_after_a_few_failures(kg: KnowledgeGraph, tmp_path, caplog):
+    from fakes import ScriptedModel
+
+    from websailor.errors import ModelError
+
+    dead = ScriptedModel([ModelError("connection refused")])
+    out = tmp_path / "qa.jsonl"
+    synthesize(kg, out, SynthConfig(n=10, seed=2), progress=False, llm=dead)
+    items = read_items(out)
+    assert len(items) == 10 and dead.calls == 3  # then the run stops asking
+    assert [it["rendering"]["mode"] for it in items] == ["template"] * 10
+    assert "failed 3 times in a row" in caplog.text
+
+
+@pytest.mark.parametrize("garbage", ["", "{not json", '{"nodes": 5}', '{"nodes": [{"id": "x"}], "edges": []}'])
+def test_a_corrupt_graph_cache_is_rebuilt(vital: Corpus, kg: KnowledgeGraph, garbage, caplog):
+    load_or_build(vital)
+    cache = vital.path / "synth" / GRAPH_FILE
+    saved = cache.read_bytes()
+    try:
+        cache.write_text(garbage)
+        again = load_or_build(vital)
+        assert again.graph.number_of_edges() == kg.graph.number_of_edges() and "building it again" in caplog.text
+    finally:
+        cache.write_bytes(saved)

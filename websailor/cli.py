@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from enum import Enum
+from contextlib import ExitStack
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -373,29 +374,38 @@ def synth(
 
     if out is None:
         _fail("synth needs --out QA.jsonl")
-    read_items(out)  # a wrong --out fails before the graph is built
+    for name, spec in (("--llm", llm), ("--filter-with", filter_with)):
+        if spec is not None and not spec.strip():
+            _fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
+    have = len(read_items(out))  # a wrong --out fails before the graph is built
+    if have >= n:
+        print(f"{out} already holds {have} items (--n {n}): nothing to do")
+        return
     cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction)
     from websailor.models import load_model
 
     c = Corpus.open(corpus)
     rewriter = load_model(llm) if llm else None
-    rater = None
-    if filter_with:
-        from websailor.agent import Agent, AgentConfig
-        from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
-        from websailor.tools import build_local_tools
+    with ExitStack() as stack:
+        rater = None
+        if filter_with:
+            from websailor.agent import Agent, AgentConfig
+            from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
+            from websailor.tools import build_local_tools
 
-        rollouts = out.with_name(out.stem + ".rollouts.jsonl")
-        agent = Agent(load_model(filter_with), build_local_tools(c), AgentConfig(max_calls=max_calls, seed=seed))
-        rater = DifficultyFilter(agent, rollouts, DifficultyConfig(k=k, keep=keep.value, concurrency=concurrency))
-        logger.info("difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts)
-    kg = load_or_build(c)
-    reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater)
+            rollouts = out.with_name(out.stem + ".rollouts.jsonl")
+            agent = Agent(load_model(filter_with), build_local_tools(c), AgentConfig(max_calls=max_calls, seed=seed))
+            rater = stack.enter_context(DifficultyFilter(agent, rollouts, DifficultyConfig(k=k, keep=keep.value,
+                                                                                          concurrency=concurrency)))
+            logger.info("difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts)
+        kg = load_or_build(c)
+        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater)
     report = dataset_report(read_items(out))
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
     if report["items"] < n:
+        hint = "a larger corpus or another --seed" + (" or a looser --keep" if filter_with else "")
         print(f"only {report['items']} of the {n} items asked for: the last candidates were all rejected "
-              "(see the reasons above); a larger corpus, another --seed or a looser --keep gives more")
+              f"(see the reasons above); {hint} gives more")
 
 
 @synth_app.command("show")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 def loads_object(text: str) -> dict[str, Any]:
@@ -25,15 +27,19 @@ def loads_object(text: str) -> dict[str, Any]:
     return obj
 
 
-def read_appended_jsonl(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
+def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:
     """Records of an output file that a run appends to, as ``(line_number, object)``.
 
-    A missing file has none. A half-written last line (the run was killed mid-write) is cut
-    from the file, so the next append starts on a clean line.
+    A missing file has none. A last line without its newline is kept when it is a whole JSON
+    object, and skipped (with a warning) when it is half-written (a run was killed mid-write).
+    Only with ``repair`` (a writer holding the file's lock, see :func:`appending`) is the file
+    changed: the half line is cut, or the missing newline added, so the next append starts
+    on a clean line. Readers never change the file.
 
     Raises:
-        InputFormatError: ``path`` is not a regular file, or a line is not a JSON object; the
-            message calls the records ``what`` ("a trajectory record", "a QA item").
+        InputFormatError: ``path`` is not a regular file, or a line (other than an unfinished
+            last one) is not a JSON object; the message calls the records ``what`` ("a
+            trajectory record", "a QA item").
     """
     from websailor.errors import InputFormatError
     from websailor.log import get_logger
@@ -45,11 +51,22 @@ def read_appended_jsonl(path: Path, what: str) -> list[tuple[int, dict[str, Any]
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n") + 1
-        get_logger(__name__).warning("%s: dropping an unfinished last line (%d bytes) left by an interrupted run",
-                                     path, len(data) - cut)
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
+        try:
+            loads_object(data[cut:].decode("utf-8"))
+            whole = True
+        except (ValueError, UnicodeDecodeError):
+            whole = False
+        if whole:
+            if repair:
+                with path.open("ab") as fh:
+                    fh.write(b"\n")
+        else:
+            get_logger(__name__).warning("%s: %s an unfinished last line (%d bytes) left by an interrupted run",
+                                         path, "dropping" if repair else "skipping", len(data) - cut)
+            if repair:
+                with path.open("r+b") as fh:
+                    fh.truncate(cut)
+            data = data[:cut]
     records = []
     for lineno, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
@@ -57,5 +74,31 @@ def read_appended_jsonl(path: Path, what: str) -> list[tuple[int, dict[str, Any]
         try:
             records.append((lineno, loads_object(raw.decode("utf-8"))))
         except (ValueError, UnicodeDecodeError):
-            raise InputFormatError(f"{path} line {lineno} is not {what}; use another --out or repair the file") from None
+            raise InputFormatError(f"{path} line {lineno} is not {what}; use another output file or repair it") from None
     return records
+
+
+@contextmanager
+def appending(path: Path, what: str) -> Iterator[tuple[TextIO, list[tuple[int, dict[str, Any]]]]]:
+    """Open an output JSONL for appending, as its only writer: take an exclusive lock on it
+    (``flock``; another websailor process writing the same file is refused), repair an
+    unfinished last line, and yield the handle with the records already there.
+
+    Raises:
+        InvalidArgumentError: another process holds the file.
+        InputFormatError: see :func:`read_appended_jsonl`.
+    """
+    import fcntl
+
+    from websailor.errors import InvalidArgumentError
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_file():
+        read_appended_jsonl(path, what)  # raises the not-a-file error
+    with path.open("a", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise InvalidArgumentError(f"another process is writing to {path}; wait for it to finish or use another "
+                                       "output file") from None
+        yield fh, read_appended_jsonl(path, what, repair=True)  # closing the file releases the lock

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -22,7 +22,7 @@ from websailor.agent.loop import Agent
 from websailor.agent.trajectory import Trajectory
 from websailor.corpus.text import clean_text
 from websailor.errors import InputFormatError
-from websailor.jsonio import loads_object, read_appended_jsonl
+from websailor.jsonio import appending, loads_object, read_appended_jsonl
 from websailor.log import get_logger
 
 logger = get_logger(__name__)
@@ -96,22 +96,19 @@ def trajectory_line(traj: Trajectory) -> str:
 
 def append_trajectory(out: Path, traj: Trajectory) -> None:
     """Append one record and make it durable (single-question runs)."""
-    with out.open("a", encoding="utf-8") as fh:
+    with appending(out, "a trajectory record") as (fh, _):
         fh.write(trajectory_line(traj))
         fh.flush()
         os.fsync(fh.fileno())
 
 
 def done_rollouts(out: Path) -> set[tuple[str, int]]:
-    """``(id, rollout)`` pairs already in ``out``; drops a partial last line left by a kill."""
-    done = set()
-    for lineno, rec in read_appended_jsonl(out, "a trajectory record"):
-        try:
-            done.add((str(rec["id"]), int(rec["rollout"])))
-        except (KeyError, TypeError, ValueError):
-            raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
-                                   "use another --out or repair the file") from None
-    return done
+    """``(id, rollout)`` pairs already in ``out`` (reads only; an unfinished last line is skipped).
+
+    Raises:
+        InputFormatError: a line is not a trajectory record.
+    """
+    return _done(out, read_appended_jsonl(out, "a trajectory record"))
 
 
 @dataclass
@@ -132,57 +129,71 @@ class RunSummary:
         self.model_calls += t.num_model_calls
 
 
-def stream_rollouts(agent: Agent, todo: list[tuple[Question, int]], out: str | Path,
+def stream_rollouts(agent: Agent, todo: list[tuple[Question, int]], fh: TextIO,
                     concurrency: int = 4) -> Iterator[Trajectory]:
     """Run ``(question, rollout)`` pairs with ``concurrency`` threads; append each finished
-    trajectory to ``out`` (flushed and fsynced) and yield it, in finishing order. Stopping
-    early (an interrupt, or the consumer closing the generator) cancels the calls not started
-    and does not wait for those in flight; what finished is already on disk."""
+    trajectory to the open file ``fh`` (flushed and fsynced; see
+    :func:`websailor.jsonio.appending`) and yield it, in finishing order. Stopping early (an
+    interrupt, or the consumer closing the generator) cancels the calls not started and does
+    not wait for those in flight; what finished is already on disk."""
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
     finished_cleanly = False
     try:
-        with out.open("a", encoding="utf-8") as fh:
-            futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
-            for fut in as_completed(futures):
-                traj = fut.result()
-                fh.write(trajectory_line(traj))  # only this thread writes
-                fh.flush()
-                os.fsync(fh.fileno())
-                yield traj
+        futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
+        for fut in as_completed(futures):
+            traj = fut.result()
+            fh.write(trajectory_line(traj))  # only this thread writes
+            fh.flush()
+            os.fsync(fh.fileno())
+            yield traj
         finished_cleanly = True
     finally:
         pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
 
 
+def _done(out: Path, records: list[tuple[int, dict]]) -> set[tuple[str, int]]:
+    done = set()
+    for lineno, rec in records:
+        try:
+            done.add((str(rec["id"]), int(rec["rollout"])))
+        except (KeyError, TypeError, ValueError):
+            raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
+                                   "use another --out or repair the file") from None
+    return done
+
+
 def run_questions(agent: Agent, questions: list[Question], out: str | Path, rollouts: int = 1,
                   concurrency: int = 4, progress: bool = True) -> RunSummary:
     """Run every question ``rollouts`` times with ``concurrency`` threads, appending each
-    finished trajectory to ``out``; resumes a previous run on the same file."""
+    finished trajectory to ``out``; resumes a previous run on the same file. The file is
+    locked while the run writes it (a second run on it is refused).
+
+    Raises:
+        InvalidArgumentError: another process is writing ``out``.
+        InputFormatError: ``out`` holds lines that are not trajectory records.
+    """
     import time
 
     if rollouts < 1 or concurrency < 1:
         raise ValueError("rollouts and concurrency must be at least 1")
     out = Path(out)
-    done = done_rollouts(out)
-    if done:
-        with out.open(encoding="utf-8") as fh:
-            first = json.loads(fh.readline())
-        if first.get("model") != agent.model.name:
+    with appending(out, "a trajectory record") as (fh, records):
+        done = _done(out, records)
+        if records and records[0][1].get("model") != agent.model.name:
             logger.warning("%s holds trajectories of model %r; this run uses %r. Resuming skips every (id, rollout) "
-                           "already there: use another --out to compare models", out, first.get("model"), agent.model.name)
-    todo = [(q, r) for q in questions for r in range(rollouts) if (q.id, r) not in done]
-    summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
-    if summary.skipped:
-        logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
-    t0 = time.perf_counter()
-    with tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
-        for traj in stream_rollouts(agent, todo, out, concurrency):
-            summary.add(traj)
-            bar.update(1)
-            bar.set_postfix(answered=summary.terminations["answer"])
-    summary.seconds = time.perf_counter() - t0
+                           "already there: use another --out to compare models", out, records[0][1].get("model"),
+                           agent.model.name)
+        todo = [(q, r) for q in questions for r in range(rollouts) if (q.id, r) not in done]
+        summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
+        if summary.skipped:
+            logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
+        t0 = time.perf_counter()
+        with tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
+            for traj in stream_rollouts(agent, todo, fh, concurrency):
+                summary.add(traj)
+                bar.update(1)
+                bar.set_postfix(answered=summary.terminations["answer"])
+        summary.seconds = time.perf_counter() - t0
     return summary

@@ -68,9 +68,12 @@ class OpenAIModel(ChatModel):
         except openai.OpenAIError as e:
             tries = f" after {self.max_attempts} attempts" if _transient(e) else ""
             raise ModelError(f"{self.name}: {type(e).__name__}{tries}: {e}") from e
-        if not resp.choices:
-            raise ModelError(f"{self.name}: the server returned no choices")
-        choice = resp.choices[0]
+        except (ValueError, TypeError, AttributeError) as e:  # a body that is not an OpenAI-style JSON reply
+            raise ModelError(f"{self.name}: the server's reply is not a chat completion ({type(e).__name__}: {e})") from e
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+            raise ModelError(f"{self.name}: the server's reply is not a chat completion (no choices)")
+        choice = choices[0]
         text, _ = cut_at_stop(choice.message.content or "", params.stop)
         usage = resp.usage
         prompt = usage.prompt_tokens if usage and usage.prompt_tokens else sum(len(m["content"]) for m in messages) // 4

@@ -18,13 +18,13 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import networkx as nx
 from tqdm import tqdm
 
-from websailor.errors import CorpusError, InvalidArgumentError
-from websailor.jsonio import read_appended_jsonl
+from websailor.errors import CorpusError, InputFormatError, InvalidArgumentError
+from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
 from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.constraints import Constraint
@@ -49,6 +49,7 @@ class SynthConfig:
     min_cycle_share: float = 0.40
     warmup: int = 20  # items before balancing applies
     max_attempts_per_item: int = 200
+    max_llm_failures: int = 3  # rewrite failures in a row before the run stops asking the model
     item: ItemConfig = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -71,9 +72,35 @@ def item_key(item: dict) -> str:
     return hashlib.sha1(json.dumps([item["answer"], cs]).encode()).hexdigest()
 
 
+#: fields every QA item has, with their types (checked when a file is read)
+ITEM_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "question": str, "answer": str, "topology_hash": str, "has_cycle": bool, "constraints": list,
+    "uncertainty": list, "subgraph": dict, "procedure": list, "seed": int, "attempt": int}
+
+
+def question_key(question: str) -> str:
+    """Normalized question text: two items that read the same are duplicates."""
+    return " ".join(question.lower().split())
+
+
+def _check_items(path: Path, records: list[tuple[int, dict]]) -> list[dict]:
+    for lineno, rec in records:
+        for name, kind in ITEM_FIELDS.items():
+            value = rec.get(name)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                what = "missing" if name not in rec else f"a {type(value).__name__}, expected {getattr(kind, '__name__', kind)}"
+                raise InputFormatError(f"{path} line {lineno} is not a QA item: field {name!r} is {what}; "
+                                       "use another file or repair it")
+    return [rec for _, rec in records]
+
+
 def read_items(path: Path) -> list[dict]:
-    """Items of a QA file; a half-written last line (a killed run) is dropped from the file."""
-    return [rec for _, rec in read_appended_jsonl(path, "a QA item")]
+    """Items of a QA file, checked (reads only; an unfinished last line is skipped).
+
+    Raises:
+        InputFormatError: a line is not a QA item (which field is missing or of the wrong type).
+    """
+    return _check_items(Path(path), read_appended_jsonl(Path(path), "a QA item"))
 
 
 def check_graph(kg: KnowledgeGraph, cfg: SynthConfig) -> None:
@@ -109,26 +136,37 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
 
     Raises:
         CorpusError: the graph is too small (:func:`check_graph`).
-        InvalidArgumentError: ``out`` holds items of another seed.
+        InvalidArgumentError: ``out`` holds items of another seed or test fraction, or
+            another process is writing it.
+        InputFormatError: ``out`` holds lines that are not QA items.
+        ModelError: the difficulty filter's model fails (items so far are kept).
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    items = read_items(out)
-    seeds = sorted({it.get("seed") for it in items} - {cfg.seed}, key=str)
+    check_graph(kg, cfg)
+    with appending(out, "a QA item") as (fh, records):
+        return _synthesize(kg, out, fh, _check_items(out, records), cfg, progress, llm, difficulty)
+
+
+def _synthesize(kg: KnowledgeGraph, out: Path, fh: TextIO, items: list[dict], cfg: SynthConfig, progress: bool,
+                llm: "ChatModel | None", difficulty: "DifficultyFilter | None") -> Counter:
+    seeds = sorted({it["seed"] for it in items} - {cfg.seed})
     if seeds:
         raise InvalidArgumentError(
             f"{out} holds items synthesized with seed {seeds[0]}; this run uses seed {cfg.seed}. Resuming would "
             f"mix two streams: pass --seed {seeds[0]} to continue that file, or use another --out")
-    check_graph(kg, cfg)
+    odd = next((it for it in items if it.get("split") != _split(it["id"], cfg.test_fraction)), None)
+    if odd is not None:
+        raise InvalidArgumentError(f"{out} was made with another --test-fraction (item {odd['id']} is in split "
+                                   f"{odd.get('split')!r}); pass the same fraction to continue it, or use another --out")
     topo = Counter(it["topology_hash"] for it in items)
-    keys = {item_key(it) for it in items}
+    keys = {item_key(it) for it in items} | {question_key(it["question"]) for it in items}
     cycles = sum(it["has_cycle"] for it in items)
     reasons: Counter = Counter()
     since_last: Counter = Counter()  # rejections since the last accepted item
     attempt = max((it.get("attempt", -1) for it in items), default=-1) + 1
     misses = 0
-    with out.open("a", encoding="utf-8") as fh, \
-            tqdm(total=cfg.n, initial=min(len(items), cfg.n), desc="items", unit="item", disable=not progress) as bar:
+    llm_failures = 0  # rewrite failures in a row
+    with tqdm(total=cfg.n, initial=min(len(items), cfg.n), desc="items", unit="item", disable=not progress) as bar:
         while len(items) < cfg.n:
             if misses >= cfg.max_attempts_per_item:
                 logger.warning("stopping at %d items: the last %d candidates were all rejected (%s); the graph "
@@ -137,7 +175,7 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
             rng = random.Random(f"{cfg.seed}/{attempt}")
             item, why = build_item(kg, rng, cfg.item)
             attempt += 1
-            if item is not None and item_key(item) in keys:
+            if item is not None and (item_key(item) in keys or question_key(item["question"]) in keys):
                 item, why = None, "duplicate"
             if item is not None and len(items) >= cfg.warmup:
                 if (topo[item["topology_hash"]] + 1) / (len(items) + 1) > cfg.max_topology_share:
@@ -155,7 +193,14 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
                 item["question"], rendering = rewrite_question(llm, item["question"], cs, item["answer"])
                 reasons[f"rendered_{rendering['mode']}"] += 1
                 if rendering["mode"] == "template" and rendering["reason"].startswith("model error"):
+                    llm_failures += 1
                     logger.warning("LLM rewrite failed, kept the template question: %s", rendering["reason"])
+                    if llm_failures >= cfg.max_llm_failures:
+                        logger.warning("the rewrite model failed %d times in a row: the rest of this run keeps the "
+                                       "template questions (rerun with --llm into another file once it works)", llm_failures)
+                        llm = None
+                else:
+                    llm_failures = 0
             item["rendering"] = rendering
             item_id = f"sf-{cfg.seed}-{attempt - 1}"
             item = {"id": item_id, **item, "split": _split(item_id, cfg.test_fraction), "seed": cfg.seed,
@@ -177,7 +222,7 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
             fh.flush()
             os.fsync(fh.fileno())
             items.append(item)
-            keys.add(item_key(item))
+            keys.update((item_key(item), question_key(item["question"])))
             topo[item["topology_hash"]] += 1
             cycles += item["has_cycle"]
             bar.update(1)

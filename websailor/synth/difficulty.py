@@ -12,13 +12,15 @@ run resumes without repeating a rollout.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from websailor.agent.loop import Agent
-from websailor.agent.runner import Question, done_rollouts, stream_rollouts
-from websailor.jsonio import read_appended_jsonl
+from websailor.agent.runner import Question, stream_rollouts
+from websailor.errors import InputFormatError, ModelError
+from websailor.jsonio import appending
 from websailor.judge import exact_match
 
 KEEP = ("moderate", "hard", "all")
@@ -56,17 +58,23 @@ def verdict(correct: int, k: int, keep: str) -> str:
 
 
 class DifficultyFilter:
-    """Rates items with a reference agent.
+    """Rates items with a reference agent. Use it as a context manager (or call
+    :meth:`close`): it holds the rollouts file open and locked.
+
+    Rollouts already in the file are reused only when they answered the same question text
+    with the same model; rollouts that ended in ``model_error`` are never reused, and an item
+    whose rollouts hit model errors is not rated (the run stops, so that a dead endpoint
+    cannot make every item look hard).
 
     Args:
         agent: the reference agent (its model and tools).
-        rollouts_path: JSONL the rollouts are appended to; rollouts already there (same item
-            id and rollout index) are reused, not rerun.
+        rollouts_path: JSONL the rollouts are appended to.
         config: k, keep, concurrency.
         judge: grading function (default: normalized exact match with aliases).
 
     Raises:
         InputFormatError: ``rollouts_path`` holds something other than trajectory records.
+        InvalidArgumentError: another process is writing ``rollouts_path``.
     """
 
     def __init__(self, agent: Agent, rollouts_path: str | Path, config: DifficultyConfig | None = None,
@@ -75,22 +83,55 @@ class DifficultyFilter:
         self.path = Path(rollouts_path)
         self.config = config or DifficultyConfig()
         self.judge = judge
-        done_rollouts(self.path)  # validates the file (and repairs a partial last line)
-        self._predictions: dict[tuple[str, int], str | None] = {
-            (str(rec["id"]), int(rec["rollout"])): rec.get("prediction")
-            for _, rec in read_appended_jsonl(self.path, "a trajectory record")}
+        self._stack = ExitStack()
+        self._fh, records = self._stack.enter_context(appending(self.path, "a trajectory record"))
+        self._done: dict[tuple[str, int], dict] = {}
+        for lineno, rec in records:
+            if not {"id", "rollout", "question", "prediction", "termination"} <= rec.keys():
+                self.close()
+                raise InputFormatError(f"{self.path} line {lineno} is not a trajectory record; use another output")
+            if rec["termination"] != "model_error":
+                self._done[(str(rec["id"]), int(rec["rollout"]))] = rec
+
+    def close(self) -> None:
+        """Release the rollouts file."""
+        self._stack.close()
+
+    def __enter__(self) -> "DifficultyFilter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reusable(self, qid: str, r: int, question: str) -> bool:
+        rec = self._done.get((qid, r))
+        return rec is not None and rec["question"] == question and rec.get("model") == self.agent.model.name
 
     def rate(self, item: dict) -> dict:
         """Run the missing rollouts of ``item`` (needs ``id``, ``question``, ``answer``,
         optional ``aliases``) and return the item's ``difficulty`` record: ``{"k", "correct",
-        "model"}``; :func:`verdict` says whether to keep it."""
+        "model"}``; :func:`verdict` says whether to keep it.
+
+        Raises:
+            ModelError: some rollouts ended in a model error (the endpoint is down or
+                failing); they are recorded but not counted, and are rerun on resume.
+        """
         k = self.config.k
         q = Question(str(item["id"]), item["question"], item["answer"])
-        todo = [(q, r) for r in range(k) if (q.id, r) not in self._predictions]
-        for traj in stream_rollouts(self.agent, todo, self.path, self.config.concurrency):
-            self._predictions[(traj.id, traj.rollout)] = traj.prediction
+        todo = [(q, r) for r in range(k) if not self._reusable(q.id, r, q.question)]
+        errors = []
+        for traj in stream_rollouts(self.agent, todo, self._fh, self.config.concurrency):
+            if traj.termination == "model_error":
+                errors.append(traj.error or "model error")
+            else:
+                self._done[(traj.id, traj.rollout)] = {"question": traj.question, "prediction": traj.prediction,
+                                                       "model": traj.model}
+        if errors:
+            raise ModelError(f"the reference agent's model failed on {len(errors)} of {len(todo)} rollouts of item "
+                             f"{q.id} ({errors[0]}); no item can be rated until it answers. Rerun the same command "
+                             "once it works: finished items and rollouts are kept")
         aliases = list(item.get("aliases") or [])
-        correct = sum(bool(self.judge(self._predictions[(q.id, r)], item["answer"], aliases)) for r in range(k))
+        correct = sum(bool(self.judge(self._done[(q.id, r)]["prediction"], item["answer"], aliases)) for r in range(k))
         return {"k": k, "correct": correct, "model": self.agent.model.name}
 
     def keeps(self, difficulty: dict) -> str:

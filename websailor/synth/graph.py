@@ -139,7 +139,11 @@ def load_or_build(corpus: Corpus) -> KnowledgeGraph:
     """The graph cached in the corpus directory's ``synth/`` folder, built on first use."""
     cache = corpus.path / "synth" / GRAPH_FILE
     if cache.exists():
-        return KnowledgeGraph.load(cache)
+        try:
+            return KnowledgeGraph.load(cache)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            logger.warning("the cached knowledge graph %s is unreadable (%s: %s); building it again", cache,
+                           type(e).__name__, e)
     kg = build_knowledge_graph(corpus)
     try:
         cache.parent.mkdir(exist_ok=True)

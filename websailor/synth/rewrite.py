@@ -24,6 +24,9 @@ _TOKENS = re.compile(r"\d[\d,]*s?|\b[A-Z]\.")
 _STOP = frozenset("which with that from this have their about associated whose name word words first letters starting".split())
 
 
+#: wall-clock budget of one rewrite, retries included: a hanging endpoint costs at most this per item
+REWRITE_TIMEOUT_S = 60.0
+
 def _must_keep(c: Constraint) -> tuple[list[str], list[str]]:
     """(tokens that must all appear, content words of which most must appear)."""
     exact = _TOKENS.findall(c.phrase)
@@ -48,7 +51,7 @@ def rewrite_question(model: ChatModel, question: str, constraints: list[Constrai
     template text; ``rendering`` is ``{"mode": "llm" | "template", "reason": ...}``."""
     try:
         gen = model.chat([{"role": "user", "content": REWRITE_PROMPT.format(question=question)}],
-                         SamplingParams(temperature=0.7, max_tokens=256, stop=[]))
+                         SamplingParams(temperature=0.7, max_tokens=256, stop=[], timeout_s=REWRITE_TIMEOUT_S))
     except ModelError as e:
         return question, {"mode": "template", "reason": f"model error: {e}"}
     text = " ".join(gen.text.strip().strip('"').split())
