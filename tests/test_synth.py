@@ -149,11 +149,16 @@ def test_vague_number_rejects_non_positive():
 
 def test_mask_name():
     m = mask_name("Leonardo da Vinci", random.Random(0), "initials")
-    assert m.phrase == "whose initials are L. d. V." and m.matches("Leonardo da Vinci")
+    assert m.phrase == "whose initials are L. D. V." and m.matches("Leonardo da Vinci")
     assert not m.matches("Leonardo Fibonacci")
     m = mask_name("Leonardo da Vinci", random.Random(0), "letters")
     assert m.phrase == "whose name has 3 words, the first with 8 letters, starting with L"
     assert m.matches("Lysander di Sparta") and not m.matches("Leonardo Vinci")
+    # the disambiguation is not part of the name; only letters are counted
+    m = mask_name("Eris (dwarf planet)", random.Random(0), "initials")
+    assert m.phrase == "whose initials are E." and m.matches("Eris (dwarf planet)") and m.matches("Eris")
+    m = mask_name("Saint-Jean-de-Luz", random.Random(0), "letters")
+    assert m.phrase == "whose name is one word of 14 letters, starting with S"
 
 
 # -- constraints and verification ---------------------------------------------------------------

@@ -21,21 +21,40 @@ _SPAN = re.compile(
 _YEAR = re.compile(
     r"(?<![\d,.])(?:(\d{1,4})\s*(BC|BCE)\b|(\d{3,4})(?:\s*(?:AD|CE)\b)?(?![\d,]|\.\d|\s*(?:km|m\b|mi\b|ft\b|kg|%)))"
 )
-_QUANTITIES = [
-    ("area", re.compile(_NUM + r"\s*(km2|km²|square kilomet(?:re|er)s)"), 1.0),
-    ("area", re.compile(_NUM + r"\s*(sq mi|mi2|square miles)"), 2.58999),
-    ("length", re.compile(_NUM + r"\s*(km|kilomet(?:re|er)s)(?![2²\w])"), 1.0),
-    ("length", re.compile(_NUM + r"\s*(mi|miles)(?![2²\w])"), 1.60934),
-    ("height", re.compile(_NUM + r"\s*(m|metres|meters)(?![\w²2])"), 1.0),
-]
-# "population of 2.04 million", "population of the city proper was over 14 million"
-_POPULATION = re.compile(r"population\b[^.\d;]{0,40}?" + _NUM + r"(?:\s*(million|billion))?")
-_SCALE = {"million": 1e6, "billion": 1e9, None: 1.0}
+# a quantity is read only where the sentence says what it measures: "6,650 km (4,130 mi) long",
+# "a length of about 2,850 km", "an area of 1,000 km2", "covers 9.8 million km2" is not taken
+# (no scale words for areas), "8,849 m (29,032 ft) above sea level", "a population of over 14
+# million"; a distance ("187 km northwest of Tartu") or a rank ("the 12th largest") is not
+_Q = r"(?:(?:about|approximately|around|over|nearly|roughly|some|almost|more than|less than|just over|just under|" \
+     r"an estimated|estimated at|estimated|c\.|ca\.)\s+)?"
+_PAREN = r"(?:\s*\([^)]{0,40}\))?"
+_KM, _MI = r"(?:km|kilomet(?:re|er)s)(?![2²\w])", r"(?:mi|miles)(?![2²\w])"
+_KM2, _MI2 = r"(?:km2|km²|square kilomet(?:re|er)s)", r"(?:sq mi|mi2|square miles)"
+_M = r"(?:m|metres|meters)(?![\w²2])"
+_FLOWS = r"\b(?:flows|runs|stretches|extends|winds)(?:\s+[a-z]+){0,2}\s+for\s+"
 _HEIGHT_WORDS = re.compile(r"\b(height|tall|high|elevation|summit|altitude)\b", re.I)
+_QUANTITIES = [
+    ("length", re.compile(_NUM + r"\s*" + _KM + _PAREN + r"\s+(?:long|in length)\b|\blength of " + _Q + _NUM + r"\s*" + _KM
+                          + r"|" + _FLOWS + _Q + _NUM + r"\s*" + _KM), 1.0),
+    ("length", re.compile(_NUM + r"\s*" + _MI + _PAREN + r"\s+(?:long|in length)\b|\blength of " + _Q + _NUM + r"\s*" + _MI
+                          + r"|" + _FLOWS + _Q + _NUM + r"\s*" + _MI), 1.60934),
+    ("area", re.compile(r"\b(?:area of|covers|covering|spans|spanning|occupies|occupying) (?:an area of )?" + _Q + _NUM
+                        + r"\s*" + _KM2 + "|" + _NUM + r"\s*" + _KM2 + _PAREN + r"\s+in area\b"), 1.0),
+    ("area", re.compile(r"\b(?:area of|covers|covering|spans|spanning|occupies|occupying) (?:an area of )?" + _Q + _NUM
+                        + r"\s*" + _MI2 + "|" + _NUM + r"\s*" + _MI2 + _PAREN + r"\s+in area\b"), 2.58999),
+    ("height", re.compile(_NUM + r"\s*" + _M), 1.0),  # only in a sentence about height (_HEIGHT_WORDS)
+]
+_POPULATION = re.compile(
+    r"\bpopulation(?:\s+(?:of|was|is|were|at|stood|totals?|totalled|totaled|reached|exceeding|exceeds|exceeded|around|"
+    r"about|approximately|over|nearly|roughly|some|almost|more|than|an|estimated|just))*\s+" + _NUM
+    + r"(?:\s*(million|billion))?(?!\d|,\d|st\b|nd\b|rd\b|th\b|\s*%|\s*(?:and|to|–|-)\s*\d)")
+_SCALE = {"million": 1e6, "billion": 1e9, None: 1.0}
+# projections and forecasts are not the entity's size
+_NOT_NOW = re.compile(r"\b(projected|projection|expected to|forecast|predicted|will|by 2[01]\d\d)\b", re.I)
 # sentences whose length or area is not the entity's own size (a river's basin, a country's
 # coastline or border): their km and km2 are not read
 _NOT_OWN_SIZE = re.compile(r"\b(basin|drainage|catchment|watershed|coast(?:line)?s?|borders?|shoreline|exclusive economic zone|"
-                           r"radius|diameter|orbit|distance)\b", re.I)
+                           r"radius|diameter|orbit|distance|depth|deep)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -99,21 +118,29 @@ def parse_years(text: str) -> list[int]:
 
 
 def parse_quantities(text: str) -> list[Quantity]:
-    """Quantities with units in ``text``; the first of each kind per sentence."""
+    """Quantities with units in ``text`` where the sentence says what is measured (see the
+    patterns above); the first of each kind per sentence. Projections ("expected to reach")
+    and the sizes of basins, coastlines, borders, orbits or depths are not read, nor a
+    population below 100 (a rank or a count of something else)."""
     out: list[Quantity] = []
     for sentence in split_sentences(text):
+        if _NOT_NOW.search(sentence):
+            continue
         kinds: set[str] = set()
         for kind, pattern, factor in _QUANTITIES:
-            if kind in kinds or (kind == "height" and not _HEIGHT_WORDS.search(sentence)) \
-                    or (kind in ("length", "area") and _NOT_OWN_SIZE.search(sentence)):
+            if kind in kinds or (kind in ("length", "area") and _NOT_OWN_SIZE.search(sentence)) \
+                    or (kind == "height" and not _HEIGHT_WORDS.search(sentence)):
                 continue
             m = pattern.search(sentence)
             if m:
-                out.append(Quantity(kind, round(_number(m.group(1), m.group(2)) * factor, 3), sentence))
+                whole, frac = next((m.group(i), m.group(i + 1)) for i in range(1, m.re.groups, 2) if m.group(i))
+                out.append(Quantity(kind, round(_number(whole, frac) * factor, 3), sentence))
                 kinds.add(kind)
         m = _POPULATION.search(sentence)
         if m:
-            out.append(Quantity("population", _number(m.group(1), m.group(2)) * _SCALE[m.group(3)], sentence))
+            value = _number(m.group(1), m.group(2)) * _SCALE[m.group(3)]
+            if value >= 100:
+                out.append(Quantity("population", value, sentence))
     return out
 
 

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
+import Stemmer
+
 from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.vague import NameMask
 
@@ -30,7 +32,11 @@ class Constraint:
 
     ``kind`` and ``params``:
 
-    * ``linked`` ``{"other": title}``: the target is linked to that page;
+    * ``linked`` ``{"other": title, "others": [titles]}``: the target is linked to that page.
+      ``others`` (optional) lists every page the question's phrase may refer to (pages with
+      the same description: "a country in Oceania" is Australia, Fiji, Tonga, ...); a node
+      satisfies the constraint if it is linked to any of them, since a solver cannot tell
+      which was meant. ``compare`` and ``relative_start`` read ``others`` the same way;
     * ``name`` ``{"style", "pattern"}``: see :class:`websailor.synth.vague.NameMask`;
     * ``span_start`` / ``span_end`` ``{"lo", "hi"}``: start or end of the life span/period;
     * ``year`` ``{"lo", "hi"}``: some year in the page's text lies in the interval;
@@ -61,8 +67,9 @@ class Constraint:
     def matches(self, kg: KnowledgeGraph, node: str) -> bool:
         """Whether ``node`` satisfies the constraint."""
         p = self.params
+        others = p.get("others") or ([p["other"]] if "other" in p else [])
         if self.kind == "linked":
-            return kg.graph.has_edge(node, p["other"])
+            return any(kg.graph.has_edge(node, o) for o in others)
         if self.kind == "name":
             return NameMask(self.phrase, p["style"], tuple(p["pattern"])).matches(node)
         attrs = kg.attributes(node)
@@ -77,11 +84,17 @@ class Constraint:
             return attrs.topic == p["topic"]
         if self.kind == "compare":
             mine = [q.value for q in attrs.quantities if q.kind == p["kind"]]
-            theirs = [q.value for q in kg.attributes(p["other"]).quantities if q.kind == p["kind"]]
-            return bool(mine and theirs) and (mine[0] > theirs[0] if p["more"] else mine[0] < theirs[0])
+            for o in others:
+                if o == node:
+                    continue
+                theirs = [q.value for q in kg.attributes(o).quantities if q.kind == p["kind"]]
+                if mine and theirs and (mine[0] > theirs[0] if p["more"] else mine[0] < theirs[0]):
+                    return True
+            return False
         if self.kind == "relative_start":
-            other = kg.attributes(p["other"]).span
-            return attrs.span is not None and other is not None and p["lo"] <= attrs.span[0] - other[0] <= p["hi"]
+            return attrs.span is not None and any(
+                o != node and kg.attributes(o).span is not None and p["lo"] <= attrs.span[0] - kg.attributes(o).span[0] <= p["hi"]
+                for o in others)
         raise ValueError(f"unknown constraint kind {self.kind!r}; one of {', '.join(KINDS)}")
 
 
@@ -90,12 +103,16 @@ def candidates(kg: KnowledgeGraph, constraints: Iterable[Constraint]) -> list[st
     neighbours of a ``linked`` constraint when there is one, else scans all nodes."""
     cs = list(constraints)
     linked = [c for c in cs if c.kind == "linked"]
-    pool = (set(kg.graph.neighbors(linked[0].params["other"])) if linked and linked[0].params["other"] in kg.graph
-            else set(kg.graph.nodes))
+    if linked:
+        others = linked[0].params.get("others") or [linked[0].params["other"]]
+        pool = {n for o in others if o in kg.graph for n in kg.graph.neighbors(o)}
+    else:
+        pool = set(kg.graph.nodes)
     return sorted(n for n in pool if all(c.matches(kg, n) for c in cs))
 
 
 def is_unique(kg: KnowledgeGraph, constraints: Iterable[Constraint], target: str) -> bool:
+    """True when ``target`` is the only node of the whole graph meeting every constraint."""
     return candidates(kg, constraints) == [target]
 
 
@@ -108,14 +125,19 @@ def distinctive_words(answer: str) -> set[str]:
     return {w for w in words if w not in _STOP and len(w) >= 4}
 
 
+_STEMMER = Stemmer.Stemmer("english")
+
+
 def is_leak_free(question: str, answer: str, aliases: Iterable[str] = ()) -> bool:
-    """True if no form of the answer appears in the question (case-insensitive, whole words)."""
+    """True if no form of the answer appears in the question (case-insensitive, whole words),
+    and no distinctive word of it in any inflection ("albums" leaks "Album", "cricketer"
+    leaks "Cricket": words are compared by their Snowball stems)."""
     q = question.lower()
-    q_words = set(_WORD.findall(q))
     for form in [answer, *aliases]:
         if form and re.search(r"(?<!\w)" + re.escape(form.lower()) + r"(?!\w)", q):
             return False
-    return not (distinctive_words(answer) & q_words)
+    q_stems = set(_STEMMER.stemWords(_WORD.findall(q)))
+    return not (set(_STEMMER.stemWords(sorted(distinctive_words(answer)))) & q_stems)
 
 
 def is_supported(constraints: Iterable[Constraint]) -> bool:

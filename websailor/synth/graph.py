@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -26,7 +27,14 @@ from websailor.synth.sampling import walk_starts
 
 logger = get_logger(__name__)
 
-GRAPH_FILE = "knowledge_graph.v3.json"
+GRAPH_FILE = "knowledge_graph.v4.json"
+#: a life span or period at the end of a description: "Italian polymath (1452–1519)"
+SPAN_IN_DESC = re.compile(r"\s*\([^)]*\d[^)]*\)\s*$")
+
+
+def description_key(description: str) -> str:
+    """A description without its span, lower-cased: "Country in Oceania" -> "country in oceania"."""
+    return " ".join(SPAN_IN_DESC.sub("", description).lower().split())
 
 
 @dataclass
@@ -62,7 +70,23 @@ class KnowledgeGraph:
                 word = word.strip(".,;:()\"'")
                 if word[:1].isalpha():
                     (lower if word[:1].islower() else upper)[word.lower()] += 1
-        return {w: lower[w] > upper[w] for w in lower.keys() | upper.keys()}
+        # lower case when the word is common in lower case at all ("canal", despite "Suez Canal")
+        return {w: lower[w] >= max(3, upper[w] // 10) or lower[w] > upper[w] for w in lower.keys() | upper.keys()}
+
+    @cached_property
+    def same_description(self) -> dict[str, list[str]]:
+        """Pages by normalized description (lower case, span removed), for descriptions that
+        several pages share ("country in oceania": Australia, Fiji, Papua New Guinea, ...)."""
+        groups: dict[str, list[str]] = {}
+        for node, data in self.graph.nodes(data=True):
+            key = description_key(data["attributes"].description)
+            if key:
+                groups.setdefault(key, []).append(node)
+        return {k: sorted(v) for k, v in groups.items() if len(v) > 1}
+
+    def referents(self, node: str) -> list[str]:
+        """Every page that ``node``'s description may name (itself included), sorted."""
+        return self.same_description.get(description_key(self.attributes(node).description), [node])
 
     def __len__(self) -> int:
         return self.graph.number_of_nodes()

@@ -32,11 +32,10 @@ from dataclasses import dataclass
 
 from websailor import __version__
 from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported
-from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.graph import SPAN_IN_DESC, KnowledgeGraph
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
-from websailor.synth.vague import mask_name, vague_number, vague_period
+from websailor.synth.vague import bare_name, mask_name, vague_number, vague_period
 
-_SPAN_IN_DESC = re.compile(r"\s*\([^)]*\d[^)]*\)\s*$")
 _TYPE_WORD = {"People": "person", "Geography": "place", "Arts": "work or artist", "History": "historical subject",
               "Biology and health sciences": "living thing or health topic", "Physical sciences": "subject of physical science",
               "Technology": "technology", "Mathematics": "mathematical subject", "Philosophy and religion": "subject of thought or faith",
@@ -75,6 +74,8 @@ def _lower_first(desc: str, common: dict[str, bool] | None = None) -> str:
     descriptions use elsewhere; a rule on the next word and the suffix for the others."""
     words = desc.split()
     first = words[0]
+    if sum(ch.isupper() for ch in first) > 1:  # an acronym or a compound name: "US-backed", "NATO"
+        return desc
     if common and first.lower() in common:
         proper = not common[first.lower()] or re.search(r"-[A-Z]", first)
     else:
@@ -88,7 +89,7 @@ def aliases_of(title: str) -> list[str]:
     parentheses ("Mercury (planet)" -> "Mercury") and without a leading article ("The
     Beatles" -> "Beatles")."""
     out: list[str] = []
-    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+    bare = bare_name(title)
     for form in (bare, re.sub(r"^(?:The|A|An)\s+", "", bare)):
         if form and form != title and form not in out:
             out.append(form)
@@ -96,19 +97,53 @@ def aliases_of(title: str) -> list[str]:
 
 
 _COUNT_WORDS = frozenset("two three four five six seven eight nine ten several many various multiple".split())
+_SINGULAR_S = frozenset("""series species means news physics mathematics economics politics linguistics ethics genetics
+    statistics aesthetics electronics mechanics athletics gymnastics acoustics optics logistics lens bus gas atlas canvas
+    chaos class glass grass process status virus bonus campus census corpus genus apparatus analysis thesis basis crisis
+    axis iris tennis diabetes measles rabies herpes billiards darts checkers draughts""".split())
+
+
+def _plural(word: str) -> bool:
+    w = word.lower().strip(",;:")
+    return w.endswith("s") and not w.endswith(("ss", "us", "is", "'s")) and w not in _SINGULAR_S
 
 
 def _describe(kg: KnowledgeGraph, node: str) -> str | None:
     """The noun phrase naming ``node`` by its description: "an Italian polymath"; no article
-    before a count ("two equalities that ...")."""
-    desc = _SPAN_IN_DESC.sub("", kg.attributes(node).description).strip()
+    before a count or a plural ("two equalities that ...", "mammals of the family
+    Leporidae"), "the" before a possessive ("the Earth's highest mountain"). The description
+    is cut at a semicolon."""
+    desc = SPAN_IN_DESC.sub("", kg.attributes(node).description.split(";")[0]).strip().rstrip(",")
+    desc = re.sub(r"^In [a-z ]+, ", "", desc)  # "In mathematics, invertible homomorphism"
     if not desc:
         return None
     desc = _lower_first(desc, kg.common_words)
-    if desc.split()[0].lower() in _COUNT_WORDS:
+    first = desc.split()[0]
+    if first.lower() in _COUNT_WORDS or first.lower() in ("one", "any", "some", "the") or _plural(first):
         return desc
+    if first.endswith(("'s", "’s")):
+        return "the " + desc
     vowel_sound = desc[0].lower() in "aeiou" and not re.match(r"(?i)(eu|uni|use|usu|one\b|once\b|uk)", desc)
     return ("an " if vowel_sound else "a ") + desc
+
+
+_NOT_A_LIFE = re.compile(
+    r"\b(wars?|dynasty|empire|period|era|age|reign|kingdom|republic|state|movement|revolution|battle|caliphate|"
+    r"sultanate|civilization|culture|crisis|rebellion|uprising|pandemic|epidemic|expedition|siege|conflict|treaty|"
+    r"council|union|confederation|khanate|shogunate|principality|duchy|colony|regime|government|occupation|invasion|"
+    r"campaign|crusade|schism|reformation|renaissance|depression|famine|plague|genocide|series|band|group|company|"
+    r"party|league|club|team|magazine|newspaper|journal|building|church|cathedral|temple|bridge|ship)\b", re.I)
+
+
+def is_person(kg: KnowledgeGraph, node: str) -> bool:
+    """A person: the corpus says so (topic ``People``), or, for an uncategorized page, the
+    description gives a span of 15 to 110 years and names no war, dynasty, period, group or
+    building ("English naturalist (1809–1882)" is a person; "global war (1939–1945)" is not)."""
+    a = kg.attributes(node)
+    if a.topic == "People":
+        return True
+    return a.topic in ("", "Uncategorized") and a.span is not None and 15 <= a.span[1] - a.span[0] <= 110 \
+        and not _NOT_A_LIFE.search(a.description)
 
 
 def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> tuple[Constraint, list[dict]] | None:
@@ -116,7 +151,7 @@ def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> 
     if phrase is None:
         return None
     evidence = tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(target, other))
-    c = Constraint("linked", {"other": other}, f"is associated with {phrase}", evidence)
+    c = Constraint("linked", {"other": other, "others": kg.referents(other)}, f"is associated with {phrase}", evidence)
     return c, [{"op": "describe", "params": {"entity": other}}, {"op": "vague_relation", "params": {"entity": other}}]
 
 
@@ -128,7 +163,7 @@ def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) 
         which = rng.choice(["span_start", "span_end"])
         year = attrs.span[0 if which == "span_start" else 1]
         v = vague_period(year, rng)
-        if attrs.topic == "People":
+        if is_person(kg, target):
             verb = "was born" if which == "span_start" else "died"
         elif attrs.topic in ("", "Uncategorized"):  # a life or a period: the corpus does not say which
             verb = "whose life or period began" if which == "span_start" else "whose life or period ended"
@@ -168,28 +203,35 @@ def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[st
                 continue
             more = q.value > oq.value
             ev = ({"sentence": q.sentence, "url": url}, {"sentence": oq.sentence, "url": other_url})
-            out.append((Constraint("compare", {"kind": q.kind, "other": other, "more": more},
+            out.append((Constraint("compare", {"kind": q.kind, "other": other, "others": kg.referents(other), "more": more},
                                    f"{_COMPARE[q.kind][0 if more else 1]} {phrase}", ev),
                         {"op": "comparison", "params": {"kind": q.kind, "entity": other, "more": more}}))
         if mine.span and theirs.span:
             delta = mine.span[0] - theirs.span[0]
             decades = round(abs(delta) / 10)
             if decades >= 1:
-                lo, hi = delta - 5, delta + 5
+                # the interval is what the phrase says: "about 3 decades" is 25 to 35 years,
+                # "about 19 centuries" 1,850 to 1,950 years
+                sign = 1 if delta > 0 else -1
+                if decades < 20:
+                    gap, center, half = f"{decades} decade{'s' if decades > 1 else ''}", sign * decades * 10, 5
+                else:
+                    centuries = round(abs(delta) / 100)
+                    gap, center, half = f"{centuries} centuries", sign * centuries * 100, 50
+                lo, hi = center - half, center + half
                 side = "after" if delta > 0 else "before"
                 ev = ({"sentence": mine.description, "url": url}, {"sentence": theirs.description, "url": other_url})
-                mine_verb = "was born" if mine.topic == "People" else "began"
-                their_verb = "was born" if theirs.topic == "People" else "began"
-                out.append((Constraint("relative_start", {"other": other, "lo": lo, "hi": hi},
-                                       f"{mine_verb} about {decades} decade{'s' if decades > 1 else ''} {side} "
-                                       f"{phrase} {their_verb}", ev),
+                mine_verb = "was born" if is_person(kg, target) else "began"
+                their_verb = "was born" if is_person(kg, other) else "began"
+                out.append((Constraint("relative_start", {"other": other, "others": kg.referents(other), "lo": lo, "hi": hi},
+                                       f"{mine_verb} about {gap} {side} {phrase} {their_verb}", ev),
                             {"op": "relative_time", "params": {"entity": other, "delta_years": delta}}))
     return out
 
 
 def type_word(kg: KnowledgeGraph, node: str) -> str:
     """The noun a question uses for the answer, from its topic ("person", "place", ...)."""
-    return _TYPE_WORD.get(kg.attributes(node).topic, "entity")
+    return "person" if is_person(kg, node) else _TYPE_WORD.get(kg.attributes(node).topic, "entity")
 
 
 def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> str:
@@ -277,8 +319,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         "aliases": aliases,
         "target_url": kg.graph.nodes[target]["url"],
         "subgraph": {"nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
-                     "edges": [{"src": a, "dst": b, "evidence": kg.evidence(a, b)[0]["sentence"],
-                                "url": kg.evidence(a, b)[0]["url"]} for a, b in sorted(sub.edges())]},
+                     "edges": _edges(kg, sub)},
         "topology_hash": topology_hash(sub),
         "has_cycle": has_cycle(sub),
         "target_role_size": len(role),
@@ -290,6 +331,16 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         "version": __version__,
     }
     return item, "accepted"
+
+
+def _edges(kg: KnowledgeGraph, sub) -> list[dict]:
+    """The subgraph's edges, each directed as its evidence reads (``src``'s page mentions
+    ``dst`` in ``evidence``, found at ``url``), in a fixed order (the same in every process)."""
+    out = []
+    for a, b in sub.edges():
+        ev = min(kg.evidence(a, b), key=lambda e: (e["source"], e["target"], e["sentence"]))
+        out.append({"src": ev["source"], "dst": ev["target"], "evidence": ev["sentence"], "url": ev["url"]})
+    return sorted(out, key=lambda e: (e["src"], e["dst"]))
 
 
 def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> list[dict]:

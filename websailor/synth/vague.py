@@ -16,6 +16,7 @@ Examples (all tested):
 from __future__ import annotations
 
 import math
+import re
 import random
 from dataclasses import dataclass, field
 
@@ -96,32 +97,48 @@ def vague_number(value: float, kind: str, rng: random.Random, style: str | None 
     return Vague(phrase, lo, hi, {"style": "magnitude", "exponent": exp})
 
 
+def bare_name(title: str) -> str:
+    """A title without its disambiguation in parentheses: "Eris (dwarf planet)" -> "Eris"."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip() or title
+
+
+def _letters(word: str) -> int:
+    return sum(ch.isalpha() for ch in word)
+
+
 @dataclass(frozen=True)
 class NameMask:
-    """A partial view of a name: ``phrase`` for the question; :meth:`matches` checks a title."""
+    """A partial view of a name: ``phrase`` for the question; :meth:`matches` checks a title
+    (its bare name, see :func:`bare_name`)."""
 
     phrase: str
     style: str
     pattern: tuple
 
     def matches(self, title: str) -> bool:
-        words = title.split()
+        words = bare_name(title).split()
+        if not words:
+            return False
         if self.style == "initials":
-            return tuple(w[0] for w in words) == self.pattern
+            return tuple(w[0].upper() for w in words) == tuple(p.upper() for p in self.pattern)
         n_words, first_len, first_letter = self.pattern
-        return len(words) == n_words and len(words[0]) == first_len and words[0][0].upper() == first_letter
+        return len(words) == n_words and _letters(words[0]) == first_len and words[0][0].upper() == first_letter
 
 
 def mask_name(title: str, rng: random.Random, style: str | None = None) -> NameMask:
-    """Mask a name as its initials ("L. d. V.") or as letter counts ("a name of 3 words, the
-    first with 8 letters, starting with L"). ``style`` is ``initials`` or ``letters``."""
-    words = title.split()
+    """Mask a name (its bare form, without a disambiguation) as its initials in capitals
+    ("whose initials are L. D. V.") or as word and letter counts ("whose name has 3 words, the first
+    with 8 letters, starting with L"; letters only, hyphens and apostrophes not counted).
+    ``style`` is ``initials`` or ``letters``."""
+    words = bare_name(title).split()
     s = style or rng.choice(["initials", "letters"])
     if s == "initials":
-        initials = tuple(w[0] for w in words)
+        initials = tuple(w[0].upper() for w in words)  # "E. G.", not "E. g." (which reads as "e.g.")
         return NameMask("whose initials are " + " ".join(f"{i}." for i in initials), "initials", initials)
     first = words[0]
     n = len(words)
-    phrase = (f"whose name has {n} word{'s' if n > 1 else ''}, the first with {len(first)} letters, "
-              f"starting with {first[0].upper()}")
-    return NameMask(phrase, "letters", (n, len(first), first[0].upper()))
+    if n == 1:
+        phrase = f"whose name is one word of {_letters(first)} letters, starting with {first[0].upper()}"
+    else:
+        phrase = f"whose name has {n} words, the first with {_letters(first)} letters, starting with {first[0].upper()}"
+    return NameMask(phrase, "letters", (n, _letters(first), first[0].upper()))
