@@ -143,8 +143,19 @@ def test_vague_number(value, kind, style, phrase, lo, hi):
 
 
 def test_vague_number_rejects_non_positive():
-    with pytest.raises(ValueError, match="positive"):
-        vague_number(0, "length", random.Random(0))
+    for bad in (0, 0.5, float("nan")):
+        with pytest.raises(ValueError, match="at least 1"):
+            vague_number(bad, "length", random.Random(0))
+    assert vague_number(5000, "length", random.Random(0), "bound").phrase == "at least 5,000 km"
+
+
+def test_vague_period_edge_years():
+    with pytest.raises(ValueError, match="no year 0"):
+        vague_period(0, random.Random(0))
+    with pytest.raises(ValueError, match="granularity"):
+        vague_period(1900, random.Random(0), "week")
+    v = vague_period(-44, random.Random(0), "part")
+    assert v.phrase == "in the 1st century BC" and v.params == {"granularity": "century"} and v.holds(-44)
 
 
 def test_mask_name():

@@ -82,11 +82,13 @@ def handle_errors(fn: Callable) -> Callable:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(0) from None
         except OSError as e:  # permissions, full disk: name the file and the reason
-            _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+            if e.filename:
+                _fail(f"{e.filename}: {e.strerror}")
+            _fail(f"{e.strerror or e} (while writing an output file: is the disk full?)" if e.errno == 28 else str(e))
         except KeyboardInterrupt:
             # clean-up (temporary build directories) has run in the finally blocks and every
             # finished trajectory is on disk; exit now rather than wait for calls in flight
-            print("interrupted", file=sys.stderr)
+            print("interrupted: what finished is saved; rerun the same command to resume", file=sys.stderr)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(130)
@@ -411,21 +413,28 @@ def synth(
 @synth_app.command("show")
 @handle_errors
 def synth_show(path: Annotated[Path, typer.Argument(help="QA items JSONL.")],
-               index: Annotated[int, typer.Option(min=0, help="Which item (0-based).")] = 0) -> None:
+               index: Annotated[int, typer.Option(min=0, help="Which item by position (0-based).")] = 0,
+               item_id: Annotated[Optional[str], typer.Option("--id", help="Which item by id (sf-SEED-N).")] = None) -> None:
     """Show one item in full: question, answer, subgraph, operators, constraints, solution path."""
     from websailor.synth.dataset import read_items
 
     if not path.is_file():
         _fail(f"{path} does not exist or is not a file")
     items = read_items(path)
-    if index >= len(items):
+    if item_id is not None:
+        found = [it for it in items if it["id"] == item_id]
+        if not found:
+            _fail(f"{path} has no item with id {item_id!r}")
+        it = found[0]
+    elif index >= len(items):
         _fail(f"{path} has {len(items)} items; --index {index} is out of range")
-    it = items[index]
+    else:
+        it = items[index]
     print(f"id: {it['id']} ({it.get('split')})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>")
     print(f"subgraph: {len(it['subgraph']['nodes'])} nodes, {len(it['subgraph']['edges'])} edges, "
           f"cycle: {it['has_cycle']}, topology {it['topology_hash'][:8]}")
     for e in it["subgraph"]["edges"]:
-        print(f"  {e['src']} -- {e['dst']}")
+        print(f"  {e['src']} -> {e['dst']}")
     print("uncertainty: " + "; ".join(f"{o['op']} {json.dumps(o['params'], ensure_ascii=False)}" for o in it["uncertainty"]))
     print("constraints:")
     for c in it["constraints"]:

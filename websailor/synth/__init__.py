@@ -1,12 +1,27 @@
-"""SailorFog-QA-V2 synthesis (in progress): attributes, the knowledge graph, subgraph sampling,
-and the vagueness functions behind the uncertainty operators."""
+"""SailorFog-QA-V2 synthesis (WebSailor-V2, arXiv 2509.13305, section 3): typed attributes,
+the knowledge graph, subgraph sampling, the uncertainty operators, item building and
+rendering, verification, the LLM rewrite, the dataset loop and the difficulty filter.
 
-from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported, is_unique
+A minimal run::
+
+    from websailor.corpus import Corpus
+    from websailor.synth import SynthConfig, load_or_build, synthesize
+    kg = load_or_build(Corpus.open())          # built once, cached in the corpus
+    synthesize(kg, "qa.jsonl", SynthConfig(n=100, seed=0))
+"""
+
 from websailor.synth.attributes import Attributes, Quantity, parse_attributes
+from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported, is_unique
+from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
+from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
 from websailor.synth.graph import KnowledgeGraph, build_knowledge_graph, load_or_build
+from websailor.synth.items import ItemConfig, aliases_of, build_item, render, type_word
+from websailor.synth.rewrite import rewrite_question
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
-from websailor.synth.vague import NameMask, Vague, mask_name, vague_number, vague_period
+from websailor.synth.vague import NameMask, Vague, bare_name, mask_name, vague_number, vague_period
 
-__all__ = ["Attributes", "Constraint", "KnowledgeGraph", "candidates", "is_leak_free", "is_supported", "is_unique", "NameMask", "Quantity", "Vague", "build_knowledge_graph", "has_cycle",
-           "load_or_build", "mask_name", "parse_attributes", "sample_subgraph", "structural_roles", "topology_hash",
-           "vague_number", "vague_period"]
+__all__ = ["Attributes", "Constraint", "DifficultyConfig", "DifficultyFilter", "ItemConfig", "KnowledgeGraph", "NameMask",
+           "Quantity", "SynthConfig", "Vague", "aliases_of", "bare_name", "build_item", "build_knowledge_graph", "candidates",
+           "dataset_report", "has_cycle", "is_leak_free", "is_supported", "is_unique", "load_or_build", "mask_name",
+           "parse_attributes", "read_items", "render", "rewrite_question", "sample_subgraph", "structural_roles",
+           "synthesize", "topology_hash", "type_word", "vague_number", "vague_period"]

@@ -173,7 +173,7 @@ def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) 
         out.append((Constraint(which, {"lo": v.lo, "hi": v.hi}, f"{verb} {v.phrase}", ev),
                     {"op": "vague_period", "params": {"year": year, **v.params}}))
     for q in attrs.quantities[:2]:
-        if q.value > 0:
+        if q.value >= 1:
             v = vague_number(q.value, q.kind, rng)
             out.append((Constraint("quantity", {"kind": q.kind, "lo": v.lo, "hi": v.hi},
                                    f"{_QUANTITY_VERB[q.kind]} {v.phrase}" + (" long" if q.kind == "length" else ""),

@@ -42,7 +42,17 @@ def _ordinal(n: int) -> str:
 
 def vague_period(year: int, rng: random.Random, granularity: str | None = None) -> Vague:
     """Blur a year (negative = BC) to a decade, a century, or an early/mid/late third of a
-    century. ``granularity`` is ``decade``, ``century`` or ``part``; random if ``None``."""
+    century. ``granularity`` is ``decade``, ``century`` or ``part``; random if ``None``. Years
+    BC give decades and centuries only (a ``part`` of a BC century becomes the century, and
+    the returned ``params`` say so); years below 10 BC give the century.
+
+    Raises:
+        ValueError: year 0 (there is none: 1 BC is followed by AD 1), or an unknown granularity.
+    """
+    if year == 0:
+        raise ValueError("there is no year 0: 1 BC (-1) is followed by AD 1")
+    if granularity not in (None, "decade", "century", "part"):
+        raise ValueError(f"granularity must be decade, century or part, got {granularity!r}")
     g = granularity or rng.choice(["decade", "century", "part"])
     if year < 0:  # BC: centuries and decades count backwards
         c = (-year - 1) // 100 + 1
@@ -75,17 +85,17 @@ def _fmt(x: float, kind: str) -> str:
 
 
 def vague_number(value: float, kind: str, rng: random.Random, style: str | None = None) -> Vague:
-    """Blur a positive quantity to an order of magnitude ("between 1,000 and 10,000 km") or a
+    """Blur a quantity of at least 1 (km, km2, m or people) to an order of magnitude ("between 1,000 and 10,000 km") or a
     lower bound on the 1-2-5 series ("more than 5,000 km"). ``style`` is ``magnitude`` or ``bound``."""
-    if value <= 0:
-        raise ValueError(f"vague_number needs a positive value, got {value}")
+    if not value >= 1:
+        raise ValueError(f"vague_number needs a value of at least 1 (in the kind's unit), got {value}")
     s = style or rng.choice(["magnitude", "bound"])
     unit = _UNITS.get(kind, "")
     exp = math.floor(math.log10(value))
     lo, hi = 10.0**exp, 10.0 ** (exp + 1)
     if s == "bound":  # the largest of 1, 2, 5 x 10^k below the value: 7,088 -> 5,000; 2.04M -> 2 million
         bound = max(m * lo for m in (1, 2, 5) if m * lo <= value)
-        phrase = f"more than {_fmt(bound, kind)}{' ' + unit if unit else ''}"
+        phrase = f"{'at least' if bound == value else 'more than'} {_fmt(bound, kind)}{' ' + unit if unit else ''}"
         return Vague(phrase.replace("more than 1 million", "more than a million"), bound, math.inf,
                      {"style": "bound", "bound": bound})
     if kind == "population" and lo >= 1e6:
