@@ -39,7 +39,7 @@ demo: venv
 	$(WS) synth show runs/demo/qa.jsonl --index 0
 	@echo "--- evaluation: the embedded model as an agent on the synthesized test items (k = 2, exact match)"
 	rm -rf runs/demo/eval
-	$(WS) eval --bench runs/demo/qa.jsonl --split test --rollouts 2 --max-calls 4 --max-tokens 256 --out runs/demo/eval
+	$(WS) eval --bench runs/demo/qa.jsonl --split test --limit 3 --rollouts 2 --max-calls 3 --max-tokens 192 --out runs/demo/eval
 
 test: venv
 	$(PY) -m pytest -q

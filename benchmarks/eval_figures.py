@@ -85,7 +85,7 @@ def baseline(questions: int) -> None:
         synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=questions * 12, seed=0), progress=False)
         items = load_benchmark(qa, split="test", limit=questions)
         model = load_model("smollm2")
-        cfg = AgentConfig(max_calls=6, max_tokens_per_turn=512, sampling=SamplingParams(temperature=0.85))
+        cfg = AgentConfig(max_calls=4, max_tokens_per_turn=384, sampling=SamplingParams(temperature=0.85))
         rows = []
         for env, tools in (("none", []), ("local", list(build_local_tools(corpus).values()))):
             agent = Agent(model, tools, cfg, env=env)
@@ -105,7 +105,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--baseline", action="store_true")
-    ap.add_argument("--questions", type=int, default=30)
+    ap.add_argument("--questions", type=int, default=10)
     args = ap.parse_args()
     scoring_figure(args.n)
     if args.baseline:
