@@ -116,7 +116,7 @@ def test_bad_benchmark_files(tmp_path: Path):
         load_benchmark(f"jsonl:{no_answer}")
     empty_answer = tmp_path / "e.jsonl"
     empty_answer.write_text('{"question": "Which river?", "answer": "  "}\n')
-    with pytest.raises(InputFormatError, match="item 1: no gold answer"):
+    with pytest.raises(InputFormatError, match="record 1: no gold answer"):
         load_benchmark(empty_answer)
     with pytest.raises(InputFormatError, match="does not exist"):
         load_benchmark(tmp_path / "missing.csv")
@@ -299,3 +299,83 @@ def test_report_states_ungraded_and_leaves_them_out():
     assert "ungraded: 2 (left out of every figure)" in to_markdown(s)
     s = summarize([sc("a", 0, None)])
     assert s["avg_at_k"] is None and "n/a" in to_markdown(s)
+
+
+def test_stored_grades_are_reused_only_for_the_same_case_and_ungraded_ones_are_retried(tmp_path: Path):
+    from fakes import ScriptedModel
+
+    from websailor.errors import ModelError
+    from websailor.judge.llm import LLMJudge
+
+    out = tmp_path / "scores.jsonl"
+    first = read_trajectories([_write(tmp_path / "a.jsonl", [_traj("a", 0, "Danube")])])
+    assert [s.correct for s in score_trajectories(first, load_judge("em"), out, progress=False)] == [False]
+    # the same (id, rollout) with another prediction is graded anew, not given the stored grade
+    second = read_trajectories([_write(tmp_path / "b.jsonl", [_traj("a", 0, "Nile")])])
+    assert [s.correct for s in score_trajectories(second, load_judge("em"), out, progress=False)] == [True]
+    # an ungraded rollout (judge down) is graded again on the next run
+    down = LLMJudge(ScriptedModel([ModelError("503")]), max_attempts=1)
+    down.name = "llm:j"
+    assert [s.correct for s in score_trajectories(second, down, out, progress=False)] == [None]
+    up = LLMJudge(ScriptedModel([_verdict("yes")]))
+    up.name = "llm:j"
+    assert [s.correct for s in score_trajectories(second, up, out, progress=False)] == [True]
+
+
+def test_model_errors_are_ungraded_and_superseded_by_a_rerun(tmp_path: Path):
+    failed = _traj("a", 0, None, termination="model_error")
+    path = _write(tmp_path / "t.jsonl", [failed, _traj("b", 0, "Nile")])
+    scores = score_trajectories(read_trajectories([path]), load_judge("em"), progress=False)
+    assert [s.correct for s in scores] == [None, True] and "model error" in scores[0].error
+    # a resumed run appends the rerun: it replaces the failed record
+    _write(tmp_path / "t.jsonl", [failed, _traj("b", 0, "Nile"), _traj("a", 0, "Nile")])
+    scores = score_trajectories(read_trajectories([path]), load_judge("em"), progress=False)
+    assert sorted((s.id, s.correct) for s in scores) == [("a", True), ("b", True)]
+
+
+def test_malformed_trajectory_fields_are_named(tmp_path: Path):
+    for field, value, message in [("rollout", "abc", "'rollout' must be an integer"), ("rollout", None, "'rollout' must be an integer"),
+                                  ("prediction", 12, "'prediction' must be text or null"), ("tokens", "many", "'tokens' must be an object"),
+                                  ("num_tool_calls", "x", "'num_tool_calls' must be an integer"),
+                                  ("answer", [["Paris"]], "no usable gold answer")]:
+        rec = _traj("a", 0, "Nile")
+        rec[field] = value
+        with pytest.raises(InputFormatError, match=message):
+            read_trajectories([_write(tmp_path / "bad.jsonl", [rec])])
+
+
+def test_loader_messages_count_records_of_the_file(tmp_path: Path):
+    gaia = tmp_path / "metadata.jsonl"
+    gaia.write_text("\n".join(json.dumps(r) for r in [
+        {"task_id": "a1", "Question": "Q1?", "Final answer": "1", "file_name": "x.png"},
+        {"task_id": "a2", "Question": "Q2?", "Final answer": "2", "file_name": ""},
+        {"task_id": "a3", "Question": "Q3?", "Final answer": "", "file_name": ""},
+    ]) + "\n")
+    with pytest.raises(InputFormatError, match="record 3: no gold answer"):
+        load_benchmark(gaia)
+    with pytest.raises(InputFormatError, match="--split applies to synthesized QA items only"):
+        load_benchmark(tmp_path / "metadata.jsonl", split="test")
+
+
+def test_em_normalizes_every_script():
+    from websailor.judge import exact_match, normalize_answer
+
+    assert normalize_answer("Pa\u200bris\u00ad") == "paris"
+    assert exact_match("秦始皇。", "秦始皇") and exact_match("\ufeffNile\u200e", "Nile")
+
+
+def test_eval_reruns_rollouts_that_hit_model_errors(tmp_path: Path):
+    from fakes import ScriptedModel
+
+    from websailor.agent import Agent
+    from websailor.errors import ModelError
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.eval.loaders import EvalItem
+
+    items = [EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile"))]
+    down = Agent(ScriptedModel([ModelError("HTTP 503")]), [], env="none")
+    s = evaluate(items, down, load_judge("em"), tmp_path, EvalConfig(rollouts=2), progress=False)
+    assert s["ungraded"] == 2 and s["avg_at_k"] is None and s["terminations"] == {"model_error": 2}
+    up = Agent(ScriptedModel(["<answer>Nile</answer>"]), [], env="none")
+    s = evaluate(items, up, load_judge("em"), tmp_path, EvalConfig(rollouts=2), progress=False)
+    assert s["ungraded"] == 0 and s["avg_at_k"] == 1.0 and s["trajectories"] == 2

@@ -108,7 +108,7 @@ def done_rollouts(out: Path) -> set[tuple[str, int]]:
     Raises:
         InputFormatError: a line is not a trajectory record.
     """
-    return _done(out, read_appended_jsonl(out, "a trajectory record"))
+    return set(_done(out, read_appended_jsonl(out, "a trajectory record")))
 
 
 @dataclass
@@ -153,22 +153,34 @@ def stream_rollouts(agent: Agent, todo: list[tuple[Question, int]], fh: TextIO,
         pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
 
 
-def _done(out: Path, records: list[tuple[int, dict]]) -> set[tuple[str, int]]:
-    done = set()
+def _done(out: Path, records: list[tuple[int, dict]]) -> dict[tuple[str, int], dict]:
+    """The latest record of each ``(id, rollout)``."""
+    done: dict[tuple[str, int], dict] = {}
     for lineno, rec in records:
         try:
-            done.add((str(rec["id"]), int(rec["rollout"])))
+            rollout = rec["rollout"]
+            if isinstance(rollout, bool) or not isinstance(rollout, int):
+                raise TypeError
+            done[(str(rec["id"]), rollout)] = rec
         except (KeyError, TypeError, ValueError):
             raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
                                    "use another --out or repair the file") from None
     return done
 
 
+def finished(rec: dict | None, question: str | None = None) -> bool:
+    """Whether a stored rollout counts as done: it did not end in a model error (the endpoint
+    failed: rerun it), and it answered ``question`` when one is given (the same id may carry
+    another question in an edited benchmark file: rerun it)."""
+    return rec is not None and rec.get("termination") != "model_error" and (question is None or rec.get("question") == question)
+
+
 def run_questions(agent: Agent, questions: list[Question], out: str | Path, rollouts: int = 1,
                   concurrency: int = 4, progress: bool = True) -> RunSummary:
     """Run every question ``rollouts`` times with ``concurrency`` threads, appending each
-    finished trajectory to ``out``; resumes a previous run on the same file. The file is
-    locked while the run writes it (a second run on it is refused).
+    finished trajectory to ``out``; resumes a previous run on the same file, rerunning the
+    rollouts that :func:`finished` does not accept. The file is locked while the run writes
+    it (a second run on it is refused).
 
     Raises:
         InvalidArgumentError: another process is writing ``out``.
@@ -185,10 +197,14 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
             logger.warning("%s holds trajectories of model %r; this run uses %r. Resuming skips every (id, rollout) "
                            "already there: use another --out to compare models", out, records[0][1].get("model"),
                            agent.model.name)
-        todo = [(q, r) for q in questions for r in range(rollouts) if (q.id, r) not in done]
+        todo = [(q, r) for q in questions for r in range(rollouts) if not finished(done.get((q.id, r)), q.question)]
+        redo = sum((q.id, r) in done for q, r in todo)
         summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
         if summary.skipped:
             logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
+        if redo:
+            logger.warning("%s: %d stored rollouts are run again (they ended in a model error, or their id now has "
+                           "another question); the new records supersede them", out, redo)
         t0 = time.perf_counter()
         with tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
             for traj in stream_rollouts(agent, todo, fh, concurrency):

@@ -37,7 +37,10 @@ def evaluate(items: list[EvalItem], agent: Agent, judge: Judge, out_dir: str | P
 
     The gold answer travels in each trajectory (``answer``: ``{"answer", "aliases",
     "parts"}``), so ``websailor score`` can regrade the file alone. Only the trajectories of
-    ``items`` are graded, so a file left by a larger run does not leak into a smaller one.
+    ``items`` (same id and question text, rollout below k) are graded, so a file left by a
+    larger run does not leak into a smaller one; a stored gold answer that differs from the
+    benchmark's is replaced by it. Rollouts that ended in a model error are rerun by a resumed
+    run and are ungraded until then.
     """
     cfg = cfg or EvalConfig()
     out = Path(out_dir)
@@ -47,7 +50,24 @@ def evaluate(items: list[EvalItem], agent: Agent, judge: Judge, out_dir: str | P
     summary = run_questions(agent, questions, traj_path, rollouts=cfg.rollouts, concurrency=cfg.concurrency,
                             progress=progress)
     logger.info("%d rollouts run (%d already done) in %.1f s", summary.finished, summary.skipped, summary.seconds)
-    wanted = {(it.id, r) for it in items for r in range(cfg.rollouts)}
-    records = [r for r in read_trajectories([traj_path]) if (str(r["id"]), int(r["rollout"])) in wanted]
+    by_id = {it.id: it for it in items}
+    records = []
+    changed = 0
+    for rec in read_trajectories([traj_path]):
+        it = by_id.get(str(rec["id"]))
+        if it is None or rec["rollout"] >= cfg.rollouts or rec["question"] != it.question:
+            continue  # another run's rollout (a larger --limit or --rollouts, an edited question)
+        gold = it.gold.to_dict()
+        if rec["answer"] != gold:  # the benchmark's answer was corrected: grade against the current one
+            changed += 1
+            rec = {**rec, "answer": gold}
+        records.append(rec)
+    if changed:
+        logger.warning("%d stored rollouts carry another gold answer than the benchmark now has; they are graded "
+                       "against the benchmark's", changed)
+    failed = sum(r["termination"] == "model_error" for r in records)
+    if failed:
+        logger.warning("%d rollouts ended in a model error: they are ungraded (not counted wrong); rerun the same "
+                       "command once the model answers to run them again", failed)
     scores = score_trajectories(records, judge, out / "scores.jsonl", progress=progress)
     return write_report(scores, out, bench)

@@ -35,6 +35,9 @@ from typing import Any
 from websailor.corpus.text import clean_text
 from websailor.errors import InputFormatError
 from websailor.judge.gold import Gold
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
 
 FORMATS = ("jsonl", "nq", "synth", "browsecomp", "browsecomp-zh", "xbench", "gaia", "hle", "fanoutqa")
 FANOUTQA_WHEEL = "fanoutqa==1.1.1"
@@ -112,17 +115,20 @@ def _rows_xlsx(path: Path) -> list[dict[str, Any]]:
 
 def _rows_jsonl(path: Path) -> list[dict]:
     out = []
-    with path.open(encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
+    lines = path.read_text(encoding="utf-8-sig").split("\n")
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines):  # no newline after it: a file still being written
+                logger.warning("%s: skipping an unfinished last line", path)
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputFormatError(f"{path} line {lineno}: not JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise InputFormatError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
-            out.append(obj)
+            raise InputFormatError(f"{path} line {lineno}: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise InputFormatError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+        out.append(obj)
     return out
 
 
@@ -159,12 +165,13 @@ def _column(rows: list[dict], path: Path, fmt: str, *names: str) -> str:
 
 
 def _item(path: Path, i: int, qid: Any, question: Any, gold: Callable[[], Gold], meta: dict) -> EvalItem:
+    """``i``: the record's position in the file (0-based), for messages."""
     if not isinstance(question, str) or not question.strip():
-        raise InputFormatError(f"{path} item {i + 1}: the question is empty or not text")
+        raise InputFormatError(f"{path} record {i + 1}: the question is empty or not text")
     try:
         g = gold()
     except ValueError as e:
-        raise InputFormatError(f"{path} item {i + 1}: {e}") from None
+        raise InputFormatError(f"{path} record {i + 1}: {e}") from None
     return EvalItem(str(qid) if qid not in (None, "") else f"{path.stem}-{i}", clean_text(question), g, meta)
 
 
@@ -177,13 +184,13 @@ def _plain(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
 
 def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
     split = split or "test"
-    chosen = [r for r in rows if split == "all" or r.get("split") == split]
+    chosen = [(i, r) for i, r in enumerate(rows) if split == "all" or r.get("split") == split]
     if not chosen:
-        have = sorted({str(r.get("split")) for r in rows})
-        raise InputFormatError(f"{path}: no items in split {split!r} (splits there: {', '.join(have)}); "
+        have = sorted({str(r.get("split")) for r in rows if r.get("split")})
+        raise InputFormatError(f"{path}: no items in split {split!r} (splits there: {', '.join(have) or 'none'}); "
                                "pass --split train, test or all")
     return [_item(path, i, r.get("id"), r.get("question"), lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
-                  {"split": r.get("split")}) for i, r in enumerate(chosen)]
+                  {"split": r.get("split")}) for i, r in chosen]
 
 
 def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
@@ -211,17 +218,17 @@ def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
 def _gaia(path: Path, rows: list[dict]) -> list[EvalItem]:
     _column(rows, path, "gaia", "Question")
     _column(rows, path, "gaia", "Final answer")
-    text_only = [r for r in rows if not r.get("file_name")]
+    text_only = [(i, r) for i, r in enumerate(rows) if not r.get("file_name")]
     return [_item(path, i, r.get("task_id"), r.get("Question"), lambda r=r: Gold.parse(r.get("Final answer")),
-                  {"level": r.get("Level")}) for i, r in enumerate(text_only)]
+                  {"level": r.get("Level")}) for i, r in text_only]
 
 
 def _hle(path: Path, rows: list[dict]) -> list[EvalItem]:
     _column(rows, path, "hle", "question")
     _column(rows, path, "hle", "answer")
-    text_only = [r for r in rows if not r.get("image")]
+    text_only = [(i, r) for i, r in enumerate(rows) if not r.get("image")]
     return [_item(path, i, r.get("id"), r.get("question"), lambda r=r: Gold.parse(r.get("answer")),
-                  {"category": r.get("category"), "answer_type": r.get("answer_type")}) for i, r in enumerate(text_only)]
+                  {"category": r.get("category"), "answer_type": r.get("answer_type")}) for i, r in text_only]
 
 
 def _fanoutqa(path: Path, rows: list[dict]) -> list[EvalItem]:
@@ -270,11 +277,10 @@ def fetch_fanoutqa_dev() -> Path:
 
     wheel = pip_download(FANOUTQA_WHEEL, FANOUTQA_WHEEL_FILE, FANOUTQA_WHEEL_SHA256, downloads_dir(), size="0.6 MB")
     out = downloads_dir() / "fanout-final-dev.json"
-    if not out.exists():
-        with zipfile.ZipFile(wheel) as zf:
-            tmp = out.with_suffix(".tmp")
-            tmp.write_bytes(zf.read("fanoutqa/data/fanout-final-dev.json"))
-            tmp.replace(out)
+    with zipfile.ZipFile(wheel) as zf:  # the wheel is verified; its 1 MB member is extracted each time
+        tmp = out.with_suffix(".tmp")
+        tmp.write_bytes(zf.read("fanoutqa/data/fanout-final-dev.json"))
+        tmp.replace(out)
     return out
 
 
@@ -319,6 +325,8 @@ def load_benchmark(spec: str | Path, split: str | None = None, limit: int | None
     if not rows:
         raise InputFormatError(f"{path}: no records")
     fmt = fmt or detect_format(path, rows)
+    if split is not None and fmt != "synth":
+        raise InputFormatError(f"{path} is a {fmt} file: --split applies to synthesized QA items only")
     if fmt in ("jsonl", "nq"):
         items = _plain(path, rows, fmt)
     elif fmt == "synth":

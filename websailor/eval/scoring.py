@@ -8,8 +8,10 @@ termination, num_tool_calls, num_model_calls, prompt_tokens, completion_tokens, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from contextlib import ExitStack
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -18,8 +20,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from websailor.errors import InputFormatError
-from websailor.jsonio import read_appended_jsonl
-from websailor.judge import Case, Gold, Judge
+from websailor.jsonio import appending, read_appended_jsonl
+from websailor.judge import Case, Gold, Grade, Judge
 
 REQUIRED = ("id", "rollout", "question", "answer", "prediction", "termination")
 
@@ -45,41 +47,67 @@ class Score:
     wall_s: float
     model: str = ""
     env: str = ""
+    key: str = ""  # case_key of the graded rollout: a stored grade is reused only for the same case
+
+
+def _check_record(path: Path, lineno: int, rec: dict) -> None:
+    where = f"{path} line {lineno}"
+    missing = [f for f in REQUIRED if f not in rec]
+    if missing:
+        raise InputFormatError(f"{where}: not a trajectory record (no {', '.join(missing)})")
+    rollout = rec["rollout"]
+    if isinstance(rollout, bool) or not isinstance(rollout, int) or rollout < 0:
+        raise InputFormatError(f"{where}: 'rollout' must be an integer of at least 0, got {rollout!r}")
+    if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
+        raise InputFormatError(f"{where}: 'id' must be a string or an integer, got {rec['id']!r}")
+    if rec["prediction"] is not None and not isinstance(rec["prediction"], str):
+        raise InputFormatError(f"{where}: 'prediction' must be text or null, got {type(rec['prediction']).__name__}")
+    if not isinstance(rec["question"], str) or not isinstance(rec["termination"], str):
+        raise InputFormatError(f"{where}: 'question' and 'termination' must be text")
+    for name in ("num_tool_calls", "num_model_calls"):
+        if name in rec and (isinstance(rec[name], bool) or not isinstance(rec[name], int)):
+            raise InputFormatError(f"{where}: {name!r} must be an integer, got {rec[name]!r}")
+    for name, key in (("tokens", "prompt"), ("tokens", "completion"), ("timings", "total_s")):
+        block = rec.get(name, {})
+        if not isinstance(block, dict) or not isinstance(block.get(key, 0), (int, float)) or isinstance(block.get(key, 0), bool):
+            raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
+    try:
+        Gold.parse(rec["answer"])
+    except ValueError as e:
+        raise InputFormatError(f"{where}: the record has no usable gold answer ({e}); run with a questions file "
+                               "that has answers") from None
 
 
 def read_trajectories(paths: list[Path]) -> list[dict]:
     """Trajectory records of one or more files, checked: each has the fields in
-    :data:`REQUIRED` (``prediction`` may be ``null``: no final answer) and a gold answer; an
-    ``(id, rollout)`` appears once.
+    :data:`REQUIRED` with the right types (``prediction`` may be ``null``: no final answer)
+    and a gold answer. An ``(id, rollout)`` appears once, except that a later record
+    supersedes one that ended in a model error or answered another question (a resumed run
+    reruns those). Files are read, never changed.
 
     Raises:
         InputFormatError: a missing file, a line that is not a trajectory record (which
-            field is missing, on which line), a record without a gold answer, or a duplicate.
+            field is missing or wrong, on which line), or a duplicate.
     """
-    records: list[dict] = []
-    seen: dict[tuple[str, int], str] = {}
+    from websailor.agent.runner import finished
+
+    by_key: dict[tuple[str, int], tuple[str, dict]] = {}
     for path in paths:
         path = Path(path)
         if not path.is_file():
             raise InputFormatError(f"trajectory file {path} does not exist or is not a file")
         for lineno, rec in read_appended_jsonl(path, "a trajectory record"):
-            missing = [f for f in REQUIRED if f not in rec]
-            if missing:
-                raise InputFormatError(f"{path} line {lineno}: not a trajectory record (no {', '.join(missing)})")
-            try:
-                Gold.parse(rec["answer"])
-            except ValueError:
-                raise InputFormatError(f"{path} line {lineno}: the record has no gold answer to grade against "
-                                       "(run with a questions file that has answers)") from None
-            key = (str(rec["id"]), int(rec["rollout"]))
-            if key in seen:
-                raise InputFormatError(f"{path} line {lineno}: question {key[0]!r} rollout {key[1]} also appears in "
-                                       f"{seen[key]}; score each run separately")
-            seen[key] = f"{path} line {lineno}"
-            records.append(rec)
-    if not records:
+            _check_record(path, lineno, rec)
+            key = (str(rec["id"]), rec["rollout"])
+            if key in by_key:
+                where, earlier = by_key[key]
+                if finished(earlier, rec["question"]):
+                    raise InputFormatError(f"{path} line {lineno}: question {key[0]!r} rollout {key[1]} also appears in "
+                                           f"{where}; score each run separately")
+            by_key[key] = (f"{path} line {lineno}", rec)
+    if not by_key:
         raise InputFormatError(f"no trajectories in {', '.join(map(str, paths))}")
-    return records
+    return [rec for _, rec in by_key.values()]
 
 
 def rollouts_per_question(records: list[dict]) -> int:
@@ -91,7 +119,7 @@ def rollouts_per_question(records: list[dict]) -> int:
     """
     runs: dict[str, set[int]] = defaultdict(set)
     for rec in records:
-        runs[str(rec["id"])].add(int(rec["rollout"]))
+        runs[str(rec["id"])].add(rec["rollout"])
     shapes = Counter(len(r) for r in runs.values())
     if len(shapes) > 1:
         examples = {n: next(q for q, r in runs.items() if len(r) == n) for n in shapes}
@@ -115,36 +143,49 @@ def _chunks(items: list, n: int) -> Iterator[list]:
         yield items[i:i + n]
 
 
+def case_key(rec: dict) -> str:
+    """What a grade depends on: the question, the prediction and the gold answer."""
+    raw = json.dumps([rec["question"], rec["prediction"], Gold.parse(rec["answer"]).to_dict()], ensure_ascii=False)
+    return hashlib.sha1(raw.encode()).hexdigest()
+
+
 def score_trajectories(records: list[dict], judge: Judge, out: Path | None = None, progress: bool = True,
                        chunk: int = 2048) -> list[Score]:
-    """Grade every record; with ``out``, append grades as they are made and reuse the grades
-    of the same judge already there (a killed scoring run resumes).
+    """Grade every record; with ``out``, append grades as they are made (the file is locked
+    meanwhile) and reuse a grade already there only when it is by the same judge, for the
+    same question, prediction and gold answer, and not ungraded (a resumed run retries those).
+    A rollout that ended in a model error is ungraded: the agent never got to answer.
 
     Raises:
         InputFormatError: ``out`` holds lines that are not scores.
+        InvalidArgumentError: another process is writing ``out``.
     """
-    done: dict[tuple[str, int], Score] = {}
-    if out is not None:
-        for lineno, rec in read_appended_jsonl(out, "a score record"):
-            try:
-                s = Score(**rec)
-            except TypeError:
-                raise InputFormatError(f"{out} line {lineno} is not a score record; use another output") from None
-            if s.judge == judge.name:
-                done[(s.id, s.rollout)] = s
-    todo = [r for r in records if (str(r["id"]), int(r["rollout"])) not in done]
-    fh = out.open("a", encoding="utf-8") if out is not None else None
-    try:
+    with ExitStack() as stack:
+        fh = None
+        done: dict[tuple[str, int], Score] = {}
+        if out is not None:
+            fh, lines = stack.enter_context(appending(out, "a score record"))
+            for lineno, rec in lines:
+                try:
+                    s = Score(**rec)
+                except TypeError:
+                    raise InputFormatError(f"{out} line {lineno} is not a score record; use another output") from None
+                if s.judge == judge.name and s.correct is not None:
+                    done[(s.id, s.rollout)] = s
+        todo = [r for r in records if not ((k := done.get((str(r["id"]), r["rollout"]))) and k.key == case_key(r))]
         with tqdm(total=len(todo), desc=f"grading ({judge.name})", unit="traj", disable=not progress or not todo) as bar:
             for part in _chunks(todo, chunk):
-                cases = [Case(r["question"], r["prediction"], Gold.parse(r["answer"])) for r in part]
-                for r, g in zip(part, judge.grade(cases)):
+                answered = [r for r in part if r["termination"] != "model_error"]
+                grades = dict(zip((id(r) for r in answered), judge.grade(
+                    [Case(r["question"], r["prediction"], Gold.parse(r["answer"])) for r in answered])))
+                for r in part:
+                    g = grades.get(id(r)) or Grade(None, None, error=f"the rollout ended in a model error: {r.get('error')}")
                     tokens = r.get("tokens") or {}
-                    s = Score(str(r["id"]), int(r["rollout"]), judge.name, g.correct, g.score, g.extracted, g.reasoning,
+                    s = Score(str(r["id"]), r["rollout"], judge.name, g.correct, g.score, g.extracted, g.reasoning,
                               g.confidence, g.error, r["termination"], int(r.get("num_tool_calls", 0)),
                               int(r.get("num_model_calls", 0)), int(tokens.get("prompt", 0)),
                               int(tokens.get("completion", 0)), float((r.get("timings") or {}).get("total_s", 0.0)),
-                              str(r.get("model", "")), str(r.get("env", "")))
+                              str(r.get("model", "")), str(r.get("env", "")), case_key(r))
                     done[(s.id, s.rollout)] = s
                     if fh is not None:
                         fh.write(_score_line(s))
@@ -152,10 +193,7 @@ def score_trajectories(records: list[dict], judge: Judge, out: Path | None = Non
                     fh.flush()
                     os.fsync(fh.fileno())
                 bar.update(len(part))
-    finally:
-        if fh is not None:
-            fh.close()
-    return [done[(str(r["id"]), int(r["rollout"]))] for r in records]
+    return [done[(str(r["id"]), r["rollout"])] for r in records]
 
 
 def score_table(scores: list[Score]) -> tuple[list[str], list[list[bool | None]]]:

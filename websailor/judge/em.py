@@ -1,8 +1,9 @@
 """Rule-based judges: SQuAD-style normalized exact match and token F1 against every accepted
 form of the gold answer (:class:`~websailor.judge.gold.Gold`).
 
-Normalization (as in the SQuAD v1.1 evaluation): Unicode NFKC, lower case, punctuation
-removed, the articles "a", "an", "the" removed, whitespace collapsed. Accents are kept
+Normalization (as in the SQuAD v1.1 evaluation, for every script): Unicode NFKC, lower case,
+punctuation (any Unicode punctuation) and invisible format characters removed, the articles
+"a", "an", "the" removed, whitespace collapsed. Accents are kept
 ("Pelé" and "Pele" differ) because they can distinguish answers. A list answer (``parts``)
 is correct when every part, normalized, occurs as whole words in the normalized prediction,
 in any order (the "loose" list matching of FanOutQA).
@@ -23,10 +24,18 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = frozenset(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014"}
 
 
+def _strip_char(ch: str) -> str:
+    cat = unicodedata.category(ch)
+    if cat == "Cf":  # zero-width spaces and joiners, direction marks, soft hyphens, BOMs
+        return ""
+    return " " if ch in _PUNCT or cat.startswith("P") or cat.startswith("Z") else ch
+
+
 def normalize_answer(text: str) -> str:
-    """``"The  Nile River."`` -> ``"nile river"``."""
+    """``"The  Nile River."`` -> ``"nile river"``; punctuation of every script ("。", "、")
+    becomes a space, invisible format characters (zero-width, direction marks) go."""
     text = unicodedata.normalize("NFKC", text).lower()
-    text = "".join(" " if ch in _PUNCT else ch for ch in text)
+    text = "".join(_strip_char(ch) for ch in text)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 

@@ -14,8 +14,19 @@ from typing import Any
 
 
 def _text(x: Any) -> str | None:
-    if x is None or isinstance(x, bool):
-        return None if x is None else str(x).lower()
+    """One answer form as text: strings, numbers (``3.0`` -> ``"3"``) and booleans.
+
+    Raises:
+        ValueError: a nested list or mapping where one form was expected.
+    """
+    if x is None:
+        return None
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    if isinstance(x, (list, tuple, dict)):
+        raise ValueError(f"a gold answer form must be text or a number, got {type(x).__name__} {x!r}")
     s = str(x).strip()
     return s or None
 

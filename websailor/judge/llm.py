@@ -41,7 +41,9 @@ Reply with a single JSON object and nothing else, with these keys:
 "correct": "yes" if the extracted answer matches the correct answer, allowing only small differences of wording, formatting or numerical rounding, and "no" otherwise (also when it is ambiguous, incomplete or names several candidates);
 "confidence": the confidence stated in the response as a number from 0 to 100, or 100 if it states none."""
 
-_PARAMS = SamplingParams(temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=1024, stop=[])
+#: wall-clock budget of one verdict (HTTP retries included): a hanging judge costs at most this per try
+JUDGE_TIMEOUT_S = 120.0
+_PARAMS = SamplingParams(temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=1024, stop=[], timeout_s=JUDGE_TIMEOUT_S)
 
 
 def parse_verdict(text: str) -> Grade | None:
@@ -49,7 +51,7 @@ def parse_verdict(text: str) -> Grade | None:
     obj = load_lenient_json(text)
     if not obj:
         return None
-    verdict = str(obj.get("correct", "")).strip().lower()
+    verdict = str(obj.get("correct", "")).strip().strip(".!\"'").lower()
     if verdict not in ("yes", "no", "true", "false"):
         return None
     ok = verdict in ("yes", "true")
@@ -58,8 +60,9 @@ def parse_verdict(text: str) -> Grade | None:
     except ValueError:
         confidence = None
     extracted = obj.get("extracted_final_answer")
+    reasoning = obj.get("reasoning")
     return Grade(ok, float(ok), extracted=None if extracted in (None, "None") else str(extracted),
-                 reasoning=str(obj.get("reasoning", "")) or None, confidence=confidence)
+                 reasoning=str(reasoning) if reasoning not in (None, "") else None, confidence=confidence)
 
 
 class LLMJudge:
@@ -83,10 +86,14 @@ class LLMJudge:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if cache is not None:
-            Path(cache).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(cache), check_same_thread=False)
-            self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, grade TEXT NOT NULL)")
-            self._db.commit()
+            try:
+                Path(cache).parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(cache), check_same_thread=False, timeout=30)
+                self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, grade TEXT NOT NULL)")
+                self._db.commit()
+            except (OSError, sqlite3.Error) as e:
+                logger.warning("the judge's verdict cache %s cannot be used (%s); grading without it", cache, e)
+                self._db = None
 
     def _key(self, case: Case) -> str:
         raw = json.dumps([self.model.name, case.question, case.gold.to_dict(), case.prediction], ensure_ascii=False)
@@ -95,16 +102,23 @@ class LLMJudge:
     def _cached(self, key: str) -> Grade | None:
         if self._db is None:
             return None
-        with self._lock:
-            row = self._db.execute("SELECT grade FROM verdicts WHERE key = ?", (key,)).fetchone()
-        return Grade(**json.loads(row[0])) if row else None
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT grade FROM verdicts WHERE key = ?", (key,)).fetchone()
+            return Grade(**json.loads(row[0])) if row else None
+        except (sqlite3.Error, ValueError, TypeError) as e:
+            logger.warning("verdict cache read failed (%s); asking the judge", e)
+            return None
 
     def _store(self, key: str, grade: Grade) -> None:
         if self._db is None:
             return
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)", (key, json.dumps(grade.to_dict())))
-            self._db.commit()
+        try:
+            with self._lock:
+                self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)", (key, json.dumps(grade.to_dict())))
+                self._db.commit()
+        except sqlite3.Error as e:  # the verdict itself is still returned and written to the scores file
+            logger.warning("verdict cache write failed (%s)", e)
 
     def _grade_one(self, case: Case) -> Grade:
         if not case.prediction or not case.prediction.strip():
@@ -135,5 +149,11 @@ class LLMJudge:
         """One grade per case, in order; ungraded cases have ``correct=None``."""
         if not cases:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(cases))) as pool:
-            return list(pool.map(self._grade_one, cases))
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(cases)), thread_name_prefix="judge")
+        finished_cleanly = False
+        try:
+            grades = list(pool.map(self._grade_one, cases))
+            finished_cleanly = True
+            return grades
+        finally:  # on an interrupt, do not wait for verdicts in flight
+            pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
