@@ -68,7 +68,7 @@ def scoring_figure(n: int) -> None:
               f"{t1 - t0:.1f} s, grade and write {t2 - t1:.1f} s, summarize {t3 - t2:.1f} s; Avg@4 {s['avg_at_k']}")
 
 
-def baseline(questions: int) -> None:
+def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
     from websailor.agent import Agent, AgentConfig
     from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
     from websailor.eval.harness import EvalConfig, evaluate
@@ -85,14 +85,15 @@ def baseline(questions: int) -> None:
         synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=questions * 12, seed=0), progress=False)
         items = load_benchmark(qa, split="test", limit=questions)
         model = load_model("smollm2")
-        cfg = AgentConfig(max_calls=4, max_tokens_per_turn=384, sampling=SamplingParams(temperature=0.85))
+        cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, sampling=SamplingParams(temperature=0.85))
         rows = []
         for env, tools in (("none", []), ("local", list(build_local_tools(corpus).values()))):
             agent = Agent(model, tools, cfg, env=env)
             t = time.perf_counter()
             s = evaluate(items, agent, load_judge("em"), Path(tmp) / env, EvalConfig(rollouts=3, concurrency=8), progress=False)
             rows.append((env, s, time.perf_counter() - t))
-        print(f"baseline on {len(items)} synthesized test items, SmolLM2-135M-Instruct, em judge, k = 3:")
+        print(f"baseline on {len(items)} synthesized test items, SmolLM2-135M-Instruct, em judge, k = 3, "
+              f"at most {max_calls} model calls of {max_tokens} tokens:")
         print("| setting | Avg@3 | Pass@3 | mean tool calls | terminations | wall |")
         print("|---|---|---|---|---|---|")
         for env, s, dt in rows:
@@ -106,10 +107,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--questions", type=int, default=10)
+    ap.add_argument("--max-tokens", type=int, default=256, help="completion tokens per model call (baseline)")
+    ap.add_argument("--max-calls", type=int, default=3, help="model calls per rollout (baseline)")
     args = ap.parse_args()
     scoring_figure(args.n)
     if args.baseline:
-        baseline(args.questions)
+        baseline(args.questions, args.max_tokens, args.max_calls)
     return 0
 
 
