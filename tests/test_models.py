@@ -1,6 +1,7 @@
 """The embedded model and the local backend, on the real SmolLM2 weights and tokenizer."""
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from fakes import ScriptedModel, call
 
@@ -46,18 +47,24 @@ def test_local_backend_batches_concurrent_calls(smollm2):
     calls = []
     original = smollm2.generate
 
-    def spy(conversations, p):
+    def spy(conversations, p, limits=None):
         calls.append(len(conversations))
-        return original(conversations, p)
+        return original(conversations, p, limits)
 
+    # rollouts differ in seed and token limit (each has its own): they still share a generate
+    per_call = [replace(params, seed=100 + i, max_tokens=6 if i % 2 else 3) for i in range(4)]
     smollm2.generate = spy
     try:
         with ThreadPoolExecutor(4) as pool:
-            threaded = list(pool.map(lambda m: smollm2.chat(m, params), msgs))
+            threaded = list(pool.map(lambda mp: smollm2.chat(*mp), zip(msgs, per_call)))
     finally:
         del smollm2.generate
     assert max(calls) > 1  # concurrent rollouts shared a generate call
-    assert [g.text for g in threaded] == [g.text for g in direct]  # greedy: batching changes nothing
+    for i, (g, d) in enumerate(zip(threaded, direct)):
+        if i % 2:
+            assert g.text == d.text  # greedy: batching changes nothing
+        else:
+            assert g.completion_tokens <= 3 and d.text.startswith(g.text)  # cut at its own limit
 
 
 def test_stop_at_tool_response(smollm2):

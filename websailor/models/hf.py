@@ -20,8 +20,10 @@ from websailor.models.base import ChatModel, Generation, Message, SamplingParams
 
 
 def _batch_key(params: SamplingParams) -> tuple:
-    """Calls that may share a ``generate``: same sampling settings (deadlines may differ)."""
-    return astuple(replace(params, timeout_s=None))
+    """Calls that may share a ``generate``: the same sampling settings. Deadlines, seeds and
+    token limits may differ: the batch runs to the largest limit and cuts each reply at its
+    own, under one seed derived from the members' seeds."""
+    return astuple(replace(params, timeout_s=None, seed=None, max_tokens=0))
 
 
 class TransformersModel(ChatModel):
@@ -32,6 +34,10 @@ class TransformersModel(ChatModel):
         device: torch device.
         max_batch: most conversations per ``generate`` call.
         batch_wait_s: how long the batcher waits for more requests after the first.
+
+    Concurrent :meth:`chat` calls (rollouts on threads) are gathered into one batched
+    ``generate``; a batch samples under one seed made from its members' seeds, so a rollout is
+    reproducible only with the same batch companions (``--concurrency 1`` for exact replays).
 
     Note: ``presence_penalty`` has no exact equivalent in transformers' sampling and is not
     applied here (HTTP backends apply it).
@@ -70,7 +76,10 @@ class TransformersModel(ChatModel):
     def count_tokens(self, messages: list[Message]) -> int:
         return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
 
-    def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
+    def generate(self, conversations: list[list[Message]], params: SamplingParams,
+                 limits: list[int] | None = None) -> list[Generation]:
+        """Reply to each conversation in one left-padded ``generate`` call; ``limits``
+        (optional) caps each reply's tokens below ``params.max_tokens``."""
         torch = self._torch
         texts = [self.render(c) for c in conversations]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
@@ -95,7 +104,9 @@ class TransformersModel(ChatModel):
             raise ModelError(f"{self.name}: generation failed: {e}") from e
         eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
         results = []
-        for row, n_prompt in zip(out[:, width:].tolist(), prompt_lens):
+        limits = limits or [params.max_tokens] * len(conversations)
+        for row, n_prompt, limit in zip(out[:, width:].tolist(), prompt_lens, limits):
+            row = row[:limit]
             n = next((i for i, t in enumerate(row) if t in eos), len(row))
             text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
             text, stopped = cut_at_stop(text, params.stop)
@@ -128,7 +139,10 @@ class TransformersModel(ChatModel):
             batch = [p for p in pending if _batch_key(p[1]) == key][: self.max_batch]
             pending = [p for p in pending if p not in batch]
             try:
-                gens = self.generate([b[0] for b in batch], batch[0][1])
+                seeds = [b[1].seed for b in batch if b[1].seed is not None]
+                params = replace(batch[0][1], max_tokens=max(b[1].max_tokens for b in batch),
+                                 seed=(sum(seeds) % 2**31) if seeds else None)
+                gens = self.generate([b[0] for b in batch], params, [b[1].max_tokens for b in batch])
                 for (_, _, fut), gen in zip(batch, gens):
                     fut.set_result(gen)
             except Exception as e:  # the waiting rollouts get the error, the worker lives on
