@@ -257,3 +257,10 @@ def test_a_broken_server_reply_is_a_model_error(tools, raw):
         model = load_model(f"openai:fake@{srv.url}", backoff_s=0.01, max_attempts=2)
         t = Agent(model, tools).run("q")
     assert t.termination == "model_error" and "not a chat completion" in t.error
+
+
+def test_no_tools_baseline_asks_only_for_an_answer():
+    model = ScriptedModel([call("search", query=["Nile"]), "<answer>Nile</answer>"])
+    t = Agent(model, [], env="none").run("Which river flows through Cairo?")
+    assert t.termination == "answer" and t.prediction == "Nile" and t.num_tool_calls == 0
+    assert "There are no tools here" in t.messages[3]["content"] and "<tools>" not in t.messages[0]["content"]

@@ -7,7 +7,7 @@ from websailor.judge import exact_match, gold_answers, normalize_answer, token_f
 
 @pytest.mark.parametrize("text, norm", [("The  Nile River.", "nile river"), ("Leonardo da Vinci!", "leonardo da vinci"),
                                         ("An “Apple”", "apple"), ("Ｐａｒｉｓ", "paris"), ("Pelé", "pelé"),
-                                        ("1,000 km", "1 000 km")])
+                                        ("1,000 km", "1000 km"), ("1,2", "1 2")])
 def test_normalize_answer(text, norm):
     assert normalize_answer(text) == norm
 
@@ -36,3 +36,10 @@ def test_no_gold_answer_is_an_error_not_a_wrong_grade():
         with pytest.raises(ValueError, match="no gold answer"):
             exact_match("Nile", bad)
     assert gold_answers(["Nile", ""], ["The Nile"]) == ["Nile", "The Nile"]
+
+
+def test_fanoutqa_conventions_and_cjk_f1():
+    assert exact_match("No", False) and exact_match("false", False) and not exact_match("yes", False)
+    assert exact_match("920,000,000", "920000000")
+    # Chinese is scored character by character: 2 of 3 predicted characters, all 2 gold ones
+    assert token_f1("青海省", "青海") == pytest.approx(0.8)

@@ -244,6 +244,12 @@ def links(
         print(f"- {other} ({m.surface!r}): {m.sentence}")
 
 
+class Split(str, Enum):
+    train = "train"
+    test = "test"
+    all = "all"
+
+
 class Env(str, Enum):
     local = "local"
     none = "none"
@@ -473,7 +479,7 @@ def _print_summary(summary: dict) -> None:
 def eval_cmd(
     bench: Annotated[str, typer.Option(help="Benchmark: a file (layout detected), FORMAT:PATH or a name (fanoutqa-dev).")],
     out: Annotated[Path, typer.Option(help="Output directory (trajectories, scores, report; resumes).")],
-    split: Annotated[Optional[str], typer.Option(help="Split of synthesized QA items: train, test (default) or all.")] = None,
+    split: Annotated[Optional[Split], typer.Option(help="Split of synthesized QA items (default test).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
     model: ModelOpt = "smollm2",
     env: Annotated[Env, typer.Option(help="local: offline Wikipedia tools; none: no tools (direct answer).")] = Env.local,
@@ -494,7 +500,7 @@ def eval_cmd(
     from websailor.eval.loaders import load_benchmark
     from websailor.judge import load_judge
 
-    items = load_benchmark(bench, split=split, limit=limit)
+    items = load_benchmark(bench, split=split.value if split else None, limit=limit)
     out.mkdir(parents=True, exist_ok=True)
     done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
@@ -521,6 +527,10 @@ def score(
 
     records = read_trajectories(paths)
     rollouts_per_question(records)
+    for field in ("model", "env"):
+        seen = sorted({str(r.get(field)) for r in records})
+        if len(seen) > 1:
+            logger.warning("these trajectories come from different %ss (%s): the figures pool them", field, ", ".join(seen))
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

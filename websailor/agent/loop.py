@@ -132,7 +132,7 @@ class Agent:
                 break
             text = clean_text(gen.text)  # no lone surrogates from a misbehaving server
             traj.messages.append({"role": "assistant", "content": text.strip()})
-            action = parse_turn(text)
+            action = parse_turn(text, tools=bool(self.tools))
             if action.answer is not None:
                 traj.prediction, traj.termination = action.answer, "answer"
                 if on_step:

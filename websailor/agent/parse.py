@@ -59,12 +59,13 @@ def load_lenient_json(raw: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def parse_turn(text: str) -> Action:
+def parse_turn(text: str, tools: bool = True) -> Action:
     """Parse an assistant turn.
 
     An answer wins if the turn holds a complete ``<answer>`` and no tool call before it; a turn
     with several tool calls runs the first and warns. Returns an :class:`Action` whose
-    ``error`` explains, for the model, what was wrong.
+    ``error`` explains, for the model, what was wrong. With ``tools=False`` (the no-tools
+    baseline) only an answer is valid, and the error says so.
     """
     m = _THINK.search(text)
     action = Action(thought=m.group(1).strip() if m else "", text=text)
@@ -75,6 +76,10 @@ def parse_turn(text: str) -> Action:
         action.answer = _ANSWER.search(body).group(1).strip()
         if not action.answer:
             action.answer, action.error = None, "The <answer></answer> is empty: write the final answer inside it."
+        return action
+    if not tools:
+        action.error = ("There are no tools here: give the final answer inside <answer></answer>." if call_at >= 0
+                        else "Your reply has no <answer>: give the final answer inside <answer></answer>.")
         return action
     if call_at < 0:
         action.error = ("Your reply has neither a <tool_call> nor an <answer>. Call one tool as "

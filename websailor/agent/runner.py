@@ -193,10 +193,12 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
     out = Path(out)
     with appending(out, "a trajectory record") as (fh, records):
         done = _done(out, records)
-        if records and records[0][1].get("model") != agent.model.name:
-            logger.warning("%s holds trajectories of model %r; this run uses %r. Resuming skips every (id, rollout) "
-                           "already there: use another --out to compare models", out, records[0][1].get("model"),
-                           agent.model.name)
+        if records:
+            first = records[0][1]
+            for what, theirs, ours in (("model", first.get("model"), agent.model.name), ("environment", first.get("env"), agent.env)):
+                if theirs != ours:
+                    logger.warning("%s holds trajectories of %s %r; this run uses %r. Resuming keeps every finished "
+                                   "(id, rollout) already there: use another output to compare", out, what, theirs, ours)
         todo = [(q, r) for q in questions for r in range(rollouts) if not finished(done.get((q.id, r)), q.question)]
         redo = sum((q.id, r) in done for q, r in todo)
         summary = RunSummary(skipped=len(questions) * rollouts - len(todo))

@@ -1,6 +1,6 @@
-"""The evaluation report: figures (``summary.json``), a Markdown table (``report.md``) and
-plots (``*.png``): accuracy against the number of tool calls, termination reasons, and
-Pass@j for j = 1..k."""
+"""The evaluation report: figures (``summary.json``, rates as fractions 0..1), a Markdown
+table (``report.md``, rates in %) and plots (``*.png``): accuracy against the number of tool
+calls, termination reasons, and Pass@j for j = 1..k."""
 
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def to_markdown(s: dict) -> str:
         "",
         "Accuracies in %. Terminations: " + ", ".join(f"{k} {v}" for k, v in s["terminations"].items()) + ".",
         f"Tokens per trajectory: {s['mean_prompt_tokens']} prompt, {s['mean_completion_tokens']} completion; "
-        f"wall time {s['mean_wall_s']} s per trajectory ({s['total_wall_s']} s in all).",
+        f"wall time {s['mean_wall_s']} s per trajectory, model queueing included ({s['total_wall_s']} s summed over "
+        "trajectories, which run concurrently).",
         "",
         "| tool calls | trajectories | accuracy |",
         "|---|---|---|",
@@ -110,17 +111,21 @@ def write_plots(s: dict, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
+    acc = s["accuracy_by_tool_calls"]
     figures = [
-        ("accuracy_by_tool_calls.png", "accuracy by tool calls", "tool calls", "accuracy (%)",
-         list(s["accuracy_by_tool_calls"]), [100 * v["accuracy"] for v in s["accuracy_by_tool_calls"].values()]),
+        ("accuracy_by_tool_calls.png", "accuracy by tool calls", "tool calls (trajectories)", "accuracy (%)",
+         [f"{b}\n(n={v['n']})" for b, v in acc.items()], [100 * v["accuracy"] for v in acc.values()], True),
         ("terminations.png", "termination reasons", "termination", "trajectories",
-         list(s["terminations"]), list(s["terminations"].values())),
+         list(s["terminations"]), list(s["terminations"].values()), False),
         ("pass_at_j.png", "Pass@j", "j (rollouts)", "Pass@j (%)",
-         [str(j) for j in s["pass_at_j"]], [100 * (v or 0) for v in s["pass_at_j"].values()]),
+         [str(j) for j in s["pass_at_j"]], [100 * (v or 0) for v in s["pass_at_j"].values()], True),
     ]
-    for name, title, xlabel, ylabel, xs, ys in figures:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        ax.bar(xs, ys, color="#3b6ea5")
+    for name, title, xlabel, ylabel, xs, ys, percent in figures:
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        bars = ax.bar(xs, ys, color="#3b6ea5")
+        ax.bar_label(bars, labels=[f"{y:.1f}" if percent else f"{y:g}" for y in ys], fontsize=8)
+        if percent:
+            ax.set_ylim(0, 105)  # a 0% bar still shows as a labelled 0 on a full scale
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)

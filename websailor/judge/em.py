@@ -21,6 +21,16 @@ from typing import Any
 from websailor.judge.gold import Gold
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# Chinese, Japanese and Korean script: scored character by character (no spaces between words)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def _tokens(text: str) -> list[str]:
+    out: list[str] = []
+    for word in normalize_answer(text).split():
+        out.extend(_CJK.sub(lambda m: f" {m.group(0)} ", word).split() if _CJK.search(word) else [word])
+    return out
 _PUNCT = frozenset(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014"}
 
 
@@ -35,6 +45,7 @@ def normalize_answer(text: str) -> str:
     """``"The  Nile River."`` -> ``"nile river"``; punctuation of every script ("。", "、")
     becomes a space, invisible format characters (zero-width, direction marks) go."""
     text = unicodedata.normalize("NFKC", text).lower()
+    text = _THOUSANDS.sub("", text)  # "920,000,000" -> "920000000"
     text = "".join(_strip_char(ch) for ch in text)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
@@ -76,7 +87,8 @@ def exact_match(prediction: str | None, answer: Any, aliases: Iterable[str] = ()
 
 
 def token_f1(prediction: str | None, answer: Any, aliases: Iterable[str] = ()) -> float:
-    """Best token-level F1 (0..1) between the normalized prediction and any gold form.
+    """Best token-level F1 (0..1) between the normalized prediction and any gold form; text in
+    Chinese, Japanese or Korean script counts each character as a token.
 
     Raises:
         ValueError: no gold answer.
@@ -84,10 +96,10 @@ def token_f1(prediction: str | None, answer: Any, aliases: Iterable[str] = ()) -
     gold = _gold(answer, aliases)
     if not prediction:
         return 0.0
-    pred = normalize_answer(prediction).split()
+    pred = _tokens(prediction)
     best = 0.0
     for g in gold.forms:
-        ref = normalize_answer(g).split()
+        ref = _tokens(g)
         common = sum((Counter(pred) & Counter(ref)).values())
         if common:
             p, r = common / len(pred), common / len(ref)

@@ -21,8 +21,8 @@ def _text(x: Any) -> str | None:
     """
     if x is None:
         return None
-    if isinstance(x, bool):
-        return str(x).lower()
+    if isinstance(x, bool):  # FanOutQA's booleans, graded as yes/no (as its own scorer does)
+        return "yes" if x else "no"
     if isinstance(x, float) and x.is_integer():
         return str(int(x))
     if isinstance(x, (list, tuple, dict)):
@@ -80,6 +80,8 @@ class Gold:
             forms = texts + extra
             return cls(forms[0], tuple(dict.fromkeys(f for f in forms[1:] if f != forms[0])))
         text = _text(answer)
+        if isinstance(answer, bool):
+            extra = [str(answer).lower(), *extra]
         if text is None and not extra:
             raise ValueError(f"no gold answer to grade against (answer {answer!r})")
         forms = ([text] if text else []) + extra
