@@ -190,3 +190,13 @@ def test_eval_and_score(shared_data: Path, tmp_path: Path):
     assert res.exit_code == 2 and "does not exist" in res.stderr
     res = run("score", str(out / "summary.json"))
     assert res.exit_code == 2 and "summary.json" in res.stderr
+
+
+def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
+    qa = tmp_path / "qa.jsonl"
+    assert run("synth", "--n", "6", "--out", str(qa), "--corpus", str(vital_dir), "--test-fraction", "0").exit_code == 0
+    res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "sft.jsonl"), "--corpus", str(vital_dir))
+    assert res.exit_code == 0, res.output
+    assert "6 constructive trajectories written" in res.stdout and len((tmp_path / "sft.jsonl").read_text().splitlines()) == 6
+    res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "t.jsonl"), "--split", "test", "--corpus", str(vital_dir))
+    assert res.exit_code == 2 and "no QA items in split 'test'" in res.stderr

@@ -543,5 +543,35 @@ def score(
         _print_summary(summary)
 
 
+traj_app = typer.Typer(help="Training trajectories for SFT (issue 6, in progress: constructive so far).", no_args_is_help=True)
+app.add_typer(traj_app, name="traj")
+
+
+class TrajSource(str, Enum):
+    constructive = "constructive"
+
+
+@traj_app.command("build")
+@handle_errors
+def traj_build(
+    qa: Annotated[Path, typer.Option(help="QA items JSONL (from websailor synth).")],
+    out: Annotated[Path, typer.Option(help="Trajectories JSONL (appended; resumes).")],
+    source: Annotated[TrajSource, typer.Option(help="constructive: replay each item's solution path through the tools.")] = TrajSource.constructive,
+    split: Annotated[Split, typer.Option(help="Which items (never train on test).")] = Split.train,
+    corpus: CorpusOpt = None,
+) -> None:
+    """Build SFT trajectories from QA items."""
+    from websailor.corpus import Corpus
+    from websailor.synth.dataset import read_items
+    from websailor.tools import build_local_tools
+    from websailor.train.constructive import build_constructive
+
+    if not qa.is_file():
+        _fail(f"{qa} does not exist or is not a file")
+    items = read_items(qa)
+    written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value)
+    print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
+
+
 if __name__ == "__main__":
     app()
