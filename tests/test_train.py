@@ -28,3 +28,26 @@ def test_constructive_trajectories_follow_the_protocol_and_reach_the_answer(vita
         assert all(o.startswith("<tool_response>") for o in observations)
         # the first hop's page, read for the question, names the answer
         assert t.answer["answer"].lower() in observations[1].lower()
+
+
+def test_import_webdancer_chatml_in_place(shared_data, tmp_path):
+    import pytest
+
+    from websailor.errors import InputFormatError
+    from websailor.train.importer import read_chatml
+
+    trajs = read_chatml(shared_data / "webdancer_sample_traj.jsonl")
+    assert len(trajs) == 200 and all(t.termination == "answer" for t in trajs)
+    t = trajs[0]
+    assert t.question.startswith("In a prestigious British equestrian event") and t.answer["answer"] == "English horse race Derby"
+    assert t.messages[1] == {"role": "user", "content": t.question} and "<tools>" in t.messages[0]["content"]
+    assert t.num_tool_calls == 1 and "Epsom Derby" in t.prediction
+    rec = json.loads((shared_data / "webdancer_sample_traj.jsonl").read_text().splitlines()[0])
+    rec["messages"] = rec["messages"][:2] + [rec["messages"][3], rec["messages"][2]]  # tool turn before the call
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(InputFormatError, match="line 1: the messages do not alternate"):
+        read_chatml(bad)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(InputFormatError, match="no trajectories"):
+        read_chatml(tmp_path / "empty.jsonl")

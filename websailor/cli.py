@@ -549,14 +549,17 @@ app.add_typer(traj_app, name="traj")
 
 class TrajSource(str, Enum):
     constructive = "constructive"
+    import_ = "import"
 
 
 @traj_app.command("build")
 @handle_errors
 def traj_build(
-    qa: Annotated[Path, typer.Option(help="QA items JSONL (from websailor synth).")],
     out: Annotated[Path, typer.Option(help="Trajectories JSONL (appended; resumes).")],
-    source: Annotated[TrajSource, typer.Option(help="constructive: replay each item's solution path through the tools.")] = TrajSource.constructive,
+    qa: Annotated[Optional[Path], typer.Option(help="QA items JSONL (from websailor synth), for constructive.")] = None,
+    source: Annotated[TrajSource, typer.Option(help="constructive: replay each item's solution path through the tools; "
+                                                    "import: convert ChatML (Tongyi / WebDancer) trajectories.")] = TrajSource.constructive,
+    from_: Annotated[Optional[Path], typer.Option("--from", help="ChatML JSONL to import.")] = None,
     split: Annotated[Split, typer.Option(help="Which items (never train on test).")] = Split.train,
     corpus: CorpusOpt = None,
 ) -> None:
@@ -566,8 +569,22 @@ def traj_build(
     from websailor.tools import build_local_tools
     from websailor.train.constructive import build_constructive
 
-    if not qa.is_file():
-        _fail(f"{qa} does not exist or is not a file")
+    if source == TrajSource.import_:
+        from websailor.agent.runner import trajectory_line
+        from websailor.jsonio import appending
+        from websailor.train.importer import read_chatml
+
+        if from_ is None:
+            _fail("--source import needs --from CHATML.jsonl")
+        trajs = read_chatml(from_)
+        with appending(out, "a trajectory record") as (fh, records):
+            done = {str(r.get("id")) for _, r in records}
+            new = [t for t in trajs if t.id not in done]
+            fh.writelines(trajectory_line(t) for t in new)
+        print(f"{len(new)} imported trajectories written to {out} ({len(trajs) - len(new)} already there)")
+        return
+    if qa is None or not qa.is_file():
+        _fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")
     items = read_items(qa)
     written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value)
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
