@@ -570,18 +570,12 @@ def traj_build(
     from websailor.train.constructive import build_constructive
 
     if source == TrajSource.import_:
-        from websailor.agent.runner import trajectory_line
-        from websailor.jsonio import appending
-        from websailor.train.importer import read_chatml
+        from websailor.train.importer import import_chatml_file
 
         if from_ is None:
             _fail("--source import needs --from CHATML.jsonl")
-        trajs = read_chatml(from_)
-        with appending(out, "a trajectory record") as (fh, records):
-            done = {str(r.get("id")) for _, r in records}
-            new = [t for t in trajs if t.id not in done]
-            fh.writelines(trajectory_line(t) for t in new)
-        print(f"{len(new)} imported trajectories written to {out} ({len(trajs) - len(new)} already there)")
+        written, skipped = import_chatml_file(from_, out)
+        print(f"{written} imported trajectories written to {out} ({skipped} already there)")
         return
     if qa is None or not qa.is_file():
         _fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")

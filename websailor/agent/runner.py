@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -100,6 +100,26 @@ def append_trajectory(out: Path, traj: Trajectory) -> None:
         fh.write(trajectory_line(traj))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def append_new_trajectories(out: Path, makers: list[tuple[str, Callable[[], Trajectory]]], desc: str,
+                            progress: bool = True) -> tuple[int, int]:
+    """Append one trajectory per id of ``makers`` that ``out`` does not hold yet, each made
+    on demand by its function and flushed at once (the file is locked meanwhile, see
+    :func:`websailor.jsonio.appending`). Returns ``(written, skipped)``.
+
+    Raises:
+        InputFormatError: ``out`` holds lines that are not JSON objects.
+        InvalidArgumentError: another process is writing ``out``.
+    """
+    with appending(out, "a trajectory record") as (fh, records):
+        done = {str(rec.get("id")) for _, rec in records}
+        todo = [make for qid, make in makers if qid not in done]
+        for make in tqdm(todo, desc=desc, unit="traj", disable=not progress):
+            fh.write(trajectory_line(make()))
+            fh.flush()
+        os.fsync(fh.fileno())
+    return len(todo), len(makers) - len(todo)
 
 
 def done_rollouts(out: Path) -> set[tuple[str, int]]:

@@ -90,22 +90,13 @@ def build_constructive(items: list[dict], tools: Mapping[str, Tool], out, split:
         InputFormatError: no item in that split, an item without a procedure, or ``out``
             holding lines that are not trajectory records.
     """
-    import os
+    from functools import partial
     from pathlib import Path
 
-    from tqdm import tqdm
-
-    from websailor.agent.runner import trajectory_line
-    from websailor.jsonio import appending
+    from websailor.agent.runner import append_new_trajectories
 
     chosen = [it for it in items if split == "all" or it.get("split") == split]
     if not chosen:
         raise InputFormatError(f"no QA items in split {split!r}")
-    with appending(Path(out), "a trajectory record") as (fh, records):
-        done = {str(rec.get("id")) for _, rec in records}
-        todo = [it for it in chosen if str(it["id"]) not in done]
-        for it in tqdm(todo, desc="constructive trajectories", unit="traj", disable=not progress):
-            fh.write(trajectory_line(constructive_trajectory(it, tools)))
-            fh.flush()
-        os.fsync(fh.fileno())
-    return len(todo), len(chosen) - len(todo)
+    return append_new_trajectories(Path(out), [(str(it["id"]), partial(constructive_trajectory, it, tools)) for it in chosen],
+                                   "constructive trajectories", progress)
