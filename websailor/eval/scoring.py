@@ -143,9 +143,11 @@ def _chunks(items: list, n: int) -> Iterator[list]:
         yield items[i:i + n]
 
 
-def case_key(rec: dict) -> str:
-    """What a grade depends on: the question, the prediction and the gold answer."""
-    raw = json.dumps([rec["question"], rec["prediction"], Gold.parse(rec["answer"]).to_dict()], ensure_ascii=False)
+def case_key(rec: dict, gold: Gold | None = None) -> str:
+    """What a grade depends on: the question, the prediction and the gold answer (``gold``:
+    the record's answer already parsed, when the caller has it)."""
+    gold = gold or Gold.parse(rec["answer"])
+    raw = json.dumps([rec["question"], rec["prediction"], gold.to_dict()], ensure_ascii=False)
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
@@ -175,9 +177,10 @@ def score_trajectories(records: list[dict], judge: Judge, out: Path | None = Non
         todo = [r for r in records if not ((k := done.get((str(r["id"]), r["rollout"]))) and k.key == case_key(r))]
         with tqdm(total=len(todo), desc=f"grading ({judge.name})", unit="traj", disable=not progress or not todo) as bar:
             for part in _chunks(todo, chunk):
+                golds = {id(r): Gold.parse(r["answer"]) for r in part}
                 answered = [r for r in part if r["termination"] != "model_error"]
                 grades = dict(zip((id(r) for r in answered), judge.grade(
-                    [Case(r["question"], r["prediction"], Gold.parse(r["answer"])) for r in answered])))
+                    [Case(r["question"], r["prediction"], golds[id(r)]) for r in answered])))
                 for r in part:
                     g = grades.get(id(r)) or Grade(None, None, error=f"the rollout ended in a model error: {r.get('error')}")
                     tokens = r.get("tokens") or {}
@@ -185,7 +188,7 @@ def score_trajectories(records: list[dict], judge: Judge, out: Path | None = Non
                               g.confidence, g.error, r["termination"], int(r.get("num_tool_calls", 0)),
                               int(r.get("num_model_calls", 0)), int(tokens.get("prompt", 0)),
                               int(tokens.get("completion", 0)), float((r.get("timings") or {}).get("total_s", 0.0)),
-                              str(r.get("model", "")), str(r.get("env", "")), case_key(r))
+                              str(r.get("model", "")), str(r.get("env", "")), case_key(r, golds[id(r)]))
                     done[(s.id, s.rollout)] = s
                     if fh is not None:
                         fh.write(_score_line(s))
