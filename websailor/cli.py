@@ -543,12 +543,14 @@ def score(
         _print_summary(summary)
 
 
-traj_app = typer.Typer(help="Training trajectories for SFT (issue 6, in progress: constructive so far).", no_args_is_help=True)
+traj_app = typer.Typer(help="Training trajectories for SFT: constructive, expert (rejection sampling) or imported.",
+                       no_args_is_help=True)
 app.add_typer(traj_app, name="traj")
 
 
 class TrajSource(str, Enum):
     constructive = "constructive"
+    expert = "expert"
     import_ = "import"
 
 
@@ -556,32 +558,107 @@ class TrajSource(str, Enum):
 @handle_errors
 def traj_build(
     out: Annotated[Path, typer.Option(help="Trajectories JSONL (appended; resumes).")],
-    qa: Annotated[Optional[Path], typer.Option(help="QA items JSONL (from websailor synth), for constructive.")] = None,
+    qa: Annotated[Optional[Path], typer.Option(help="QA items JSONL (websailor synth), for constructive and expert.")] = None,
     source: Annotated[TrajSource, typer.Option(help="constructive: replay each item's solution path through the tools; "
+                                                    "expert: keep the correct rollouts of a strong model; "
                                                     "import: convert ChatML (Tongyi / WebDancer) trajectories.")] = TrajSource.constructive,
     from_: Annotated[Optional[Path], typer.Option("--from", help="ChatML JSONL to import.")] = None,
     split: Annotated[Split, typer.Option(help="Which items (never train on test).")] = Split.train,
+    expert: Annotated[Optional[str], typer.Option(help="Expert model for --source expert: openai:MODEL@URL, hf:DIR or smollm2.")] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="Expert rollouts per item.")] = 4,
+    judge: Annotated[str, typer.Option(help="Judge of the expert's answers: em, f1[:T] or llm:SPEC.")] = "em",
+    max_tokens: Annotated[int, typer.Option(min=16, help="Token budget of a kept expert trajectory (student's tokenizer).")] = 32768,
+    min_tool_calls: Annotated[int, typer.Option(min=0, help="Fewest tool calls of a kept expert trajectory.")] = 2,
+    tokenizer: Annotated[str, typer.Option(help="Student model whose tokenizer counts the budget: smollm2 or hf:DIR.")] = "smollm2",
+    max_calls: Annotated[int, typer.Option(min=1, help="Expert: model calls per question.")] = 100,
+    max_turn_tokens: Annotated[int, typer.Option(min=1, help="Expert: completion tokens per model call.")] = 8192,
+    temperature: TemperatureOpt = 0.85,
+    seed: SeedOpt = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Expert rollouts in flight.")] = 4,
+    rewrite_thoughts: Annotated[Optional[str], typer.Option(help="Model that rewrites every step's thought concisely "
+                                                                 "(short-CoT reconstruction): smollm2, hf:DIR or openai:MODEL@URL.")] = None,
     corpus: CorpusOpt = None,
 ) -> None:
-    """Build SFT trajectories from QA items."""
-    from websailor.corpus import Corpus
-    from websailor.synth.dataset import read_items
-    from websailor.tools import build_local_tools
-    from websailor.train.constructive import build_constructive
+    """Build SFT trajectories."""
+    transform = None
+    if rewrite_thoughts:
+        from websailor.models import load_model
+        from websailor.train.thoughts import rewrite_thoughts as rewrite
 
+        writer = load_model(rewrite_thoughts)
+        transform = lambda traj: rewrite(traj, writer)[0]  # noqa: E731
     if source == TrajSource.import_:
         from websailor.train.importer import import_chatml_file
 
         if from_ is None:
             _fail("--source import needs --from CHATML.jsonl")
-        written, skipped = import_chatml_file(from_, out)
+        written, skipped = import_chatml_file(from_, out, transform=transform)
         print(f"{written} imported trajectories written to {out} ({skipped} already there)")
         return
     if qa is None or not qa.is_file():
-        _fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")
+        _fail(f"--source {source.value} needs --qa QA.jsonl (an existing file), got {qa}")
+    if source == TrajSource.expert:
+        from websailor.eval.loaders import load_benchmark
+        from websailor.judge import load_judge
+        from websailor.train.expert import ExpertFilter, build_expert, side_files
+        from websailor.train.sft import load_tokenizer, resolve_model_dir
+
+        if not expert:
+            _fail("--source expert needs --expert MODEL (the strong model that answers)")
+        items = load_benchmark(qa, split=split.value)
+        student = load_tokenizer(resolve_model_dir(tokenizer))
+        agent = _build_agent(expert, Env.local, corpus, max_calls=max_calls, max_tokens=max_turn_tokens,
+                             temperature=temperature, seed=seed)
+        counts = build_expert(items, agent, load_judge(judge), out, student, k=k,
+                              flt=ExpertFilter(max_tokens=max_tokens, min_tool_calls=min_tool_calls),
+                              concurrency=concurrency, rewrite=transform)
+        rollouts_file, _ = side_files(out)
+        verdicts = ", ".join(f"{v} {counts[v]}" for v in ("kept", "wrong", "no_answer", "few_tool_calls", "too_long", "ungraded"))
+        print(f"{len(items) * k} expert rollouts ({rollouts_file}): {verdicts}")
+        print(f"{counts['written']} expert trajectories written to {out}")
+        return
+    from websailor.corpus import Corpus
+    from websailor.synth.dataset import read_items
+    from websailor.tools import build_local_tools
+    from websailor.train.constructive import build_constructive
+
     items = read_items(qa)
-    written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value)
+    written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value,
+                                          transform=transform)
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
+
+
+train_app = typer.Typer(help="Fine-tune models on trajectories (SFT; RL follows).", no_args_is_help=True)
+app.add_typer(train_app, name="train")
+
+
+@train_app.command("sft")
+@handle_errors
+def train_sft_cmd(
+    data: Annotated[Path, typer.Option(help="Trajectories JSONL (websailor traj build).")],
+    out: Annotated[Path, typer.Option(help="Output directory: the fine-tuned model (use as --model hf:DIR); "
+                                           "rerun the same command to resume from its checkpoints.")],
+    model: Annotated[str, typer.Option(help="Model to fine-tune: smollm2 or hf:DIR.")] = "smollm2",
+    config: Annotated[Optional[Path], typer.Option(help="YAML or JSON file of SFT settings (options below override it).")] = None,
+    lora: Annotated[Optional[bool], typer.Option("--lora/--full", help="LoRA adapters (merged on save) or all weights.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps (default: --epochs over the data).")] = None,
+    epochs: Annotated[Optional[float], typer.Option(min=0.0, help="Passes over the data (default 3).")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", min=0.0, help="Peak learning rate (paper: 5e-6).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(min=1, help="Trajectories per optimizer step (paper: 32).")] = None,
+    max_length: Annotated[Optional[int], typer.Option(min=16, help="Longest trajectory in tokens; longer ones are dropped (default 32768).")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of data order and initialization.")] = None,
+) -> None:
+    """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
+    from websailor.train.sft import load_settings, train_sft
+
+    settings = load_settings(config, lora=lora, max_steps=max_steps, epochs=epochs, learning_rate=lr,
+                             batch_size=batch_size, max_length=max_length, precision=precision, seed=seed)
+    s = train_sft(data, model, out, settings)
+    counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
+    print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
+    print(f"{s['steps']} steps in {s['train_seconds']} s, final train loss {s['train_loss']:.4f}")
+    print(f"model saved to {out}: use --model hf:{out}")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,10 @@ def parse_turn(text: str, tools: bool = True) -> Action:
         return action
     action.tool_call = ToolCall(obj["name"].strip(), args, code)
     return action
+
+
+def count_valid_turns(messages: list[dict], tools: bool = True) -> tuple[int, int]:
+    """Format validity of a conversation: ``(valid, total)`` assistant turns, where a valid turn
+    parses (:func:`parse_turn`) into a tool call or a final answer."""
+    turns = [m.get("content") or "" for m in messages if m.get("role") == "assistant"]
+    return sum(parse_turn(t, tools).error is None for t in turns), len(turns)

@@ -103,10 +103,12 @@ def append_trajectory(out: Path, traj: Trajectory) -> None:
 
 
 def append_new_trajectories(out: Path, makers: list[tuple[str, Callable[[], Trajectory]]], desc: str,
-                            progress: bool = True) -> tuple[int, int]:
+                            progress: bool = True,
+                            transform: Callable[[Trajectory], Trajectory] | None = None) -> tuple[int, int]:
     """Append one trajectory per id of ``makers`` that ``out`` does not hold yet, each made
-    on demand by its function and flushed at once (the file is locked meanwhile, see
-    :func:`websailor.jsonio.appending`). Returns ``(written, skipped)``.
+    on demand by its function (then passed through ``transform``, if given) and flushed at
+    once (the file is locked meanwhile, see :func:`websailor.jsonio.appending`). Returns
+    ``(written, skipped)``.
 
     Raises:
         InputFormatError: ``out`` holds lines that are not JSON objects.
@@ -116,7 +118,8 @@ def append_new_trajectories(out: Path, makers: list[tuple[str, Callable[[], Traj
         done = {str(rec.get("id")) for _, rec in records}
         todo = [make for qid, make in makers if qid not in done]
         for make in tqdm(todo, desc=desc, unit="traj", disable=not progress):
-            fh.write(trajectory_line(make()))
+            traj = make()
+            fh.write(trajectory_line(transform(traj) if transform else traj))
             fh.flush()
         os.fsync(fh.fileno())
     return len(todo), len(makers) - len(todo)
@@ -128,7 +131,7 @@ def done_rollouts(out: Path) -> set[tuple[str, int]]:
     Raises:
         InputFormatError: a line is not a trajectory record.
     """
-    return set(_done(out, read_appended_jsonl(out, "a trajectory record")))
+    return set(latest_rollouts(out, read_appended_jsonl(out, "a trajectory record")))
 
 
 @dataclass
@@ -173,7 +176,7 @@ def stream_rollouts(agent: Agent, todo: list[tuple[Question, int]], fh: TextIO,
         pool.shutdown(wait=finished_cleanly, cancel_futures=not finished_cleanly)
 
 
-def _done(out: Path, records: list[tuple[int, dict]]) -> dict[tuple[str, int], dict]:
+def latest_rollouts(out: Path, records: list[tuple[int, dict]]) -> dict[tuple[str, int], dict]:
     """The latest record of each ``(id, rollout)``."""
     done: dict[tuple[str, int], dict] = {}
     for lineno, rec in records:
@@ -212,7 +215,7 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
         raise ValueError("rollouts and concurrency must be at least 1")
     out = Path(out)
     with appending(out, "a trajectory record") as (fh, records):
-        done = _done(out, records)
+        done = latest_rollouts(out, records)
         if records:
             first = records[0][1]
             for what, theirs, ours in (("model", first.get("model"), agent.model.name), ("environment", first.get("env"), agent.env)):

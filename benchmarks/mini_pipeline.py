@@ -1,0 +1,107 @@
+"""The cold-start experiment (issue 6): synthesize, build constructive trajectories, fine-tune
+SmolLM2-135M on CPU, and evaluate the base and the fine-tuned model on held-out items.
+
+Every stage is a `websailor` command, printed before it runs, so the experiment is also a
+recipe; each one resumes, so rerunning the script after an interruption continues it.
+
+    python benchmarks/mini_pipeline.py --out runs/mini            # the issue's sizes
+    python benchmarks/mini_pipeline.py --out runs/mini --eval-limit 30
+
+Prints, for the base and the SFT model: format validity (share of assistant turns that parse
+into a tool call or an answer), terminations, mean tool calls, Avg@k and Pass@k; writes them
+to OUT/results.json and OUT/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from websailor.agent.parse import count_valid_turns
+from websailor.jsonio import read_appended_jsonl
+
+WS = str(Path(sys.executable).with_name("websailor"))
+
+
+def step(args: list[str]) -> float:
+    print("$ websailor " + " ".join(shlex.quote(a) for a in args), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run([WS, *args], check=True)
+    return time.perf_counter() - t0
+
+
+def figures(eval_dir: Path) -> dict:
+    summary = json.loads((eval_dir / "summary.json").read_text())
+    valid = total = 0
+    answered = Counter()
+    for _, rec in read_appended_jsonl(eval_dir / "trajectories.jsonl", "a trajectory record"):
+        v, t = count_valid_turns(rec["messages"])
+        valid, total = valid + v, total + t
+        answered[rec["termination"]] += 1
+    return {"format_validity": round(valid / total, 4) if total else None, "assistant_turns": total,
+            "terminations": dict(answered.most_common()), "mean_tool_calls": summary["mean_tool_calls"],
+            f"avg_at_{summary['k']}": summary["avg_at_k"], f"pass_at_{summary['k']}": summary["pass_at_k"],
+            "questions": summary["questions"], "k": summary["k"], "wall_s": summary["total_wall_s"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("runs/mini"))
+    p.add_argument("--items", type=int, default=1100, help="items to synthesize (train + test)")
+    p.add_argument("--test-fraction", type=float, default=0.09)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-length", type=int, default=3072, help="longest SFT trajectory in tokens")
+    p.add_argument("--max-steps", type=int, default=80)
+    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--eval-limit", type=int, default=100, help="test items evaluated")
+    p.add_argument("--rollouts", type=int, default=3)
+    p.add_argument("--max-calls", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--skip-base", action="store_true", help="evaluate only the fine-tuned model")
+    a = p.parse_args()
+    out = a.out
+    out.mkdir(parents=True, exist_ok=True)
+    qa, traj, model = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
+    times = {}
+    times["synth_s"] = step(["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed),
+                             "--test-fraction", str(a.test_fraction)])
+    times["trajectories_s"] = step(["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train",
+                                    "--out", str(traj)])
+    times["train_s"] = step(["train", "sft", "--data", str(traj), "--out", str(model), "--model", "smollm2", "--full",
+                             "--max-steps", str(a.max_steps), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
+                             "--max-length", str(a.max_length), "--precision", a.precision])
+    common = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.rollouts),
+              "--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
+    results = {"settings": vars(a) | {"out": str(out)}}
+    runs = [("sft", f"hf:{model}")] + ([] if a.skip_base else [("base", "smollm2")])
+    for name, spec in runs:
+        times[f"eval_{name}_s"] = step(["eval", *common, "--model", spec, "--out", str(out / f"eval_{name}")])
+        results[name] = figures(out / f"eval_{name}")
+    results["train"] = {k: v for k, v in json.loads((model / "sft_summary.json").read_text()).items()
+                        if k in ("counts", "tokens", "steps", "train_loss", "train_seconds", "max_length")}
+    results["times_s"] = {k: round(v, 1) for k, v in times.items()}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    rows = ["| model | format validity | Avg@k | Pass@k | mean tool calls | terminations |", "|---|---|---|---|---|---|"]
+    for name, _ in runs:
+        r = results[name]
+        k = r["k"]
+        rows.append(f"| {name} | {100 * r['format_validity']:.1f}% | {100 * r[f'avg_at_{k}']:.1f} | "
+                    f"{100 * r[f'pass_at_{k}']:.1f} | {r['mean_tool_calls']} | "
+                    + ", ".join(f"{t} {n}" for t, n in r["terminations"].items()) + " |")
+    table = "\n".join(rows)
+    (out / "results.md").write_text(table + "\n")
+    print(json.dumps(results, indent=2))
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

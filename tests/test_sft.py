@@ -1,0 +1,193 @@
+"""Cold-start SFT: data checks, the assistant-only loss mask as TRL sees it, training a tiny
+model end to end (resume, LoRA merge, use as ``hf:DIR``), and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from websailor.errors import ConfigError, InputFormatError
+from websailor.train.sft import SFTSettings, load_settings, load_tokenizer, train_sft
+from websailor.train.sft_data import load_sft_data
+
+
+def _save_tiny(out: Path, tokenizer_from: Path | None, model_type: str = "llama") -> Path:
+    """A randomly initialised tiny model of ``model_type`` with SmolLM2's tokenizer (or none)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    kw = dict(vocab_size=49152, hidden_size=32, num_hidden_layers=2, max_position_embeddings=8192)
+    if model_type == "llama":
+        kw.update(num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True)
+    cfg = AutoConfig.for_model(model_type, **kw)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    if tokenizer_from is not None:
+        AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save_tiny(tmp_path_factory.mktemp("tiny") / "llama", smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def chatml_trajs(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 6 real WebDancer trajectories, imported into our format."""
+    from websailor.train.importer import read_chatml
+
+    out = tmp_path_factory.mktemp("data") / "sft.jsonl"
+    trajs = read_chatml(shared_data / "webdancer_sample_traj.jsonl")[:6]
+    out.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trajs))
+    return out
+
+
+def test_labels_cover_exactly_the_assistant_turns(tiny: Path, chatml_trajs: Path):
+    """Decode the labels TRL trains on: they are the assistant replies (and their end-of-turn
+    token), in order, and nothing of the system prompt, question or tool responses."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    tok = load_tokenizer(tiny)
+    data = load_sft_data(chatml_trajs, tok, max_length=8192)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny),
+                         args=SFTConfig(output_dir=str(chatml_trajs.parent / "ck"), report_to="none", use_cpu=True,
+                                                   max_length=None),
+                         train_dataset=Dataset.from_list(data.examples), processing_class=tok)
+    first = json.loads(chatml_trajs.read_text().splitlines()[0])
+    row = trainer.train_dataset[0]
+    ids, labels = row["input_ids"], row["labels"]
+    spans, cur = [], []
+    for i, lab in zip(ids, labels):
+        if lab != -100:
+            assert lab == i
+            cur.append(i)
+        elif cur:
+            spans.append(cur)
+            cur = []
+    if cur:
+        spans.append(cur)
+    decoded = [tok.decode(s) for s in spans]
+    assistant = [m["content"] for m in first["messages"] if m["role"] == "assistant"]
+    assert decoded == [a + tok.eos_token for a in assistant]
+    everything = "".join(decoded)
+    assert "<tool_response>" not in everything and first["question"] not in everything
+    assert first["messages"][0]["content"][:80] not in everything
+    # the context is all there: the tool responses are in the inputs, only out of the loss
+    assert "<tool_response>" in tok.decode(ids)
+
+
+def test_too_long_trajectories_are_dropped_and_counted_never_cut(tiny: Path, chatml_trajs: Path):
+    from websailor.agent.trajectory import Trajectory
+
+    tok = load_tokenizer(tiny)
+    lengths = [len(Trajectory.from_dict(json.loads(line)).token_view(tok)[0])
+               for line in chatml_trajs.read_text().splitlines()]
+    limit = sorted(lengths)[2]  # three fit, three do not
+    data = load_sft_data(chatml_trajs, tok, max_length=limit)
+    assert data.counts == {"read": 6, "kept": 3, "too_long": 3}
+    assert sorted(len(e["input_ids"]) for e in data.examples) == sorted(n for n in lengths if n <= limit)
+    for e in data.examples:  # whole: each ends with the answer's end-of-turn token (then only the template's newline)
+        last = max(i for i, m in enumerate(e["assistant_masks"]) if m)
+        assert e["input_ids"][last] == tok.eos_token_id and not tok.decode(e["input_ids"][last + 1:]).strip()
+
+
+def test_bad_trajectory_files(tiny: Path, chatml_trajs: Path, tmp_path: Path):
+    tok = load_tokenizer(tiny)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputFormatError, match="holds no trajectories"):
+        load_sft_data(empty, tok, 4096)
+    with pytest.raises(InputFormatError, match="no such file"):
+        load_sft_data(tmp_path / "missing.jsonl", tok, 4096)
+    rec = json.loads(chatml_trajs.read_text().splitlines()[0])
+    swapped = dict(rec, messages=rec["messages"][:2] + [rec["messages"][3], rec["messages"][2]] + rec["messages"][4:])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rec) + "\n" + json.dumps(swapped) + "\n")
+    with pytest.raises(InputFormatError, match=r"line 2 .*message 3 is 'user' where 'assistant' was due"):
+        load_sft_data(bad, tok, 8192)
+    bad.write_text(json.dumps(dict(rec, messages=rec["messages"][:-1])) + "\n")
+    with pytest.raises(InputFormatError, match="last message is 'user'"):
+        load_sft_data(bad, tok, 8192)
+    bad.write_text(json.dumps(dict(rec, termination="max_calls")) + "\n")
+    with pytest.raises(InputFormatError, match="no trajectory left to train on.*unfinished"):
+        load_sft_data(bad, tok, 8192)
+
+
+def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
+    from websailor.agent import Agent, AgentConfig
+    from websailor.models import load_model
+
+    out = tmp_path / "sft"
+    settings = SFTSettings(max_steps=2, batch_size=2, learning_rate=1e-3, max_length=8192, save_steps=1)
+    s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)
+    assert s["steps"] == 2 and s["gradient_accumulation"] == 2 and s["counts"]["kept"] == 6
+    assert len(s["loss_history"]) == 2 and all(h["loss"] > 0 for h in s["loss_history"])
+    # warm-up then cosine decay from the peak
+    assert s["loss_history"][0]["learning_rate"] < s["loss_history"][1]["learning_rate"] <= 1e-3
+    assert (out / "sft_summary.json").is_file() and list(out.glob("checkpoints/checkpoint-*"))
+    # the same command again finds the finished run; other settings are refused, not mixed
+    assert train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)["train_seconds"] == s["train_seconds"]
+    with pytest.raises(ConfigError, match="other learning_rate"):
+        train_sft(chatml_trajs, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 2e-3}), progress=False)
+    # the directory is a model for the agent
+    model = load_model(f"hf:{out}")
+    traj = Agent(model, [], AgentConfig(max_calls=1, max_tokens_per_turn=8)).run("Who painted the Mona Lisa?")
+    assert traj.num_model_calls == 1 and traj.model == f"hf:{out}"
+
+
+def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path):
+    out = tmp_path / "sft"
+    settings = SFTSettings(max_steps=3, batch_size=1, learning_rate=1e-3, max_length=8192, save_steps=1)
+    train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)
+    # simulate a run stopped after step 2: drop the final model and the last checkpoint
+    (out / "sft_summary.json").unlink()
+    for f in ("model.safetensors", "config.json"):
+        (out / f).unlink()
+    last = max(out.glob("checkpoints/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    import shutil
+
+    shutil.rmtree(last)
+    s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)
+    assert s["steps"] == 3 and [h["step"] for h in s["loss_history"]][-1] == 3
+    assert (out / "model.safetensors").is_file()
+
+
+def test_lora_is_merged_into_a_plain_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
+    from safetensors import safe_open
+
+    out = tmp_path / "lora"
+    s = train_sft(chatml_trajs, f"hf:{tiny}", out, SFTSettings(max_steps=1, batch_size=1, lora=True,
+                                                                learning_rate=1e-3, max_length=8192), progress=False)
+    assert s["steps"] == 1
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and not any("lora" in k for k in keys)
+    assert not (out / "adapter_config.json").exists()
+
+
+def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_path: Path):
+    no_tok = _save_tiny(tmp_path / "notok", None)
+    with pytest.raises(ConfigError, match="has no tokenizer"):
+        train_sft(chatml_trajs, f"hf:{no_tok}", tmp_path / "o1", SFTSettings(max_steps=1), progress=False)
+    with pytest.raises(ConfigError, match="not a transformers model directory"):
+        train_sft(chatml_trajs, f"hf:{tmp_path}", tmp_path / "o2", SFTSettings(max_steps=1), progress=False)
+    with pytest.raises(ConfigError, match="needs local weights"):
+        train_sft(chatml_trajs, "openai:m@http://localhost:1/v1", tmp_path / "o3", progress=False)
+    mamba = _save_tiny(tmp_path / "mamba", smollm2_path, "mamba")
+    with pytest.raises(ConfigError, match="--lora: PEFT cannot wrap model type 'mamba'"):
+        train_sft(chatml_trajs, f"hf:{mamba}", tmp_path / "o4", SFTSettings(max_steps=1, lora=True, max_length=8192),
+                  progress=False)
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text("learning_rate: 2e-5\nbatch_size: 64\n")
+    s = load_settings(cfg, batch_size=8)
+    assert (s.learning_rate, s.batch_size, s.weight_decay, s.lr_scheduler) == (2e-5, 8, 0.1, "cosine")
+    cfg.write_text("learning_rate: fast\nepochz: 2\n")
+    with pytest.raises(ConfigError, match="learning_rate: .*; epochz: Extra inputs are not permitted"):
+        load_settings(cfg)
+    with pytest.raises(ConfigError, match="not empty and holds no SFT run"):
+        (tmp_path / "busy").mkdir()
+        (tmp_path / "busy" / "x").write_text("")
+        train_sft(chatml_trajs, f"hf:{smollm2_path}", tmp_path / "busy", SFTSettings(max_steps=1), progress=False)

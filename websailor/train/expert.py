@@ -1,0 +1,119 @@
+"""Expert trajectories by rejection sampling (issue 6, ``expert``).
+
+A strong model runs the agent ``k`` times on every training question; a judge grades each
+rollout against the gold answer, and only the rollouts that are correct, ended with an answer,
+made at least ``min_tool_calls`` tool calls and fit the token budget become SFT data
+(arXiv 2509.13305, Sec. 4 cold start; the WebSailor V1 report keeps trajectories within 32k
+tokens). Every rollout is kept in ``<out>.rollouts.jsonl`` and every grade in
+``<out>.scores.jsonl``, so an interrupted build resumes without running or grading twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from websailor.agent.loop import Agent
+from websailor.agent.runner import Question, latest_rollouts, run_questions, trajectory_line
+from websailor.agent.trajectory import Trajectory
+from websailor.eval.loaders import EvalItem
+from websailor.eval.scoring import Score, read_trajectories, score_trajectories
+from websailor.jsonio import appending
+from websailor.judge.base import Judge
+
+
+@dataclass
+class ExpertFilter:
+    """Which graded rollouts become training data.
+
+    Attributes:
+        max_tokens: longest trajectory, in tokens of the student's chat template (paper V1: 32k).
+        min_tool_calls: fewest tool calls (the paper keeps trajectories with more than a few).
+    """
+
+    max_tokens: int = 32768
+    min_tool_calls: int = 2
+
+
+def side_files(out: Path) -> tuple[Path, Path]:
+    """``(rollouts, scores)`` files kept beside ``out``: every sampled rollout and its grade."""
+    return out.with_name(out.stem + ".rollouts.jsonl"), out.with_name(out.stem + ".scores.jsonl")
+
+
+def conversation_tokens(messages: list[dict], tokenizer: Any) -> int:
+    """Length of the chat-templated conversation in ``tokenizer``'s tokens."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
+    """Why a rollout is kept or rejected: ``kept``, ``no_answer`` (it ended otherwise),
+    ``ungraded``, ``wrong``, ``few_tool_calls`` or ``too_long``."""
+    if rec["termination"] != "answer":
+        return "no_answer"
+    if score.correct is None:
+        return "ungraded"
+    if not score.correct:
+        return "wrong"
+    if int(rec.get("num_tool_calls", 0)) < flt.min_tool_calls:
+        return "few_tool_calls"
+    if conversation_tokens(rec["messages"], tokenizer) > flt.max_tokens:
+        return "too_long"
+    return "kept"
+
+
+def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | Path, tokenizer: Any,
+                 k: int = 4, flt: ExpertFilter | None = None, concurrency: int = 4, rewrite=None,
+                 progress: bool = True) -> Counter:
+    """Sample ``k`` rollouts per item with ``agent``, grade them with ``judge`` and append the
+    accepted ones (:func:`verdict`) to ``out`` (each ``(id, rollout)`` once; resumable).
+
+    Args:
+        items: questions with gold answers (``websailor.eval.loaders.load_benchmark``).
+        agent: the expert agent (a strong model and the tools).
+        judge: grades predictions against the gold answers.
+        out: accepted trajectories, JSONL; the rollouts and scores files sit beside it.
+        tokenizer: counts trajectory tokens for the budget (the student's tokenizer).
+        k: rollouts per item.
+        flt: acceptance rules.
+        concurrency: rollouts in flight.
+        rewrite: optional function applied to each accepted trajectory before it is written
+            (short-CoT reconstruction, :func:`websailor.train.thoughts.rewrite_thoughts`).
+
+    Returns:
+        Counts of every verdict over the ``len(items) * k`` rollouts, plus ``written``.
+
+    Raises:
+        InputFormatError: an output file holds lines that are not its records.
+        InvalidArgumentError: another process writes one of the files.
+    """
+    flt = flt or ExpertFilter()
+    out = Path(out)
+    rollouts_path, scores_path = side_files(out)
+    questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
+    run_questions(agent, questions, rollouts_path, rollouts=k, concurrency=concurrency, progress=progress)
+    wanted = {(q.id, r): q for q in questions for r in range(k)}
+    records = [rec for rec in read_trajectories([rollouts_path])
+               if (q := wanted.get((str(rec["id"]), rec["rollout"]))) is not None and rec["question"] == q.question]
+    scores = score_trajectories(records, judge, scores_path, progress=progress)
+    counts: Counter = Counter()
+    accepted = []
+    for rec, score in zip(records, scores):
+        v = verdict(rec, score, flt, tokenizer)
+        counts[v] += 1
+        if v == "kept":
+            accepted.append(rec)
+    with appending(out, "a trajectory record") as (fh, existing):
+        have = set(latest_rollouts(out, existing))
+        for rec in accepted:
+            if (str(rec["id"]), rec["rollout"]) in have:
+                continue
+            traj = Trajectory.from_dict(rec)
+            fh.write(trajectory_line(rewrite(traj) if rewrite else traj))
+            fh.flush()
+            counts["written"] += 1
+        os.fsync(fh.fileno())
+    return counts

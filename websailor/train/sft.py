@@ -1,0 +1,297 @@
+"""Cold-start supervised fine-tuning on agent trajectories, with TRL's ``SFTTrainer``.
+
+Defaults are the paper's SFT hyper-parameters (arXiv 2509.13305, Sec. 4 and the WebSailor V1
+report): learning rate 5e-6 with linear warm-up and cosine decay, weight decay 0.1, global
+batch 32. The loss covers assistant tokens only (:mod:`websailor.train.sft_data`). The same
+call runs on a laptop CPU and, launched with ``accelerate launch`` and one of the shipped
+``configs/`` files, on several GPUs with DeepSpeed ZeRO-3.
+
+The output directory holds a complete transformers model (LoRA adapters merged) and its
+tokenizer, so ``--model hf:DIR`` works in ``run`` and ``eval``; ``checkpoints/`` keeps the
+latest checkpoints, from which a stopped run resumes; ``sft_summary.json`` records the
+settings, the data counts and the loss history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from websailor.errors import ConfigError
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
+
+SETTINGS_FILE = "sft_settings.json"
+SUMMARY_FILE = "sft_summary.json"
+
+
+class SFTSettings(BaseModel):
+    """Every knob of an SFT run; a ``--config`` YAML or JSON file holds any subset of them.
+
+    Attributes:
+        learning_rate: peak learning rate (paper: 5e-6).
+        warmup_ratio: share of the steps spent warming up linearly from 0.
+        lr_scheduler: decay after warm-up (paper: cosine).
+        weight_decay: AdamW weight decay (paper: 0.1).
+        batch_size: trajectories per optimizer step over all devices (paper: 32 to 64); made of
+            ``micro_batch_size`` per device per forward and gradient accumulation.
+        epochs: passes over the data (ignored when ``max_steps`` is set).
+        max_steps: optimizer steps; ``None`` runs ``epochs``.
+        max_length: longest trajectory in tokens (paper V1: 32k budget); longer ones are dropped,
+            capped by the model's context size.
+        lora: train LoRA adapters (merged into the saved model) instead of every weight.
+        precision: ``auto`` = bf16 on a GPU that has it, fp32 on CPU; ``bf16`` forces bf16 autocast
+            (also on CPUs with bf16 instructions); ``fp32``.
+        save_steps: steps between checkpoints (a stopped run resumes from the latest).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(5e-6, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    lr_scheduler: Literal["cosine", "linear", "constant_with_warmup"] = "cosine"
+    weight_decay: float = Field(0.1, ge=0)
+    batch_size: int = Field(32, ge=1)
+    micro_batch_size: int = Field(1, ge=1)
+    epochs: float = Field(3.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    max_length: int = Field(32768, ge=16)
+    lora: bool = False
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_target_modules: str | list[str] = "all-linear"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    gradient_checkpointing: bool = False
+    save_steps: int = Field(50, ge=1)
+    logging_steps: int = Field(1, ge=1)
+    seed: int = 0
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> SFTSettings:
+    """Settings from an optional YAML/JSON ``config`` file, then ``overrides`` (``None`` values
+    are ignored, so CLI options left unset keep the file's value).
+
+    Raises:
+        ConfigError: unreadable file, unknown keys, or values of the wrong type or range.
+    """
+    values: dict[str, Any] = {}
+    if config is not None:
+        path = Path(config)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"--config {path}: {e.strerror or e}") from e
+        try:
+            if path.suffix.lower() == ".json":
+                values = json.loads(text)
+            else:
+                import yaml
+
+                values = yaml.safe_load(text) or {}
+        except ValueError as e:  # json and yaml errors are ValueErrors
+            raise ConfigError(f"--config {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {e}") from e
+        if not isinstance(values, dict):
+            raise ConfigError(f"--config {path}: expected a mapping of setting names to values")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return SFTSettings(**values)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"SFT settings: {problems}") from e
+
+
+def resolve_model_dir(spec: str) -> Path:
+    """The local directory behind a model spec: ``smollm2`` (embedded) or ``hf:DIR``.
+
+    Raises:
+        ConfigError: a remote spec (``openai:``), or a directory without ``config.json``.
+    """
+    spec = (spec or "").strip()
+    if spec == "smollm2":
+        from websailor.models.embedded import ensure_smollm2
+
+        return ensure_smollm2()
+    if spec.startswith("hf:"):
+        path = Path(spec[3:]).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"--model {spec}: {path} is not a transformers model directory (no config.json)")
+        return path
+    raise ConfigError(f"--model {spec!r}: training needs local weights: smollm2 or hf:DIR")
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """The fast tokenizer of ``model_dir``, with a chat template and a pad token.
+
+    Raises:
+        ConfigError: no tokenizer files, a slow tokenizer, or no chat template.
+    """
+    from transformers import AutoTokenizer
+
+    if not any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise ConfigError(f"{model_dir} has no tokenizer (tokenizer.json or tokenizer_config.json): "
+                          "save the tokenizer beside the weights")
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"{model_dir}: cannot load its tokenizer: {e}") from e
+    if not getattr(tok, "is_fast", False):
+        raise ConfigError(f"{model_dir}: a fast tokenizer (tokenizer.json) is needed for the loss mask")
+    if not tok.chat_template:
+        raise ConfigError(f"{model_dir}: the tokenizer has no chat template")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def wrap_lora(model: Any, settings: SFTSettings) -> Any:
+    """LoRA adapters on ``settings.lora_target_modules`` (PEFT).
+
+    Raises:
+        ConfigError: PEFT cannot wrap this model type (no matching layers, unsupported layers).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                     target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, cfg)
+    except (ValueError, TypeError, NotImplementedError, KeyError, AttributeError) as e:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise ConfigError(f"--lora: PEFT cannot wrap model type {kind!r} "
+                          f"(target modules {settings.lora_target_modules!r}): {e}") from e
+
+
+def _use_bf16(precision: str) -> bool:
+    import torch
+
+    if precision == "bf16":
+        return True
+    return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def _check_resume(out: Path, record: dict) -> bool:
+    """True when ``out`` holds checkpoints of this very run; refuses another run's directory."""
+    saved = out / SETTINGS_FILE
+    if not saved.exists():
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"--out {out} is not empty and holds no SFT run: choose a new directory")
+        return False
+    try:
+        before = json.loads(saved.read_text(encoding="utf-8"))
+    except ValueError:
+        raise ConfigError(f"{saved} is unreadable: remove {out} to start over") from None
+    if before != record:
+        changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
+        raise ConfigError(f"--out {out} holds an SFT run with other {', '.join(changed)}: "
+                          "rerun with the same settings to resume, or choose a new directory")
+    return any(out.glob("checkpoints/checkpoint-*"))
+
+
+def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTSettings | None = None,
+              progress: bool = True) -> dict:
+    """Fine-tune ``model`` on the trajectories of ``data_path`` and save it to ``out``.
+
+    Args:
+        data_path: trajectory JSONL (``websailor traj build``).
+        model: ``smollm2`` or ``hf:DIR``.
+        out: output directory; rerunning the same command resumes from its latest checkpoint.
+        settings: hyper-parameters (paper defaults when ``None``).
+        progress: show the trainer's progress bar.
+
+    Returns:
+        The summary written to ``out/sft_summary.json``: settings, data counts, steps, loss
+        history (``[{step, loss, learning_rate}]``), train seconds.
+
+    Raises:
+        ConfigError: model or tokenizer problems, a LoRA target PEFT cannot wrap, ``out``
+            holding another run.
+        InputFormatError: bad or empty trajectory data (:func:`load_sft_data`).
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    from websailor.train.sft_data import load_sft_data
+
+    settings = settings or SFTSettings()
+    out = Path(out)
+    model_dir = resolve_model_dir(model)
+    tokenizer = load_tokenizer(model_dir)
+    from transformers import AutoConfig
+
+    limit = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or settings.max_length)
+    max_length = min(settings.max_length, limit)
+    data = load_sft_data(data_path, tokenizer, max_length)
+    record = {"model": model, "data_sha256": data.sha256, **settings.model_dump()}
+    resume = _check_resume(out, record)  # refuses a directory of another run
+    if (out / SUMMARY_FILE).exists():
+        logger.info("%s already holds the finished model of this run", out)
+        return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+    bf16 = _use_bf16(settings.precision)
+    try:
+        net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{model_dir}: cannot load the model weights: {e}") from e
+    if settings.lora:
+        net = wrap_lora(net, settings)
+    import os
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    accumulation = max(1, math.ceil(settings.batch_size / (settings.micro_batch_size * world)))
+    args = SFTConfig(
+        output_dir=str(out / "checkpoints"),
+        learning_rate=settings.learning_rate,
+        warmup_steps=settings.warmup_ratio,  # a float below 1 is a share of the steps
+        lr_scheduler_type=settings.lr_scheduler,
+        weight_decay=settings.weight_decay,
+        per_device_train_batch_size=settings.micro_batch_size,
+        gradient_accumulation_steps=accumulation,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps or -1,
+        max_length=None,  # over-long trajectories were dropped, never cut
+        bf16=bf16,
+        gradient_checkpointing=None,  # the deprecated alias; TRL's default would turn it on
+        activation_checkpointing=settings.gradient_checkpointing,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=2,
+        logging_steps=settings.logging_steps,
+        report_to="none",
+        seed=settings.seed,
+        disable_tqdm=not progress,
+        dataset_num_proc=None,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = SFTTrainer(model=net, args=args, train_dataset=Dataset.from_list(data.examples),
+                         processing_class=tokenizer)
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    seconds = time.perf_counter() - t0
+
+    final = trainer.model
+    if settings.lora:
+        final = final.merge_and_unload()
+    if trainer.is_world_process_zero():
+        final.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    history = [{k: h[k] for k in ("step", "loss", "learning_rate") if k in h}
+               for h in trainer.state.log_history if "loss" in h]
+    summary = {"model": model, "data": str(data_path), "settings": settings.model_dump(),
+               "max_length": max_length, "counts": dict(data.counts), "tokens": data.tokens,
+               "steps": trainer.state.global_step, "gradient_accumulation": accumulation,
+               "bf16": bf16, "train_loss": result.training_loss, "train_seconds": round(seconds, 1),
+               "loss_history": history}
+    if trainer.is_world_process_zero():
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary

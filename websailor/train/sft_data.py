@@ -1,0 +1,124 @@
+"""SFT examples from trajectory files: validation, tokenization and the assistant-only loss mask.
+
+Each kept trajectory becomes one example ``{"input_ids": [...], "assistant_masks": [...]}``
+(the whole conversation rendered with the model's chat template; mask 1 on the tokens the
+model generated). TRL's ``SFTTrainer`` turns the mask into labels (``-100`` elsewhere), so the
+loss covers assistant turns only: system prompt, question and tool responses are context, as
+in the paper's cold start (arXiv 2509.13305, Sec. 4: tool responses are masked out of the loss).
+
+A trajectory longer than the length limit is dropped and counted, never cut: a cut would end
+an example in the middle of a tool response, or lose the answer it leads to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from websailor.agent.trajectory import Trajectory
+from websailor.errors import InputFormatError
+from websailor.jsonio import read_appended_jsonl
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class SFTData:
+    """Tokenized examples and what happened to every record of the file.
+
+    Attributes:
+        examples: ``{"input_ids": list[int], "assistant_masks": list[int]}`` per kept trajectory.
+        counts: ``read``, ``kept``, ``too_long`` (over ``max_length`` tokens), ``unfinished``
+            (termination other than ``answer``: nothing correct to imitate).
+        tokens: total tokens of the kept examples, and how many of them carry loss.
+        sha256: digest of the file's bytes (a resumed run must see the same data).
+    """
+
+    examples: list[dict[str, list[int]]]
+    counts: Counter = field(default_factory=Counter)
+    tokens: dict[str, int] = field(default_factory=dict)
+    sha256: str = ""
+
+
+def check_messages(messages: Any, where: str) -> None:
+    """The conversation must be ``[system,] user, assistant, user, ..., assistant`` with text
+    contents: the shape the agent produces (tool responses come back as user turns).
+
+    Raises:
+        InputFormatError: not a list of ``{"role", "content"}`` dicts, roles out of that order,
+            or no final assistant turn; ``where`` names the record.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise InputFormatError(f"{where}: 'messages' must be a non-empty list of {{role, content}} turns")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise InputFormatError(f"{where}: message {i + 1} is not a {{role, content}} turn with text content")
+    roles = [m["role"] for m in messages]
+    start = 1 if roles[0] == "system" else 0
+    for i, role in enumerate(roles[start:], start):
+        expected = "user" if (i - start) % 2 == 0 else "assistant"
+        if role != expected:
+            raise InputFormatError(
+                f"{where}: messages do not alternate: message {i + 1} is {role!r} where {expected!r} was due "
+                f"(expected [system,] user, assistant, user, ..., assistant)")
+    if roles[-1] != "assistant":
+        raise InputFormatError(f"{where}: the last message is {roles[-1]!r}; a training trajectory ends with the "
+                               "assistant's final turn")
+
+
+def load_sft_data(path: str | Path, tokenizer: Any, max_length: int) -> SFTData:
+    """Read a trajectory JSONL (``websailor traj build``, ``run`` or ``eval`` output) and
+    tokenize every finished trajectory with ``tokenizer``'s chat template.
+
+    Args:
+        path: trajectory records, one JSON object per line.
+        tokenizer: a fast tokenizer with a chat template (offsets are needed for the mask).
+        max_length: longest example in tokens; longer trajectories are dropped and counted.
+
+    Raises:
+        InputFormatError: the file is missing or empty, a line is not a trajectory record,
+            a conversation does not alternate, or no trajectory is left to train on.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputFormatError(f"--data {path}: no such file (make one with `websailor traj build`)")
+    records = read_appended_jsonl(path, "a trajectory record")
+    if not records:
+        raise InputFormatError(f"--data {path} holds no trajectories (the file is empty)")
+    data = SFTData(examples=[], sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    total = loss = 0
+    for line, rec in records:
+        where = f"{path} line {line}" + (f" (id {rec.get('id')!r})" if "id" in rec else "")
+        if "messages" not in rec:
+            raise InputFormatError(f"{where}: not a trajectory record (no 'messages')")
+        check_messages(rec["messages"], where)
+        data.counts["read"] += 1
+        if rec.get("termination", "answer") != "answer":
+            data.counts["unfinished"] += 1
+            continue
+        traj = Trajectory(id=str(rec.get("id", line)), rollout=0, question="", messages=rec["messages"])
+        try:
+            ids, mask = traj.token_view(tokenizer)
+        except ValueError as e:
+            raise InputFormatError(f"{where}: cannot render it with the model's chat template: {e}") from e
+        if len(ids) > max_length:
+            data.counts["too_long"] += 1
+            continue
+        data.examples.append({"input_ids": ids, "assistant_masks": mask})
+        data.counts["kept"] += 1
+        total += len(ids)
+        loss += sum(mask)
+    data.tokens = {"total": total, "loss": loss}
+    if data.counts["too_long"]:
+        logger.warning("%d of %d trajectories are longer than %d tokens: dropped (never cut)",
+                       data.counts["too_long"], data.counts["read"], max_length)
+    if data.counts["unfinished"]:
+        logger.warning("%d trajectories did not end with an answer: dropped", data.counts["unfinished"])
+    if not data.examples:
+        raise InputFormatError(f"--data {path}: no trajectory left to train on "
+                               f"({dict(data.counts)}; raise --max-length or check the terminations)")
+    return data
