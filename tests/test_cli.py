@@ -200,3 +200,29 @@ def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
     assert "6 constructive trajectories written" in res.stdout and len((tmp_path / "sft.jsonl").read_text().splitlines()) == 6
     res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "t.jsonl"), "--split", "test", "--corpus", str(vital_dir))
     assert res.exit_code == 2 and "no QA items in split 'test'" in res.stderr
+
+
+def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path):
+    from fakes import FakeOpenAIServer
+
+    qa = tmp_path / "qa.jsonl"
+    assert run("synth", "--n", "3", "--out", str(qa), "--corpus", str(vital_dir), "--test-fraction", "0").exit_code == 0
+    out = tmp_path / "expert.jsonl"
+    res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(out), "--corpus", str(vital_dir))
+    assert res.exit_code == 2 and "needs --expert MODEL" in res.stderr
+    answer = json.loads(qa.read_text().splitlines()[0])["answer"]
+    with FakeOpenAIServer(f"<answer>{answer}</answer>") as srv:  # right once, but never uses a tool
+        res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(out), "--corpus", str(vital_dir),
+                  "--expert", f"openai:m@{srv.url}", "--k", "2")
+    assert res.exit_code == 0, res.output
+    assert "6 expert rollouts" in res.stdout and "kept 0, wrong 4" in res.stdout and "few_tool_calls 2" in res.stdout
+    assert "0 expert trajectories written" in res.stdout and out.read_text() == ""
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    res = run("train", "sft", "--data", str(empty), "--out", str(tmp_path / "m"))
+    assert res.exit_code == 2 and "holds no trajectories" in res.stderr
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("lr: 1\n")
+    res = run("train", "sft", "--data", str(empty), "--out", str(tmp_path / "m"), "--config", str(cfg))
+    assert res.exit_code == 2 and "lr: Extra inputs are not permitted" in res.stderr

@@ -51,3 +51,80 @@ def test_import_webdancer_chatml_in_place(shared_data, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(InputFormatError, match="no trajectories"):
         read_chatml(tmp_path / "empty.jsonl")
+
+
+def _qa(vital: Corpus, tmp_path, n: int = 6):
+    qa = tmp_path / "qa.jsonl"
+    synthesize(load_or_build(vital), qa, SynthConfig(n=n, seed=5, test_fraction=0.0), progress=False)
+    return qa
+
+
+def test_expert_rejection_sampling_keeps_only_correct_tool_using_rollouts(vital: Corpus, smollm2_path, tmp_path):
+    from fakes import ScriptedModel, call
+
+    from websailor.agent import Agent, AgentConfig
+    from websailor.eval.loaders import load_benchmark
+    from websailor.judge import load_judge
+    from websailor.train.expert import ExpertFilter, build_expert
+    from websailor.train.sft import load_tokenizer
+
+    qa = _qa(vital, tmp_path)
+    items = load_benchmark(qa, split="train")
+    gold = {it.question: it.gold.answer for it in items}
+    order = {it.question: i for i, it in enumerate(items)}
+
+    def expert(messages):  # item 0: answers at once; odd items: wrong; the rest: search, then the right answer
+        q = messages[1]["content"]
+        i = order[q]
+        if i == 0:
+            return f"<answer>{gold[q]}</answer>"
+        if sum(m["role"] == "assistant" for m in messages) < 2:
+            return call("search", query=[q[:60]])
+        return f"<think>Found it.</think><answer>{gold[q] if i % 2 == 0 else 'Atlantis'}</answer>"
+
+    model = ScriptedModel(expert)
+    agent = Agent(model, build_local_tools(vital), AgentConfig(max_calls=4))
+    out = tmp_path / "expert.jsonl"
+    tok = load_tokenizer(smollm2_path)
+    flt = ExpertFilter(max_tokens=32768, min_tool_calls=1)
+    counts = build_expert(items, agent, load_judge("em"), out, tok, k=2, flt=flt, concurrency=2, progress=False)
+    n_right = sum(1 for i in range(1, len(items)) if i % 2 == 0)
+    assert counts["kept"] == counts["written"] == 2 * n_right
+    assert counts["wrong"] == 2 * sum(1 for i in range(1, len(items)) if i % 2 == 1) and counts["few_tool_calls"] == 2
+    kept = [Trajectory.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert all(t.prediction == gold[t.question] and t.num_tool_calls >= 1 for t in kept)
+    assert len((tmp_path / "expert.rollouts.jsonl").read_text().splitlines()) == 2 * len(items)
+    # resumed: no rollout is run again, nothing is written twice; a tighter budget rejects all as too long
+    calls = model.calls
+    again = build_expert(items, agent, load_judge("em"), out, tok, k=2, flt=ExpertFilter(max_tokens=100, min_tool_calls=1),
+                         progress=False)
+    assert model.calls == calls and again["written"] == 0 and again["too_long"] == 2 * n_right
+
+
+def test_rewritten_thoughts_replace_only_the_thinking(vital: Corpus, tmp_path):
+    from fakes import ScriptedModel
+
+    from websailor.train.constructive import constructive_trajectory
+    from websailor.train.thoughts import rewrite_thoughts
+
+    item = read_items(_qa(vital, tmp_path, n=1))[0]
+    traj = constructive_trajectory(item, build_local_tools(vital))
+    prompts = []
+
+    def writer(messages):
+        prompts.append(messages[-1]["content"])
+        return "<think>I narrow the candidates with the next clue.</think>" if "final answer" not in messages[-1]["content"] \
+            else " ".join(["word"] * 500)  # too long for the last step: the original thought stays
+
+    new, done = rewrite_thoughts(traj, ScriptedModel(writer))
+    turns = [(a["content"], b["content"]) for a, b in zip(traj.messages, new.messages) if a["role"] == "assistant"]
+    assert done == len(turns) - 1
+    for old, rewritten in turns[:-1]:
+        assert rewritten.startswith("<think>\nI narrow the candidates with the next clue.\n</think>\n")
+        assert parse_turn(rewritten).tool_call == parse_turn(old).tool_call  # the action is unchanged
+    assert turns[-1][0] == turns[-1][1]
+    assert [m for m in new.messages if m["role"] != "assistant"] == [m for m in traj.messages if m["role"] != "assistant"]
+    assert "scripted" in new.model and traj.model == "constructive"
+    # the writer saw the question, the step's action and its result
+    assert all(item["question"] in p and "Action at this step" in p for p in prompts)
+    assert any("<tool_response>" in p or "Its result:" in p for p in prompts)
