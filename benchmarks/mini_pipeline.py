@@ -20,13 +20,10 @@ import shlex
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
-from websailor.agent.parse import count_valid_turns
-from websailor.jsonio import read_appended_jsonl
-
 WS = str(Path(sys.executable).with_name("websailor"))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def step(args: list[str]) -> float:
@@ -37,17 +34,12 @@ def step(args: list[str]) -> float:
 
 
 def figures(eval_dir: Path) -> dict:
-    summary = json.loads((eval_dir / "summary.json").read_text())
-    valid = total = 0
-    answered = Counter()
-    for _, rec in read_appended_jsonl(eval_dir / "trajectories.jsonl", "a trajectory record"):
-        v, t = count_valid_turns(rec["messages"])
-        valid, total = valid + v, total + t
-        answered[rec["termination"]] += 1
-    return {"format_validity": round(valid / total, 4) if total else None, "assistant_turns": total,
-            "terminations": dict(answered.most_common()), "mean_tool_calls": summary["mean_tool_calls"],
-            f"avg_at_{summary['k']}": summary["avg_at_k"], f"pass_at_{summary['k']}": summary["pass_at_k"],
-            "questions": summary["questions"], "k": summary["k"], "wall_s": summary["total_wall_s"]}
+    s = json.loads((eval_dir / "summary.json").read_text())
+    k = s["k"]
+    return {"format_validity": s["format_validity"], "assistant_turns": s["assistant_turns"],
+            "terminations": s["terminations"], "mean_tool_calls": s["mean_tool_calls"],
+            f"avg_at_{k}": s["avg_at_k"], f"pass_at_{k}": s["pass_at_k"], "questions": s["questions"], "k": k,
+            "ungraded": s["ungraded"], "wall_s": s["total_wall_s"]}
 
 
 def main() -> None:
@@ -56,11 +48,8 @@ def main() -> None:
     p.add_argument("--items", type=int, default=1100, help="items to synthesize (train + test)")
     p.add_argument("--test-fraction", type=float, default=0.09)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--max-length", type=int, default=3072, help="longest SFT trajectory in tokens")
-    p.add_argument("--max-steps", type=int, default=80)
-    p.add_argument("--batch-size", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--precision", default="bf16")
+    p.add_argument("--sft-config", type=Path, default=ROOT / "configs" / "sft" / "cpu_mini.yaml",
+                   help="SFT settings (the default: all weights, lr 1e-4, 80 steps of 2 trajectories up to 3,072 tokens)")
     p.add_argument("--eval-limit", type=int, default=100, help="test items evaluated")
     p.add_argument("--rollouts", type=int, default=3)
     p.add_argument("--max-calls", type=int, default=10)
@@ -76,12 +65,11 @@ def main() -> None:
                              "--test-fraction", str(a.test_fraction)])
     times["trajectories_s"] = step(["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train",
                                     "--out", str(traj)])
-    times["train_s"] = step(["train", "sft", "--data", str(traj), "--out", str(model), "--model", "smollm2", "--full",
-                             "--max-steps", str(a.max_steps), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
-                             "--max-length", str(a.max_length), "--precision", a.precision])
+    times["train_s"] = step(["train", "sft", "--data", str(traj), "--out", str(model), "--model", "smollm2",
+                             "--config", str(a.sft_config)])
     common = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.rollouts),
               "--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
-    results = {"settings": vars(a) | {"out": str(out)}}
+    results = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()}}
     runs = [("sft", f"hf:{model}")] + ([] if a.skip_base else [("base", "smollm2")])
     for name, spec in runs:
         times[f"eval_{name}_s"] = step(["eval", *common, "--model", spec, "--out", str(out / f"eval_{name}")])

@@ -266,8 +266,12 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
     items = [EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
              EvalItem("mona", "Who painted the Mona Lisa?", Gold.parse("Leonardo da Vinci", ["Leonardo"]))]
 
-    def reply(msgs):  # search once, then answer ("Leonardo" is an alias of the gold answer)
-        if len(msgs) == 2:
+    def reply(msgs):  # (mona: one reply off the protocol first) search once, then answer ("Leonardo" is an alias)
+        mona = "Mona" in msgs[1]["content"]
+        turn = sum(m["role"] == "assistant" for m in msgs)
+        if mona and turn == 0:
+            return "I am not sure."
+        if turn == int(mona):
             return call("search", query=[msgs[1]["content"]])
         return "<think>found</think><answer>Nile</answer>" if "Cairo" in msgs[1]["content"] else "<answer>Leonardo</answer>"
 
@@ -277,11 +281,13 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
     assert summary["avg_at_k"] == 1.0 and summary["pass_at_k"] == 1.0 and summary["k"] == 2 and summary["questions"] == 2
     assert summary["mean_tool_calls"] == 1.0 and summary["terminations"] == {"answer": 4}
     assert summary["accuracy_by_tool_calls"] == {"1-2": {"n": 4, "accuracy": 1.0}}
+    assert summary["assistant_turns"] == 10 and summary["format_validity"] == 0.8  # 2 x (2 + 3) turns, 2 off the protocol
     for name in ("trajectories.jsonl", "scores.jsonl", "summary.json", "report.md", "accuracy_by_tool_calls.png",
                  "terminations.png", "pass_at_j.png"):
         assert (out / name).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "judge: em" in report and "| 100.0 (100.0-100.0) | 100.0 | 100.0 |" in report
+    assert "Format validity: 80.0% of 10 assistant turns" in report
     traj = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])
     assert traj["answer"]["answer"] in ("Nile", "Leonardo da Vinci")  # the gold travels with aliases
 

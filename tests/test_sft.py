@@ -159,13 +159,16 @@ def test_lora_is_merged_into_a_plain_model(tiny: Path, chatml_trajs: Path, tmp_p
     from safetensors import safe_open
 
     out = tmp_path / "lora"
-    s = train_sft(chatml_trajs, f"hf:{tiny}", out, SFTSettings(max_steps=1, batch_size=1, lora=True,
+    s = train_sft(chatml_trajs, f"hf:{tiny}", out, SFTSettings(max_steps=1, batch_size=1, lora=True, warmup_ratio=0,
                                                                 learning_rate=1e-3, max_length=8192), progress=False)
     assert s["steps"] == 1
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         keys = list(f.keys())
     assert keys and not any("lora" in k for k in keys)
-    assert not (out / "adapter_config.json").exists()
+    assert not (out / "adapter_config.json").exists() and (out / "adapter" / "adapter_config.json").exists()
+    name = next(k for k in keys if k.endswith("self_attn.q_proj.weight"))
+    with safe_open(str(out / "model.safetensors"), "pt") as f, safe_open(str(tiny / "model.safetensors"), "pt") as g:
+        assert not f.get_tensor(name).equal(g.get_tensor(name))  # the trained adapter is merged in
 
 
 def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_path: Path):
@@ -191,3 +194,18 @@ def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_pat
         (tmp_path / "busy").mkdir()
         (tmp_path / "busy" / "x").write_text("")
         train_sft(chatml_trajs, f"hf:{smollm2_path}", tmp_path / "busy", SFTSettings(max_steps=1), progress=False)
+
+
+def test_shipped_configs_are_valid():
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    paper = load_settings(root / "sft" / "paper.yaml")
+    assert paper.model_copy(update={"gradient_checkpointing": False}) == SFTSettings()  # the defaults are the paper's
+    assert (paper.learning_rate, paper.weight_decay, paper.lr_scheduler, paper.batch_size) == (5e-6, 0.1, "cosine", 32)
+    mini = load_settings(root / "sft" / "cpu_mini.yaml")
+    assert mini.max_steps == 80 and mini.lora is False
+    zero3 = yaml.safe_load((root / "accelerate" / "zero3.yaml").read_text())
+    assert zero3["distributed_type"] == "DEEPSPEED" and zero3["deepspeed_config"]["zero_stage"] == 3
+    assert zero3["deepspeed_config"]["zero3_save_16bit_model"] is True  # OUT stays a plain model directory
+    assert yaml.safe_load((root / "accelerate" / "ddp.yaml").read_text())["distributed_type"] == "MULTI_GPU"

@@ -62,6 +62,8 @@ def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> 
         "mean_tool_calls": round(statistics.mean(s.num_tool_calls for s in scores), 2),
         "mean_model_calls": round(statistics.mean(s.num_model_calls for s in scores), 2),
         "terminations": dict(Counter(s.termination for s in scores).most_common()),
+        "assistant_turns": sum(s.assistant_turns for s in scores),
+        "format_validity": r(sum(s.valid_turns for s in scores) / turns) if (turns := sum(s.assistant_turns for s in scores)) else None,
         "mean_prompt_tokens": round(statistics.mean(s.prompt_tokens for s in scores), 1),
         "mean_completion_tokens": round(statistics.mean(s.completion_tokens for s in scores), 1),
         "mean_wall_s": round(statistics.mean(s.wall_s for s in scores), 2),
@@ -91,6 +93,8 @@ def to_markdown(s: dict) -> str:
         f"{' / '.join(_pct(a) for a in s['per_run_accuracy'])} | {s['mean_tool_calls']} | {s['mean_model_calls']} |",
         "",
         "Accuracies in %. Terminations: " + ", ".join(f"{k} {v}" for k, v in s["terminations"].items()) + ".",
+        f"Format validity: {_pct(s.get('format_validity'))}% of {s.get('assistant_turns', 0)} assistant turns parse into a "
+        "tool call or a final answer.",
         f"Tokens per trajectory: {s['mean_prompt_tokens']} prompt, {s['mean_completion_tokens']} completion; "
         f"wall time {s['mean_wall_s']} s per trajectory, model queueing included ({s['total_wall_s']} s summed over "
         "trajectories, which run concurrently).",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from websailor.agent.parse import count_valid_turns
 from websailor.errors import InputFormatError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.judge import Case, Gold, Grade, Judge
@@ -48,6 +49,8 @@ class Score:
     model: str = ""
     env: str = ""
     key: str = ""  # case_key of the graded rollout: a stored grade is reused only for the same case
+    assistant_turns: int = 0
+    valid_turns: int = 0  # assistant turns that parse into a tool call or an answer (format validity)
 
 
 def _check_record(path: Path, lineno: int, rec: dict) -> None:
@@ -76,6 +79,12 @@ def _check_record(path: Path, lineno: int, rec: dict) -> None:
     except ValueError as e:
         raise InputFormatError(f"{where}: the record has no usable gold answer ({e}); run with a questions file "
                                "that has answers") from None
+
+
+def _turns(rec: dict) -> tuple[int, int]:
+    """``(assistant turns, valid ones)`` of a trajectory record (no-tools runs: only answers are valid)."""
+    valid, total = count_valid_turns(rec.get("messages") or [], tools=rec.get("env") != "none")
+    return total, valid
 
 
 def read_trajectories(paths: list[Path]) -> list[dict]:
@@ -188,7 +197,8 @@ def score_trajectories(records: list[dict], judge: Judge, out: Path | None = Non
                               g.confidence, g.error, r["termination"], int(r.get("num_tool_calls", 0)),
                               int(r.get("num_model_calls", 0)), int(tokens.get("prompt", 0)),
                               int(tokens.get("completion", 0)), float((r.get("timings") or {}).get("total_s", 0.0)),
-                              str(r.get("model", "")), str(r.get("env", "")), case_key(r, golds[id(r)]))
+                              str(r.get("model", "")), str(r.get("env", "")), case_key(r, golds[id(r)]),
+                              *_turns(r))
                     done[(s.id, s.rollout)] = s
                     if fh is not None:
                         fh.write(_score_line(s))

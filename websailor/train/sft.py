@@ -194,6 +194,25 @@ def _check_resume(out: Path, record: dict) -> bool:
     return any(out.glob("checkpoints/checkpoint-*"))
 
 
+def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
+    """Write a plain transformers model and its tokenizer to ``out``. The trainer gathers
+    sharded weights (DeepSpeed ZeRO-3, FSDP); LoRA adapters are saved to ``out/adapter`` and
+    merged into a fresh copy of the base model on the main process."""
+    if not lora:
+        trainer.save_model(str(out))
+        return
+    trainer.save_model(str(out / "adapter"))
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        PeftModel.from_pretrained(base, out / "adapter").merge_and_unload().save_pretrained(out)
+        trainer.processing_class.save_pretrained(out)
+
+
 def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTSettings | None = None,
               progress: bool = True) -> dict:
     """Fine-tune ``model`` on the trajectories of ``data_path`` and save it to ``out``.
@@ -279,12 +298,7 @@ def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTS
     result = trainer.train(resume_from_checkpoint=True if resume else None)
     seconds = time.perf_counter() - t0
 
-    final = trainer.model
-    if settings.lora:
-        final = final.merge_and_unload()
-    if trainer.is_world_process_zero():
-        final.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+    save_model(trainer, out, model_dir, settings.lora)
     history = [{k: h[k] for k in ("step", "loss", "learning_rate") if k in h}
                for h in trainer.state.log_history if "loss" in h]
     summary = {"model": model, "data": str(data_path), "settings": settings.model_dump(),
