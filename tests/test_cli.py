@@ -200,6 +200,17 @@ def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
     assert "6 constructive trajectories written" in res.stdout and len((tmp_path / "sft.jsonl").read_text().splitlines()) == 6
     res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "t.jsonl"), "--split", "test", "--corpus", str(vital_dir))
     assert res.exit_code == 2 and "no QA items in split 'test'" in res.stderr
+    from fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer("I check the next clue on its page.") as srv:  # short-CoT reconstruction by another model
+        res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "short.jsonl"), "--corpus", str(vital_dir),
+                  "--rewrite-thoughts", f"openai:w@{srv.url}")
+    assert res.exit_code == 0, res.output
+    for line in (tmp_path / "short.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        turns = [m["content"] for m in rec["messages"] if m["role"] == "assistant"]
+        assert all(t.startswith("<think>\nI check the next clue on its page.\n</think>\n") for t in turns)
+        assert rec["model"] == f"constructive (thoughts: openai:w@{srv.url})"
 
 
 def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -255,7 +256,8 @@ def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTS
         logger.info("%s already holds the finished model of this run", out)
         return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch, one process writes
+        (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     bf16 = _use_bf16(settings.precision)
     try:
@@ -264,8 +266,6 @@ def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTS
         raise ConfigError(f"{model_dir}: cannot load the model weights: {e}") from e
     if settings.lora:
         net = wrap_lora(net, settings)
-    import os
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     accumulation = max(1, math.ceil(settings.batch_size / (settings.micro_batch_size * world)))
     args = SFTConfig(
