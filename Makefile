@@ -40,10 +40,10 @@ demo: venv
 	@echo "--- evaluation: the embedded model as an agent on the synthesized test items (k = 2, exact match)"
 	rm -rf runs/demo/eval
 	$(WS) eval --bench runs/demo/qa.jsonl --split test --limit 3 --rollouts 2 --max-calls 3 --max-tokens 192 --out runs/demo/eval
-	@echo "--- cold-start SFT: constructive trajectories of the training items, then 3 steps of fine-tuning (the full run: benchmarks/mini_pipeline.py)"
+	@echo "--- cold-start SFT: constructive trajectories of the training items, then 2 steps of fine-tuning (the full run: benchmarks/mini_pipeline.py)"
 	rm -rf runs/demo/sft.jsonl runs/demo/sft
 	$(WS) traj build --qa runs/demo/qa.jsonl --out runs/demo/sft.jsonl
-	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps 3 --batch-size 1 --max-length 2048 --lr 1e-4
+	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps 2 --batch-size 1 --max-length 4096 --lr 1e-4 --warmup-ratio 0
 
 test: venv
 	$(PY) -m pytest -q

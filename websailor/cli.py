@@ -644,20 +644,25 @@ def train_sft_cmd(
     max_steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps (default: --epochs over the data).")] = None,
     epochs: Annotated[Optional[float], typer.Option(min=0.0, help="Passes over the data (default 3).")] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", min=0.0, help="Peak learning rate (paper: 5e-6).")] = None,
+    warmup_ratio: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help="Share of steps warming up from 0 (default 0.1).")] = None,
     batch_size: Annotated[Optional[int], typer.Option(min=1, help="Trajectories per optimizer step (paper: 32).")] = None,
     max_length: Annotated[Optional[int], typer.Option(min=16, help="Longest trajectory in tokens; longer ones are dropped (default 32768).")] = None,
     precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
+    save_steps: Annotated[Optional[int], typer.Option(min=1, help="Steps between checkpoints (default 50).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of data order and initialization.")] = None,
 ) -> None:
     """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
     from websailor.train.sft import load_settings, train_sft
 
     settings = load_settings(config, lora=lora, max_steps=max_steps, epochs=epochs, learning_rate=lr,
-                             batch_size=batch_size, max_length=max_length, precision=precision, seed=seed)
+                             batch_size=batch_size, max_length=max_length, precision=precision, seed=seed,
+                             warmup_ratio=warmup_ratio, save_steps=save_steps)
     s = train_sft(data, model, out, settings)
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
     print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
-    print(f"{s['steps']} steps in {s['train_seconds']} s, final train loss {s['train_loss']:.4f}")
+    last = s["loss_history"][-1]["loss"] if s["loss_history"] else float("nan")
+    print(f"{s['steps']} steps ({s['train_seconds']} s in this run); loss at the last step {last:.4f}, "
+          f"mean over this run's steps {s['train_loss']:.4f}")
     print(f"model saved to {out}: use --model hf:{out}")
 
 

@@ -28,13 +28,15 @@ def loads_object(text: str) -> dict[str, Any]:
 
 
 def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:
-    """Records of an output file that a run appends to, as ``(line_number, object)``.
+    """Records of a JSONL file that a run appends to, as ``(line_number, object)``.
 
-    A missing file has none. A last line without its newline is kept when it is a whole JSON
-    object, and skipped (with a warning) when it is half-written (a run was killed mid-write).
-    Only with ``repair`` (a writer holding the file's lock, see :func:`appending`) is the file
-    changed: the half line is cut, or the missing newline added, so the next append starts
-    on a clean line. Readers never change the file.
+    A missing file has none; a UTF-8 byte-order mark is ignored. A last line without its
+    newline is kept when it is a whole JSON object, and skipped (with a warning) when it is
+    the start of one that was cut off (a run was killed mid-write). Only with ``repair`` (a
+    writer holding the file's lock, see :func:`appending`) is the file changed, and only after
+    every complete line has been read as a record: the half line is cut, or the missing
+    newline added, so the next append starts on a clean line. A file that is not such a JSONL
+    file is never changed. Readers never change the file.
 
     Raises:
         InputFormatError: ``path`` is not a regular file, or a line (other than an unfinished
@@ -49,32 +51,33 @@ def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tup
     if not path.is_file():
         raise InputFormatError(f"{path} is not a file; expected a JSONL file ({what} per line)")
     data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        try:
-            loads_object(data[cut:].decode("utf-8"))
-            whole = True
-        except (ValueError, UnicodeDecodeError):
-            whole = False
-        if whole:
-            if repair:
-                with path.open("ab") as fh:
-                    fh.write(b"\n")
-        else:
-            get_logger(__name__).warning("%s: %s an unfinished last line (%d bytes) left by an interrupted run",
-                                         path, "dropping" if repair else "skipping", len(data) - cut)
-            if repair:
-                with path.open("r+b") as fh:
-                    fh.truncate(cut)
-            data = data[:cut]
+    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    cut = len(data) if data.endswith(b"\n") else data.rfind(b"\n") + 1
     records = []
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    lineno = 0
+    for lineno, raw in enumerate(data[start:max(cut, start)].split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:
             records.append((lineno, loads_object(raw.decode("utf-8"))))
         except (ValueError, UnicodeDecodeError):
-            raise InputFormatError(f"{path} line {lineno} is not {what}; use another output file or repair it") from None
+            raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
+    tail = data[max(cut, start):]
+    if tail.strip():
+        lineno = data[start:max(cut, start)].count(b"\n") + 1
+        try:
+            records.append((lineno, loads_object(tail.decode("utf-8"))))
+            if repair:
+                with path.open("ab") as fh:
+                    fh.write(b"\n")
+        except (ValueError, UnicodeDecodeError):
+            if not tail.lstrip().startswith(b"{"):
+                raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
+            get_logger(__name__).warning("%s: %s an unfinished last line (%d bytes) left by an interrupted run",
+                                         path, "dropping" if repair else "skipping", len(tail))
+            if repair:
+                with path.open("r+b") as fh:
+                    fh.truncate(cut)
     return records
 
 
