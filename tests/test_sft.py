@@ -209,3 +209,37 @@ def test_shipped_configs_are_valid():
     assert zero3["distributed_type"] == "DEEPSPEED" and zero3["deepspeed_config"]["zero_stage"] == 3
     assert zero3["deepspeed_config"]["zero3_save_16bit_model"] is True  # OUT stays a plain model directory
     assert yaml.safe_load((root / "accelerate" / "ddp.yaml").read_text())["distributed_type"] == "MULTI_GPU"
+
+
+@pytest.mark.parametrize("template", ["qwen3", "llama3"])
+def test_mask_follows_templates_that_reformat_replies(smollm2_path: Path, chatml_trajs: Path, template: str):
+    """Qwen3 renders '</think>' followed by a blank line, Llama 3 trims replies: the loss still
+    covers each rendered reply through its end-of-turn marker, and nothing of the next turn."""
+    import trl
+    from transformers import AutoTokenizer
+
+    from websailor.agent.trajectory import Trajectory
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / f"{template}.jinja").read_text()
+    end = {"qwen3": "<|im_end|>", "llama3": "<|eot_id|>"}[template]
+    traj = Trajectory.from_dict(json.loads(chatml_trajs.read_text().splitlines()[0]))
+    traj.messages[2]["content"] += "   "  # trailing spaces a trimming template drops
+    ids, mask = traj.token_view(tok)
+    spans, cur = [], []
+    for i, m in zip(ids, mask):
+        if m:
+            cur.append(i)
+        elif cur:
+            spans.append(tok.decode(cur))
+            cur = []
+    if cur:
+        spans.append(tok.decode(cur))
+    assistant = [m["content"] for m in traj.messages if m["role"] == "assistant"]
+    assert len(spans) == len(assistant)
+    for span, content in zip(spans, assistant):
+        # SmolLM2's vocabulary has no '<|eot_id|>' token: its last '>' may merge with the next header's '<'
+        assert span.endswith(end) or (template == "llama3" and span.endswith(end[:-1]))
+        assert "<tool_response>" not in span and "user" not in span[-30:]
+        tail = content.strip().split("</think>")[-1].strip()[-40:]  # the action part, as the model wrote it
+        assert tail in span

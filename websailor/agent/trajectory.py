@@ -62,11 +62,19 @@ class Trajectory:
     def token_view(self, tokenizer: Any) -> tuple[list[int], list[int]]:
         """Chat-templated token ids of the whole conversation and the loss mask.
 
-        The mask is 1 on tokens the model generated (each assistant reply and the end-of-turn
-        token that closed it) and 0 on everything else: system, user and tool-response turns
-        and the role headers. Both lists have the same length.
+        The mask is 1 on the tokens of each assistant turn as the template renders it, from
+        the end of the generation prompt (the assistant header) up to and including its
+        end-of-turn token, and 0 on everything else: system, user and tool-response turns,
+        role headers and the whitespace a template puts between turns. The span is taken
+        from the rendered text, not from the message, so templates that reformat replies
+        (Qwen3 writes ``</think>`` followed by a blank line; Llama 3 trims) still mask
+        exactly what the model must produce. Both lists have the same length.
 
         Requires a fast tokenizer (offsets) with a chat template.
+
+        Raises:
+            ValueError: the template does not render the conversation prefix by prefix (a
+                later turn changes how an earlier one is rendered).
         """
         text = tokenizer.apply_chat_template(self.messages, tokenize=False)
         spans: list[tuple[int, int]] = []
@@ -77,11 +85,9 @@ class Trajectory:
             upto = tokenizer.apply_chat_template(self.messages[: i + 1], tokenize=False)
             if not text.startswith(upto) or not upto.startswith(before):
                 raise ValueError("the chat template does not render conversations prefix by prefix")
-            end = len(before) + len(m["content"])
-            eot = tokenizer.eos_token or ""
-            if eot and upto.startswith(eot, end):
-                end += len(eot)
-            spans.append((len(before), end))
+            end = len(upto.rstrip())
+            if end > len(before):
+                spans.append((len(before), end))
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         mask = []
         for a, b in enc["offset_mapping"]:
