@@ -228,6 +228,25 @@ def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path)
     assert res.exit_code == 0, res.output
     assert "6 expert rollouts" in res.stdout and "kept 0, wrong 4" in res.stdout and "few_tool_calls 2" in res.stdout
     assert "0 expert trajectories written" in res.stdout and out.read_text() == ""
+    # another expert cannot reuse these rollouts; an endpoint that is down is an error, not "no answer"
+    res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(out), "--corpus", str(vital_dir),
+              "--expert", "openai:other@http://127.0.0.1:9/v1", "--k", "2")
+    assert res.exit_code == 2 and "not of 'openai:other@http://127.0.0.1:9/v1': use another --out" in res.stderr
+    down = tmp_path / "down.jsonl"
+    res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(down), "--corpus", str(vital_dir),
+              "--expert", "openai:m@http://127.0.0.1:9/v1", "--k", "1", "--max-calls", "2")
+    assert res.exit_code == 2 and "model_error 3" in res.stdout
+    assert "3 rollouts ended in a model error" in res.stderr and "rerun the same command" in res.stderr
+    # one source per file: expert or rewritten trajectories never mix into a constructive file
+    cons = tmp_path / "cons.jsonl"
+    assert run("traj", "build", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir)).exit_code == 0
+    with FakeOpenAIServer(f"<answer>{answer}</answer>") as srv:
+        res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir),
+                  "--expert", f"openai:m@{srv.url}", "--k", "1")
+        assert res.exit_code == 2 and "holds trajectories of 'constructive'" in res.stderr
+        res = run("traj", "build", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir),
+                  "--rewrite-thoughts", f"openai:w@{srv.url}")
+        assert res.exit_code == 2 and "write them to another file" in res.stderr
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

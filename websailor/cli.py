@@ -583,21 +583,25 @@ def traj_build(
     transform = None
     if rewrite_thoughts:
         from websailor.models import load_model
-        from websailor.train.thoughts import rewrite_thoughts as rewrite
+        from websailor.train.thoughts import ThoughtRewriter
 
-        writer = load_model(rewrite_thoughts)
-        transform = lambda traj: rewrite(traj, writer)[0]  # noqa: E731
+        transform = ThoughtRewriter(load_model(rewrite_thoughts))
+
+    def source_name(source: str) -> str:
+        return transform.source(source) if transform else source
     if source == TrajSource.import_:
         from websailor.train.importer import import_chatml_file
 
         if from_ is None:
             _fail("--source import needs --from CHATML.jsonl")
-        written, skipped = import_chatml_file(from_, out, transform=transform)
+        written, skipped = import_chatml_file(from_, out, transform=transform, source=source_name("imported"))
         print(f"{written} imported trajectories written to {out} ({skipped} already there)")
         return
     if qa is None or not qa.is_file():
         _fail(f"--source {source.value} needs --qa QA.jsonl (an existing file), got {qa}")
     if source == TrajSource.expert:
+        from collections import Counter
+
         from websailor.eval.loaders import load_benchmark
         from websailor.judge import load_judge
         from websailor.train.expert import ExpertFilter, build_expert, side_files
@@ -609,12 +613,17 @@ def traj_build(
         student = load_tokenizer(resolve_model_dir(tokenizer))
         agent = _build_agent(expert, Env.local, corpus, max_calls=max_calls, max_tokens=max_turn_tokens,
                              temperature=temperature, seed=seed)
-        counts = build_expert(items, agent, load_judge(judge), out, student, k=k,
-                              flt=ExpertFilter(max_tokens=max_tokens, min_tool_calls=min_tool_calls),
-                              concurrency=concurrency, rewrite=transform)
-        rollouts_file, _ = side_files(out)
-        verdicts = ", ".join(f"{v} {counts[v]}" for v in ("kept", "wrong", "no_answer", "few_tool_calls", "too_long", "ungraded"))
-        print(f"{len(items) * k} expert rollouts ({rollouts_file}): {verdicts}")
+        counts: Counter = Counter()
+        try:
+            counts = build_expert(items, agent, load_judge(judge), out, student, k=k,
+                                  flt=ExpertFilter(max_tokens=max_tokens, min_tool_calls=min_tool_calls),
+                                  concurrency=concurrency, rewrite=transform, counts=counts)
+        finally:
+            if counts:
+                rollouts_file, _ = side_files(out)
+                verdicts = ", ".join(f"{v} {counts[v]}" for v in ("kept", "wrong", "no_answer", "few_tool_calls",
+                                                                   "too_long", "ungraded", "model_error"))
+                print(f"{len(items) * k} expert rollouts ({rollouts_file}): {verdicts}")
         print(f"{counts['written']} expert trajectories written to {out}")
         return
     from websailor.corpus import Corpus
@@ -624,7 +633,7 @@ def traj_build(
 
     items = read_items(qa)
     written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value,
-                                          transform=transform)
+                                          transform=transform, source=source_name("constructive"))
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
 
 

@@ -102,19 +102,39 @@ def append_trajectory(out: Path, traj: Trajectory) -> None:
         os.fsync(fh.fileno())
 
 
+def check_source(out: Path, records: list[tuple[int, dict]], model: str) -> None:
+    """Refuse to add trajectories of ``model`` (their source: ``constructive``, an expert
+    model, ``imported``, with a thought writer) to a file that holds another source's: resuming
+    would take their ids for done and skip the new ones silently.
+
+    Raises:
+        InvalidArgumentError: ``out`` holds trajectories of another source.
+    """
+    from websailor.errors import InvalidArgumentError
+
+    others = sorted({str(rec.get("model")) for _, rec in records} - {model})
+    if others:
+        raise InvalidArgumentError(f"{out} holds trajectories of {', '.join(map(repr, others))}; these would be of "
+                                   f"{model!r}: write them to another file (train sft reads several --data files)")
+
+
 def append_new_trajectories(out: Path, makers: list[tuple[str, Callable[[], Trajectory]]], desc: str,
                             progress: bool = True,
-                            transform: Callable[[Trajectory], Trajectory] | None = None) -> tuple[int, int]:
+                            transform: Callable[[Trajectory], Trajectory] | None = None,
+                            model: str | None = None) -> tuple[int, int]:
     """Append one trajectory per id of ``makers`` that ``out`` does not hold yet, each made
     on demand by its function (then passed through ``transform``, if given) and flushed at
-    once (the file is locked meanwhile, see :func:`websailor.jsonio.appending`). Returns
-    ``(written, skipped)``.
+    once (the file is locked meanwhile, see :func:`websailor.jsonio.appending`). With
+    ``model`` (the trajectories' source), a file of another source is refused
+    (:func:`check_source`). Returns ``(written, skipped)``.
 
     Raises:
         InputFormatError: ``out`` holds lines that are not JSON objects.
-        InvalidArgumentError: another process is writing ``out``.
+        InvalidArgumentError: another process is writing ``out``, or it holds another source.
     """
     with appending(out, "a trajectory record") as (fh, records):
+        if model is not None:
+            check_source(out, records, model)
         done = {str(rec.get("id")) for _, rec in records}
         todo = [make for qid, make in makers if qid not in done]
         for make in tqdm(todo, desc=desc, unit="traj", disable=not progress):

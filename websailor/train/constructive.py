@@ -81,15 +81,17 @@ def constructive_trajectory(item: dict, tools: Mapping[str, Tool], rollout: int 
 
 
 def build_constructive(items: list[dict], tools: Mapping[str, Tool], out, split: str = "train",
-                       progress: bool = True, transform=None) -> tuple[int, int]:
+                       progress: bool = True, transform=None, source: str = "constructive") -> tuple[int, int]:
     """Append a constructive trajectory for every item of ``split`` (``train``, ``test`` or
     ``all``) to ``out``, skipping items already there (resumable; the file is locked while
     written). ``transform`` (optional) edits each trajectory before it is written, e.g.
-    short-CoT reconstruction. Returns ``(written, skipped)``.
+    short-CoT reconstruction; ``source`` is the trajectories' ``model`` field after it, and
+    ``out`` must hold no other source's. Returns ``(written, skipped)``.
 
     Raises:
         InputFormatError: no item in that split, an item without a procedure, or ``out``
             holding lines that are not trajectory records.
+        InvalidArgumentError: ``out`` holds trajectories of another source.
     """
     from functools import partial
     from pathlib import Path
@@ -100,4 +102,4 @@ def build_constructive(items: list[dict], tools: Mapping[str, Tool], out, split:
     if not chosen:
         raise InputFormatError(f"no QA items in split {split!r}")
     return append_new_trajectories(Path(out), [(str(it["id"]), partial(constructive_trajectory, it, tools)) for it in chosen],
-                                   "constructive trajectories", progress, transform)
+                                   "constructive trajectories", progress, transform, source)

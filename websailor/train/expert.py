@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from websailor.agent.loop import Agent
-from websailor.agent.runner import Question, latest_rollouts, run_questions, trajectory_line
+from websailor.agent.runner import Question, check_source, latest_rollouts, run_questions, trajectory_line
 from websailor.agent.trajectory import Trajectory
 from websailor.eval.loaders import EvalItem
 from websailor.eval.scoring import Score, read_trajectories, score_trajectories
-from websailor.jsonio import appending
+from websailor.errors import InvalidArgumentError, ModelError
+from websailor.jsonio import appending, read_appended_jsonl
 from websailor.judge.base import Judge
 
 
@@ -50,8 +51,11 @@ def conversation_tokens(messages: list[dict], tokenizer: Any) -> int:
 
 
 def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
-    """Why a rollout is kept or rejected: ``kept``, ``no_answer`` (it ended otherwise),
-    ``ungraded``, ``wrong``, ``few_tool_calls`` or ``too_long``."""
+    """Why a rollout is kept or rejected: ``kept``, ``model_error`` (the expert's endpoint
+    failed), ``no_answer`` (it ended otherwise), ``ungraded`` (the judge failed), ``wrong``,
+    ``few_tool_calls`` or ``too_long``."""
+    if rec["termination"] == "model_error":
+        return "model_error"
     if rec["termination"] != "answer":
         return "no_answer"
     if score.correct is None:
@@ -67,7 +71,7 @@ def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
 
 def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | Path, tokenizer: Any,
                  k: int = 4, flt: ExpertFilter | None = None, concurrency: int = 4, rewrite=None,
-                 progress: bool = True) -> Counter:
+                 progress: bool = True, counts: Counter | None = None) -> Counter:
     """Sample ``k`` rollouts per item with ``agent``, grade them with ``judge`` and append the
     accepted ones (:func:`verdict`) to ``out`` (each ``(id, rollout)`` once; resumable).
 
@@ -80,26 +84,36 @@ def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | P
         k: rollouts per item.
         flt: acceptance rules.
         concurrency: rollouts in flight.
-        rewrite: optional function applied to each accepted trajectory before it is written
-            (short-CoT reconstruction, :func:`websailor.train.thoughts.rewrite_thoughts`).
+        rewrite: optional :class:`websailor.train.thoughts.ThoughtRewriter` applied to each
+            accepted trajectory before it is written (short-CoT reconstruction).
 
     Returns:
-        Counts of every verdict over the ``len(items) * k`` rollouts, plus ``written``.
+        Counts of every verdict over the ``len(items) * k`` rollouts, plus ``written``; also
+        filled into ``counts`` when given (so a caller has them when ModelError is raised).
 
     Raises:
         InputFormatError: an output file holds lines that are not its records.
-        InvalidArgumentError: another process writes one of the files.
+        InvalidArgumentError: another process writes one of the files, ``out`` holds another
+            source's trajectories, or the rollouts file another expert's rollouts.
+        ModelError: after writing what was accepted, when rollouts ended in a model error or
+            could not be graded (a rerun retries them).
     """
     flt = flt or ExpertFilter()
     out = Path(out)
     rollouts_path, scores_path = side_files(out)
+    source = agent.model.name if rewrite is None else rewrite.source(agent.model.name)
+    check_source(out, read_appended_jsonl(out, "a trajectory record"), source)  # before any model time
+    sampled = {str(rec.get("model")) for _, rec in read_appended_jsonl(rollouts_path, "a trajectory record")}
+    if sampled - {agent.model.name}:
+        raise InvalidArgumentError(f"{rollouts_path} holds rollouts of {', '.join(map(repr, sorted(sampled)))}, not of "
+                                   f"{agent.model.name!r}: use another --out for another expert")
     questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
     run_questions(agent, questions, rollouts_path, rollouts=k, concurrency=concurrency, progress=progress)
     wanted = {(q.id, r): q for q in questions for r in range(k)}
     records = [rec for rec in read_trajectories([rollouts_path])
                if (q := wanted.get((str(rec["id"]), rec["rollout"]))) is not None and rec["question"] == q.question]
     scores = score_trajectories(records, judge, scores_path, progress=progress)
-    counts: Counter = Counter()
+    counts = Counter() if counts is None else counts
     accepted = []
     for rec, score in zip(records, scores):
         v = verdict(rec, score, flt, tokenizer)
@@ -107,6 +121,7 @@ def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | P
         if v == "kept":
             accepted.append(rec)
     with appending(out, "a trajectory record") as (fh, existing):
+        check_source(out, existing, source)
         have = set(latest_rollouts(out, existing))
         for rec in accepted:
             if (str(rec["id"]), rec["rollout"]) in have:
@@ -116,4 +131,12 @@ def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | P
             fh.flush()
             counts["written"] += 1
         os.fsync(fh.fileno())
+    failed = [(v, n) for v, n in (("model_error", counts["model_error"]), ("ungraded", counts["ungraded"])) if n]
+    if failed:
+        first = next((rec.get("error") for rec in records if rec["termination"] == "model_error"), None)
+        raise ModelError(
+            f"{counts['written']} expert trajectories written to {out}, but "
+            + " and ".join(f"{n} rollouts {'ended in a model error' if v == 'model_error' else 'could not be graded (judge errors)'}"
+                           for v, n in failed)
+            + (f" (first: {first})" if first else "") + "; rerun the same command to retry them")
     return counts

@@ -103,9 +103,11 @@ def read_chatml(path: str | Path) -> list[Trajectory]:
     return out
 
 
-def import_chatml_file(path: str | Path, out: str | Path, progress: bool = True, transform=None) -> tuple[int, int]:
+def import_chatml_file(path: str | Path, out: str | Path, progress: bool = True, transform=None,
+                       source: str = "imported") -> tuple[int, int]:
     """Convert a ChatML file (:func:`read_chatml`) and append the trajectories ``out`` does
-    not hold yet, each through ``transform`` if given. Returns ``(written, skipped)``.
+    not hold yet, each through ``transform`` if given (``source``: their ``model`` field
+    after it; ``out`` must hold no other source's). Returns ``(written, skipped)``.
 
     Raises:
         InputFormatError: see :func:`read_chatml`; or ``out`` is not a JSONL file.
@@ -113,4 +115,4 @@ def import_chatml_file(path: str | Path, out: str | Path, progress: bool = True,
     from websailor.agent.runner import append_new_trajectories
 
     trajs = read_chatml(path)
-    return append_new_trajectories(Path(out), [(t.id, lambda t=t: t) for t in trajs], "imported trajectories", progress, transform)
+    return append_new_trajectories(Path(out), [(t.id, lambda t=t: t) for t in trajs], "imported trajectories", progress, transform, source)

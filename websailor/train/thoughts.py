@@ -110,5 +110,25 @@ def rewrite_thoughts(traj: Trajectory, model: ChatModel, cfg: ThoughtSettings | 
         done += 1
     if done < len(turns):
         logger.debug("%s: %d of %d thoughts kept as they were", traj.id, len(turns) - done, len(turns))
-    name = getattr(model, "name", "model")
-    return replace(traj, messages=messages, model=f"{traj.model} (thoughts: {name})"), done
+    return replace(traj, messages=messages, model=rewritten_source(traj.model, model)), done
+
+
+def rewritten_source(source: str, writer: ChatModel) -> str:
+    """The ``model`` field of a trajectory of ``source`` whose thoughts ``writer`` rewrote."""
+    return f"{source} (thoughts: {getattr(writer, 'name', 'model')})"
+
+
+class ThoughtRewriter:
+    """:func:`rewrite_thoughts` with a fixed writer, as a trajectory transform for the
+    builders (``transform=``, ``rewrite=``)."""
+
+    def __init__(self, writer: ChatModel, cfg: ThoughtSettings | None = None) -> None:
+        self.writer = writer
+        self.cfg = cfg or ThoughtSettings()
+
+    def __call__(self, traj: Trajectory) -> Trajectory:
+        return rewrite_thoughts(traj, self.writer, self.cfg)[0]
+
+    def source(self, source: str) -> str:
+        """The ``model`` field that trajectories of ``source`` get from this rewriter."""
+        return rewritten_source(source, self.writer)
