@@ -142,17 +142,16 @@ def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path
     out = tmp_path / "sft"
     settings = SFTSettings(max_steps=3, batch_size=1, learning_rate=1e-3, max_length=8192, save_steps=1)
     train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)
-    # simulate a run stopped after step 2: drop the final model and the last checkpoint
+    # simulate a run killed while saving checkpoint 3: no final model, and that checkpoint without its state file
     (out / "sft_summary.json").unlink()
     for f in ("model.safetensors", "config.json"):
         (out / f).unlink()
     last = max(out.glob("checkpoints/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    import shutil
-
-    shutil.rmtree(last)
-    s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)
-    assert s["steps"] == 3 and [h["step"] for h in s["loss_history"]][-1] == 3
-    assert (out / "model.safetensors").is_file()
+    assert last.name == "checkpoint-3"
+    (last / "trainer_state.json").unlink()
+    s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)  # resumes from checkpoint 2
+    assert s["steps"] == 3 and [h["step"] for h in s["loss_history"]] == [1, 2, 3]
+    assert (out / "model.safetensors").is_file() and (out / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
 
 
 def test_lora_is_merged_into_a_plain_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
@@ -181,7 +180,11 @@ def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_pat
         train_sft(chatml_trajs, "openai:m@http://localhost:1/v1", tmp_path / "o3", progress=False)
     mamba = _save_tiny(tmp_path / "mamba", smollm2_path, "mamba")
     with pytest.raises(ConfigError, match="--lora: PEFT cannot wrap model type 'mamba'"):
-        train_sft(chatml_trajs, f"hf:{mamba}", tmp_path / "o4", SFTSettings(max_steps=1, lora=True, max_length=8192),
+        train_sft(chatml_trajs, f"hf:{mamba}", tmp_path / "o4",
+                  SFTSettings(max_steps=1, lora=True, max_length=8192, warmup_ratio=0), progress=False)
+    assert not (tmp_path / "o4").exists()  # a run refused before training leaves nothing that blocks the next
+    with pytest.raises(ConfigError, match="all 1 steps of this run are warm-up"):  # a step at lr 0 changes nothing
+        train_sft(chatml_trajs, f"hf:{smollm2_path}", tmp_path / "o5", SFTSettings(max_steps=1, max_length=8192),
                   progress=False)
     cfg = tmp_path / "sft.yaml"
     cfg.write_text("learning_rate: 2e-5\nbatch_size: 64\n")
@@ -189,6 +192,16 @@ def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_pat
     assert (s.learning_rate, s.batch_size, s.weight_decay, s.lr_scheduler) == (2e-5, 8, 0.1, "cosine")
     cfg.write_text("learning_rate: fast\nepochz: 2\n")
     with pytest.raises(ConfigError, match="learning_rate: .*; epochz: Extra inputs are not permitted"):
+        load_settings(cfg)
+    for text, message in [("a: [1, 2\n", "not valid YAML"), ("1: 2\n", "expected a mapping"),
+                          ("learning_rate: .inf\n", "learning_rate: Input should be a finite number"),
+                          ("batch_size: 2\nmicro_batch_size: 64\n", "micro_batch_size \\(64\\) is larger than batch_size"),
+                          ("seed: -1\n", "seed: Input should be greater than or equal to 0")]:
+        cfg.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_settings(cfg)
+    cfg.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(ConfigError, match="not a text file"):
         load_settings(cfg)
     with pytest.raises(ConfigError, match="not empty and holds no SFT run"):
         (tmp_path / "busy").mkdir()

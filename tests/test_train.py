@@ -48,6 +48,18 @@ def test_import_webdancer_chatml_in_place(shared_data, tmp_path):
     bad.write_text(json.dumps(rec) + "\n")
     with pytest.raises(InputFormatError, match="line 1: the messages do not alternate"):
         read_chatml(bad)
+    good = json.loads((shared_data / "webdancer_sample_traj.jsonl").read_text().splitlines()[0])
+    for broken, message in [(dict(good, messages=good["messages"][:2] + [{"role": "assistant", "content": None}]
+                                   + good["messages"][3:]), "message 3 has NoneType content"),
+                            (dict(good, functions={"name": "search"}), "'functions' must be a list"),
+                            (dict(good, messages=[good["messages"][0], {"role": "user", "content": "Tools...\nUser:   "}]
+                                  + good["messages"][2:]), "no 'User: <question>'")]:
+        bad.write_text(json.dumps(broken) + "\n")
+        with pytest.raises(InputFormatError, match=message):
+            read_chatml(bad)
+    bad.write_bytes(b"\xff\xfe" + bytes(range(128, 200)))
+    with pytest.raises(InputFormatError, match="not UTF-8 text"):
+        read_chatml(bad)
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(InputFormatError, match="no trajectories"):
         read_chatml(tmp_path / "empty.jsonl")

@@ -644,7 +644,7 @@ app.add_typer(train_app, name="train")
 @train_app.command("sft")
 @handle_errors
 def train_sft_cmd(
-    data: Annotated[Path, typer.Option(help="Trajectories JSONL (websailor traj build).")],
+    data: Annotated[list[Path], typer.Option(help="Trajectories JSONL (websailor traj build); repeat to pool several files.")],
     out: Annotated[Path, typer.Option(help="Output directory: the fine-tuned model (use as --model hf:DIR); "
                                            "rerun the same command to resume from its checkpoints.")],
     model: Annotated[str, typer.Option(help="Model to fine-tune: smollm2 or hf:DIR.")] = "smollm2",
@@ -658,7 +658,7 @@ def train_sft_cmd(
     max_length: Annotated[Optional[int], typer.Option(min=16, help="Longest trajectory in tokens; longer ones are dropped (default 32768).")] = None,
     precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
     save_steps: Annotated[Optional[int], typer.Option(min=1, help="Steps between checkpoints (default 50).")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of data order and initialization.")] = None,
+    seed: Annotated[Optional[int], typer.Option(min=0, help="Seed of data order and initialization.")] = None,
 ) -> None:
     """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
     from websailor.train.sft import load_settings, train_sft

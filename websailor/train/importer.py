@@ -50,13 +50,18 @@ def import_chatml(rec: dict, where: str, id: str) -> Trajectory:
     msgs = rec.get("messages")
     if not isinstance(msgs, list) or len(msgs) < 3 or not all(isinstance(m, dict) for m in msgs):
         raise InputFormatError(f"{where}: 'messages' must be a list of at least system, user and assistant turns")
+    for i, m in enumerate(msgs, start=1):
+        if not isinstance(m.get("content"), str):
+            raise InputFormatError(f"{where}: message {i} has {type(m.get('content')).__name__} content; text expected")
+    if not isinstance(rec.get("functions", []), list):
+        raise InputFormatError(f"{where}: 'functions' must be a list of tool schemas")
     roles = [m.get("role") for m in msgs]
     expected = ["system", "user"] + ["assistant" if i % 2 == 0 else "user" for i in range(len(msgs) - 2)]
     if roles != expected or roles[-1] != "assistant":
         raise InputFormatError(f"{where}: the messages do not alternate as system, user, assistant, user, ..., "
                                f"assistant (got {', '.join(map(str, roles[:8]))}{' ...' if len(roles) > 8 else ''})")
     m = _QUESTION.search(str(msgs[1].get("content", "")))
-    if not m:
+    if not m or not m.group(1).strip():
         raise InputFormatError(f"{where}: the first user turn has no 'User: <question>' at its end")
     try:
         gold = Gold.parse([a for a in _flatten(rec.get("answer")) if a is not None])
@@ -88,7 +93,11 @@ def read_chatml(path: str | Path) -> list[Trajectory]:
     if not path.is_file():
         raise InputFormatError(f"{path} does not exist or is not a file")
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputFormatError(f"{path}: not UTF-8 text (byte {e.start}); expected ChatML JSONL") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

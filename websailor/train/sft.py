@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
@@ -52,7 +52,7 @@ class SFTSettings(BaseModel):
         save_steps: steps between checkpoints (a stopped run resumes from the latest).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     learning_rate: float = Field(5e-6, gt=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
@@ -72,7 +72,13 @@ class SFTSettings(BaseModel):
     gradient_checkpointing: bool = False
     save_steps: int = Field(50, ge=1)
     logging_steps: int = Field(1, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)
+
+    @model_validator(mode="after")
+    def _micro_within_batch(self) -> "SFTSettings":
+        if self.micro_batch_size > self.batch_size:
+            raise ValueError(f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})")
+        return self
 
 
 def load_settings(config: str | Path | None = None, **overrides: Any) -> SFTSettings:
@@ -84,21 +90,22 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> SFTSett
     """
     values: dict[str, Any] = {}
     if config is not None:
+        import yaml
+
         path = Path(config)
+        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigError(f"--config {path}: {e.strerror or e}") from e
+        except UnicodeDecodeError:
+            raise ConfigError(f"--config {path}: not a text file (not UTF-8)") from None
         try:
-            if path.suffix.lower() == ".json":
-                values = json.loads(text)
-            else:
-                import yaml
-
-                values = yaml.safe_load(text) or {}
-        except ValueError as e:  # json and yaml errors are ValueErrors
-            raise ConfigError(f"--config {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {e}") from e
-        if not isinstance(values, dict):
+            values = json.loads(text) if kind == "JSON" else (yaml.safe_load(text) or {})
+        except (ValueError, yaml.YAMLError) as e:
+            reason = " ".join(str(e).split())
+            raise ConfigError(f"--config {path}: not valid {kind}: {reason}") from None
+        if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
             raise ConfigError(f"--config {path}: expected a mapping of setting names to values")
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
@@ -140,8 +147,8 @@ def load_tokenizer(model_dir: Path) -> Any:
                           "save the tokenizer beside the weights")
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
-    except (OSError, ValueError, TypeError) as e:
-        raise ConfigError(f"{model_dir}: cannot load its tokenizer: {e}") from e
+    except Exception as e:  # a broken config.json or tokenizer file: transformers raises several types
+        raise ConfigError(f"{model_dir}: cannot load its tokenizer: {type(e).__name__}: {e}") from None
     if not getattr(tok, "is_fast", False):
         raise ConfigError(f"{model_dir}: a fast tokenizer (tokenizer.json) is needed for the loss mask")
     if not tok.chat_template:
@@ -177,22 +184,62 @@ def _use_bf16(precision: str) -> bool:
     return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def _check_resume(out: Path, record: dict) -> bool:
-    """True when ``out`` holds checkpoints of this very run; refuses another run's directory."""
+def _check_resume(out: Path, record: dict) -> Path | None:
+    """The checkpoint to resume from when ``out`` holds this very run (``None``: start).
+
+    A directory of another run is refused, unless that run never saved a checkpoint or a
+    model (it failed before training: nothing is lost by starting over).
+
+    Raises:
+        ConfigError: ``out`` holds other files, or a run with other settings or data.
+    """
     saved = out / SETTINGS_FILE
     if not saved.exists():
         if out.exists() and any(out.iterdir()):
             raise ConfigError(f"--out {out} is not empty and holds no SFT run: choose a new directory")
-        return False
+        return None
     try:
         before = json.loads(saved.read_text(encoding="utf-8"))
     except ValueError:
         raise ConfigError(f"{saved} is unreadable: remove {out} to start over") from None
+    checkpoint = latest_checkpoint(out / "checkpoints")
     if before != record:
+        if checkpoint is None and not (out / SUMMARY_FILE).exists():
+            logger.info("%s holds the settings of a run that never trained: starting over", out)
+            return None
         changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
         raise ConfigError(f"--out {out} holds an SFT run with other {', '.join(changed)}: "
                           "rerun with the same settings to resume, or choose a new directory")
-    return any(out.glob("checkpoints/checkpoint-*"))
+    return checkpoint
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` in ``folder``. The trainer writes
+    ``trainer_state.json`` last, so a checkpoint without it was cut short (a kill during a
+    save); such newer ones are removed, with a warning, and the run resumes from the one
+    before."""
+    import shutil
+
+    found = sorted((p for p in folder.glob("checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
+                   key=lambda p: int(p.name.rpartition("-")[2]))
+    while found and not (found[-1] / "trainer_state.json").is_file():
+        broken = found.pop()
+        logger.warning("%s is incomplete (a save was interrupted): removed; resuming from %s", broken,
+                       found[-1].name if found else "the start")
+        shutil.rmtree(broken, ignore_errors=True)
+    return found[-1] if found else None
+
+
+def _check_warmup(settings: SFTSettings, n_examples: int, world: int, accumulation: int) -> int:
+    """Optimizer steps of the run; refuses a run that never leaves warm-up (its first step
+    has learning rate 0, and no step reaches the peak: a run of one step changes nothing)."""
+    per_epoch = max(1, math.ceil(n_examples / (settings.micro_batch_size * world * accumulation)))
+    total = settings.max_steps or max(1, math.ceil(per_epoch * settings.epochs))
+    warmup = math.ceil(total * settings.warmup_ratio)
+    if warmup and warmup >= total:
+        raise ConfigError(f"all {total} steps of this run are warm-up (warmup_ratio {settings.warmup_ratio}): the first "
+                          "has learning rate 0 and none reaches the peak; pass --warmup-ratio 0 or train more steps")
+    return total
 
 
 def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
@@ -214,12 +261,12 @@ def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
         trainer.processing_class.save_pretrained(out)
 
 
-def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTSettings | None = None,
-              progress: bool = True) -> dict:
+def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | Path,
+              settings: SFTSettings | None = None, progress: bool = True) -> dict:
     """Fine-tune ``model`` on the trajectories of ``data_path`` and save it to ``out``.
 
     Args:
-        data_path: trajectory JSONL (``websailor traj build``).
+        data_path: trajectory JSONL file(s) (``websailor traj build``); several are pooled.
         model: ``smollm2`` or ``hf:DIR``.
         out: output directory; rerunning the same command resumes from its latest checkpoint.
         settings: hyper-parameters (paper defaults when ``None``).
@@ -247,27 +294,35 @@ def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTS
     tokenizer = load_tokenizer(model_dir)
     from transformers import AutoConfig
 
-    limit = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or settings.max_length)
+    try:
+        limit = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or settings.max_length)
+    except Exception as e:  # unknown model_type, invalid values: transformers raises several types
+        raise ConfigError(f"{model_dir}/config.json cannot be loaded: {type(e).__name__}: {e}") from None
     max_length = min(settings.max_length, limit)
-    data = load_sft_data(data_path, tokenizer, max_length)
+    if max_length < settings.max_length:
+        logger.info("max_length %d is capped at the model's context, %d tokens", settings.max_length, limit)
+    data = load_sft_data(data_path, tokenizer, max_length, limit_name="the model's context" if max_length == limit
+                         and limit < settings.max_length else "--max-length")
     record = {"model": model, "data_sha256": data.sha256, **settings.model_dump()}
     resume = _check_resume(out, record)  # refuses a directory of another run
     if (out / SUMMARY_FILE).exists():
         logger.info("%s already holds the finished model of this run", out)
         return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
-    out.mkdir(parents=True, exist_ok=True)
-    if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch, one process writes
-        (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    accumulation = max(1, math.ceil(settings.batch_size / (settings.micro_batch_size * world)))
+    _check_warmup(settings, len(data.examples), world, accumulation)
 
     bf16 = _use_bf16(settings.precision)
     try:
         net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{model_dir}: cannot load the model weights: {e}") from e
+    except Exception as e:  # missing or broken weights: transformers raises several types
+        raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
     if settings.lora:
         net = wrap_lora(net, settings)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    accumulation = max(1, math.ceil(settings.batch_size / (settings.micro_batch_size * world)))
+    # written once everything is checked, just before training: a run that fails earlier leaves nothing behind
+    out.mkdir(parents=True, exist_ok=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch, one process writes
+        (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
     args = SFTConfig(
         output_dir=str(out / "checkpoints"),
         learning_rate=settings.learning_rate,
@@ -295,13 +350,13 @@ def train_sft(data_path: str | Path, model: str, out: str | Path, settings: SFTS
     trainer = SFTTrainer(model=net, args=args, train_dataset=Dataset.from_list(data.examples),
                          processing_class=tokenizer)
     t0 = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - t0
 
     save_model(trainer, out, model_dir, settings.lora)
     history = [{k: h[k] for k in ("step", "loss", "learning_rate") if k in h}
                for h in trainer.state.log_history if "loss" in h]
-    summary = {"model": model, "data": str(data_path), "settings": settings.model_dump(),
+    summary = {"model": model, "data": [str(p) for p in (data_path if isinstance(data_path, (list, tuple)) else [data_path])], "settings": settings.model_dump(),
                "max_length": max_length, "counts": dict(data.counts), "tokens": data.tokens,
                "steps": trainer.state.global_step, "gradient_accumulation": accumulation,
                "bf16": bf16, "train_loss": result.training_loss, "train_seconds": round(seconds, 1),

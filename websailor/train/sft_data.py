@@ -70,55 +70,69 @@ def check_messages(messages: Any, where: str) -> None:
                                "assistant's final turn")
 
 
-def load_sft_data(path: str | Path, tokenizer: Any, max_length: int) -> SFTData:
-    """Read a trajectory JSONL (``websailor traj build``, ``run`` or ``eval`` output) and
+def load_sft_data(paths: str | Path | list[str | Path], tokenizer: Any, max_length: int,
+                  limit_name: str = "--max-length") -> SFTData:
+    """Read trajectory JSONL files (``websailor traj build``, ``run`` or ``eval`` output) and
     tokenize every finished trajectory with ``tokenizer``'s chat template.
 
+    A trajectory is used when it ended with an answer: its ``termination`` (when recorded) is
+    ``answer`` and its last assistant turn parses into a final answer. The others are
+    counted as ``unfinished``.
+
     Args:
-        path: trajectory records, one JSON object per line.
+        paths: one file or several (their trajectories are pooled).
         tokenizer: a fast tokenizer with a chat template (offsets are needed for the mask).
         max_length: longest example in tokens; longer trajectories are dropped and counted.
+        limit_name: what sets ``max_length``, for the message when nothing fits.
 
     Raises:
-        InputFormatError: the file is missing or empty, a line is not a trajectory record,
-            a conversation does not alternate, or no trajectory is left to train on.
+        InputFormatError: a file is missing or empty, a line is not a trajectory record, a
+            conversation does not alternate, or no trajectory is left to train on.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputFormatError(f"--data {path}: no such file (make one with `websailor traj build`)")
-    records = read_appended_jsonl(path, "a trajectory record")
-    if not records:
-        raise InputFormatError(f"--data {path} holds no trajectories (the file is empty)")
-    data = SFTData(examples=[], sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    from websailor.agent.parse import parse_turn
+
+    paths = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
+    digest = hashlib.sha256()
+    data = SFTData(examples=[])
     total = loss = 0
-    for line, rec in records:
-        where = f"{path} line {line}" + (f" (id {rec.get('id')!r})" if "id" in rec else "")
-        if "messages" not in rec:
-            raise InputFormatError(f"{where}: not a trajectory record (no 'messages')")
-        check_messages(rec["messages"], where)
-        data.counts["read"] += 1
-        if rec.get("termination", "answer") != "answer":
-            data.counts["unfinished"] += 1
-            continue
-        traj = Trajectory(id=str(rec.get("id", line)), rollout=0, question="", messages=rec["messages"])
-        try:
-            ids, mask = traj.token_view(tokenizer)
-        except ValueError as e:
-            raise InputFormatError(f"{where}: cannot render it with the model's chat template: {e}") from e
-        if len(ids) > max_length:
-            data.counts["too_long"] += 1
-            continue
-        data.examples.append({"input_ids": ids, "assistant_masks": mask})
-        data.counts["kept"] += 1
-        total += len(ids)
-        loss += sum(mask)
+    for path in paths:
+        if not path.is_file():
+            raise InputFormatError(f"--data {path}: {'not a file' if path.exists() else 'no such file'} "
+                                   "(make one with `websailor traj build`)")
+        records = read_appended_jsonl(path, "a trajectory record")
+        if not records:
+            raise InputFormatError(f"--data {path} holds no trajectories (the file is empty)")
+        digest.update(path.read_bytes())
+        for line, rec in records:
+            where = f"{path} line {line}" + (f" (id {rec.get('id')!r})" if "id" in rec else "")
+            if "messages" not in rec:
+                raise InputFormatError(f"{where}: not a trajectory record (no 'messages')")
+            check_messages(rec["messages"], where)
+            data.counts["read"] += 1
+            if rec.get("termination", "answer") != "answer" or parse_turn(rec["messages"][-1]["content"]).answer is None:
+                data.counts["unfinished"] += 1
+                continue
+            traj = Trajectory(id=str(rec.get("id", line)), rollout=0, question="", messages=rec["messages"])
+            try:
+                ids, mask = traj.token_view(tokenizer)
+            except ValueError as e:
+                raise InputFormatError(f"{where}: cannot render it with the model's chat template: {e}") from e
+            if len(ids) > max_length:
+                data.counts["too_long"] += 1
+                continue
+            data.examples.append({"input_ids": ids, "assistant_masks": mask})
+            data.counts["kept"] += 1
+            total += len(ids)
+            loss += sum(mask)
+    data.sha256 = digest.hexdigest()
     data.tokens = {"total": total, "loss": loss}
     if data.counts["too_long"]:
-        logger.warning("%d of %d trajectories are longer than %d tokens: dropped (never cut)",
-                       data.counts["too_long"], data.counts["read"], max_length)
+        logger.warning("%d of %d trajectories are longer than %d tokens (%s): dropped (never cut)",
+                       data.counts["too_long"], data.counts["read"], max_length, limit_name)
     if data.counts["unfinished"]:
         logger.warning("%d trajectories did not end with an answer: dropped", data.counts["unfinished"])
     if not data.examples:
-        raise InputFormatError(f"--data {path}: no trajectory left to train on "
-                               f"({dict(data.counts)}; raise --max-length or check the terminations)")
+        hint = "raise --max-length" if limit_name == "--max-length" else f"the limit is {limit_name}"
+        raise InputFormatError(f"--data {', '.join(map(str, paths))}: no trajectory left to train on "
+                               f"({dict(data.counts)}; {hint}, or check the terminations)")
     return data
