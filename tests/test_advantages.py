@@ -44,3 +44,20 @@ def test_dupo_refills_zero_spread_groups_from_groups_with_spread():
     assert len(fill) == 5 and fill[0] == 0 and fill[3] == 3
     assert all(g in (0, 3) for g in fill)  # every slot now holds a group with spread
     assert dupo_fill([1, 1, 0, 0], 2, random.Random(0)) is None  # no signal in the batch at all
+
+
+def test_rewards_by_algorithm():
+    from websailor.agent.trajectory import Trajectory
+    from websailor.train.rewards import reward
+
+    good = Trajectory("q", 0, "?", termination="answer", prediction="Nile",
+                      messages=[{"role": "assistant", "content": "<answer>Nile</answer>"}])
+    sloppy = Trajectory("q", 1, "?", termination="answer", prediction="Nile",
+                        messages=[{"role": "assistant", "content": "hmm"}, {"role": "user", "content": "error"},
+                                  {"role": "assistant", "content": "<answer>Nile</answer>"}])
+    cut = Trajectory("q", 2, "?", termination="max_calls", messages=[{"role": "assistant", "content": "hmm"}])
+    assert [reward(t, c, "v2") for t, c in ((good, True), (sloppy, True), (cut, False), (good, None))] == [1, 1, 0, None]
+    assert [reward(t, c, "dupo") for t, c in ((good, True), (sloppy, True), (good, False), (cut, False))] == \
+        pytest.approx([1.0, 0.9, 0.1, 0.0])
+    with pytest.raises(ValueError, match="unknown RL algorithm 'ppo'"):
+        reward(good, True, "ppo")
