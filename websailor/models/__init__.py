@@ -11,6 +11,27 @@ from websailor.models.base import ChatModel, Generation, Message, SamplingParams
 SPEC_HELP = "smollm2 (the embedded default), hf:PATH (a local transformers directory) or openai:MODEL@BASE_URL"
 
 
+def local_model_dir(spec: str) -> Path | None:
+    """The local transformers directory behind ``smollm2`` (the embedded model, fetched once)
+    or ``hf:PATH``; ``None`` for any other spec.
+
+    Raises:
+        ConfigError: an ``hf:`` path without ``config.json``.
+        DownloadError: the embedded model could not be fetched.
+    """
+    spec = (spec or "").strip()
+    if spec == "smollm2":
+        from websailor.models.embedded import ensure_smollm2
+
+        return ensure_smollm2()
+    if spec.startswith("hf:"):
+        path = Path(spec[3:]).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model spec {spec!r}: {path} is not a transformers model directory (no config.json)")
+        return path
+    return None
+
+
 def load_model(spec: str, **kwargs) -> ChatModel:
     """Build a backend from a spec string.
 
@@ -20,18 +41,11 @@ def load_model(spec: str, **kwargs) -> ChatModel:
         DownloadError: the embedded model could not be fetched.
     """
     spec = (spec or "").strip()
-    if spec == "smollm2":
-        from websailor.models.embedded import ensure_smollm2
+    path = local_model_dir(spec)
+    if path is not None:
         from websailor.models.hf import TransformersModel
 
-        return TransformersModel(ensure_smollm2(), name="smollm2", **kwargs)
-    if spec.startswith("hf:"):
-        from websailor.models.hf import TransformersModel
-
-        path = Path(spec[3:]).expanduser()
-        if not path.is_dir():
-            raise ConfigError(f"model spec {spec!r}: {path} is not a directory")
-        return TransformersModel(path, **kwargs)
+        return TransformersModel(path, name="smollm2" if spec == "smollm2" else None, **kwargs)
     if spec.startswith("openai:"):
         from websailor.models.openai_compat import OpenAIModel
 
@@ -42,4 +56,4 @@ def load_model(spec: str, **kwargs) -> ChatModel:
     raise ConfigError(f"unknown model spec {spec!r}; use {SPEC_HELP}")
 
 
-__all__ = ["SPEC_HELP", "ChatModel", "Generation", "Message", "SamplingParams", "load_model"]
+__all__ = ["SPEC_HELP", "ChatModel", "Generation", "Message", "SamplingParams", "load_model", "local_model_dir"]

@@ -121,17 +121,12 @@ def resolve_model_dir(spec: str) -> Path:
     Raises:
         ConfigError: a remote spec (``openai:``), or a directory without ``config.json``.
     """
-    spec = (spec or "").strip()
-    if spec == "smollm2":
-        from websailor.models.embedded import ensure_smollm2
+    from websailor.models import local_model_dir
 
-        return ensure_smollm2()
-    if spec.startswith("hf:"):
-        path = Path(spec[3:]).expanduser()
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"--model {spec}: {path} is not a transformers model directory (no config.json)")
-        return path
-    raise ConfigError(f"--model {spec!r}: training needs local weights: smollm2 or hf:DIR")
+    path = local_model_dir(spec)
+    if path is None:
+        raise ConfigError(f"--model {spec!r}: training needs local weights: smollm2 or hf:DIR")
+    return path
 
 
 def load_tokenizer(model_dir: Path) -> Any:
@@ -230,8 +225,8 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _check_warmup(settings: SFTSettings, n_examples: int, world: int, accumulation: int) -> int:
-    """Optimizer steps of the run; refuses a run that never leaves warm-up (its first step
+def _check_warmup(settings: SFTSettings, n_examples: int, world: int, accumulation: int) -> None:
+    """Refuse a run that never leaves warm-up (its first step
     has learning rate 0, and no step reaches the peak: a run of one step changes nothing)."""
     per_epoch = max(1, math.ceil(n_examples / (settings.micro_batch_size * world * accumulation)))
     total = settings.max_steps or max(1, math.ceil(per_epoch * settings.epochs))
@@ -239,7 +234,6 @@ def _check_warmup(settings: SFTSettings, n_examples: int, world: int, accumulati
     if warmup and warmup >= total:
         raise ConfigError(f"all {total} steps of this run are warm-up (warmup_ratio {settings.warmup_ratio}): the first "
                           "has learning rate 0 and none reaches the peak; pass --warmup-ratio 0 or train more steps")
-    return total
 
 
 def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
@@ -283,26 +277,25 @@ def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | P
     """
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
     from websailor.train.sft_data import load_sft_data
 
     settings = settings or SFTSettings()
     out = Path(out)
+    paths = [Path(p) for p in (data_path if isinstance(data_path, (list, tuple)) else [data_path])]
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
-    from transformers import AutoConfig
-
     try:
         limit = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or settings.max_length)
     except Exception as e:  # unknown model_type, invalid values: transformers raises several types
         raise ConfigError(f"{model_dir}/config.json cannot be loaded: {type(e).__name__}: {e}") from None
-    max_length = min(settings.max_length, limit)
-    if max_length < settings.max_length:
+    capped = limit < settings.max_length
+    if capped:
         logger.info("max_length %d is capped at the model's context, %d tokens", settings.max_length, limit)
-    data = load_sft_data(data_path, tokenizer, max_length, limit_name="the model's context" if max_length == limit
-                         and limit < settings.max_length else "--max-length")
+    max_length = limit if capped else settings.max_length
+    data = load_sft_data(paths, tokenizer, max_length, limit_name="the model's context" if capped else "--max-length")
     record = {"model": model, "data_sha256": data.sha256, **settings.model_dump()}
     resume = _check_resume(out, record)  # refuses a directory of another run
     if (out / SUMMARY_FILE).exists():
@@ -356,7 +349,7 @@ def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | P
     save_model(trainer, out, model_dir, settings.lora)
     history = [{k: h[k] for k in ("step", "loss", "learning_rate") if k in h}
                for h in trainer.state.log_history if "loss" in h]
-    summary = {"model": model, "data": [str(p) for p in (data_path if isinstance(data_path, (list, tuple)) else [data_path])], "settings": settings.model_dump(),
+    summary = {"model": model, "data": [str(p) for p in paths], "settings": settings.model_dump(),
                "max_length": max_length, "counts": dict(data.counts), "tokens": data.tokens,
                "steps": trainer.state.global_step, "gradient_accumulation": accumulation,
                "bf16": bf16, "train_loss": result.training_loss, "train_seconds": round(seconds, 1),
