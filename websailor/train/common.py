@@ -1,0 +1,185 @@
+"""What SFT and RL runs share: settings files, local model and tokenizer loading, LoRA, the
+output directory's resume rules and the final save."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from websailor.errors import ConfigError
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def read_settings(cls: type[S], what: str, config: str | Path | None = None, **overrides: Any) -> S:
+    """``cls`` settings (named ``what`` in errors) from an optional YAML/JSON ``config`` file, then ``overrides`` (``None`` values
+    are ignored, so CLI options left unset keep the file's value).
+
+    Raises:
+        ConfigError: unreadable file, unknown keys, or values of the wrong type or range.
+    """
+    values: dict[str, Any] = {}
+    if config is not None:
+        import yaml
+
+        path = Path(config)
+        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"--config {path}: {e.strerror or e}") from e
+        except UnicodeDecodeError:
+            raise ConfigError(f"--config {path}: not a text file (not UTF-8)") from None
+        try:
+            values = json.loads(text) if kind == "JSON" else (yaml.safe_load(text) or {})
+        except (ValueError, yaml.YAMLError) as e:
+            reason = " ".join(str(e).split())
+            raise ConfigError(f"--config {path}: not valid {kind}: {reason}") from None
+        if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
+            raise ConfigError(f"--config {path}: expected a mapping of setting names to values")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return cls(**values)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{what} settings: {problems}") from e
+
+
+def resolve_model_dir(spec: str) -> Path:
+    """The local directory behind a model spec: ``smollm2`` (embedded) or ``hf:DIR``.
+
+    Raises:
+        ConfigError: a remote spec (``openai:``), or a directory without ``config.json``.
+    """
+    from websailor.models import local_model_dir
+
+    path = local_model_dir(spec)
+    if path is None:
+        raise ConfigError(f"--model {spec!r}: training needs local weights: smollm2 or hf:DIR")
+    return path
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """The fast tokenizer of ``model_dir``, with a chat template and a pad token.
+
+    Raises:
+        ConfigError: no tokenizer files, a slow tokenizer, or no chat template.
+    """
+    from transformers import AutoTokenizer
+
+    if not any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise ConfigError(f"{model_dir} has no tokenizer (tokenizer.json or tokenizer_config.json): "
+                          "save the tokenizer beside the weights")
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except Exception as e:  # a broken config.json or tokenizer file: transformers raises several types
+        raise ConfigError(f"{model_dir}: cannot load its tokenizer: {type(e).__name__}: {e}") from None
+    if not getattr(tok, "is_fast", False):
+        raise ConfigError(f"{model_dir}: a fast tokenizer (tokenizer.json) is needed for the loss mask")
+    if not tok.chat_template:
+        raise ConfigError(f"{model_dir}: the tokenizer has no chat template")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def wrap_lora(model: Any, settings: Any) -> Any:
+    """LoRA adapters on ``settings.lora_target_modules`` (PEFT); ``settings`` has ``lora_r``,
+    ``lora_alpha``, ``lora_dropout`` and ``lora_target_modules``.
+
+    Raises:
+        ConfigError: PEFT cannot wrap this model type (no matching layers, unsupported layers).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                     target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, cfg)
+    except (ValueError, TypeError, NotImplementedError, KeyError, AttributeError) as e:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise ConfigError(f"--lora: PEFT cannot wrap model type {kind!r} "
+                          f"(target modules {settings.lora_target_modules!r}): {e}") from e
+
+
+def use_bf16(precision: str) -> bool:
+    """bf16 autocast for ``precision`` ``bf16``, or ``auto`` on a GPU that supports it."""
+    import torch
+
+    if precision == "bf16":
+        return True
+    return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def check_resume(out: Path, record: dict, settings_file: str, summary_file: str, kind: str) -> Path | None:
+    """The checkpoint to resume from when ``out`` holds this very run (``None``: start); the
+    run is identified by ``record``, saved in ``settings_file``; ``summary_file`` marks a finished run.
+
+    A directory of another run is refused, unless that run never saved a checkpoint or a
+    model (it failed before training: nothing is lost by starting over).
+
+    Raises:
+        ConfigError: ``out`` holds other files, or a run with other settings or data.
+    """
+    saved = out / settings_file
+    if not saved.exists():
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"--out {out} is not empty and holds no {kind} run: choose a new directory")
+        return None
+    try:
+        before = json.loads(saved.read_text(encoding="utf-8"))
+    except ValueError:
+        raise ConfigError(f"{saved} is unreadable: remove {out} to start over") from None
+    checkpoint = latest_checkpoint(out / "checkpoints")
+    if before != record:
+        if checkpoint is None and not (out / summary_file).exists():
+            logger.info("%s holds the settings of a run that never trained: starting over", out)
+            return None
+        changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
+        raise ConfigError(f"--out {out} holds an {kind} run with other {', '.join(changed)}: "
+                          "rerun with the same settings to resume, or choose a new directory")
+    return checkpoint
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` in ``folder``. The trainer writes
+    ``trainer_state.json`` last, so a checkpoint without it was cut short (a kill during a
+    save); such newer ones are removed, with a warning, and the run resumes from the one
+    before."""
+    import shutil
+
+    found = sorted((p for p in folder.glob("checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
+                   key=lambda p: int(p.name.rpartition("-")[2]))
+    while found and not (found[-1] / "trainer_state.json").is_file():
+        broken = found.pop()
+        logger.warning("%s is incomplete (a save was interrupted): removed; resuming from %s", broken,
+                       found[-1].name if found else "the start")
+        shutil.rmtree(broken, ignore_errors=True)
+    return found[-1] if found else None
+
+
+def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
+    """Write a plain transformers model and its tokenizer to ``out``. The trainer gathers
+    sharded weights (DeepSpeed ZeRO-3, FSDP); LoRA adapters are saved to ``out/adapter`` and
+    merged into a fresh copy of the base model on the main process."""
+    if not lora:
+        trainer.save_model(str(out))
+        return
+    trainer.save_model(str(out / "adapter"))
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        PeftModel.from_pretrained(base, out / "adapter").merge_and_unload().save_pretrained(out)
+        trainer.processing_class.save_pretrained(out)
+
+
