@@ -14,6 +14,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import astuple, replace
 from pathlib import Path
+from typing import Any
 
 from websailor.errors import ConfigError, ModelError
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
@@ -45,20 +46,44 @@ class TransformersModel(ChatModel):
 
     def __init__(self, path: str | Path, device: str = "cpu", max_batch: int = 8, batch_wait_s: float = 0.02,
                  name: str | None = None) -> None:
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = Path(path)
         if not (path / "config.json").exists():
             raise ConfigError(f"{path} is not a transformers model directory (no config.json)")
-        self.name = name or f"hf:{path}"
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if not tokenizer.chat_template:
+            raise ConfigError(f"{path}: the tokenizer has no chat template")
+        model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        self._setup(model, tokenizer, name or f"hf:{path}", device, max_batch, batch_wait_s)
+
+    @classmethod
+    def from_loaded(cls, model: Any, tokenizer: Any, name: str, max_batch: int = 8,
+                    batch_wait_s: float = 0.02) -> "TransformersModel":
+        """Serve an already loaded model (for example the policy being trained by RL) on the
+        device it sits on. The tokenizer is copied (generation pads on the left) and the model
+        is used as it is: the caller sets eval mode and gradients.
+
+        Raises:
+            ConfigError: the tokenizer has no chat template.
+        """
+        import copy
+
+        if not tokenizer.chat_template:
+            raise ConfigError(f"{name}: the tokenizer has no chat template")
+        self = cls.__new__(cls)
+        self._setup(model, copy.deepcopy(tokenizer), name, str(model.device), max_batch, batch_wait_s)
+        return self
+
+    def _setup(self, model: Any, tokenizer: Any, name: str, device: str, max_batch: int, batch_wait_s: float) -> None:
+        import torch
+
+        self.name = name
+        self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        if not self.tokenizer.chat_template:
-            raise ConfigError(f"{path}: the tokenizer has no chat template")
-        self.model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        self.model = model
         self.device = device
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 8192))
         self.max_batch = max_batch
