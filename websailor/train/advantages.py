@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: Terminations that mean "never reached an answer" (V2's negative exclusion).
 NO_ANSWER = ("max_calls", "context", "timeout")
@@ -83,6 +84,62 @@ def v2_loss_mask(advantages: Sequence[float | None], terminations: Sequence[str]
 def has_spread(group: Sequence[float | None]) -> bool:
     """A group whose rewards are all known and not all equal (it has a learning signal)."""
     return all(r is not None for r in group) and max(group) > min(group)
+
+
+@dataclass
+class BatchPlan:
+    """What one batch of rollouts trains on.
+
+    Attributes:
+        slots: for each batch slot, the index of the rollout that fills it (the identity,
+            except for DUPO's duplicated groups).
+        advantages: per slot (0.0 where no advantage exists).
+        in_loss: per slot, whether its tokens enter the loss.
+        zero_spread_groups: groups whose rewards were all known and equal.
+        skipped_groups: groups with a missing reward (the judge failed on one of them).
+        duplicated_groups: DUPO slots refilled with a copy of another group.
+    """
+
+    slots: list[int]
+    advantages: list[float]
+    in_loss: list[bool]
+    zero_spread_groups: int = 0
+    skipped_groups: int = 0
+    duplicated_groups: int = 0
+
+
+def plan_batch(rewards: Sequence[float | None], terminations: Sequence[str], group_size: int, algo: str,
+               rng: random.Random) -> BatchPlan:
+    """Turn one batch of group rewards into slots, advantages and loss membership.
+
+    - ``v2``: every rollout keeps its slot; leave-one-out advantages; :func:`v2_loss_mask`
+      leaves out skipped groups and negative rollouts that never reached an answer.
+    - ``dupo``: :func:`dupo_fill` refills zero-spread and skipped groups with copies of groups
+      that have spread, then group-normalized advantages; a batch with no spread at all
+      trains on nothing.
+
+    Raises:
+        ValueError: an unknown ``algo``, mismatched lengths, or a bad group size.
+    """
+    if len(rewards) != len(terminations):
+        raise ValueError(f"{len(rewards)} rewards but {len(terminations)} terminations")
+    groups = _groups(rewards, group_size)
+    skipped = sum(any(r is None for r in g) for g in groups)
+    zero = sum(all(r is not None for r in g) and not has_spread(g) for g in groups)
+    n = len(rewards)
+    if algo == "v2":
+        adv = leave_one_out_advantages(rewards, group_size)
+        keep = v2_loss_mask(adv, terminations)
+        return BatchPlan(list(range(n)), [a or 0.0 for a in adv], keep, zero, skipped)
+    if algo != "dupo":
+        raise ValueError(f"unknown RL algorithm {algo!r}; use v2 or dupo")
+    fill = dupo_fill(rewards, group_size, rng)
+    if fill is None:
+        return BatchPlan(list(range(n)), [0.0] * n, [False] * n, zero, skipped)
+    slots = [g * group_size + i for g in fill for i in range(group_size)]
+    adv = group_normalized_advantages([rewards[s] for s in slots], group_size)
+    moved = sum(f != g for g, f in enumerate(fill))
+    return BatchPlan(slots, [a or 0.0 for a in adv], [True] * n, zero, skipped, moved)
 
 
 def dupo_fill(rewards: Sequence[float | None], group_size: int, rng: random.Random) -> list[int] | None:
