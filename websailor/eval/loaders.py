@@ -269,6 +269,15 @@ def detect_format(path: Path, rows: list[dict]) -> str:
                            f"name it as FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}")
 
 
+def file_format(path: Path) -> str | None:
+    """The layout :func:`detect_format` sees in the file at ``path``; ``None`` when the file
+    cannot be read or matches nothing (:func:`load_benchmark` then says why)."""
+    try:
+        return detect_format(path, _rows(path))
+    except Exception:  # unreadable or unknown: the loader reports it with the details
+        return None
+
+
 def fetch_fanoutqa_dev() -> Path:
     """The FanOutQA dev set (310 questions), read from the ``fanoutqa`` wheel fetched once with
     pip into ``$WEBSAILOR_HOME/downloads`` and extracted next to it."""

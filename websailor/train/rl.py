@@ -1,0 +1,424 @@
+"""Agentic RL with TRL's ``GRPOTrainer``: DUPO (WebSailor V1) and the V2 on-policy GRPO
+variant (WebSailor-V2, arXiv 2509.13305, Sec. 5), with multi-turn rollouts of our agent.
+
+The trainer runs a token-level clipped objective (``loss_type="dapo"``: clip-higher with
+``epsilon_low`` / ``epsilon_high``, no KL term, no entropy bonus); the rollouts, rewards and
+advantages are ours (:mod:`websailor.train.rl_rollouts`). One optimizer step per batch of
+rollouts keeps training strictly on-policy. The same call runs on CPU with transformers'
+generation and, launched with ``accelerate launch`` and a shipped ``configs/accelerate`` file,
+on several GPUs (DeepSpeed ZeRO-3 gathers the weights for generation through TRL's
+``unwrap_model_for_generation``).
+
+The output directory holds a plain transformers model (``--model hf:DIR`` in ``run`` and
+``eval``), ``checkpoints/`` to resume from, ``rollouts.jsonl`` (every graded rollout),
+``rl_log.jsonl`` and TensorBoard event files (per-step figures), and ``rl_summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from websailor.errors import ConfigError, InputFormatError
+from websailor.log import get_logger
+from websailor.train.common import (check_resume, load_tokenizer, read_settings, resolve_model_dir, save_model,
+                                    use_bf16, wrap_lora)
+
+logger = get_logger(__name__)
+
+SETTINGS_FILE = "rl_settings.json"
+SUMMARY_FILE = "rl_summary.json"
+LOG_FILE = "rl_log.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+PREFILTER_FILE = "prefilter.json"
+
+
+class RLSettings(BaseModel):
+    """Every knob of an RL run; a ``--config`` YAML or JSON file holds any subset of them.
+
+    Attributes:
+        algo: ``v2`` (leave-one-out advantage, 0/1 reward, negative exclusion) or ``dupo``
+            (group-normalized advantage, 0.1 format + 0.9 answer, duplication of groups with
+            spread).
+        group_size: rollouts per question (paper: 8).
+        batch_size: rollouts per optimizer step over all devices (paper V2: 128); a multiple
+            of ``group_size``.
+        micro_batch_size: rollouts per forward and backward pass on one device.
+        learning_rate: constant after warm-up (paper V2: 1e-6).
+        epsilon_low, epsilon_high: clip range of the importance ratio (clip-higher, DAPO).
+        temperature, top_p: rollout sampling (paper V2: 1.0 and 1.0).
+        max_calls, max_tokens_per_turn, max_context_tokens, timeout_s: the agent's budgets.
+        reward: judge spec: ``em``, ``f1[:T]`` or ``llm:MODEL_SPEC``.
+        prefilter: run the starting model this many times per item before training and keep
+            the items it solves sometimes but not always (0: off).
+        concurrency: rollouts run at once (they share batched generation).
+        skip_zero_advantage: do not spend a forward and backward pass on rollouts without
+            gradient (advantage exactly 0, or left out of the loss); see
+            :class:`websailor.train.rl_rollouts.RolloutSettings`.
+        max_steps: optimizer steps; ``None`` runs ``epochs`` over the questions.
+        use_vllm, vllm_mode: generate with TRL's vLLM integration on GPUs.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    algo: Literal["v2", "dupo"] = "v2"
+    group_size: int = Field(8, ge=1)
+    batch_size: int = Field(128, ge=1)
+    micro_batch_size: int = Field(1, ge=1)
+    learning_rate: float = Field(1e-6, gt=0)
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    epsilon_low: float = Field(0.2, gt=0, lt=1)
+    epsilon_high: float = Field(0.28, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_calls: int = Field(100, ge=1)
+    max_tokens_per_turn: int = Field(8192, ge=1)
+    max_context_tokens: int = Field(128_000, ge=256)
+    timeout_s: float = Field(150 * 60, gt=0)
+    reward: str = "em"
+    prefilter: int = Field(0, ge=0)
+    concurrency: int = Field(8, ge=1)
+    skip_zero_advantage: bool = True
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    lora: bool = False
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_target_modules: str | list[str] = "all-linear"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    save_steps: int = Field(10, ge=1)
+    seed: int = Field(0, ge=0, lt=2**32)
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> "RLSettings":
+        if self.group_size < 2:
+            raise ValueError(f"group_size {self.group_size}: a group of one rollout has no baseline (every advantage "
+                             "would be 0); use 2 or more (paper: 8)")
+        if self.batch_size % self.group_size:
+            raise ValueError(f"batch_size {self.batch_size} is not a multiple of group_size {self.group_size}: "
+                             "a batch holds whole groups")
+        if self.micro_batch_size > self.batch_size:
+            raise ValueError(f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})")
+        if self.prefilter == 1:
+            raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")
+        return self
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> RLSettings:
+    """RL settings from an optional YAML/JSON ``config`` file, then ``overrides`` (``None``
+    values are ignored).
+
+    Raises:
+        ConfigError: unreadable file, unknown keys, or values of the wrong type or range.
+    """
+    return read_settings(RLSettings, "RL", config, **overrides)
+
+
+def accumulation_steps(settings: RLSettings, world: int) -> int:
+    """Micro-batches per optimizer step on each of ``world`` processes, so that one step
+    consumes exactly one batch of rollouts.
+
+    Raises:
+        ConfigError: the batch does not split evenly over the processes, or a process's share
+            does not hold whole groups (group advantages are computed where the rollouts run).
+    """
+    per_process, rest = divmod(settings.batch_size, world)
+    if rest or per_process % settings.micro_batch_size:
+        raise ConfigError(f"batch_size {settings.batch_size} does not split into {world} processes x micro-batches "
+                          f"of {settings.micro_batch_size}")
+    if per_process % settings.group_size:
+        raise ConfigError(f"each of the {world} processes gets {per_process} rollouts, not whole groups of "
+                          f"{settings.group_size}: raise batch_size to a multiple of {world * settings.group_size}")
+    return per_process // settings.micro_batch_size
+
+
+def build_agent_config(settings: RLSettings) -> Any:
+    """The agent's budgets and sampling during RL rollouts."""
+    from websailor.agent.loop import AgentConfig
+    from websailor.models.base import SamplingParams
+
+    return AgentConfig(max_calls=settings.max_calls, max_context_tokens=settings.max_context_tokens,
+                       answer_nudge_tokens=settings.max_context_tokens * 110 // 128,
+                       timeout_s=settings.timeout_s, max_tokens_per_turn=settings.max_tokens_per_turn,
+                       sampling=SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
+                                               presence_penalty=0.0),
+                       seed=settings.seed)
+
+
+def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
+    """The training questions of a QA file: a ``synth`` file's ``split`` (default ``train``),
+    or every item of any other format ``eval`` reads.
+
+    Raises:
+        InputFormatError: an unreadable file, no items, ``split`` on a file without splits,
+            or one question text with two different gold answers (TRL hands prompts back as
+            text only).
+    """
+    from websailor.eval.loaders import file_format, load_benchmark
+
+    if split is None and file_format(Path(path)) == "synth":
+        split = "train"
+    items = load_benchmark(str(path), split=split)
+    if not items:
+        raise InputFormatError(f"{path}: no questions to train on")
+    seen: dict[str, Any] = {}
+    for it in items:
+        other = seen.setdefault(it.question, it)
+        if other.gold != it.gold:
+            raise InputFormatError(f"{path}: items {other.id} and {it.id} ask the same question with different "
+                                   "answers; remove one")
+    return list(seen.values())
+
+
+def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path, concurrency: int,
+                    progress: bool = True) -> tuple[list[Any], dict[str, int]]:
+    """Keep the items the starting model solves sometimes but not always (``0 < correct < k``;
+    DUPO's pre-training filter, WebSailor V1 Sec. 4, and SailorFog-QA-V2's moderate band).
+
+    Rollouts are appended to ``out`` as they finish, so a stopped prefilter resumes.
+
+    Returns:
+        The kept items and the counts ``{"kept", "too_easy", "too_hard", "ungraded"}``.
+
+    Raises:
+        ConfigError: no item is left (the message gives the counts).
+    """
+    from websailor.agent.runner import Question, latest_rollouts, run_questions
+    from websailor.jsonio import read_appended_jsonl
+    from websailor.judge.base import Case
+    from websailor.synth.difficulty import verdict
+
+    questions = [Question(it.id, it.question, it.gold.answer) for it in items]
+    run_questions(agent, questions, out, rollouts=k, concurrency=concurrency, progress=progress)
+    done = latest_rollouts(out, read_appended_jsonl(out, "a trajectory record"))
+    cases, owners = [], []
+    for it in items:
+        for r in range(k):
+            rec = done.get((it.id, r))
+            cases.append(Case(it.question, rec.get("prediction") if rec else None, it.gold))
+            owners.append(it.id)
+    grades = judge.grade(cases)
+    correct: dict[str, list] = {}
+    for owner, g in zip(owners, grades):
+        correct.setdefault(owner, []).append(g.correct)
+    counts = {"kept": 0, "too_easy": 0, "too_hard": 0, "ungraded": 0}
+    kept = []
+    for it in items:
+        marks = correct[it.id]
+        if any(m is None for m in marks):
+            counts["ungraded"] += 1
+            continue
+        v = verdict(sum(map(bool, marks)), k, "moderate")
+        counts[v] += 1
+        if v == "kept":
+            kept.append(it)
+    logger.info("prefilter (%d rollouts per item): %d kept, %d too easy, %d too hard, %d ungraded", k, counts["kept"],
+                counts["too_easy"], counts["too_hard"], counts["ungraded"])
+    if not kept:
+        raise ConfigError(f"no moderate items left after the prefilter ({k} rollouts per item: {counts['too_easy']} "
+                          f"too easy, {counts['too_hard']} too hard, {counts['ungraded']} ungraded out of {len(items)}): "
+                          "start from a stronger model, use other items, or train without --prefilter")
+    return kept, counts
+
+
+def _trim_jsonl(path: Path, max_step: int) -> None:
+    """Drop the records of steps after ``max_step`` (a resumed run repeats those steps)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= max_step:
+                keep.append(line)
+        except ValueError:
+            continue  # an unfinished last line of a killed run
+    path.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+
+
+def _callback(out: Path, rollouts: Any) -> Any:
+    from transformers import TrainerCallback
+
+    from websailor.train.rl_log import StepLogger
+
+    class _Log(TrainerCallback):
+        """Merges the rollout figures with the trainer's (loss, entropy, clip fractions) into
+        one record per step."""
+
+        def __init__(self) -> None:
+            self.log = StepLogger(out)
+            self.t0 = time.perf_counter()
+
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self.t0 = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            if not state.is_world_process_zero or not logs or "loss" not in logs:
+                return
+            step_s = time.perf_counter() - self.t0
+            trainer_figures = {k: v for k, v in logs.items()
+                               if not k.startswith(("reward", "rewards/", "frac_reward")) and isinstance(v, (int, float))}
+            record = {**trainer_figures, **rollouts.last, "time/step_s": step_s,
+                      "time/update_s": max(0.0, step_s - rollouts.last.get("time/rollout_s", 0.0))}
+            self.log.write(state.global_step, record)
+
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+            self.log.close()
+
+    return _Log()
+
+
+def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSettings | None = None,
+             split: str | None = None, corpus: str | Path | None = None, progress: bool = True) -> dict:
+    """Train ``model`` with RL on the questions of ``data_path`` in the local environment.
+
+    Args:
+        data_path: QA JSONL (``synth`` output; ``split`` selects its items) or any format
+            ``eval`` reads.
+        model: ``smollm2`` or ``hf:DIR`` (usually the SFT model).
+        out: run directory; rerunning the same command resumes from its latest checkpoint.
+        settings: hyper-parameters (paper V2 defaults when ``None``).
+        split: which split of a ``synth`` file to train on (``train``, ``test``, ``all``;
+            default ``train``); other formats have no splits.
+        corpus: the offline corpus of the tools (default: the embedded one).
+        progress: progress bars.
+
+    Returns:
+        The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
+        counts), steps, seconds, and the per-step log.
+
+    Raises:
+        ConfigError: bad settings for this world size, model or tokenizer problems, ``out``
+            holding another run, nothing left after the prefilter.
+        InputFormatError: an unreadable or empty QA file.
+        ModelError: the judge (or the policy) failed on every rollout of several batches.
+    """
+    import hashlib
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from websailor.agent.loop import Agent
+    from websailor.corpus import Corpus
+    from websailor.judge.base import load_judge
+    from websailor.models import load_model
+    from websailor.tools import build_local_tools
+    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+
+    settings = settings or RLSettings()
+    out = Path(out)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    accumulation = accumulation_steps(settings, world)
+    model_dir = resolve_model_dir(model)
+    tokenizer = load_tokenizer(model_dir)
+    judge = load_judge(settings.reward, cache=None)
+    items = load_questions(data_path, split)
+    digest = hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
+    record = {"model": model, "data_sha256": digest, "split": split, **settings.model_dump()}
+    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL")
+    if (out / SUMMARY_FILE).exists():
+        logger.info("%s already holds the finished model of this run", out)
+        return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+    tools = build_local_tools(Corpus.open(corpus))
+    out.mkdir(parents=True, exist_ok=True)
+    if int(os.environ.get("RANK", "0")) == 0:
+        (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+    prefilter_counts = None
+    if settings.prefilter:
+        start = Agent(load_model(model), tools, build_agent_config(settings))
+        items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter, out / "prefilter_rollouts.jsonl",
+                                                  settings.concurrency, progress)
+        (out / PREFILTER_FILE).write_text(json.dumps({"k": settings.prefilter, **prefilter_counts,
+                                                      "kept_ids": [it.id for it in items]}, indent=2), encoding="utf-8")
+        start.model.close()
+        del start
+
+    bf16 = use_bf16(settings.precision)
+    try:
+        net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    except Exception as e:  # missing or broken weights: transformers raises several types
+        raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
+    if settings.lora:
+        net = wrap_lora(net, settings)
+    step0 = int(resume.name.rpartition("-")[2]) if resume else 0
+    for name in (LOG_FILE, ROLLOUTS_FILE):
+        _trim_jsonl(out / name, step0)
+
+    rollouts = AgentRollouts({it.question: it for it in items}, tools, judge,
+                             RolloutSettings(settings.group_size, settings.algo, build_agent_config(settings),
+                                             settings.concurrency, settings.seed,
+                                             skip_zero_advantage=settings.skip_zero_advantage),
+                             out / ROLLOUTS_FILE)
+
+    def advantage(prompts: list, completions: list, advantage: list, **kw: Any) -> list[float]:
+        """The advantage computed by the rollout function, passed through as the reward."""
+        return list(advantage)
+
+    args = GRPOConfig(
+        output_dir=str(out / "checkpoints"),
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=settings.warmup_ratio,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        per_device_train_batch_size=settings.micro_batch_size,
+        gradient_accumulation_steps=accumulation,
+        num_generations=settings.group_size,
+        num_iterations=1,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps or -1,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=settings.epsilon_low,
+        epsilon_high=settings.epsilon_high,
+        scale_rewards="none",
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        mask_truncated_completions=False,
+        use_vllm=settings.use_vllm,
+        vllm_mode=settings.vllm_mode,
+        bf16=bf16,
+        gradient_checkpointing=None,  # the deprecated alias
+        activation_checkpointing=settings.gradient_checkpointing,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=2,
+        logging_steps=1,
+        report_to="none",
+        seed=settings.seed,
+        disable_tqdm=not progress,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in items])
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = GRPOTrainer(model=net, reward_funcs=[advantage], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, rollout_func=rollouts, callbacks=[_callback(out, rollouts)])
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    seconds = time.perf_counter() - t0
+    save_model(trainer, out, model_dir, settings.lora)
+    from websailor.train.rl_log import read_log
+
+    summary = {"model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
+               "questions": len(items), "prefilter": prefilter_counts, "steps": trainer.state.global_step,
+               "gradient_accumulation": accumulation, "bf16": bf16, "train_seconds": round(seconds, 1),
+               "log": read_log(out)}
+    if trainer.is_world_process_zero():
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+__all__ = ["RLSettings", "accumulation_steps", "load_questions", "load_settings", "prefilter_items", "train_rl"]

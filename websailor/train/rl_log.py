@@ -1,0 +1,125 @@
+"""The per-step log of an RL run: one JSON line per optimizer step in ``rl_log.jsonl`` and
+the same scalars as TensorBoard event files (``tensorboard --logdir DIR/tensorboard``), and
+the plot of its curves.
+
+Figures per step (names as logged):
+
+- ``reward/mean``, ``reward/accuracy``, ``reward/ungraded``: the batch's rewards.
+- ``groups/zero_spread_share``, ``groups/skipped``, ``groups/duplicated``: group signal.
+- ``rollouts/tool_calls``, ``rollouts/model_calls``, ``rollouts/response_tokens``,
+  ``rollouts/in_loss_share``, ``termination/<reason>`` (shares of the batch).
+- ``entropy``, ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,
+  ``loss``, ``grad_norm``, ``learning_rate``: from the trainer.
+- ``time/rollout_s`` (of which ``time/generation_s`` and ``time/tools_s``), ``time/update_s``,
+  ``time/step_s``: seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from websailor.errors import InputFormatError
+
+LOG_FILE = "rl_log.jsonl"
+TB_DIR = "tensorboard"
+
+#: curves drawn by :func:`plot_log`, in panel order
+PLOTTED = (("reward/mean", "mean reward"), ("reward/accuracy", "accuracy"), ("groups/zero_spread_share", "zero-spread groups"),
+           ("rollouts/tool_calls", "tool calls per rollout"), ("rollouts/response_tokens", "model tokens per rollout"),
+           ("entropy", "entropy"), ("clip_ratio/region_mean", "clip fraction"), ("time/step_s", "seconds per step"))
+
+
+class StepLogger:
+    """Appends one record per step to ``out/rl_log.jsonl`` and writes its numeric values as
+    TensorBoard scalars under ``out/tensorboard``."""
+
+    def __init__(self, out: Path) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.path = Path(out) / LOG_FILE
+        self.writer = SummaryWriter(str(Path(out) / TB_DIR))
+
+    def write(self, step: int, values: dict[str, Any]) -> None:
+        """Record ``values`` (names to numbers) for optimizer step ``step``."""
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": step, **clean}) + "\n")
+        for k, v in clean.items():
+            if isinstance(v, (int, float)) and v is not None:
+                self.writer.add_scalar(k, v, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def read_log(out: str | Path) -> list[dict]:
+    """The step records of the run in ``out`` (a directory, or the ``rl_log.jsonl`` file).
+
+    Raises:
+        InputFormatError: no log there, or a line that is not a step record.
+    """
+    path = Path(out)
+    path = path / LOG_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise InputFormatError(f"{path}: no RL step log (is this an RL run directory?)")
+    records = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise InputFormatError(f"{path} line {lineno} is not JSON: is it an RL step log?") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            raise InputFormatError(f"{path} line {lineno} is not an RL step record (no integer 'step')")
+        records.append(rec)
+    return records
+
+
+def window_means(records: list[dict], key: str, n: int = 10) -> tuple[float | None, float | None]:
+    """Mean of ``key`` over the first ``n`` and the last ``n`` steps (``None`` if absent)."""
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    if not values:
+        return None, None
+    head, tail = values[:n], values[-n:]
+    return sum(head) / len(head), sum(tail) / len(tail)
+
+
+def plot_log(out: str | Path, png: str | Path | None = None, smooth: int = 5) -> Path:
+    """Draw the curves of :data:`PLOTTED` (raw and a ``smooth``-step moving average) to
+    ``png`` (default ``out/rl_curves.png``).
+
+    Raises:
+        InputFormatError: as :func:`read_log`; also when the log has no steps.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_log(out)
+    if not records:
+        raise InputFormatError(f"{out}: the RL step log is empty (no step finished yet)")
+    png = Path(png) if png else (Path(out) if Path(out).is_dir() else Path(out).parent) / "rl_curves.png"
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    for ax, (key, title) in zip(axes.flat, PLOTTED):
+        pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if not pts:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+            continue
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, ".", alpha=0.5)
+        if len(ys) >= smooth > 1:
+            avg = [sum(ys[i - smooth + 1:i + 1]) / smooth for i in range(smooth - 1, len(ys))]
+            ax.plot(xs[smooth - 1:], avg, "-", label=f"{smooth}-step mean")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png

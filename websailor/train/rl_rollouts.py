@@ -1,0 +1,228 @@
+"""The ``rollout_func`` of TRL's ``GRPOTrainer``: our ReAct agent, run with the policy being
+trained, in the tool environment, graded by a judge, turned into token sequences with
+per-slot advantages.
+
+TRL hands the function the prompts of one generation batch, each repeated ``group_size``
+times in a row (one group per question). For each batch it:
+
+1. runs every rollout with the current policy (multi-turn, real tool calls);
+2. grades the final answers with the judge and computes the rewards
+   (:mod:`websailor.train.rewards`);
+3. plans the batch (:func:`websailor.train.advantages.plan_batch`): advantages, V2's negative
+   exclusion, DUPO's duplication of groups with spread;
+4. returns prompt ids, completion ids and an ``env_mask`` (0 on tool responses and on every
+   token of a rollout left out of the loss), and passes each slot's advantage to the trainer
+   as its "reward". The trainer runs with ``scale_rewards="none"``; each group's advantages
+   sum to zero, so the trainer's ``reward - group mean`` returns them unchanged.
+
+Every rollout is appended, with its step, reward, advantage and whether it entered the loss,
+to ``rollouts.jsonl`` in the run directory; the batch's figures go to the step log.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from websailor.agent.loop import Agent, AgentConfig
+from websailor.agent.trajectory import Trajectory
+from websailor.errors import ModelError
+from websailor.eval.loaders import EvalItem
+from websailor.judge.base import Case, Judge
+from websailor.log import get_logger
+from websailor.train.advantages import plan_batch
+from websailor.train.rewards import reward
+from websailor.train.rollout_tokens import rollout_tokens
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class RolloutSettings:
+    """How the policy acts during RL. ``temperature`` must equal the trainer's (it scales the
+    logits of the recomputed log-probabilities). ``max_failed_steps``: batches in a row whose
+    every reward is missing (the judge is down) before training stops.
+
+    ``skip_zero_advantage``: a rollout left out of the loss, or whose advantage is exactly 0,
+    has no gradient; its completion is replaced by one masked token so the update does not
+    spend a forward and backward pass on it. The token-level loss is then averaged over the
+    tokens that carry an advantage, a per-step scale that Adam's normalization absorbs."""
+
+    group_size: int
+    algo: str
+    agent: AgentConfig
+    concurrency: int = 8
+    seed: int = 0
+    max_failed_steps: int = 3
+    skip_zero_advantage: bool = True
+
+
+class AgentRollouts:
+    """Callable as TRL's ``rollout_func(prompts, trainer)``.
+
+    Args:
+        items: the training questions by question text (the prompts TRL hands back carry the
+            text only).
+        tools: the environment's tools by name.
+        judge: grades final answers (``em``, ``f1`` or an LLM judge).
+        settings: group size, algorithm, agent budgets and sampling.
+        rollouts_path: JSONL every graded rollout is appended to.
+
+    Raises (when called):
+        ValueError: prompts that do not come in groups of ``group_size``, or a question not
+            among ``items``.
+        ModelError: ``max_failed_steps`` batches in a row without a single graded rollout.
+    """
+
+    def __init__(self, items: dict[str, EvalItem], tools: dict[str, Any], judge: Judge,
+                 settings: RolloutSettings, rollouts_path: Path) -> None:
+        self.items = items
+        self.tools = tools
+        self.judge = judge
+        self.settings = settings
+        self.rollouts_path = Path(rollouts_path)
+        self.rng = random.Random(settings.seed)
+        self.last: dict[str, float] = {}
+        self._failed_steps = 0
+        self._calls = 0
+
+    # -- the steps of one batch -------------------------------------------------------
+    def _questions(self, prompts: list) -> list[EvalItem]:
+        G = self.settings.group_size
+        texts = [p[-1]["content"] if isinstance(p, list) else str(p) for p in prompts]
+        if len(texts) % G:
+            raise ValueError(f"{len(texts)} prompts do not split into groups of {G}")
+        out = []
+        for g in range(0, len(texts), G):
+            if len(set(texts[g:g + G])) != 1:
+                raise ValueError(f"prompts {g}..{g + G - 1} are not one question repeated {G} times")
+            item = self.items.get(texts[g])
+            if item is None:
+                raise ValueError(f"a prompt is not among the training questions: {texts[g][:80]!r}")
+            out += [item] * G
+        return out
+
+    def _run(self, agent: Agent, items: list[EvalItem], step: int) -> list[Trajectory]:
+        n = len(items)
+        with ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout") as pool:
+            futures = [pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer)
+                       for i, it in enumerate(items)]
+            return [f.result() for f in futures]
+
+    def _grade(self, items: list[EvalItem], trajs: list[Trajectory]) -> list[bool | None]:
+        graded = [i for i, t in enumerate(trajs) if t.termination != "model_error"]
+        correct: list[bool | None] = [None] * len(trajs)
+        if not graded:
+            return correct
+        try:
+            grades = self.judge.grade([Case(items[i].question, trajs[i].prediction, items[i].gold) for i in graded])
+        except Exception as e:  # a judge that raises instead of returning ungraded verdicts
+            logger.warning("the judge failed on this batch (%s: %s): its rewards are missing", type(e).__name__, e)
+            return correct
+        for i, g in zip(graded, grades):
+            correct[i] = g.correct
+        return correct
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
+        from trl.models.utils import unwrap_model_for_generation
+
+        from websailor.models.hf import TransformersModel
+
+        s = self.settings
+        step = trainer.state.global_step
+        items = self._questions(prompts)
+        tokenizer = trainer.processing_class
+        t0 = time.perf_counter()
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
+            was_training = policy.training
+            policy.eval()
+            try:
+                chat = TransformersModel.from_loaded(policy, tokenizer, name=f"policy@step{step}", max_batch=s.concurrency)
+                agent = Agent(chat, self.tools, AgentConfig(**{**vars(s.agent), "seed": s.seed + step}))
+                trajs = self._run(agent, items, step)
+            finally:
+                policy.train(was_training)
+        return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
+
+    def batch(self, items: list[EvalItem], trajs: list[Trajectory], step: int, tokenizer: Any,
+              rollout_s: float = 0.0) -> dict[str, Any]:
+        """Grade finished rollouts (``trajs[i]`` answers ``items[i]``; groups contiguous) and
+        build the trainer's batch: ``prompt_ids``, ``completion_ids``, ``env_mask``,
+        ``logprobs`` (``None``: recomputed by the trainer) and ``advantage`` per slot. Appends
+        the rollouts to the rollouts file and keeps the batch's figures in :attr:`last`.
+
+        Raises:
+            ModelError: this is the ``max_failed_steps``-th batch in a row without a reward.
+        """
+        s = self.settings
+        correct = self._grade(items, trajs)
+        rewards = [reward(t, c, s.algo) for t, c in zip(trajs, correct)]
+        if all(r is None for r in rewards):
+            self._failed_steps += 1
+            if self._failed_steps >= s.max_failed_steps:
+                raise ModelError(f"no rollout could be graded in {self._failed_steps} batches in a row: the judge "
+                                 "or the policy keeps failing; fix it and rerun the same command to resume")
+        else:
+            self._failed_steps = 0
+        plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
+        tokens = [rollout_tokens(t, tokenizer) for t in trajs]
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": None,
+                                "advantage": []}
+        for slot, src in enumerate(plan.slots):
+            tk = tokens[src]
+            idle = not plan.in_loss[slot] or (s.skip_zero_advantage and plan.advantages[slot] == 0.0)
+            out["prompt_ids"].append(tk.prompt_ids)
+            if idle and s.skip_zero_advantage:
+                out["completion_ids"].append([tokenizer.eos_token_id])
+                out["env_mask"].append([0])
+            else:
+                out["completion_ids"].append(tk.completion_ids)
+                out["env_mask"].append([0] * len(tk.env_mask) if idle else tk.env_mask)
+            out["advantage"].append(float(plan.advantages[slot]))
+        self._log_rollouts(step, trajs, correct, rewards, plan)
+        self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s)
+        return out
+
+    # -- records --------------------------------------------------------------------------
+    def _log_rollouts(self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any) -> None:
+        adv = {src: a for src, a in zip(plan.slots, plan.advantages)}
+        used = {src for src, keep in zip(plan.slots, plan.in_loss) if keep}
+        with self.rollouts_path.open("a", encoding="utf-8") as fh:
+            for i, t in enumerate(trajs):
+                rec = {"step": step + 1, **t.to_dict(), "correct": correct[i], "reward": rewards[i],
+                       "advantage": adv.get(i), "in_loss": i in used}
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    def _stats(self, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, tokens: list,
+               rollout_s: float) -> dict[str, float]:
+        n = len(trajs)
+        known = [r for r in rewards if r is not None]
+        graded = [c for c in correct if c is not None]
+        groups = n // self.settings.group_size
+        model_s = sum(t.timings["model_s"] for t in trajs)
+        tools_s = sum(t.timings["tools_s"] for t in trajs)
+        share_tools = tools_s / (model_s + tools_s) if model_s + tools_s > 0 else 0.0
+        stats = {
+            "reward/mean": sum(known) / len(known) if known else float("nan"),
+            "reward/accuracy": sum(map(bool, graded)) / len(graded) if graded else float("nan"),
+            "reward/ungraded": float(n - len(graded)),
+            "groups/zero_spread_share": plan.zero_spread_groups / groups,
+            "groups/skipped": float(plan.skipped_groups),
+            "groups/duplicated": float(plan.duplicated_groups),
+            "rollouts/in_loss_share": sum(plan.in_loss) / n,
+            "rollouts/tool_calls": sum(t.num_tool_calls for t in trajs) / n,
+            "rollouts/model_calls": sum(t.num_model_calls for t in trajs) / n,
+            "rollouts/response_tokens": sum(tk.model_tokens for tk in tokens) / n,
+            "time/rollout_s": rollout_s,
+            "time/tools_s": rollout_s * share_tools,
+            "time/generation_s": rollout_s * (1 - share_tools),
+        }
+        for term, k in Counter(t.termination for t in trajs).items():
+            stats[f"termination/{term}"] = k / n
+        return stats
