@@ -1,5 +1,6 @@
-"""The cold-start experiment (issue 6): synthesize, build constructive trajectories, fine-tune
-SmolLM2-135M on CPU, and evaluate the base and the fine-tuned model on held-out items.
+"""The cold-start and RL experiments (issues 6 and 7): synthesize, build constructive
+trajectories, fine-tune SmolLM2-135M on CPU, train the SFT model further with V2 RL in the local
+environment, and evaluate the base, SFT and RL models on held-out items.
 
 Every stage is a `websailor` command, printed before it runs, so the experiment is also a
 recipe; each one resumes, so rerunning the script after an interruption continues it.
@@ -7,7 +8,7 @@ recipe; each one resumes, so rerunning the script after an interruption continue
     python benchmarks/mini_pipeline.py --out runs/mini            # the issue's sizes
     python benchmarks/mini_pipeline.py --out runs/mini --eval-limit 30
 
-Prints, for the base and the SFT model: format validity (share of assistant turns that parse
+Prints, for the base, SFT and RL models: format validity (share of assistant turns that parse
 into a tool call or an answer), terminations, mean tool calls, Avg@k and Pass@k; writes them
 to OUT/results.json and OUT/results.md.
 """
@@ -55,11 +56,14 @@ def main() -> None:
     p.add_argument("--max-calls", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--skip-base", action="store_true", help="evaluate only the fine-tuned model")
+    p.add_argument("--skip-base", action="store_true", help="evaluate only the fine-tuned models")
+    p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_mini.yaml",
+                   help="RL settings (the default: V2, 24 steps of one group of 4 rollouts, lr 2e-5)")
+    p.add_argument("--skip-rl", action="store_true", help="stop after SFT")
     a = p.parse_args()
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
-    qa, traj, model = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
+    qa, traj, model, rl_model = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model", out / "rl_model"
     times = {}
     times["synth_s"] = step(["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed),
                              "--test-fraction", str(a.test_fraction)])
@@ -67,15 +71,29 @@ def main() -> None:
                                     "--out", str(traj)])
     times["train_s"] = step(["train", "sft", "--data", str(traj), "--out", str(model), "--model", "smollm2",
                              "--config", str(a.sft_config)])
+    if not a.skip_rl:
+        times["train_rl_s"] = step(["train", "rl", "--data", str(qa), "--split", "train", "--model", f"hf:{model}",
+                                    "--out", str(rl_model), "--config", str(a.rl_config)])
+        step(["train", "plot", str(rl_model)])
     common = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.rollouts),
               "--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
     results = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()}}
-    runs = [("sft", f"hf:{model}")] + ([] if a.skip_base else [("base", "smollm2")])
+    runs = [("sft", f"hf:{model}")] + ([] if a.skip_rl else [("rl", f"hf:{rl_model}")])
+    runs += [] if a.skip_base else [("base", "smollm2")]
     for name, spec in runs:
         times[f"eval_{name}_s"] = step(["eval", *common, "--model", spec, "--out", str(out / f"eval_{name}")])
         results[name] = figures(out / f"eval_{name}")
     results["train"] = {k: v for k, v in json.loads((model / "sft_summary.json").read_text()).items()
                         if k in ("counts", "tokens", "steps", "train_loss", "train_seconds", "max_length")}
+    if not a.skip_rl:
+        rl = json.loads((rl_model / "rl_summary.json").read_text())
+        log = rl["log"]
+        rewards = [r["reward/mean"] for r in log if r.get("reward/mean") is not None]
+        results["rl"] = {"steps": rl["steps"], "train_seconds": rl["train_seconds"], "questions": rl["questions"],
+                         "reward_first_10": sum(rewards[:10]) / max(1, len(rewards[:10])),
+                         "reward_last_10": sum(rewards[-10:]) / max(1, len(rewards[-10:])),
+                         "reward_per_step": rewards,
+                         "zero_spread_share": sum(r.get("groups/zero_spread_share", 0) for r in log) / max(1, len(log))}
     results["times_s"] = {k: round(v, 1) for k, v in times.items()}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     rows = ["| model | format validity | Avg@k | Pass@k | mean tool calls | terminations |", "|---|---|---|---|---|---|"]

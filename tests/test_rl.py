@@ -1,0 +1,331 @@
+"""Agentic RL: batch planning on hand-computed groups, rollout tokens and the env mask as the
+trainer gets them, the rollout function with a scripted agent and judge, TRL end to end with
+a tiny model (log, resume, use as ``hf:DIR``), the step log and plot, and bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import ScriptedModel, call
+from websailor.agent.loop import Agent, AgentConfig
+from websailor.errors import ConfigError, InputFormatError, ModelError
+from websailor.eval.loaders import EvalItem
+from websailor.judge.base import Grade
+from websailor.judge.gold import Gold
+from websailor.train.advantages import plan_batch
+from websailor.train.rl import RLSettings, accumulation_steps, load_settings, train_rl
+from websailor.train.rl_log import plot_log, read_log, window_means
+from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+from websailor.train.rollout_tokens import rollout_tokens
+from websailor.train.sft import load_tokenizer
+
+
+# -- batch planning ------------------------------------------------------------------------
+def test_v2_plan_excludes_cut_negatives_and_keeps_slots():
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    terms = ["answer", "max_calls", "answer", "context"] + ["answer"] * 4
+    plan = plan_batch(rewards, terms, 4, "v2", random.Random(0))
+    assert plan.slots == list(range(8))
+    assert plan.advantages[:4] == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])
+    assert plan.advantages[4:] == [0.0] * 4
+    # the cut rollouts with a negative advantage are out; the answered wrong one stays in
+    assert plan.in_loss[:4] == [True, False, True, False]
+    assert (plan.zero_spread_groups, plan.skipped_groups, plan.duplicated_groups) == (1, 0, 0)
+
+
+def test_dupo_plan_refills_zero_spread_and_skipped_groups():
+    rewards = [0.1, 1.0, 0.1, 0.1,  # spread
+               1.0, 1.0, 1.0, 1.0,  # zero spread
+               None, 0.0, 0.0, 1.0]  # the judge failed on one: skipped
+    plan = plan_batch(rewards, ["answer"] * 12, 4, "dupo", random.Random(0))
+    assert plan.slots == [0, 1, 2, 3] * 3  # the only group with spread fills every slot
+    mean, std = 0.325, 0.45  # sample std of (0.1, 1.0, 0.1, 0.1)
+    assert plan.advantages[:4] == pytest.approx([(r - mean) / (std + 1e-4) for r in (0.1, 1.0, 0.1, 0.1)])
+    assert plan.advantages[4:8] == plan.advantages[:4] and all(plan.in_loss)
+    assert (plan.zero_spread_groups, plan.skipped_groups, plan.duplicated_groups) == (1, 1, 2)
+
+
+def test_dupo_plan_without_any_spread_trains_on_nothing():
+    plan = plan_batch([0.0] * 4 + [1.0] * 4, ["answer"] * 8, 4, "dupo", random.Random(0))
+    assert plan.in_loss == [False] * 8 and plan.advantages == [0.0] * 8
+
+
+def test_v2_plan_skips_a_group_with_a_missing_reward():
+    plan = plan_batch([1.0, None, 0.0, 1.0], ["answer"] * 4, 2, "v2", random.Random(0))
+    assert plan.in_loss == [False, False, True, True]
+    assert plan.advantages == [0.0, 0.0, -1.0, 1.0] and plan.skipped_groups == 1
+
+
+# -- rollout tokens ------------------------------------------------------------------------
+def _trajectory(vital, replies: list[str], max_calls: int = 10, rollout: int = 0):
+    from websailor.tools import build_local_tools
+
+    agent = Agent(ScriptedModel(replies), build_local_tools(vital), AgentConfig(max_calls=max_calls))
+    return agent.run("Which city is the capital of France?", "q1", rollout, "Paris")
+
+
+def test_env_mask_covers_exactly_the_model_replies(vital, smollm2_path: Path):
+    tok = load_tokenizer(smollm2_path)
+    replies = [call("search", query=["capital of France"]), "<think>Found it.</think>\n<answer>Paris</answer>"]
+    traj = _trajectory(vital, replies)
+    tk = rollout_tokens(traj, tok)
+    assert len(tk.completion_ids) == len(tk.env_mask)
+    prompt = tok.decode(tk.prompt_ids)
+    assert prompt.endswith("<|im_start|>assistant\n") and "capital of France?" in prompt
+    model_text = tok.decode([t for t, m in zip(tk.completion_ids, tk.env_mask) if m])
+    assert model_text == "".join(m["content"] + "<|im_end|>" for m in traj.messages if m["role"] == "assistant")
+    outside = tok.decode([t for t, m in zip(tk.completion_ids, tk.env_mask) if not m])
+    assert "<tool_response>" in outside and "<tool_response>" not in model_text
+    # the completion ends with the end-of-turn token, so the trainer does not count it truncated
+    assert tk.completion_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>") == tok.eos_token_id
+
+
+def test_a_rollout_cut_after_a_tool_response_ends_at_the_last_reply(vital, smollm2_path: Path):
+    tok = load_tokenizer(smollm2_path)
+    traj = _trajectory(vital, [call("search", query=["France"])], max_calls=1)
+    assert traj.termination == "max_calls" and traj.messages[-1]["role"] == "user"
+    tk = rollout_tokens(traj, tok)
+    assert tk.env_mask[-1] == 1 and tk.completion_ids[-1] == tok.eos_token_id
+    assert "<tool_response>" not in tok.decode(tk.completion_ids)
+
+
+# -- the rollout function ------------------------------------------------------------------
+class _Judge:
+    """Marks a prediction correct when it says Paris; ``fail`` makes it ungraded."""
+
+    name = "test"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls = 0
+
+    def grade(self, cases):
+        self.calls += 1
+        if self.fail:
+            return [Grade(None, None, error="judge down") for _ in cases]
+        return [Grade(c.prediction == "Paris", 1.0) for c in cases]
+
+
+def _scripted_group(vital, outcomes: list[str]):
+    """One group of rollouts; outcome ``right``, ``wrong`` or ``cut`` (budget exhausted)."""
+    replies = {"right": "<answer>Paris</answer>", "wrong": "<answer>Lyon</answer>"}
+    out = []
+    for r, o in enumerate(outcomes):
+        if o == "cut":
+            out.append(_trajectory(vital, [call("search", query=["France"])], max_calls=1, rollout=r))
+        else:
+            out.append(_trajectory(vital, [call("search", query=["France"]), replies[o]], rollout=r))
+    return out
+
+
+def _rollouts(tmp_path: Path, algo: str, judge, group_size: int = 4) -> AgentRollouts:
+    item = EvalItem("q1", "Which city is the capital of France?", Gold.parse("Paris"))
+    settings = RolloutSettings(group_size, algo, AgentConfig(max_calls=4), concurrency=1)
+    return AgentRollouts({item.question: item}, {}, judge, settings, tmp_path / "rollouts.jsonl")
+
+
+def test_v2_batch_masks_excluded_rollouts_and_passes_advantages(tmp_path: Path, vital, smollm2_path: Path):
+    tok = load_tokenizer(smollm2_path)
+    ro = _rollouts(tmp_path, "v2", _Judge())
+    trajs = _scripted_group(vital, ["right", "wrong", "cut", "right"])
+    item = next(iter(ro.items.values()))
+    out = ro.batch([item] * 4, trajs, step=0, tokenizer=tok)
+    assert out["logprobs"] is None
+    assert out["advantage"] == pytest.approx([1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3])
+    assert sum(out["advantage"]) == pytest.approx(0.0)  # the trainer's group mean is 0: it keeps them as they are
+    # the cut rollout has a negative advantage: left out of the loss (one masked token)
+    assert out["completion_ids"][2] == [tok.eos_token_id] and out["env_mask"][2] == [0]
+    for i in (0, 1, 3):
+        assert sum(out["env_mask"][i]) > 0 and len(out["env_mask"][i]) == len(out["completion_ids"][i])
+    assert ro.last["reward/mean"] == 0.5 and ro.last["termination/max_calls"] == 0.25
+    assert ro.last["rollouts/in_loss_share"] == 0.75
+    records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["in_loss"] for r in records] == [True, True, False, True]
+    assert [r["reward"] for r in records] == [1.0, 0.0, 0.0, 1.0] and records[0]["step"] == 1
+
+
+def test_dupo_batch_duplicates_the_group_with_spread(tmp_path: Path, vital, smollm2_path: Path):
+    tok = load_tokenizer(smollm2_path)
+    ro = _rollouts(tmp_path, "dupo", _Judge(), group_size=2)
+    trajs = _scripted_group(vital, ["right", "wrong"]) + _scripted_group(vital, ["wrong", "wrong"])
+    item = next(iter(ro.items.values()))
+    out = ro.batch([item] * 4, trajs, step=3, tokenizer=tok)
+    assert out["completion_ids"][2:] == out["completion_ids"][:2]
+    assert out["advantage"][:2] == out["advantage"][2:] and out["advantage"][0] > 0 > out["advantage"][1]
+    assert ro.last["groups/duplicated"] == 1.0 and ro.last["groups/zero_spread_share"] == 0.5
+
+
+def test_a_failing_judge_skips_groups_then_stops_training(tmp_path: Path, vital, smollm2_path: Path):
+    tok = load_tokenizer(smollm2_path)
+    ro = _rollouts(tmp_path, "v2", _Judge(fail=True), group_size=2)
+    item = next(iter(ro.items.values()))
+    for step in range(2):
+        out = ro.batch([item] * 2, _scripted_group(vital, ["right", "wrong"]), step=step, tokenizer=tok)
+        assert out["env_mask"] == [[0], [0]] and out["advantage"] == [0.0, 0.0]
+        assert ro.last["groups/skipped"] == 1.0 and ro.last["reward/ungraded"] == 2.0
+    with pytest.raises(ModelError, match="no rollout could be graded in 3 batches in a row"):
+        ro.batch([item] * 2, _scripted_group(vital, ["right", "wrong"]), step=2, tokenizer=tok)
+
+
+def test_prompts_must_come_in_groups(tmp_path: Path):
+    ro = _rollouts(tmp_path, "v2", _Judge(), group_size=2)
+    q = [{"role": "user", "content": "Which city is the capital of France?"}]
+    with pytest.raises(ValueError, match="groups of 2"):
+        ro._questions([q, q, q])
+    with pytest.raises(ValueError, match="not among the training questions"):
+        ro._questions([[{"role": "user", "content": "other"}]] * 2)
+
+
+# -- settings and bad input ----------------------------------------------------------------
+@pytest.mark.parametrize("overrides, message", [
+    ({"group_size": 1}, "a group of one rollout has no baseline"),
+    ({"group_size": 4, "batch_size": 6}, "batch_size 6 is not a multiple of group_size 4"),
+    ({"prefilter": 1}, "one rollout per item cannot tell"),
+    ({"algo": "ppo"}, "algo"),
+    ({"epsilon_low": float("inf")}, "epsilon_low"),
+    ({"unknown": 1}, "unknown"),
+])
+def test_bad_settings_are_named(overrides: dict, message: str):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, **overrides)
+
+
+def test_each_process_needs_whole_groups():
+    s = RLSettings(group_size=4, batch_size=8)
+    assert accumulation_steps(s, 1) == 8
+    assert accumulation_steps(s, 2) == 4
+    with pytest.raises(ConfigError, match="not whole groups of 4"):
+        accumulation_steps(RLSettings(group_size=4, batch_size=4), 2)
+
+
+def test_shipped_configs_load():
+    root = Path(__file__).resolve().parents[1] / "configs" / "rl"
+    paper = load_settings(root / "paper.yaml")
+    assert (paper.batch_size, paper.learning_rate, paper.temperature, paper.epsilon_high) == (128, 1e-6, 1.0, 0.28)
+    assert load_settings(root / "cpu_mini.yaml").batch_size % load_settings(root / "cpu_mini.yaml").group_size == 0
+
+
+def test_step_log_read_and_plot(tmp_path: Path):
+    log = tmp_path / "rl_log.jsonl"
+    log.write_text("".join(json.dumps({"step": i + 1, "reward/mean": i / 20, "entropy": 1.0}) + "\n" for i in range(20)))
+    assert window_means(read_log(tmp_path), "reward/mean") == pytest.approx((0.225, 0.725))
+    png = plot_log(tmp_path)
+    assert png.stat().st_size > 10_000
+    log.write_text('{"step": 1}\nnot json\n')
+    with pytest.raises(InputFormatError, match="line 2 is not JSON"):
+        read_log(tmp_path)
+    with pytest.raises(InputFormatError, match="no RL step log"):
+        read_log(tmp_path / "nothing")
+
+
+# -- TRL end to end --------------------------------------------------------------------
+def _qa(path: Path) -> Path:
+    rows = [{"id": "a", "question": "Which city is the capital of France?", "answer": "Paris"},
+            {"id": "b", "question": "Which river flows through Paris?", "answer": "Seine"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_rl(smollm2_path: Path, vital_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    from tests.test_sft import _save_tiny
+
+    root = tmp_path_factory.mktemp("rl")
+    tiny = _save_tiny(root / "tiny", smollm2_path)
+    qa = _qa(root / "qa.jsonl")
+    settings = load_settings(None, group_size=2, batch_size=2, max_steps=2, max_calls=2, max_tokens_per_turn=8,
+                             learning_rate=1e-4, concurrency=2, save_steps=1, skip_zero_advantage=False)
+    summary = train_rl(qa, f"hf:{tiny}", root / "out", settings, corpus=vital_dir, progress=False)
+    return root, tiny, qa, settings, summary
+
+
+def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
+    from websailor.models import load_model
+
+    root, tiny, qa, settings, summary = tiny_rl
+    out = root / "out"
+    assert summary["steps"] == 2 and summary["questions"] == 2
+    log = read_log(out)
+    assert [r["step"] for r in log] == [1, 2]
+    for key in ("reward/mean", "groups/zero_spread_share", "rollouts/tool_calls", "rollouts/response_tokens",
+                "entropy", "clip_ratio/region_mean", "time/rollout_s", "time/update_s", "loss"):
+        assert key in log[0], key
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 4 and {r["step"] for r in rollouts} == {1, 2}
+    assert {r["question"] for r in rollouts} <= {"Which city is the capital of France?", "Which river flows through Paris?"}
+    # the saved directory is a model for run and eval
+    assert load_model(f"hf:{out}").name == f"hf:{out}"
+    # rerunning the same command returns the finished run; other settings are refused
+    assert train_rl(qa, f"hf:{tiny}", out, settings, corpus=vital_dir, progress=False)["steps"] == 2
+    with pytest.raises(ConfigError, match="holds an RL run with other learning_rate"):
+        train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 1e-3}), corpus=vital_dir)
+
+
+def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """The tiny random model never answers, so every group has zero spread: the first run's
+    loss is exactly 0 and AdamW (no weight decay) leaves the weights as they were. With
+    rewards that differ inside each group, the same run moves them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import websailor.train.rl_rollouts as rr
+
+    root, tiny, qa, settings, _ = tiny_rl
+    base = list(AutoModelForCausalLM.from_pretrained(tiny).parameters())
+    flat = read_log(root / "out")
+    assert all(r["groups/zero_spread_share"] == 1.0 and r["loss"] == 0.0 for r in flat)
+    after_flat = AutoModelForCausalLM.from_pretrained(root / "out").parameters()
+    assert all(torch.equal(p, q) for p, q in zip(base, after_flat))
+
+    monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
+    s = settings.model_copy(update={"max_steps": 1})
+    train_rl(qa, f"hf:{tiny}", root / "spread", s, corpus=vital_dir, progress=False)
+    log = read_log(root / "spread")
+    assert log[0]["groups/zero_spread_share"] == 0.0 and log[0]["reward/mean"] == 0.5
+    assert log[0]["grad_norm"] > 0
+    after = AutoModelForCausalLM.from_pretrained(root / "spread").parameters()
+    assert any(not torch.equal(p, q) for p, q in zip(base, after))
+
+
+def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
+    root, tiny, qa, settings, _ = tiny_rl
+    s = settings.model_copy(update={"prefilter": 2, "max_steps": 1})
+    with pytest.raises(ConfigError, match=r"no moderate items left after the prefilter \(2 rollouts per item: "
+                                          r"0 too easy, 2 too hard"):
+        train_rl(qa, f"hf:{tiny}", root / "prefiltered", s, corpus=vital_dir, progress=False)
+    assert len((root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()) == 4
+
+
+def test_synth_files_train_on_their_train_split(tmp_path: Path):
+    from websailor.train.rl import load_questions
+
+    rows = [{"id": f"s{i}", "question": f"Question {i}?", "answer": f"A{i}", "split": split, "topology_hash": "h",
+             "constraints": []} for i, split in enumerate(["train", "test", "train"])]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [it.id for it in load_questions(qa)] == ["s0", "s2"]
+    assert [it.id for it in load_questions(qa, "all")] == ["s0", "s1", "s2"]
+    plain = _qa(tmp_path / "plain.jsonl")
+    with pytest.raises(InputFormatError, match="--split applies to synthesized QA items only"):
+        load_questions(plain, "train")
+
+
+def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
+    root, tiny, qa, settings, _ = tiny_rl
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputFormatError):
+        train_rl(empty, f"hf:{tiny}", tmp_path / "o1", settings, corpus=vital_dir)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text(json.dumps({"id": "a", "question": "Q?", "answer": "x"}) + "\n"
+                   + json.dumps({"id": "b", "question": "Q?", "answer": "y"}) + "\n")
+    with pytest.raises(InputFormatError, match="items a and b ask the same question with different answers"):
+        train_rl(dup, f"hf:{tiny}", tmp_path / "o2", settings, corpus=vital_dir)
+    with pytest.raises(ConfigError, match="training needs local weights"):
+        train_rl(qa, "openai:m@http://localhost:1/v1", tmp_path / "o3", settings, corpus=vital_dir)
+
