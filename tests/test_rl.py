@@ -329,3 +329,52 @@ def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
     with pytest.raises(ConfigError, match="training needs local weights"):
         train_rl(qa, "openai:m@http://localhost:1/v1", tmp_path / "o3", settings, corpus=vital_dir)
 
+
+
+# -- the vLLM backend and the CLI ------------------------------------------------------
+class _FakeVLLM:
+    """Stands in for TRL's ``VLLMGeneration`` in colocate mode: echoes a fixed reply."""
+
+    mode = "colocate"
+    tensor_parallel_size = 1
+
+    def __init__(self, tok, reply: str) -> None:
+        self.tok, self.reply, self.prompts = tok, reply, []
+
+    def generate(self, prompts, images, num_generations):
+        self.prompts += prompts
+        ids = self.tok(self.reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id, 7, 7]
+        return prompts, [ids for _ in prompts], None, None
+
+
+def test_vllm_backend_turns_conversations_into_ids_and_back(smollm2_path: Path):
+    from types import SimpleNamespace
+
+    from websailor.models.base import SamplingParams
+    from websailor.models.trl_vllm import TRLVLLMModel
+
+    tok = load_tokenizer(smollm2_path)
+    gen = _FakeVLLM(tok, "<think>x</think>\n<answer>Paris</answer>")
+    trainer = SimpleNamespace(vllm_generation=gen, processing_class=tok,
+                              model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=8192)))
+    chat = TRLVLLMModel(trainer, "policy")
+    conv = [{"role": "system", "content": "s"}, {"role": "user", "content": "Capital of France?"}]
+    g = chat.chat(conv, SamplingParams(max_tokens=64))
+    assert g.text == "<think>x</think>\n<answer>Paris</answer>" and g.finish_reason == "stop"
+    assert tok.decode(gen.prompts[0]).endswith("<|im_start|>assistant\n")
+    gen.mode = "server"
+    with pytest.raises(ConfigError, match="colocate"):
+        TRLVLLMModel(trainer, "policy")
+
+
+def test_cli_names_bad_rl_settings(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+
+    qa = _qa(tmp_path / "qa.jsonl")
+    for args, message in ((["--group-size", "1"], "no baseline"), (["--group-size", "4", "--batch", "6"], "not a multiple"),
+                          (["--algo", "ppo"], "ppo")):
+        r = CliRunner().invoke(app, ["train", "rl", "--data", str(qa), "--out", str(tmp_path / "o"), *args])
+        assert r.exit_code != 0 and message in r.output, r.output
+    assert not (tmp_path / "o").exists()

@@ -1,33 +1,18 @@
-"""Local transformers backend with micro-batching of concurrent rollouts.
-
-Rollout threads call :meth:`TransformersModel.chat`; a single worker thread gathers the
-requests that arrive within ``batch_wait_s`` (up to ``max_batch``, same sampling settings) and
-runs them as one left-padded ``generate`` call, so 8 concurrent rollouts cost about one
-forward pass per token instead of eight.
-"""
+"""Local transformers backend with micro-batching of concurrent rollouts
+(:class:`websailor.models.batching.BatchedChat`): 8 concurrent rollouts cost about one
+forward pass per token instead of eight."""
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-from concurrent.futures import Future
-from dataclasses import astuple, replace
 from pathlib import Path
 from typing import Any
 
 from websailor.errors import ConfigError, ModelError
-from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
+from websailor.models.base import Generation, Message, SamplingParams, cut_at_stop
+from websailor.models.batching import BatchedChat
 
 
-def _batch_key(params: SamplingParams) -> tuple:
-    """Calls that may share a ``generate``: the same sampling settings. Deadlines, seeds and
-    token limits may differ: the batch runs to the largest limit and cuts each reply at its
-    own, under one seed derived from the members' seeds."""
-    return astuple(replace(params, timeout_s=None, seed=None, max_tokens=0))
-
-
-class TransformersModel(ChatModel):
+class TransformersModel(BatchedChat):
     """A causal LM directory loaded with transformers (CPU by default).
 
     Args:
@@ -86,12 +71,8 @@ class TransformersModel(ChatModel):
         self.model = model
         self.device = device
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 8192))
-        self.max_batch = max_batch
-        self.batch_wait_s = batch_wait_s
         self._torch = torch
-        self._queue: queue.Queue = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self.start_batching(max_batch, batch_wait_s)
 
     # -- direct batch generation ---------------------------------------------------------
     def render(self, messages: list[Message]) -> str:
@@ -138,38 +119,3 @@ class TransformersModel(ChatModel):
             finish = "stop" if (n < len(row) or stopped) else "length"
             results.append(Generation(text, int(n_prompt), n + (1 if n < len(row) else 0), finish))
         return results
-
-    # -- micro-batched single calls ------------------------------------------------------
-    def chat(self, messages: list[Message], params: SamplingParams) -> Generation:
-        fut: Future = Future()
-        self._queue.put((messages, params, fut))
-        with self._lock:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._serve, name="websailor-batcher", daemon=True)
-                self._worker.start()
-        return fut.result()
-
-    def _serve(self) -> None:
-        pending: list = []
-        while True:
-            if not pending:
-                pending.append(self._queue.get())
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(pending) < self.max_batch * 4:
-                try:
-                    pending.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
-                except queue.Empty:
-                    break
-            key = _batch_key(pending[0][1])
-            batch = [p for p in pending if _batch_key(p[1]) == key][: self.max_batch]
-            pending = [p for p in pending if p not in batch]
-            try:
-                seeds = [b[1].seed for b in batch if b[1].seed is not None]
-                params = replace(batch[0][1], max_tokens=max(b[1].max_tokens for b in batch),
-                                 seed=(sum(seeds) % 2**31) if seeds else None)
-                gens = self.generate([b[0] for b in batch], params, [b[1].max_tokens for b in batch])
-                for (_, _, fut), gen in zip(batch, gens):
-                    fut.set_result(gen)
-            except Exception as e:  # the waiting rollouts get the error, the worker lives on
-                for _, _, fut in batch:
-                    fut.set_exception(e if isinstance(e, ModelError) else ModelError(f"{self.name}: {e}"))

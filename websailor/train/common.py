@@ -47,7 +47,8 @@ def read_settings(cls: type[S], what: str, config: str | Path | None = None, **o
     try:
         return cls(**values)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in e.errors())
+        problems = "; ".join((f"{'.'.join(map(str, err['loc']))}: " if err["loc"] else "")
+                             + err["msg"].removeprefix("Value error, ") for err in e.errors())
         raise ConfigError(f"{what} settings: {problems}") from e
 
 

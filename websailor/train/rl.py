@@ -61,7 +61,8 @@ class RLSettings(BaseModel):
             gradient (advantage exactly 0, or left out of the loss); see
             :class:`websailor.train.rl_rollouts.RolloutSettings`.
         max_steps: optimizer steps; ``None`` runs ``epochs`` over the questions.
-        use_vllm, vllm_mode: generate with TRL's vLLM integration on GPUs.
+        use_vllm, vllm_mode: generate with TRL's vLLM integration on GPUs (colocate mode:
+            multi-turn rollouts of different lengths cannot keep server mode's lock-step).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -96,7 +97,7 @@ class RLSettings(BaseModel):
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     gradient_checkpointing: bool = False
     use_vllm: bool = False
-    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_mode: Literal["colocate"] = "colocate"
     save_steps: int = Field(10, ge=1)
     seed: int = Field(0, ge=0, lt=2**32)
 
@@ -390,6 +391,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         mask_truncated_completions=False,
         use_vllm=settings.use_vllm,
         vllm_mode=settings.vllm_mode,
+        max_completion_length=settings.max_tokens_per_turn,  # vLLM's reply budget per turn
         bf16=bf16,
         gradient_checkpointing=None,  # the deprecated alias
         activation_checkpointing=settings.gradient_checkpointing,

@@ -139,15 +139,21 @@ class AgentRollouts:
         items = self._questions(prompts)
         tokenizer = trainer.processing_class
         t0 = time.perf_counter()
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
-            was_training = policy.training
-            policy.eval()
-            try:
-                chat = TransformersModel.from_loaded(policy, tokenizer, name=f"policy@step{step}", max_batch=s.concurrency)
-                agent = Agent(chat, self.tools, AgentConfig(**{**vars(s.agent), "seed": s.seed + step}))
-                trajs = self._run(agent, items, step)
-            finally:
-                policy.train(was_training)
+        config = AgentConfig(**{**vars(s.agent), "seed": s.seed + step})
+        if getattr(trainer, "use_vllm", False):  # GPUs: the trainer's vLLM engine, weights synced by TRL
+            from websailor.models.trl_vllm import TRLVLLMModel
+
+            trajs = self._run(Agent(TRLVLLMModel(trainer, f"policy@step{step}"), self.tools, config), items, step)
+        else:
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
+                was_training = policy.training
+                policy.eval()
+                try:
+                    chat = TransformersModel.from_loaded(policy, tokenizer, name=f"policy@step{step}",
+                                                         max_batch=s.concurrency)
+                    trajs = self._run(Agent(chat, self.tools, config), items, step)
+                finally:
+                    policy.train(was_training)
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
 
     def batch(self, items: list[EvalItem], trajs: list[Trajectory], step: int, tokenizer: Any,
