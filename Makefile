@@ -44,6 +44,10 @@ demo: venv
 	rm -rf runs/demo/sft.jsonl runs/demo/sft
 	$(WS) traj build --qa runs/demo/qa.jsonl --out runs/demo/sft.jsonl
 	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps 2 --batch-size 1 --max-length 4096 --lr 1e-4 --warmup-ratio 0
+	@echo "--- agentic RL (v2): one step of one group of 2 rollouts of the fine-tuned model, then its curves"
+	rm -rf runs/demo/rl
+	$(WS) train rl --data runs/demo/qa.jsonl --model hf:runs/demo/sft --out runs/demo/rl --group-size 2 --batch 2 --max-steps 1 --max-calls 3 --max-tokens 128 --lr 1e-5 --concurrency 2
+	$(WS) train plot runs/demo/rl
 
 test: venv
 	$(PY) -m pytest -q
