@@ -59,6 +59,8 @@ def main() -> None:
     p.add_argument("--skip-base", action="store_true", help="evaluate only the fine-tuned models")
     p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_mini.yaml",
                    help="RL settings (the default: V2, 24 steps of one group of 4 rollouts, lr 2e-5)")
+    p.add_argument("--rl-max-steps", type=int, help="override the RL config's max_steps (a finished run is continued "
+                   "when larger; an unfinished one stops at its checkpoint of that step)")
     p.add_argument("--skip-rl", action="store_true", help="stop after SFT")
     a = p.parse_args()
     out = a.out
@@ -73,7 +75,8 @@ def main() -> None:
                              "--config", str(a.sft_config)])
     if not a.skip_rl:
         times["train_rl_s"] = step(["train", "rl", "--data", str(qa), "--split", "train", "--model", f"hf:{model}",
-                                    "--out", str(rl_model), "--config", str(a.rl_config)])
+                                    "--out", str(rl_model), "--config", str(a.rl_config),
+                                    *(["--max-steps", str(a.rl_max_steps)] if a.rl_max_steps else [])])
         step(["train", "plot", str(rl_model)])
     common = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.rollouts),
               "--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]

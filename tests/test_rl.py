@@ -138,11 +138,11 @@ def test_v2_batch_masks_excluded_rollouts_and_passes_advantages(tmp_path: Path, 
     assert out["advantage"] == pytest.approx([1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3])
     assert sum(out["advantage"]) == pytest.approx(0.0)  # the trainer's group mean is 0: it keeps them as they are
     # the cut rollout has a negative advantage: left out of the loss (one masked token)
-    assert out["completion_ids"][2] == [tok.eos_token_id] and out["env_mask"][2] == [0]
+    assert out["completion_ids"][2] == [tok.eos_token_id] * 2 and out["env_mask"][2] == [0, 0]
     for i in (0, 1, 3):
         assert sum(out["env_mask"][i]) > 0 and len(out["env_mask"][i]) == len(out["completion_ids"][i])
     assert ro.last["reward/mean"] == 0.5 and ro.last["termination/max_calls"] == 0.25
-    assert ro.last["rollouts/in_loss_share"] == 0.75
+    assert ro.last["rollouts/in_loss_share"] == 0.75  # the cut negative is out
     records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert [r["in_loss"] for r in records] == [True, True, False, True]
     assert [r["reward"] for r in records] == [1.0, 0.0, 0.0, 1.0] and records[0]["step"] == 1
@@ -165,9 +165,25 @@ def test_a_failing_judge_skips_groups_then_stops_training(tmp_path: Path, vital,
     item = next(iter(ro.items.values()))
     for step in range(2):
         out = ro.batch([item] * 2, _scripted_group(vital, ["right", "wrong"]), step=step, tokenizer=tok)
-        assert out["env_mask"] == [[0], [0]] and out["advantage"] == [0.0, 0.0]
+        assert out["env_mask"] == [[0, 0], [0, 0]] and out["advantage"] == [0.0, 0.0]
         assert ro.last["groups/skipped"] == 1.0 and ro.last["reward/ungraded"] == 2.0
-    with pytest.raises(ModelError, match="no rollout could be graded in 3 batches in a row"):
+    records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert {r["advantage"] for r in records} == {None} and not any(r["in_loss"] for r in records)
+    with pytest.raises(ModelError, match="no group could be graded in 3 batches in a row"):
+        ro.batch([item] * 2, _scripted_group(vital, ["right", "wrong"]), step=2, tokenizer=tok)
+
+
+def test_a_judge_failing_on_one_rollout_per_group_also_stops(tmp_path: Path, vital, smollm2_path: Path):
+    class OneFails(_Judge):
+        def grade(self, cases):
+            return [Grade(None, None) if i == 0 else Grade(True, 1.0) for i, _ in enumerate(cases)]
+
+    tok = load_tokenizer(smollm2_path)
+    ro = _rollouts(tmp_path, "v2", OneFails(), group_size=2)
+    item = next(iter(ro.items.values()))
+    for step in range(2):
+        ro.batch([item] * 2, _scripted_group(vital, ["right", "wrong"]), step=step, tokenizer=tok)
+    with pytest.raises(ModelError, match="no group could be graded"):
         ro.batch([item] * 2, _scripted_group(vital, ["right", "wrong"]), step=2, tokenizer=tok)
 
 
@@ -215,6 +231,10 @@ def test_step_log_read_and_plot(tmp_path: Path):
     assert window_means(read_log(tmp_path), "reward/mean") == pytest.approx((0.225, 0.725))
     png = plot_log(tmp_path)
     assert png.stat().st_size > 10_000
+    assert plot_log(tmp_path, tmp_path / "curves") == tmp_path / "curves.png"
+    assert plot_log(tmp_path, tmp_path) == tmp_path / "rl_curves.png"
+    with pytest.raises(InputFormatError, match=r"\.png, \.pdf"):
+        plot_log(tmp_path, tmp_path / "x.txt")
     log.write_text('{"step": 1}\nnot json\n')
     with pytest.raises(InputFormatError, match="line 2 is not JSON"):
         read_log(tmp_path)
@@ -264,6 +284,11 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     assert train_rl(qa, f"hf:{tiny}", out, settings, corpus=vital_dir, progress=False)["steps"] == 2
     with pytest.raises(ConfigError, match="holds an RL run with other learning_rate"):
         train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 1e-3}), corpus=vital_dir)
+    # a larger --max-steps continues the finished run from its last checkpoint
+    more = train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir,
+                    progress=False)
+    assert more["steps"] == 3 and [r["step"] for r in read_log(out)] == [1, 2, 3]
+    assert len((out / "rollouts.jsonl").read_text().splitlines()) == 6
 
 
 def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch: pytest.MonkeyPatch):
@@ -298,7 +323,14 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
     with pytest.raises(ConfigError, match=r"no moderate items left after the prefilter \(2 rollouts per item: "
                                           r"0 too easy, 2 too hard"):
         train_rl(qa, f"hf:{tiny}", root / "prefiltered", s, corpus=vital_dir, progress=False)
-    assert len((root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()) == 4
+    first = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
+    assert len(first) == 4
+    # another run in the same directory (it never trained) does not reuse those rollouts
+    with pytest.raises(ConfigError, match="no moderate items"):
+        train_rl(qa, f"hf:{tiny}", root / "prefiltered", s.model_copy(update={"seed": 1}), corpus=vital_dir,
+                 progress=False)
+    again = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
+    assert len(again) == 4 and {r["seed"] for r in again}.isdisjoint({r["seed"] for r in first})
 
 
 def test_synth_files_train_on_their_train_split(tmp_path: Path):
@@ -324,8 +356,12 @@ def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
     dup = tmp_path / "dup.jsonl"
     dup.write_text(json.dumps({"id": "a", "question": "Q?", "answer": "x"}) + "\n"
                    + json.dumps({"id": "b", "question": "Q?", "answer": "y"}) + "\n")
-    with pytest.raises(InputFormatError, match="items a and b ask the same question with different answers"):
+    with pytest.raises(InputFormatError, match="items a and b ask the same question with different gold answers"):
         train_rl(dup, f"hf:{tiny}", tmp_path / "o2", settings, corpus=vital_dir)
+    big = settings.model_copy(update={"batch_size": 6, "group_size": 2})
+    with pytest.raises(ConfigError, match="needs 3 questions, the data has 2"):
+        train_rl(qa, f"hf:{tiny}", tmp_path / "o4", big, corpus=vital_dir)
+    assert not (tmp_path / "o4").exists()
     with pytest.raises(ConfigError, match="training needs local weights"):
         train_rl(qa, "openai:m@http://localhost:1/v1", tmp_path / "o3", settings, corpus=vital_dir)
 

@@ -718,7 +718,7 @@ def train_rl_cmd(
 
     first, last = window_means(s["log"], "reward/mean")
     if first is not None:
-        print(f"{s['steps']} steps on {s['questions']} questions ({s['train_seconds']} s in this run); mean reward "
+        print(f"{s['steps']} steps on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
               f"{first:.3f} over the first 10 steps, {last:.3f} over the last 10")
     print(f"model saved to {out}: use --model hf:{out}; curves: websailor train plot {out}")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
@@ -15,6 +15,28 @@ from websailor.log import get_logger
 logger = get_logger(__name__)
 
 S = TypeVar("S", bound=BaseModel)
+
+
+class TrainSettings(BaseModel):
+    """The knobs SFT and RL runs share; unknown keys and non-finite numbers are refused.
+
+    Attributes:
+        lora: train LoRA adapters (merged into the saved model) instead of every weight;
+            ``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules`` shape them.
+        precision: ``auto`` = bf16 on a GPU that has it, fp32 on CPU; ``bf16`` forces bf16
+            autocast (also on CPUs with bf16 instructions); ``fp32``.
+        gradient_checkpointing: recompute activations in the backward pass (less memory).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    lora: bool = False
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_target_modules: str | list[str] = "all-linear"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    gradient_checkpointing: bool = False
 
 
 def read_settings(cls: type[S], what: str, config: str | Path | None = None, **overrides: Any) -> S:
@@ -118,9 +140,12 @@ def use_bf16(precision: str) -> bool:
     return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def check_resume(out: Path, record: dict, settings_file: str, summary_file: str, kind: str) -> Path | None:
+def check_resume(out: Path, record: dict, settings_file: str, summary_file: str, kind: str,
+                 ignore: tuple[str, ...] = ()) -> Path | None:
     """The checkpoint to resume from when ``out`` holds this very run (``None``: start); the
-    run is identified by ``record``, saved in ``settings_file``; ``summary_file`` marks a finished run.
+    run is identified by ``record`` less the ``ignore`` keys (settings that may change between
+    a run and its continuation), saved in ``settings_file``; ``summary_file`` marks a finished
+    run.
 
     A directory of another run is refused, unless that run never saved a checkpoint or a
     model (it failed before training: nothing is lost by starting over).
@@ -138,6 +163,10 @@ def check_resume(out: Path, record: dict, settings_file: str, summary_file: str,
     except ValueError:
         raise ConfigError(f"{saved} is unreadable: remove {out} to start over") from None
     checkpoint = latest_checkpoint(out / "checkpoints")
+    if not isinstance(before, dict):
+        raise ConfigError(f"{saved} is unreadable: remove {out} to start over")
+    before = {k: v for k, v in before.items() if k not in ignore}
+    record = {k: v for k, v in record.items() if k not in ignore}
     if before != record:
         if checkpoint is None and not (out / summary_file).exists():
             logger.info("%s holds the settings of a run that never trained: starting over", out)

@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
-from websailor.train.common import (check_resume, load_tokenizer, read_settings, resolve_model_dir, save_model,
-                                    use_bf16, wrap_lora)
+from websailor.train.common import (TrainSettings, check_resume, load_tokenizer, read_settings, resolve_model_dir,
+                                    save_model, use_bf16, wrap_lora)
 
 logger = get_logger(__name__)
 
@@ -38,7 +38,7 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 PREFILTER_FILE = "prefilter.json"
 
 
-class RLSettings(BaseModel):
+class RLSettings(TrainSettings):
     """Every knob of an RL run; a ``--config`` YAML or JSON file holds any subset of them.
 
     Attributes:
@@ -61,11 +61,10 @@ class RLSettings(BaseModel):
             gradient (advantage exactly 0, or left out of the loss); see
             :class:`websailor.train.rl_rollouts.RolloutSettings`.
         max_steps: optimizer steps; ``None`` runs ``epochs`` over the questions.
+        (LoRA, precision, gradient checkpointing: :class:`websailor.train.common.TrainSettings`.)
         use_vllm, vllm_mode: generate with TRL's vLLM integration on GPUs (colocate mode:
             multi-turn rollouts of different lengths cannot keep server mode's lock-step).
     """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     algo: Literal["v2", "dupo"] = "v2"
     group_size: int = Field(8, ge=1)
@@ -89,13 +88,6 @@ class RLSettings(BaseModel):
     skip_zero_advantage: bool = True
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1)
-    lora: bool = False
-    lora_r: int = Field(16, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
-    lora_target_modules: str | list[str] = "all-linear"
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
-    gradient_checkpointing: bool = False
     use_vllm: bool = False
     vllm_mode: Literal["colocate"] = "colocate"
     save_steps: int = Field(10, ge=1)
@@ -177,8 +169,8 @@ def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
     for it in items:
         other = seen.setdefault(it.question, it)
         if other.gold != it.gold:
-            raise InputFormatError(f"{path}: items {other.id} and {it.id} ask the same question with different "
-                                   "answers; remove one")
+            raise InputFormatError(f"{path}: items {other.id} and {it.id} ask the same question with different gold "
+                                   "answers or aliases; remove one or merge them")
     return list(seen.values())
 
 
@@ -195,7 +187,7 @@ def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path,
     Raises:
         ConfigError: no item is left (the message gives the counts).
     """
-    from websailor.agent.runner import Question, latest_rollouts, run_questions
+    from websailor.agent.runner import Question, finished, latest_rollouts, run_questions
     from websailor.jsonio import read_appended_jsonl
     from websailor.judge.base import Case
     from websailor.synth.difficulty import verdict
@@ -207,17 +199,18 @@ def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path,
     for it in items:
         for r in range(k):
             rec = done.get((it.id, r))
-            cases.append(Case(it.question, rec.get("prediction") if rec else None, it.gold))
-            owners.append(it.id)
+            if finished(rec, it.question):
+                cases.append(Case(it.question, rec.get("prediction"), it.gold))
+                owners.append(it.id)
     grades = judge.grade(cases)
-    correct: dict[str, list] = {}
+    correct: dict[str, list] = {it.id: [] for it in items}
     for owner, g in zip(owners, grades):
-        correct.setdefault(owner, []).append(g.correct)
+        correct[owner].append(g.correct)
     counts = {"kept": 0, "too_easy": 0, "too_hard": 0, "ungraded": 0}
     kept = []
     for it in items:
         marks = correct[it.id]
-        if any(m is None for m in marks):
+        if len(marks) < k or any(m is None for m in marks):  # a model error, or the judge failed
             counts["ungraded"] += 1
             continue
         v = verdict(sum(map(bool, marks)), k, "moderate")
@@ -247,7 +240,53 @@ def _trim_jsonl(path: Path, max_step: int) -> None:
     path.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
 
 
-def _callback(out: Path, rollouts: Any) -> Any:
+def _resolve_split(data_path: str | Path, split: str | None) -> str | None:
+    """``train`` for a ``synth`` file given no split; otherwise ``split`` as given."""
+    from websailor.eval.loaders import file_format
+
+    if split is None and Path(str(data_path)).is_file() and file_format(Path(str(data_path))) == "synth":
+        return "train"
+    return split
+
+
+def _digest(data_path: str | Path, items: list[Any]) -> str:
+    """Identifies the training data of a run: the file's bytes, or (for a named benchmark or a
+    ``FORMAT:PATH`` spec) its items."""
+    import hashlib
+
+    path = Path(str(data_path))
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    rows = [[it.id, it.question, it.gold.to_dict()] for it in items]
+    return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
+
+
+def _check_enough(items: list[Any], settings: RLSettings, what: str) -> None:
+    """A batch takes ``batch_size / group_size`` distinct questions.
+
+    Raises:
+        ConfigError: there are fewer.
+    """
+    need = settings.batch_size // settings.group_size
+    if len(items) < need:
+        raise ConfigError(f"a batch of {settings.batch_size} rollouts in groups of {settings.group_size} needs {need} "
+                          f"questions, {what} has {len(items)}: lower batch_size or add questions")
+
+
+def _holds_other_run(out: Path, record: dict) -> bool:
+    """Whether ``out`` holds the settings of another run (the resume check decides whether it
+    may be replaced)."""
+    saved = out / SETTINGS_FILE
+    try:
+        before = json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(before, dict):
+        return False
+    return {k: v for k, v in before.items() if k != "max_steps"} != {k: v for k, v in record.items() if k != "max_steps"}
+
+
+def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) -> Any:
     from transformers import TrainerCallback
 
     from websailor.train.rl_log import StepLogger
@@ -257,7 +296,7 @@ def _callback(out: Path, rollouts: Any) -> Any:
         one record per step."""
 
         def __init__(self) -> None:
-            self.log = StepLogger(out)
+            self.log = StepLogger(out, replay=resumed)
             self.t0 = time.perf_counter()
 
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -269,6 +308,12 @@ def _callback(out: Path, rollouts: Any) -> Any:
             step_s = time.perf_counter() - self.t0
             trainer_figures = {k: v for k, v in logs.items()
                                if not k.startswith(("reward", "rewards/", "frac_reward")) and isinstance(v, (int, float))}
+            share = rollouts.last.get("rollouts/in_loss_share", 1.0)
+            if micro_batch_size == 1 and share < 1.0:
+                # the trainer averages these over micro-batches; one without loss tokens counts as 0
+                for key in ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+                    if key in trainer_figures:
+                        trainer_figures[key] = trainer_figures[key] / share if share > 0 else None
             record = {**trainer_figures, **rollouts.last, "time/step_s": step_s,
                       "time/update_s": max(0.0, step_s - rollouts.last.get("time/rollout_s", 0.0))}
             self.log.write(state.global_step, record)
@@ -287,7 +332,8 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         data_path: QA JSONL (``synth`` output; ``split`` selects its items) or any format
             ``eval`` reads.
         model: ``smollm2`` or ``hf:DIR`` (usually the SFT model).
-        out: run directory; rerunning the same command resumes from its latest checkpoint.
+        out: run directory; rerunning the same command resumes from its latest checkpoint, and
+            rerunning it with a larger ``max_steps`` continues a finished run.
         settings: hyper-parameters (paper V2 defaults when ``None``).
         split: which split of a ``synth`` file to train on (``train``, ``test``, ``all``;
             default ``train``); other formats have no splits.
@@ -304,7 +350,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         InputFormatError: an unreadable or empty QA file.
         ModelError: the judge (or the policy) failed on every rollout of several batches.
     """
-    import hashlib
+    import importlib.util
 
     import torch
     from datasets import Dataset
@@ -324,28 +370,48 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     accumulation = accumulation_steps(settings, world)
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
-    judge = load_judge(settings.reward, cache=None)
+    load_judge(settings.reward)  # a bad spec is refused before anything is written
+    if settings.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
+    split = _resolve_split(data_path, split)
     items = load_questions(data_path, split)
-    digest = hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
-    record = {"model": model, "data_sha256": digest, "split": split, **settings.model_dump()}
-    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL")
+    _check_enough(items, settings, "the data")
+    record = {"model": model, "data_sha256": _digest(data_path, items), "split": split, **settings.model_dump()}
+    if corpus is not None:
+        record["corpus"] = str(Path(corpus).resolve())
+    stale = _holds_other_run(out, record)
+    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=("max_steps",))
     if (out / SUMMARY_FILE).exists():
-        logger.info("%s already holds the finished model of this run", out)
-        return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+        done = json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+        if settings.max_steps is None or done["steps"] >= settings.max_steps or resume is None:
+            logger.info("%s already holds the finished model of this run (%d steps)", out, done["steps"])
+            return done
+        logger.info("%s: continuing the finished run of %d steps to %d", out, done["steps"], settings.max_steps)
     tools = build_local_tools(Corpus.open(corpus))
+    if stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
+        for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
+            (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    judge = load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
     if int(os.environ.get("RANK", "0")) == 0:
         (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     prefilter_counts = None
-    if settings.prefilter:
+    if settings.prefilter and (out / PREFILTER_FILE).exists():  # a resumed run keeps its items
+        saved = json.loads((out / PREFILTER_FILE).read_text(encoding="utf-8"))
+        kept_ids = set(saved["kept_ids"])
+        items = [it for it in items if it.id in kept_ids]
+        prefilter_counts = {k: saved[k] for k in ("kept", "too_easy", "too_hard", "ungraded")}
+    elif settings.prefilter:
         start = Agent(load_model(model), tools, build_agent_config(settings))
-        items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter, out / "prefilter_rollouts.jsonl",
-                                                  settings.concurrency, progress)
+        try:
+            items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter,
+                                                      out / "prefilter_rollouts.jsonl", settings.concurrency, progress)
+        finally:
+            start.model.close()
+        _check_enough(items, settings, "the prefilter's moderate items")
         (out / PREFILTER_FILE).write_text(json.dumps({"k": settings.prefilter, **prefilter_counts,
                                                       "kept_ids": [it.id for it in items]}, indent=2), encoding="utf-8")
-        start.model.close()
-        del start
 
     bf16 = use_bf16(settings.precision)
     try:
@@ -407,7 +473,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in items])
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = GRPOTrainer(model=net, reward_funcs=[advantage], args=args, train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=rollouts, callbacks=[_callback(out, rollouts)])
+                          processing_class=tokenizer, rollout_func=rollouts, callbacks=[_callback(out, rollouts, settings.micro_batch_size, resume is not None)])
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - t0

@@ -36,19 +36,31 @@ class StepLogger:
     """Appends one record per step to ``out/rl_log.jsonl`` and writes its numeric values as
     TensorBoard scalars under ``out/tensorboard``."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, replay: bool = False) -> None:
+        """``replay``: a resumed run; the event files are rewritten from the step log (already
+        cut back to the checkpoint), so no step appears twice."""
+        import shutil
+
         from tensorboardX import SummaryWriter
 
         self.path = Path(out) / LOG_FILE
+        if replay:
+            shutil.rmtree(Path(out) / TB_DIR, ignore_errors=True)
         self.writer = SummaryWriter(str(Path(out) / TB_DIR))
+        if replay and self.path.exists():
+            for rec in read_log(self.path):
+                self._scalars(rec["step"], rec)
 
     def write(self, step: int, values: dict[str, Any]) -> None:
         """Record ``values`` (names to numbers) for optimizer step ``step``."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"step": step, **clean}) + "\n")
-        for k, v in clean.items():
-            if isinstance(v, (int, float)) and v is not None:
+        self._scalars(step, clean)
+
+    def _scalars(self, step: int, values: dict[str, Any]) -> None:
+        for k, v in values.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                 self.writer.add_scalar(k, v, step)
         self.writer.flush()
 
@@ -105,6 +117,12 @@ def plot_log(out: str | Path, png: str | Path | None = None, smooth: int = 5) ->
     if not records:
         raise InputFormatError(f"{out}: the RL step log is empty (no step finished yet)")
     png = Path(png) if png else (Path(out) if Path(out).is_dir() else Path(out).parent) / "rl_curves.png"
+    if png.is_dir():
+        png = png / "rl_curves.png"
+    elif not png.suffix:
+        png = png.with_suffix(".png")
+    elif png.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg"):
+        raise InputFormatError(f"{png}: write the plot as .png, .pdf, .svg or .jpg")
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     for ax, (key, title) in zip(axes.flat, PLOTTED):
         pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]

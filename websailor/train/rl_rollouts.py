@@ -169,36 +169,45 @@ class AgentRollouts:
         s = self.settings
         correct = self._grade(items, trajs)
         rewards = [reward(t, c, s.algo) for t, c in zip(trajs, correct)]
-        if all(r is None for r in rewards):
+        plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
+        if plan.skipped_groups == len(trajs) // s.group_size:  # not one group could be graded
             self._failed_steps += 1
             if self._failed_steps >= s.max_failed_steps:
-                raise ModelError(f"no rollout could be graded in {self._failed_steps} batches in a row: the judge "
+                raise ModelError(f"no group could be graded in {self._failed_steps} batches in a row: the judge "
                                  "or the policy keeps failing; fix it and rerun the same command to resume")
         else:
             self._failed_steps = 0
-        plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
         tokens = [rollout_tokens(t, tokenizer) for t in trajs]
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": None,
                                 "advantage": []}
+        used = []
         for slot, src in enumerate(plan.slots):
             tk = tokens[src]
             idle = not plan.in_loss[slot] or (s.skip_zero_advantage and plan.advantages[slot] == 0.0)
+            used.append(not idle)
             out["prompt_ids"].append(tk.prompt_ids)
             if idle and s.skip_zero_advantage:
-                out["completion_ids"].append([tokenizer.eos_token_id])
-                out["env_mask"].append([0])
+                # two tokens, so the trainer's masked means (entropy, clip fractions) see a sequence, not a value
+                out["completion_ids"].append([tokenizer.eos_token_id] * 2)
+                out["env_mask"].append([0, 0])
             else:
                 out["completion_ids"].append(tk.completion_ids)
                 out["env_mask"].append([0] * len(tk.env_mask) if idle else tk.env_mask)
             out["advantage"].append(float(plan.advantages[slot]))
-        self._log_rollouts(step, trajs, correct, rewards, plan)
-        self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s)
+        self._log_rollouts(step, trajs, correct, rewards, plan, used)
+        self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s, used)
         return out
 
     # -- records --------------------------------------------------------------------------
-    def _log_rollouts(self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any) -> None:
-        adv = {src: a for src, a in zip(plan.slots, plan.advantages)}
-        used = {src for src, keep in zip(plan.slots, plan.in_loss) if keep}
+    def _log_rollouts(self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any,
+                      used_slots: list[bool]) -> None:
+        """One record per rollout: the trajectory, its step, ``correct``, ``reward``,
+        ``advantage`` (``null`` when its group was skipped or replaced) and ``in_loss`` (its
+        tokens entered the loss). ``rollout`` numbers the rollouts of the whole batch."""
+        G = self.settings.group_size
+        adv = {src: a for src, a in zip(plan.slots, plan.advantages)
+               if all(r is not None for r in rewards[src // G * G:src // G * G + G])}
+        used = {src for src, keep in zip(plan.slots, used_slots) if keep}
         with self.rollouts_path.open("a", encoding="utf-8") as fh:
             for i, t in enumerate(trajs):
                 rec = {"step": step + 1, **t.to_dict(), "correct": correct[i], "reward": rewards[i],
@@ -206,7 +215,7 @@ class AgentRollouts:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     def _stats(self, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, tokens: list,
-               rollout_s: float) -> dict[str, float]:
+               rollout_s: float, used: list[bool]) -> dict[str, float]:
         n = len(trajs)
         known = [r for r in rewards if r is not None]
         graded = [c for c in correct if c is not None]
@@ -221,7 +230,7 @@ class AgentRollouts:
             "groups/zero_spread_share": plan.zero_spread_groups / groups,
             "groups/skipped": float(plan.skipped_groups),
             "groups/duplicated": float(plan.duplicated_groups),
-            "rollouts/in_loss_share": sum(plan.in_loss) / n,
+            "rollouts/in_loss_share": sum(used) / n,
             "rollouts/tool_calls": sum(t.num_tool_calls for t in trajs) / n,
             "rollouts/model_calls": sum(t.num_model_calls for t in trajs) / n,
             "rollouts/response_tokens": sum(tk.model_tokens for tk in tokens) / n,

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError
-from websailor.train.common import (check_resume, latest_checkpoint, load_tokenizer, read_settings,  # noqa: F401
-                                     resolve_model_dir, save_model, use_bf16, wrap_lora)
 from websailor.log import get_logger
+from websailor.train.common import (TrainSettings, check_resume, latest_checkpoint, load_tokenizer,  # noqa: F401
+                                    read_settings, resolve_model_dir, save_model, use_bf16, wrap_lora)
 
 logger = get_logger(__name__)
 
@@ -34,7 +34,7 @@ SETTINGS_FILE = "sft_settings.json"
 SUMMARY_FILE = "sft_summary.json"
 
 
-class SFTSettings(BaseModel):
+class SFTSettings(TrainSettings):
     """Every knob of an SFT run; a ``--config`` YAML or JSON file holds any subset of them.
 
     Attributes:
@@ -48,13 +48,9 @@ class SFTSettings(BaseModel):
         max_steps: optimizer steps; ``None`` runs ``epochs``.
         max_length: longest trajectory in tokens (paper V1: 32k budget); longer ones are dropped,
             capped by the model's context size.
-        lora: train LoRA adapters (merged into the saved model) instead of every weight.
-        precision: ``auto`` = bf16 on a GPU that has it, fp32 on CPU; ``bf16`` forces bf16 autocast
-            (also on CPUs with bf16 instructions); ``fp32``.
+        (LoRA, precision, gradient checkpointing: :class:`websailor.train.common.TrainSettings`.)
         save_steps: steps between checkpoints (a stopped run resumes from the latest).
     """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     learning_rate: float = Field(5e-6, gt=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
@@ -65,13 +61,6 @@ class SFTSettings(BaseModel):
     epochs: float = Field(3.0, gt=0)
     max_steps: int | None = Field(None, ge=1)
     max_length: int = Field(32768, ge=16)
-    lora: bool = False
-    lora_r: int = Field(16, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
-    lora_target_modules: str | list[str] = "all-linear"
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
-    gradient_checkpointing: bool = False
     save_steps: int = Field(50, ge=1)
     logging_steps: int = Field(1, ge=1)
     seed: int = Field(0, ge=0, lt=2**32)
