@@ -67,6 +67,18 @@ def test_local_backend_batches_concurrent_calls(smollm2):
             assert g.completion_tokens <= 3 and d.text.startswith(g.text)  # cut at its own limit
 
 
+def test_closing_the_backend_stops_its_batcher_and_a_later_call_restarts_it(smollm2):
+    params = SamplingParams(temperature=0, max_tokens=2)
+    msgs = [{"role": "user", "content": "Hi"}]
+    smollm2.chat(msgs, params)
+    worker = smollm2._worker
+    assert worker is not None and worker.is_alive()
+    smollm2.close()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert smollm2.chat(msgs, params).completion_tokens <= 2  # a new batcher serves it
+
+
 def test_stop_at_tool_response(smollm2):
     params = SamplingParams(temperature=0, max_tokens=40, stop=["Paris"])
     g = smollm2.chat([{"role": "user", "content": "What is the capital of France?"}], params)

@@ -51,17 +51,34 @@ class BatchedChat(ChatModel):
                 self._worker.start()
         return fut.result()
 
+    def close(self) -> None:
+        """Stop the batching thread once the requests already queued are served."""
+        with self._lock:
+            if self._worker is not None and self._worker.is_alive():
+                self._queue.put(None)
+                self._worker = None
+
     def _serve(self) -> None:
         pending: list = []
+        stopping = False
         while True:
             if not pending:
-                pending.append(self._queue.get())
+                if stopping:
+                    return
+                item = self._queue.get()
+                if item is None:
+                    return
+                pending.append(item)
             deadline = time.monotonic() + self.batch_wait_s
             while len(pending) < self.max_batch * 4:
                 try:
-                    pending.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
+                if item is None:
+                    stopping = True
+                    break
+                pending.append(item)
             key = _batch_key(pending[0][1])
             batch = [p for p in pending if _batch_key(p[1]) == key][: self.max_batch]
             pending = [p for p in pending if p not in batch]

@@ -143,7 +143,11 @@ class AgentRollouts:
         if getattr(trainer, "use_vllm", False):  # GPUs: the trainer's vLLM engine, weights synced by TRL
             from websailor.models.trl_vllm import TRLVLLMModel
 
-            trajs = self._run(Agent(TRLVLLMModel(trainer, f"policy@step{step}"), self.tools, config), items, step)
+            chat = TRLVLLMModel(trainer, f"policy@step{step}")
+            try:
+                trajs = self._run(Agent(chat, self.tools, config), items, step)
+            finally:
+                chat.close()
         else:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
                 was_training = policy.training
@@ -152,6 +156,7 @@ class AgentRollouts:
                     chat = TransformersModel.from_loaded(policy, tokenizer, name=f"policy@step{step}",
                                                          max_batch=s.concurrency)
                     trajs = self._run(Agent(chat, self.tools, config), items, step)
+                    chat.close()
                 finally:
                     policy.train(was_training)
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
