@@ -18,7 +18,9 @@ times (concurrently, as in training) and the judge grades them with DUPO's rewar
     python benchmarks/dupo_throughput.py --replay runs/mini/rl_model/rollouts.jsonl --groups 2
 
 Prints, per strategy: batches filled, groups sampled, wall seconds spent sampling (sum of
-group wall times), training-batch rollouts per second, and the ratio DUPO / dynamic.
+group wall times), training-batch rollouts per second, and the ratio DUPO / dynamic; also the
+ratio expected from the measured share p of groups with spread, (1 - (1 - p)^B) / p, for B and
+for the paper's 16 groups a batch.
 """
 
 from __future__ import annotations
@@ -145,6 +147,10 @@ def main() -> None:
         res[name] = {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
     if res["dynamic_sampling"]["rollouts_per_s"]:
         res["dupo_over_dynamic"] = round(res["dupo"]["rollouts_per_s"] / res["dynamic_sampling"]["rollouts_per_s"], 2)
+    if 0 < share < 1:
+        # in expectation, for this share p of groups with spread: dynamic sampling draws B / p groups per batch,
+        # DUPO B / (1 - (1 - p)^B); the ratio for the paper's batch of 128 / 8 = 16 groups is printed too
+        res["expected_dupo_over_dynamic"] = {B: round((1 - (1 - share) ** B) / share, 2) for B in sorted({a.groups, 16})}
     print(json.dumps(res, indent=2))
 
 

@@ -289,6 +289,13 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
                     progress=False)
     assert more["steps"] == 3 and [r["step"] for r in read_log(out)] == [1, 2, 3]
     assert len((out / "rollouts.jsonl").read_text().splitlines()) == 6
+    # killed after its last checkpoint, before the summary: the rerun samples nothing more
+    (out / "rl_summary.json").unlink()
+    (out / "model.safetensors").unlink()
+    again = train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir,
+                     progress=False)
+    assert again["steps"] == 3 and len((out / "rollouts.jsonl").read_text().splitlines()) == 6
+    assert load_model(f"hf:{out}").name == f"hf:{out}"
 
 
 def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch: pytest.MonkeyPatch):

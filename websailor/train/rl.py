@@ -26,8 +26,8 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
-from websailor.train.common import (TrainSettings, check_resume, load_tokenizer, read_settings, resolve_model_dir,
-                                    save_model, use_bf16, wrap_lora)
+from websailor.train.common import (TrainSettings, check_resume, load_tokenizer, read_settings, release_memory,
+                                    resolve_model_dir, save_model, use_bf16, wrap_lora)
 
 logger = get_logger(__name__)
 
@@ -286,6 +286,32 @@ def _holds_other_run(out: Path, record: dict) -> bool:
     return {k: v for k, v in before.items() if k != "max_steps"} != {k: v for k, v in record.items() if k != "max_steps"}
 
 
+def _finish_from_checkpoint(checkpoint: Path, out: Path, base_dir: Path, tokenizer: Any, settings: RLSettings,
+                            record_summary: dict) -> dict:
+    """Save the model of ``checkpoint`` (LoRA adapters merged) as the run's model and write
+    its summary; returns the summary."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from websailor.train.rl_log import read_log
+
+    if settings.lora:
+        from peft import PeftModel
+
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        net = PeftModel.from_pretrained(base, checkpoint).merge_and_unload()
+    else:
+        net = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    if int(os.environ.get("RANK", "0")) == 0:
+        net.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    log = read_log(out) if (out / LOG_FILE).exists() else []
+    summary = {**record_summary, "train_seconds": sum(r.get("time/step_s") or 0.0 for r in log), "log": log}
+    if int(os.environ.get("RANK", "0")) == 0:
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
 def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) -> Any:
     from transformers import TrainerCallback
 
@@ -301,6 +327,9 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
 
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
             self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            release_memory()
 
         def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
             if not state.is_world_process_zero or not logs or "loss" not in logs:
@@ -423,6 +452,13 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     step0 = int(resume.name.rpartition("-")[2]) if resume else 0
     for name in (LOG_FILE, ROLLOUTS_FILE):
         _trim_jsonl(out / name, step0)
+    if resume is not None and settings.max_steps is not None and step0 >= settings.max_steps:
+        # the trainer would still sample one more batch: take the model of that checkpoint as it is
+        logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, step0, settings.max_steps)
+        return _finish_from_checkpoint(resume, out, model_dir, tokenizer, settings, record_summary={
+            "model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
+            "questions": len(items), "prefilter": prefilter_counts, "steps": step0,
+            "gradient_accumulation": accumulation, "bf16": use_bf16(settings.precision)})
 
     rollouts = AgentRollouts({it.question: it for it in items}, tools, judge,
                              RolloutSettings(settings.group_size, settings.algo, build_agent_config(settings),

@@ -37,6 +37,7 @@ from websailor.eval.loaders import EvalItem
 from websailor.judge.base import Case, Judge
 from websailor.log import get_logger
 from websailor.train.advantages import plan_batch
+from websailor.train.common import release_memory
 from websailor.train.rewards import reward
 from websailor.train.rollout_tokens import rollout_tokens
 
@@ -159,6 +160,7 @@ class AgentRollouts:
                     chat.close()
                 finally:
                     policy.train(was_training)
+        release_memory()  # the generation's caches, before the update allocates its own
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
 
     def batch(self, items: list[EvalItem], trajs: list[Trajectory], step: int, tokenizer: Any,
