@@ -330,6 +330,8 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
     with pytest.raises(ConfigError, match=r"no moderate items left after the prefilter \(2 rollouts per item: "
                                           r"0 too easy, 2 too hard"):
         train_rl(qa, f"hf:{tiny}", root / "prefiltered", s, corpus=vital_dir, progress=False)
+    counts = json.loads((root / "prefiltered" / "prefilter.json").read_text())
+    assert (counts["kept"], counts["too_hard"], counts["kept_ids"]) == (0, 2, [])
     first = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
     assert len(first) == 4
     # another run in the same directory (it never trained) does not reuse those rollouts

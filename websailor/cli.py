@@ -716,10 +716,11 @@ def train_rl_cmd(
         print(f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded")
     from websailor.train.rl_log import window_means
 
-    first, last = window_means(s["log"], "reward/mean")
+    n = min(10, len(s["log"]))
+    first, last = window_means(s["log"], "reward/mean", n)
     if first is not None:
         print(f"{s['steps']} steps on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
-              f"{first:.3f} over the first 10 steps, {last:.3f} over the last 10")
+              f"{first:.3f} over the first {n} steps, {last:.3f} over the last {n}")
     print(f"model saved to {out}: use --model hf:{out}; curves: websailor train plot {out}")
 
 

@@ -175,11 +175,12 @@ def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
 
 
 def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path, concurrency: int,
-                    progress: bool = True) -> tuple[list[Any], dict[str, int]]:
+                    progress: bool = True, record: Path | None = None) -> tuple[list[Any], dict[str, int]]:
     """Keep the items the starting model solves sometimes but not always (``0 < correct < k``;
     DUPO's pre-training filter, WebSailor V1 Sec. 4, and SailorFog-QA-V2's moderate band).
 
-    Rollouts are appended to ``out`` as they finish, so a stopped prefilter resumes.
+    Rollouts are appended to ``out`` as they finish, so a stopped prefilter resumes; the counts
+    and kept ids go to ``record`` (JSON) when given, also when nothing is kept.
 
     Returns:
         The kept items and the counts ``{"kept", "too_easy", "too_hard", "ungraded"}``.
@@ -219,6 +220,8 @@ def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path,
             kept.append(it)
     logger.info("prefilter (%d rollouts per item): %d kept, %d too easy, %d too hard, %d ungraded", k, counts["kept"],
                 counts["too_easy"], counts["too_hard"], counts["ungraded"])
+    if record is not None:
+        record.write_text(json.dumps({"k": k, **counts, "kept_ids": [it.id for it in kept]}, indent=2), encoding="utf-8")
     if not kept:
         raise ConfigError(f"no moderate items left after the prefilter ({k} rollouts per item: {counts['too_easy']} "
                           f"too easy, {counts['too_hard']} too hard, {counts['ungraded']} ungraded out of {len(items)}): "
@@ -435,12 +438,15 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         start = Agent(load_model(model), tools, build_agent_config(settings))
         try:
             items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter,
-                                                      out / "prefilter_rollouts.jsonl", settings.concurrency, progress)
+                                                      out / "prefilter_rollouts.jsonl", settings.concurrency, progress,
+                                                      record=out / PREFILTER_FILE)
         finally:
             start.model.close()
+    if settings.prefilter:
+        if not items:
+            raise ConfigError(f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
+                              "stronger model, use other items, or train without --prefilter")
         _check_enough(items, settings, "the prefilter's moderate items")
-        (out / PREFILTER_FILE).write_text(json.dumps({"k": settings.prefilter, **prefilter_counts,
-                                                      "kept_ids": [it.id for it in items]}, indent=2), encoding="utf-8")
 
     bf16 = use_bf16(settings.precision)
     try:
