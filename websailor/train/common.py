@@ -131,6 +131,22 @@ def wrap_lora(model: Any, settings: Any) -> Any:
                           f"(target modules {settings.lora_target_modules!r}): {e}") from e
 
 
+def load_trainable_model(model_dir: Path, settings: Any) -> Any:
+    """The fp32 causal LM of ``model_dir``, wrapped with LoRA adapters when ``settings.lora``.
+
+    Raises:
+        ConfigError: missing or broken weights, or a model type PEFT cannot wrap.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    except Exception as e:  # missing or broken weights: transformers raises several types
+        raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
+    return wrap_lora(net, settings) if settings.lora else net
+
+
 def use_bf16(precision: str) -> bool:
     """bf16 autocast for ``precision`` ``bf16``, or ``auto`` on a GPU that supports it."""
     import torch

@@ -26,8 +26,8 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
-from websailor.train.common import (TrainSettings, check_resume, load_tokenizer, read_settings, release_memory,
-                                    resolve_model_dir, save_model, use_bf16, wrap_lora)
+from websailor.train.common import (TrainSettings, check_resume, load_tokenizer, load_trainable_model, read_settings,
+                                    release_memory, resolve_model_dir, save_model, use_bf16)
 
 logger = get_logger(__name__)
 
@@ -386,7 +386,6 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
 
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from websailor.agent.loop import Agent
@@ -449,12 +448,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         _check_enough(items, settings, "the prefilter's moderate items")
 
     bf16 = use_bf16(settings.precision)
-    try:
-        net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    except Exception as e:  # missing or broken weights: transformers raises several types
-        raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
-    if settings.lora:
-        net = wrap_lora(net, settings)
+    net = load_trainable_model(model_dir, settings)
     step0 = int(resume.name.rpartition("-")[2]) if resume else 0
     for name in (LOG_FILE, ROLLOUTS_FILE):
         _trim_jsonl(out / name, step0)

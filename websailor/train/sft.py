@@ -26,7 +26,8 @@ from pydantic import Field, model_validator
 from websailor.errors import ConfigError
 from websailor.log import get_logger
 from websailor.train.common import (TrainSettings, check_resume, latest_checkpoint, load_tokenizer,  # noqa: F401
-                                    read_settings, resolve_model_dir, save_model, use_bf16, wrap_lora)
+                                    load_trainable_model, read_settings, resolve_model_dir, save_model, use_bf16,
+                                    wrap_lora)
 
 logger = get_logger(__name__)
 
@@ -115,7 +116,7 @@ def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | P
     """
     import torch
     from datasets import Dataset
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
     from trl import SFTConfig, SFTTrainer
 
     from websailor.train.sft_data import load_sft_data
@@ -144,12 +145,7 @@ def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | P
     _check_warmup(settings, len(data.examples), world, accumulation)
 
     bf16 = use_bf16(settings.precision)
-    try:
-        net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    except Exception as e:  # missing or broken weights: transformers raises several types
-        raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
-    if settings.lora:
-        net = wrap_lora(net, settings)
+    net = load_trainable_model(model_dir, settings)
     # written once everything is checked, just before training: a run that fails earlier leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
     if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch, one process writes
