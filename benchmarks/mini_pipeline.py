@@ -92,7 +92,7 @@ def main() -> None:
         rl = json.loads((rl_model / "rl_summary.json").read_text())
         log = rl["log"]
         rewards = [r["reward/mean"] for r in log if r.get("reward/mean") is not None]
-        results["rl"] = {"steps": rl["steps"], "train_seconds": rl["train_seconds"], "questions": rl["questions"],
+        results["rl_train"] = {"steps": rl["steps"], "train_seconds": rl["train_seconds"], "questions": rl["questions"],
                          "reward_first_10": sum(rewards[:10]) / max(1, len(rewards[:10])),
                          "reward_last_10": sum(rewards[-10:]) / max(1, len(rewards[-10:])),
                          "reward_per_step": rewards,
