@@ -36,6 +36,8 @@ SUMMARY_FILE = "rl_summary.json"
 LOG_FILE = "rl_log.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 PREFILTER_FILE = "prefilter.json"
+#: settings that may change between a run and its continuation (not part of a run's identity)
+CONTINUABLE = ("max_steps",)
 
 
 class RLSettings(TrainSettings):
@@ -158,11 +160,9 @@ def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
             or one question text with two different gold answers (TRL hands prompts back as
             text only).
     """
-    from websailor.eval.loaders import file_format, load_benchmark
+    from websailor.eval.loaders import load_benchmark
 
-    if split is None and file_format(Path(path)) == "synth":
-        split = "train"
-    items = load_benchmark(str(path), split=split)
+    items = load_benchmark(str(path), split=_resolve_split(path, split))
     if not items:
         raise InputFormatError(f"{path}: no questions to train on")
     seen: dict[str, Any] = {}
@@ -286,7 +286,8 @@ def _holds_other_run(out: Path, record: dict) -> bool:
         return False
     if not isinstance(before, dict):
         return False
-    return {k: v for k, v in before.items() if k != "max_steps"} != {k: v for k, v in record.items() if k != "max_steps"}
+    return ({k: v for k, v in before.items() if k not in CONTINUABLE}
+            != {k: v for k, v in record.items() if k not in CONTINUABLE})
 
 
 def _finish_from_checkpoint(checkpoint: Path, out: Path, base_dir: Path, tokenizer: Any, settings: RLSettings,
@@ -411,7 +412,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     if corpus is not None:
         record["corpus"] = str(Path(corpus).resolve())
     stale = _holds_other_run(out, record)
-    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=("max_steps",))
+    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)
     if (out / SUMMARY_FILE).exists():
         done = json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
         if settings.max_steps is None or done["steps"] >= settings.max_steps or resume is None:
