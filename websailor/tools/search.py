@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from websailor.corpus.corpus import Corpus, SearchHit
@@ -12,9 +13,10 @@ from websailor.tools.base import Tool
 BLOCK_SEPARATOR = "\n=======\n"
 
 
-def format_search_results(query: str, hits: list[SearchHit]) -> str:
+def format_search_results(query: str, hits: Sequence[SearchHit]) -> str:
     """One query's results laid out like the released Tongyi DeepResearch search tool:
-    a header, then numbered ``[title](url)`` lines each followed by the snippet."""
+    a header, then numbered ``[title](url)`` lines each followed by the snippet (any objects
+    with ``rank``, ``title``, ``url`` and ``snippet`` will do)."""
     if not hits:
         return f"No results found for '{query}'. Try a shorter or more general query."
     lines = [f"{h.rank}. [{h.title}]({h.url})\n{h.snippet}" for h in hits]
@@ -61,6 +63,10 @@ class SearchTool(Tool):
             arguments["query"] = [arguments["query"]]
         return arguments
 
+    def search_blocks(self, queries: list[str]) -> list[str]:
+        """The result block of each cleaned, non-empty query (the back end: override per environment)."""
+        return [format_search_results(q, hits) for q, hits in zip(queries, self.corpus.search(queries, k=self.top_k))]
+
     def forward(self, query: list[str]) -> str:
         notes: list[str] = []
         if len(query) > self.max_queries:
@@ -80,7 +86,7 @@ class SearchTool(Tool):
             else:
                 blocks[i] = "Empty query: write what you are looking for."
         if live:
-            for i, hits in zip(live, self.corpus.search([shown[i] for i in live], k=self.top_k)):
-                blocks[i] = format_search_results(shown[i], hits)
+            for i, block in zip(live, self.search_blocks([shown[i] for i in live])):
+                blocks[i] = block
         text = BLOCK_SEPARATOR.join(blocks[i] for i in range(len(query)))
         return "\n".join(notes + [text]) if notes else text

@@ -1,0 +1,441 @@
+"""The tool execution layer of the real-web environment (WebSailor-V2, arXiv 2509.13305,
+section on the agentic RL infrastructure: one layer that schedules, caches, retries, fails over
+and degrades gracefully, so that flaky APIs do not corrupt rollouts).
+
+Every provider operation (one search query, one page fetch) goes through
+:meth:`ToolExecutor.call`:
+
+1. the SQLite result cache, keyed by the tool and its normalized arguments;
+2. per-tool limits: at most ``concurrency`` operations in flight and ``qps`` starts a second
+   (aiolimiter);
+3. each provider in order, skipping one whose circuit breaker is open; each attempt has a
+   timeout; retryable failures (timeouts, HTTP 429 honouring ``Retry-After``, 5xx, dropped
+   connections, truncated or unparsable bodies) are retried with exponential back-off and
+   jitter (tenacity); a provider that still fails hands over to the next one (failover);
+4. when every provider failed, an :class:`Outcome` that says why; the tools turn it into an
+   observation for the model (graceful degradation), never an exception.
+
+The executor runs its own asyncio loop in a background thread, so the agent's rollout threads
+(and a tool server's worker threads) call it synchronously and share its limits, breakers and
+HTTP connection pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import threading
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+from aiolimiter import AsyncLimiter
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+from websailor.log import get_logger
+from websailor.tools.cache import ResultCache, cache_key
+from websailor.tools.metrics import ToolMetrics
+
+logger = get_logger(__name__)
+
+#: Failure kinds worth another attempt at the same provider.
+RETRYABLE = frozenset({"timeout", "rate_limited", "server_error", "connection", "truncated", "bad_response"})
+
+
+class ProviderFailure(Exception):
+    """One failed attempt at a provider.
+
+    Attributes:
+        kind: ``timeout``, ``rate_limited``, ``server_error``, ``connection``, ``truncated``,
+            ``bad_response`` (retryable), or ``auth``, ``client_error``, ``redirect_loop``,
+            ``circuit_open`` (not).
+        detail: what happened, for the observation and the log.
+        retry_after: seconds the provider asked to wait (HTTP ``Retry-After``), if any.
+    """
+
+    def __init__(self, kind: str, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """Limits and resilience settings of one tool's provider operations.
+
+    Attributes:
+        concurrency: operations in flight at once (across every thread of the process).
+        qps: operations started per second (0: unlimited).
+        timeout_s: limit of one attempt, body included (seconds).
+        retries: further attempts at the same provider after a retryable failure.
+        backoff_s, backoff_max_s: exponential back-off ``backoff_s * 2**n`` plus up to
+            ``backoff_s`` of jitter, capped at ``backoff_max_s`` (seconds).
+        retry_after_max_s: longest ``Retry-After`` honoured (longer requests are capped).
+        cache_ttl_s: how long a result stays in the cache (0: not cached).
+        breaker_failures: failed operations in a row that open a provider's circuit.
+        breaker_reset_s: how long an open circuit skips the provider before one trial call.
+        max_bytes: largest response body read; longer ones are cut (and marked truncated).
+    """
+
+    concurrency: int = 16
+    qps: float = 20.0
+    timeout_s: float = 30.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    retry_after_max_s: float = 30.0
+    cache_ttl_s: float = 7 * 86400.0
+    breaker_failures: int = 5
+    breaker_reset_s: float = 30.0
+    max_bytes: int = 10_000_000
+
+
+class Provider(Protocol):
+    """One back end of a tool (Serper, SearXNG, the Jina Reader, a direct fetch).
+
+    ``await provider(client, request, policy)`` returns a JSON-serializable result or raises
+    :class:`ProviderFailure` (or an ``httpx`` error, classified by the executor).
+    """
+
+    name: str
+
+    def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Awaitable[Any]: ...
+
+
+@dataclass
+class HttpReply:
+    """A response read with a size cap: ``body`` holds at most ``max_bytes`` bytes."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+    truncated: bool
+    url: str
+
+    def text(self) -> str:
+        """The body as text: the declared charset, else UTF-8; bad bytes become U+FFFD."""
+        charset = _charset(self.headers.get("content-type", "")) or "utf-8"
+        try:
+            return self.body.decode(charset, errors="replace")
+        except LookupError:
+            return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON.
+
+        Raises:
+            ProviderFailure: ``truncated`` when the body was cut, ``bad_response`` when it is
+                not JSON.
+        """
+        import json
+
+        if self.truncated:
+            raise ProviderFailure("truncated", f"JSON body longer than the {len(self.body)}-byte limit")
+        try:
+            return json.loads(self.body.decode("utf-8", errors="replace"))
+        except (ValueError, RecursionError) as e:
+            raise ProviderFailure("bad_response", f"invalid JSON ({str(e)[:80]})") from None
+
+
+def _charset(content_type: str) -> str | None:
+    for part in content_type.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            return value.strip().strip('"')
+    return None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: a number of seconds or an HTTP date; ``None`` if absent or bad."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+async def http_request(client: httpx.AsyncClient, method: str, url: str, max_bytes: int, **kwargs: Any) -> HttpReply:
+    """Send one request and read at most ``max_bytes`` of the body.
+
+    Raises:
+        ProviderFailure: ``rate_limited`` (429, with ``Retry-After``), ``server_error`` (5xx),
+            ``auth`` (401, 403), ``client_error`` (other 4xx), ``redirect_loop`` (too many
+            redirects), ``timeout``, ``truncated`` (the connection closed mid-body),
+            ``connection`` (any other transport error).
+    """
+    try:
+        async with client.stream(method, url, **kwargs) as resp:
+            code = resp.status_code
+            if code == 429:
+                raise ProviderFailure("rate_limited", "HTTP 429", parse_retry_after(resp.headers.get("retry-after")))
+            if code >= 500:
+                raise ProviderFailure("server_error", f"HTTP {code}")
+            if code in (401, 403):
+                raise ProviderFailure("auth", f"HTTP {code} (check the API key)")
+            if code >= 400:
+                raise ProviderFailure("client_error", f"HTTP {code}")
+            body = bytearray()
+            truncated = False
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    del body[max_bytes:]
+                    truncated = True
+                    break
+            return HttpReply(code, resp.headers, bytes(body), truncated, str(resp.url))
+    except httpx.TooManyRedirects:
+        raise ProviderFailure("redirect_loop", "too many redirects") from None
+    except httpx.TimeoutException as e:
+        raise ProviderFailure("timeout", type(e).__name__) from None
+    except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+        raise ProviderFailure("truncated", f"connection closed mid-response ({type(e).__name__})") from None
+    except httpx.HTTPError as e:
+        raise ProviderFailure("connection", f"{type(e).__name__}: {str(e)[:120]}") from None
+
+
+class CircuitBreaker:
+    """Closed, open or half-open state of one provider of one tool.
+
+    After ``failures`` failed operations in a row the circuit opens: the provider is skipped for
+    ``reset_s`` seconds, then one trial operation is let through (half-open); its success closes
+    the circuit, its failure opens it again.
+    """
+
+    def __init__(self, failures: int, reset_s: float) -> None:
+        self.threshold = max(1, failures)
+        self.reset_s = reset_s
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.trial = False
+
+    @property
+    def state(self) -> str:
+        if self.opened_at is None:
+            return "closed"
+        return "half-open" if self.trial or time.monotonic() - self.opened_at >= self.reset_s else "open"
+
+    def allow(self) -> bool:
+        """Whether an operation may go to the provider now (claims the half-open trial)."""
+        if self.opened_at is None:
+            return True
+        if self.trial or time.monotonic() - self.opened_at < self.reset_s:
+            return False
+        self.trial = True
+        return True
+
+    def success(self) -> None:
+        self.failures, self.opened_at, self.trial = 0, None, False
+
+    def failure(self) -> None:
+        self.failures += 1
+        if self.trial or self.failures >= self.threshold:
+            self.opened_at, self.trial = time.monotonic(), False
+
+
+@dataclass
+class Outcome:
+    """The result of one operation: ``value`` from ``provider`` (or the cache), or the
+    ``failures`` of every provider tried, as ``(provider, description)``."""
+
+    value: Any = None
+    provider: str | None = None
+    cached: bool = False
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.provider is not None
+
+    def failure_text(self) -> str:
+        """Why the operation failed, one clause per provider (for the observation)."""
+        return "; ".join(f"{name}: {why}" for name, why in self.failures) or "no provider is configured"
+
+
+class ToolExecutor:
+    """Runs provider operations with limits, cache, retries, circuit breakers and failover.
+
+    Args:
+        policies: settings by tool name; tools not named get ``default``.
+        default: the policy of other tools.
+        cache: a shared :class:`ResultCache`, or ``None`` for no caching.
+        metrics: where figures go (a new registry by default).
+        headers: sent with every request (for example a ``User-Agent``).
+
+    Thread-safe: :meth:`call` and :meth:`call_many` may be called from any thread except the
+    executor's own. :meth:`close` stops the loop thread and closes the connection pool.
+    """
+
+    def __init__(self, policies: dict[str, ToolPolicy] | None = None, default: ToolPolicy | None = None,
+                 cache: ResultCache | None = None, metrics: ToolMetrics | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        self.policies = dict(policies or {})
+        self.default = default or ToolPolicy()
+        self.cache = cache
+        self.metrics = metrics or ToolMetrics()
+        self.headers = {"User-Agent": "websailor (research agent)", **(headers or {})}
+        self._breakers: dict[tuple[str, str], CircuitBreaker] = {}
+        self._limits: dict[str, tuple[asyncio.Semaphore, AsyncLimiter | None]] = {}
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def policy(self, tool: str) -> ToolPolicy:
+        return self.policies.get(tool, self.default)
+
+    def breaker(self, tool: str, provider: str) -> CircuitBreaker:
+        """The circuit breaker of ``provider`` under ``tool`` (created closed)."""
+        key = (tool, provider)
+        if key not in self._breakers:
+            p = self.policy(tool)
+            self._breakers[key] = CircuitBreaker(p.breaker_failures, p.breaker_reset_s)
+        return self._breakers[key]
+
+    # -- the loop thread ------------------------------------------------------------------
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="tool-executor", daemon=True)
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    def _run(self, coro: Awaitable[Any]) -> Any:
+        loop = self._ensure_loop()
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("ToolExecutor.call cannot be used from its own loop thread; await acall instead")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def close(self) -> None:
+        """Close the connection pool and stop the loop thread (idempotent)."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        if self._client is not None:
+            asyncio.run_coroutine_threadsafe(self._client.aclose(), loop).result()
+            self._client = None
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join()
+        loop.close()
+
+    def __enter__(self) -> "ToolExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- operations -----------------------------------------------------------------------
+    def call(self, tool: str, request: dict[str, Any], providers: Sequence[Provider]) -> Outcome:
+        """Run one operation (``request``: the normalized arguments, also the cache key)."""
+        return self._run(self.acall(tool, request, providers))
+
+    def call_many(self, tool: str, requests: Sequence[dict[str, Any]], providers: Sequence[Provider]) -> list[Outcome]:
+        """Run several operations of one tool concurrently (within its limits); outcomes in order."""
+        async def gather() -> list[Outcome]:
+            return list(await asyncio.gather(*(self.acall(tool, r, providers) for r in requests)))
+        return self._run(gather())
+
+    async def acall(self, tool: str, request: dict[str, Any], providers: Sequence[Provider]) -> Outcome:
+        """:meth:`call` for code already on the executor's loop."""
+        policy = self.policy(tool)
+        t0 = time.perf_counter()
+        key = cache_key(tool, request)
+        if self.cache is not None and policy.cache_ttl_s > 0:
+            hit = await asyncio.to_thread(self.cache.get, key)
+            if hit is not None:
+                self.metrics.record_request(tool, time.perf_counter() - t0, cache_hit=True)
+                return Outcome(hit["value"], hit["provider"], cached=True)
+        outcome = Outcome()
+        for i, provider in enumerate(providers):
+            if i > 0 and outcome.failures:
+                self.metrics.record_failover(tool)
+            breaker = self.breaker(tool, provider.name)
+            if not breaker.allow():
+                outcome.failures.append((provider.name, f"skipped, its circuit is open after {breaker.failures} "
+                                                        "failed operations in a row"))
+                self.metrics.record_attempt_error(tool, "circuit_open")
+                continue
+            try:
+                value = await self._with_retries(tool, provider, request, policy)
+            except ProviderFailure as e:
+                breaker.failure()
+                outcome.failures.append((provider.name, f"{e.kind}, {e.detail}"))
+                continue
+            breaker.success()
+            outcome.value, outcome.provider = value, provider.name
+            if self.cache is not None and policy.cache_ttl_s > 0:
+                await asyncio.to_thread(self.cache.put, key, tool, {"value": value, "provider": provider.name})
+            break
+        if not outcome.ok:
+            logger.debug("%s %s failed: %s", tool, request, outcome.failure_text())
+        self.metrics.record_request(tool, time.perf_counter() - t0, degraded=not outcome.ok)
+        return outcome
+
+    async def _with_retries(self, tool: str, provider: Provider, request: dict[str, Any],
+                            policy: ToolPolicy) -> Any:
+
+        def wait(state: Any) -> float:
+            exc = state.outcome.exception()
+            if isinstance(exc, ProviderFailure) and exc.retry_after is not None:
+                return min(exc.retry_after, policy.retry_after_max_s)
+            n = state.attempt_number - 1
+            return min(policy.backoff_max_s, policy.backoff_s * 2 ** n + random.uniform(0, policy.backoff_s))
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.retries + 1), wait=wait, reraise=True,
+            retry=retry_if_exception(lambda e: isinstance(e, ProviderFailure) and e.retryable),
+            before_sleep=lambda state: self.metrics.record_retry(tool),
+        )
+        async for attempt in retrying:
+            with attempt:
+                value = await self._attempt(tool, provider, request, policy)
+        return value
+
+    async def _attempt(self, tool: str, provider: Provider, request: dict[str, Any], policy: ToolPolicy) -> Any:
+        sem, limiter = self._limits_of(tool, policy)
+        async with sem:
+            if limiter is not None:
+                await limiter.acquire()
+            try:
+                async with asyncio.timeout(policy.timeout_s):
+                    return await provider(self._http(), request, policy)
+            except TimeoutError:
+                failure = ProviderFailure("timeout", f"no complete answer within {policy.timeout_s:g} s")
+            except ProviderFailure as e:
+                failure = e
+            except httpx.HTTPError as e:
+                failure = ProviderFailure("connection", f"{type(e).__name__}: {str(e)[:120]}")
+        self.metrics.record_attempt_error(tool, failure.kind)
+        raise failure
+
+    def _limits_of(self, tool: str, policy: ToolPolicy) -> tuple[asyncio.Semaphore, AsyncLimiter | None]:
+        if tool not in self._limits:
+            limiter = AsyncLimiter(policy.qps, 1.0) if policy.qps > 0 else None
+            self._limits[tool] = (asyncio.Semaphore(policy.concurrency), limiter)
+        return self._limits[tool]
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                follow_redirects=True, max_redirects=5, headers=self.headers,
+                timeout=httpx.Timeout(30.0, connect=10.0),
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            )
+        return self._client
+

@@ -1,0 +1,665 @@
+"""``parse_file``: read documents (PDF, DOCX, XLSX, CSV, HTML, text) as text or markdown.
+
+The Tongyi DeepResearch ``parse_file`` tool takes ``files``, an array of local paths or URLs,
+and returns each file's content as text. Here :func:`parse_bytes` turns the bytes of one file
+into markdown (tables become markdown tables) and :class:`ParseFileTool` fetches the bytes:
+local paths are confined to a files directory, URLs go through a fetcher the caller supplies.
+Every problem with one file becomes an error block in the observation; the other files still
+come back.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import itertools
+import re
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from websailor.corpus.text import truncate
+from websailor.errors import InputFormatError, WebsailorError
+from websailor.tools.base import Tool
+from websailor.tools.search import BLOCK_SEPARATOR
+
+#: Largest file read, local or downloaded (bytes).
+MAX_FILE_BYTES = 20 * 1024 * 1024
+#: Largest total uncompressed size of a DOCX/XLSX archive (bytes); guards against zip bombs.
+MAX_UNZIPPED_BYTES = 200 * 1024 * 1024
+#: Data rows shown per table (XLSX sheet, CSV, DOCX table); the rest are counted in a note.
+MAX_TABLE_ROWS = 200
+#: Columns shown per table; the rest are counted in a note.
+MAX_TABLE_COLS = 30
+#: Files listed when a local path is not found (to help the model pick the right name).
+MAX_LISTED_FILES = 20
+
+#: File extension -> kind. A kind names one parser.
+EXTENSION_KINDS: dict[str, str] = {
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".xlsx": "xlsx", ".xlsm": "xlsx",
+    ".csv": "csv",
+    ".tsv": "tsv", ".tab": "tsv",
+    ".html": "html", ".htm": "html", ".xhtml": "html",
+    ".txt": "text", ".text": "text", ".md": "text", ".markdown": "text", ".rst": "text",
+    ".json": "text", ".jsonl": "text", ".ndjson": "text", ".xml": "text",
+    ".yaml": "text", ".yml": "text", ".log": "text",
+}
+
+#: MIME type (without parameters) -> kind.
+CONTENT_TYPE_KINDS: dict[str, str] = {
+    "application/pdf": "pdf",
+    "application/x-pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "text/csv": "csv",
+    "application/csv": "csv",
+    "text/tab-separated-values": "tsv",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "application/json": "text",
+    "application/x-ndjson": "text",
+    "application/xml": "text",
+}
+
+#: Kind -> how error messages name it.
+KIND_LABELS: dict[str, str] = {
+    "pdf": "PDF", "docx": "DOCX", "xlsx": "XLSX", "csv": "CSV", "tsv": "TSV", "html": "HTML", "text": "text",
+}
+
+#: Kinds whose magic bytes identify them for sure (so they win over a wrong extension).
+BINARY_KINDS = frozenset({"pdf", "docx", "xlsx"})
+
+#: Legacy multi-byte encodings accepted from charset detection; other non-UTF-8 text is read as
+#: Windows-1252 (what browsers do), because detection is unreliable on short Western text.
+_CJK_ENCODINGS = frozenset({"gb18030", "gbk", "gb2312", "big5", "big5hkscs", "cp932", "shift_jis",
+                            "euc_jp", "iso2022_jp", "cp949", "euc_kr", "cp950"})
+#: Fewest non-ASCII bytes for which a detected CJK encoding is trusted (three characters).
+_MIN_CJK_BYTES = 6
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_CHARSET_RE = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+_XML_DECL_RE = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
+
+
+class FileParseError(InputFormatError):
+    """A file given to ``parse_file`` cannot be read: not found, outside the files directory,
+    too large, empty, of an unsupported type, encrypted or corrupt. The message names the file."""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What a parser read: the ``text`` (markdown) and a ``note`` on what it left unread, which
+    is shown after the text even when the text is truncated."""
+
+    text: str
+    note: str = ""
+
+
+def supported_types() -> str:
+    """The supported types with their extensions, for error messages and the tool description."""
+    by_kind: dict[str, list[str]] = {}
+    for ext, kind in EXTENSION_KINDS.items():
+        by_kind.setdefault(kind, []).append(ext)
+    return ", ".join(f"{KIND_LABELS[k]} ({' '.join(exts)})" for k, exts in by_kind.items())
+
+
+# --- type detection ----------------------------------------------------------------------------
+
+def _extension(name: str) -> str:
+    """Lower-case extension of a file name or of a URL's path ('' if none)."""
+    path = urlparse(name).path if "://" in name else name.replace("\\", "/")
+    return PurePosixPath(unquote(path)).suffix.lower()
+
+
+def _mime(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def _kind_from_content_type(content_type: str | None) -> str | None:
+    mime = _mime(content_type)
+    if mime in CONTENT_TYPE_KINDS:
+        return CONTENT_TYPE_KINDS[mime]
+    if mime.startswith("text/"):
+        return "text"
+    return None
+
+
+def _zip_kind(data: bytes) -> str | None:
+    """'docx' or 'xlsx' for an Office Open XML archive, else None (also for a broken zip)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    if any(n.startswith("word/") for n in names):
+        return "docx"
+    if any(n.startswith("xl/") for n in names):
+        return "xlsx"
+    return None
+
+
+def _looks_like_utf8_text(sample: bytes) -> bool:
+    """No NUL bytes and valid UTF-8 (a character cut at the end of the sample is allowed)."""
+    if b"\x00" in sample:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def sniff_kind(data: bytes) -> str | None:
+    """The kind that the content shows: ``%PDF`` -> pdf, a zip holding ``word/`` or ``xl/`` ->
+    docx or xlsx, an ``<html`` or doctype near the start -> html, UTF-8 without NUL bytes ->
+    text; None when the bytes say nothing."""
+    head = data[:1024]
+    if b"%PDF-" in head:
+        return "pdf"
+    if data.startswith(b"PK\x03\x04"):
+        return _zip_kind(data)
+    lowered = head.lstrip(codecs.BOM_UTF8 + b" \t\r\n").lower()
+    if lowered.startswith(b"<!doctype html") or b"<html" in lowered:
+        return "html"
+    if any(data.startswith(bom) for bom, _ in _BOMS if bom != codecs.BOM_UTF8):
+        return "text"
+    if _looks_like_utf8_text(data[:4096]):
+        return "text"
+    return None
+
+
+def detect_kind(data: bytes, name: str, content_type: str | None = None) -> str | None:
+    """The parser kind for a file ('pdf', 'docx', 'xlsx', 'csv', 'tsv', 'html', 'text') or None.
+
+    The extension of ``name`` decides, then ``content_type``, then the magic bytes
+    (:func:`sniff_kind`). Magic bytes that identify PDF, DOCX or XLSX always win, and an HTML
+    page served where a PDF/DOCX/XLSX was announced (a login or error page) is read as HTML.
+    """
+    declared = EXTENSION_KINDS.get(_extension(name)) or _kind_from_content_type(content_type)
+    sniffed = sniff_kind(data)
+    if sniffed in BINARY_KINDS:
+        return sniffed
+    if declared in BINARY_KINDS and sniffed == "html":
+        return "html"
+    return declared or sniffed
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+def _codec(name: str | None) -> str | None:
+    """Python's name for an encoding label, or None if unknown."""
+    if not name:
+        return None
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def decode_text(data: bytes, declared: str | None = None) -> str:
+    """Bytes -> text; never fails.
+
+    Order: a byte-order mark; UTF-8 if the bytes are valid UTF-8; the ``declared`` charset
+    (HTTP header or HTML meta) if Python knows it; a CJK multi-byte encoding if charset
+    detection finds one in text with at least a few non-ASCII characters; else Windows-1252, whose undefined bytes become U+FFFD.
+    """
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding, errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    codec = _codec(declared)
+    if codec and codec != "utf-8":
+        return data.decode(codec, errors="replace")
+    sample = data[:65536]
+    if sum(b >= 0x80 for b in sample) >= _MIN_CJK_BYTES:  # too few bytes make the guess noise
+        import charset_normalizer
+
+        best = charset_normalizer.from_bytes(sample).best()
+        if best is not None and best.encoding in _CJK_ENCODINGS:
+            return data.decode(best.encoding, errors="replace")
+    return data.decode("cp1252", errors="replace")
+
+
+def _charset_param(content_type: str | None) -> str | None:
+    match = _CHARSET_RE.search(content_type or "")
+    return match.group(1) if match else None
+
+
+def _parse_text(data: bytes, name: str, content_type: str | None) -> Extracted:
+    return Extracted(decode_text(data, _charset_param(content_type)))
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+def _cell(value: Any) -> str:
+    """One table cell as markdown: numbers without a spurious '.0', dates in ISO form, pipes
+    escaped, whitespace (newlines included) collapsed."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ") if value.time() != time() else value.date().isoformat()
+    if isinstance(value, date | time):
+        return value.isoformat()
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def markdown_table(rows: Iterable[Sequence[Any]], max_rows: int = MAX_TABLE_ROWS,
+                   max_cols: int = MAX_TABLE_COLS) -> tuple[str, str]:
+    """Rows (the first one is the header) -> (markdown table, note on what was cut).
+
+    Empty rows are skipped and empty trailing columns dropped. At most ``max_rows`` data rows
+    and ``max_cols`` columns are shown; the note (empty if nothing was cut) counts the rest.
+    The whole of ``rows`` is consumed, to count it. The table is '' when every row is empty.
+    """
+    kept: list[list[str]] = []
+    n_rows = n_cols = 0
+    for row in rows:
+        cells = [_cell(v) for v in row]
+        while cells and not cells[-1]:
+            cells.pop()
+        if not cells:
+            continue
+        n_rows += 1
+        n_cols = max(n_cols, len(cells))
+        if len(kept) <= max_rows:  # header plus max_rows data rows
+            kept.append(cells[:max_cols])
+    if not kept:
+        return "", ""
+    width = max(len(r) for r in kept)
+    kept = [r + [""] * (width - len(r)) for r in kept]
+    lines = ["| " + " | ".join(kept[0]) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(r) + " |" for r in kept[1:]]
+    cut: list[str] = []
+    if n_rows - 1 > max_rows:
+        cut.append(f"the first {max_rows:,} of {n_rows - 1:,} data rows")
+    if n_cols > max_cols:
+        cut.append(f"the first {max_cols} of {n_cols} columns")
+    note = f"(Table cut: showing {' and '.join(cut)}.)" if cut else ""
+    return "\n".join(lines), note
+
+
+def _table_block(rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table with its cut note (if any) above it, so truncation never hides the note."""
+    table, note = markdown_table(rows)
+    return f"{note}\n\n{table}" if note else table
+
+
+def _parse_delimited(data: bytes, name: str, content_type: str | None, delimiter: str | None) -> Extracted:
+    """CSV/TSV -> a markdown table; the delimiter of a CSV is sniffed among , ; tab |."""
+    text = decode_text(data, _charset_param(content_type))
+    if delimiter is None:
+        try:
+            delimiter = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
+        except csv.Error:
+            delimiter = ","
+    try:
+        table = _table_block(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+    except csv.Error as e:
+        raise FileParseError(f"{name}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} ({e})") from None
+    return Extracted(table)
+
+
+# --- office documents ---------------------------------------------------------------------------
+
+def _check_zip_size(data: bytes, name: str) -> None:
+    """Refuse archives whose content would expand past :data:`MAX_UNZIPPED_BYTES`."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        total = sum(info.file_size for info in zf.infolist())
+    if total > MAX_UNZIPPED_BYTES:
+        raise FileParseError(f"{name}: the archive would expand to {total / 2**20:,.0f} MB, "
+                             f"more than the limit of {MAX_UNZIPPED_BYTES / 2**20:,.0f} MB")
+
+
+def _heading_level(style_name: str) -> int:
+    """1-6 for 'Title' and 'Heading N' paragraph styles, else 0."""
+    if style_name == "Title":
+        return 1
+    match = re.fullmatch(r"Heading ([1-9])", style_name)
+    return min(int(match.group(1)), 6) if match else 0
+
+
+def _parse_docx(data: bytes, name: str, content_type: str | None) -> Extracted:
+    """DOCX -> markdown: headings as '#' lines, list paragraphs as '- ' items, tables as
+    markdown tables, in document order (headers, footers and comments are left out)."""
+    import docx
+    from docx.table import Table
+
+    _check_zip_size(data, name)
+    document = docx.Document(io.BytesIO(data))
+    blocks: list[str] = []
+    for item in document.iter_inner_content():
+        if isinstance(item, Table):
+            table = _table_block([cell.text for cell in row.cells] for row in item.rows)
+            if table:
+                blocks.append(table)
+            continue
+        text = item.text.strip()
+        if not text:
+            continue
+        style = item.style.name if item.style is not None else ""
+        level = _heading_level(style or "")
+        if level:
+            blocks.append("#" * level + " " + " ".join(text.split()))
+        elif "List" in (style or ""):
+            blocks.append("- " + text)
+        else:
+            blocks.append(text)
+    return Extracted("\n\n".join(blocks))
+
+
+def _parse_xlsx(data: bytes, name: str, content_type: str | None) -> Extracted:
+    """XLSX -> one '## Sheet: NAME' section per worksheet, each a markdown table of the cell
+    values (formulas show their last saved result)."""
+    import openpyxl
+
+    _check_zip_size(data, name)
+    workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        sections = []
+        for sheet in workbook.worksheets:
+            table = _table_block(sheet.iter_rows(values_only=True))
+            sections.append(f"## Sheet: {sheet.title}\n\n{table or '(empty sheet)'}")
+    finally:
+        workbook.close()
+    return Extracted("\n\n".join(sections))
+
+
+# --- PDF ----------------------------------------------------------------------------------------
+
+def _parse_pdf(data: bytes, name: str, content_type: str | None, budget: int | None = None) -> Extracted:
+    """PDF -> the text of each page under '## Page N'.
+
+    Reading stops once the text passes ``budget`` characters (None: read all pages); the note
+    says which pages were left unread. A page whose text cannot be extracted gets a marker.
+
+    Raises:
+        FileParseError: password-protected, corrupt, or no page has any text (scanned images).
+    """
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, PyPdfError
+
+    reader = PdfReader(io.BytesIO(data))
+    if reader.is_encrypted:
+        try:
+            opened = reader.decrypt("")  # many PDFs only have an owner password
+        except (DependencyError, NotImplementedError, PyPdfError):
+            opened = 0
+        if not opened:
+            raise FileParseError(f"{name}: the PDF is encrypted (password-protected) and cannot be read")
+    n_pages = len(reader.pages)
+    pages: list[str] = []
+    failures: list[str] = []
+    total = 0
+    for number, page in enumerate(reader.pages, 1):
+        try:
+            text = (page.extract_text() or "").strip()
+        except Exception as e:  # noqa: BLE001 - a damaged page must not hide the others
+            failures.append(f"{type(e).__name__}: {e}")
+            pages.append(f"## Page {number}\n\n[The text of this page could not be extracted.]")
+            continue
+        pages.append(f"## Page {number}\n\n{text or '[No text on this page.]'}")
+        total += len(text)
+        if budget is not None and total > budget and number < n_pages:
+            note = f"[Pages {number + 1}-{n_pages} of {n_pages} were not read: the character limit was reached.]"
+            return Extracted("\n\n".join(pages), note)
+    if n_pages and len(failures) == n_pages:
+        raise FileParseError(f"{name}: corrupt PDF: no page could be read ({truncate(failures[0], 200)})")
+    if total == 0:
+        raise FileParseError(f"{name}: the PDF has no extractable text ({n_pages} page(s); it may be scanned images)")
+    return Extracted("\n\n".join(pages))
+
+
+# --- HTML ---------------------------------------------------------------------------------------
+
+_BLOCK_TAGS = ("p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
+               "header", "footer", "table", "ul", "ol", "pre", "blockquote", "dd", "dt")
+
+
+def _html_text_fallback(html: str) -> str:
+    """Plain text of an HTML page with lxml (scripts and styles dropped, one line per block)."""
+    import lxml.html
+
+    root = lxml.html.document_fromstring(html)
+    for element in root.xpath("//script | //style | //noscript | //template | //head"):
+        element.drop_tree()
+    for element in root.iter(*_BLOCK_TAGS):
+        element.tail = "\n" + (element.tail or "")
+    lines = (" ".join(line.split()) for line in root.text_content().splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+def _parse_html(data: bytes, name: str, content_type: str | None) -> Extracted:
+    """HTML -> markdown of the main content (trafilatura: navigation, ads and footers are
+    left out); the whole visible text when trafilatura finds no main content."""
+    import trafilatura
+
+    declared = _charset_param(content_type) or _charset_param(data[:2048].decode("latin-1"))
+    html = _XML_DECL_RE.sub("", decode_text(data, declared), count=1)
+    if not html.strip():
+        return Extracted("")
+    text = trafilatura.extract(html, output_format="markdown", include_tables=True, include_comments=False)
+    if not text or not text.strip():
+        text = _html_text_fallback(html)
+    return Extracted(text)
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+_PARSERS: dict[str, Callable[[bytes, str, str | None], Extracted]] = {
+    "docx": _parse_docx,
+    "xlsx": _parse_xlsx,
+    "csv": lambda data, name, ctype: _parse_delimited(data, name, ctype, None),
+    "tsv": lambda data, name, ctype: _parse_delimited(data, name, ctype, "\t"),
+    "html": _parse_html,
+    "text": _parse_text,
+}
+
+
+def parse_bytes(data: bytes, name: str, content_type: str | None = None, *, max_chars: int | None = None) -> str:
+    """The content of one file as text/markdown.
+
+    Args:
+        data: the file's bytes.
+        name: its file name, path or URL; the extension picks the parser (see :func:`detect_kind`)
+            and error messages name it.
+        content_type: the MIME type a server gave (``charset`` is honoured for text), if any.
+        max_chars: longest text returned (characters, not counting the note that says how much
+            was cut); None for no limit. A long PDF stops being read once past the limit.
+
+    Returns:
+        Markdown: PDF pages under '## Page N'; DOCX headings, paragraphs and tables; one
+        markdown table per XLSX sheet ('## Sheet: NAME') or CSV (rows and columns capped at
+        :data:`MAX_TABLE_ROWS` and :data:`MAX_TABLE_COLS`, with a note); HTML main content;
+        text files as they are.
+
+    Raises:
+        FileParseError: the file is empty, of an unsupported type (the message lists the
+            supported ones), encrypted, corrupt, or holds no text.
+    """
+    if not data:
+        raise FileParseError(f"{name}: the file is empty (0 bytes)")
+    kind = detect_kind(data, name, content_type)
+    if kind is None:
+        shown = _extension(name) or _mime(content_type) or "no extension"
+        raise FileParseError(f"{name}: unsupported file type ({shown}); supported types: {supported_types()}")
+    try:
+        if kind == "pdf":
+            found = _parse_pdf(data, name, content_type, budget=max_chars)
+        else:
+            found = _PARSERS[kind](data, name, content_type)
+    except FileParseError:
+        raise
+    except Exception as e:  # noqa: BLE001 - third-party parsers raise many types on damaged input
+        detail = truncate(" ".join(f"{type(e).__name__}: {e}".split()), 200)
+        raise FileParseError(f"{name}: corrupt or unreadable {KIND_LABELS[kind]} file ({detail})") from e
+    text = found.text.strip()
+    if not text:
+        raise FileParseError(f"{name}: the {KIND_LABELS[kind]} file contains no text")
+    notes = [found.note] if found.note else []
+    if max_chars is not None and len(text) > max_chars:
+        kept = truncate(text, max_chars).removesuffix("...")
+        notes.insert(0, f"[Truncated: showing the first {len(kept):,} characters; "
+                        f"{len(text) - len(kept):,} more characters were cut.]")
+        text = kept.rstrip() + " ..."
+    return "\n\n".join([text, *notes])
+
+
+# --- the tool -----------------------------------------------------------------------------------
+
+def _is_url(spec: str) -> bool:
+    return "://" in spec and not spec.lower().startswith("file://")
+
+
+class ParseFileTool(Tool):
+    """Parse files (local paths or URLs) into text/markdown, as Tongyi DeepResearch's
+    ``parse_file`` tool does.
+
+    Each file gives a block ``# File: NAME`` followed by its content or an error; blocks are
+    joined by :data:`~websailor.tools.search.BLOCK_SEPARATOR`.
+
+    Args:
+        files_root: directory local paths are resolved against; a path must stay inside it
+            after ``..`` and symlinks are resolved. None: no local files are available.
+        fetch: downloads a URL, returning its bytes and content type (or None); it should raise
+            a :class:`~websailor.errors.WebsailorError` or ``OSError`` on failure. None: URLs
+            are refused.
+        max_bytes: largest file read (bytes).
+        max_files: files per call; extra ones are dropped with a note.
+        max_chars: longest content returned per file (characters); longer text is cut with a note.
+    """
+
+    name = "parse_file"
+    description = (
+        "Parse files and return their content as text/markdown. Give the files to read in the array "
+        "'files': local file names or URLs. Supported: PDF, DOCX, XLSX, CSV/TSV, HTML, and text files "
+        "(TXT, MD, JSON, ...)."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "files": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": "The files to parse: local file names (paths) or URLs.",
+            }
+        },
+        "required": ["files"],
+    }
+
+    def __init__(self, files_root: Path | None = None, fetch: Callable[[str], tuple[bytes, str | None]] | None = None,
+                 max_bytes: int = MAX_FILE_BYTES, max_files: int = 5, max_chars: int = 20_000) -> None:
+        self.files_root = Path(files_root).resolve() if files_root is not None else None
+        self.fetch = fetch
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        self.max_chars = max_chars
+
+    def coerce(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(arguments.get("files"), str):
+            arguments["files"] = [arguments["files"]]
+        return arguments
+
+    def _too_large(self, spec: str, size: int) -> FileParseError:
+        return FileParseError(f"{spec}: the file is {size / 2**20:,.1f} MB, larger than the limit of "
+                              f"{self.max_bytes / 2**20:,.1f} MB")
+
+    def _available(self) -> str:
+        """A short list of the files under the files directory, for 'not found' messages."""
+        assert self.files_root is not None
+        try:
+            found = itertools.islice((p for p in self.files_root.rglob("*") if p.is_file()), MAX_LISTED_FILES + 1)
+            names = sorted(p.relative_to(self.files_root).as_posix() for p in found)
+        except OSError:
+            return ""
+        if not names:
+            return " No local files are available."
+        more = ", ..." if len(names) > MAX_LISTED_FILES else ""
+        return " Available files: " + ", ".join(names[:MAX_LISTED_FILES]) + more
+
+    def read_local(self, spec: str) -> bytes:
+        """The bytes of a local file named relative to ``files_root`` (or absolute inside it).
+
+        Raises:
+            FileParseError: no files directory, a path leaving it, not found, a directory,
+                unreadable, or larger than ``max_bytes``.
+        """
+        if self.files_root is None:
+            raise FileParseError(f"{spec}: no local files are available in this environment; "
+                                 "give the URL of the file instead")
+        raw = spec[len("file://"):] if spec.lower().startswith("file://") else spec
+        try:
+            target = (self.files_root / raw).resolve()
+        except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
+            raise FileParseError(f"{spec}: the path cannot be resolved ({e})") from None
+        if not target.is_relative_to(self.files_root):
+            raise FileParseError(f"{spec}: the path is outside the available files; only files in the "
+                                 "files directory can be read")
+        if not target.exists():
+            raise FileParseError(f"{spec}: file not found.{self._available()}")
+        if not target.is_file():
+            raise FileParseError(f"{spec}: not a file (a directory?).{self._available()}")
+        try:
+            size = target.stat().st_size
+            if size > self.max_bytes:
+                raise self._too_large(spec, size)
+            with target.open("rb") as f:
+                data = f.read(self.max_bytes + 1)
+        except OSError as e:
+            raise FileParseError(f"{spec}: the file cannot be read ({e.strerror or e})") from None
+        if len(data) > self.max_bytes:
+            raise self._too_large(spec, len(data))
+        return data
+
+    def download(self, url: str) -> tuple[bytes, str | None]:
+        """The bytes and content type of a URL, through ``fetch``.
+
+        Raises:
+            FileParseError: no fetcher, not an http(s) URL, the download failed, or the file is
+                larger than ``max_bytes``.
+        """
+        if urlparse(url).scheme.lower() not in ("http", "https"):
+            raise FileParseError(f"{url}: only http:// and https:// URLs can be downloaded")
+        if self.fetch is None:
+            raise FileParseError(f"{url}: URLs cannot be downloaded in this environment; "
+                                 "only local files can be parsed here")
+        try:
+            data, content_type = self.fetch(url)
+        except (WebsailorError, OSError) as e:
+            raise FileParseError(f"{url}: the download failed ({e})") from None
+        if len(data) > self.max_bytes:
+            raise self._too_large(url, len(data))
+        return data, content_type
+
+    def parse_one(self, spec: str) -> str:
+        """The observation block of one file: its content, or the error that stopped it."""
+        spec = spec.strip()
+        try:
+            if not spec:
+                raise FileParseError("empty file name: give a file name or URL")
+            data, content_type = self.download(spec) if _is_url(spec) else (self.read_local(spec), None)
+            body = parse_bytes(data, spec, content_type, max_chars=self.max_chars)
+        except FileParseError as e:
+            body = f"[{self.name}] Error: {e}"
+        return f"# File: {spec}\n\n{body}"
+
+    def forward(self, files: list[str]) -> str:
+        note = ""
+        if len(files) > self.max_files:
+            note = f"Note: only the first {self.max_files} of {len(files)} files were parsed.\n"
+            files = files[: self.max_files]
+        return note + BLOCK_SEPARATOR.join(self.parse_one(f) for f in files)

@@ -1,0 +1,285 @@
+"""A local HTTP server that imitates the web providers and injects faults, for tests and
+benchmarks of the execution layer (loopback only; no real internet is needed).
+
+Routes (``{url}`` is the server's base address):
+
+- ``POST /search``, ``POST /scholar``: Serper (``X-API-KEY`` required), ``{"organic": [...]}``;
+- ``GET /searxng/search?q=...&format=json``: SearXNG, ``{"results": [...]}``;
+- ``GET /jina/<page url>``: the Jina Reader, markdown after ``Markdown Content:``;
+- ``GET /page/<name>``: an HTML page (navigation boilerplate around an article);
+- ``GET /file/<name>``: bytes registered with :meth:`FaultServer.add_file`.
+
+Results echo the request (the query, the page name), so a caller can check that every
+answer belongs to its own request.
+
+Faults (:data:`FAULTS`) come from a per-route script (consumed one per request), a per-route
+permanent fault, or at random with ``rate``. The server is a small asyncio HTTP/1.1
+implementation rather than a framework because several faults (a body shorter than its
+``Content-Length``, a slow drip, a hang) are malformed on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, unquote, urlsplit
+
+#: Every fault the server can inject.
+FAULTS = ("429", "500", "hang", "drip", "truncated", "badjson", "huge", "latin1", "redirect")
+#: Route names for scripts and permanent faults.
+ROUTES = ("serper", "searxng", "jina", "page", "file")
+
+
+@dataclass
+class FaultPlan:
+    """Which requests fail, and how.
+
+    Attributes:
+        scripts: per route, faults for its next requests in order (``"ok"`` for none).
+        always: per route, a fault injected into every request.
+        rate: probability of a random fault from ``kinds`` when no script or permanent fault applies.
+        kinds: the random faults.
+        seed: seed of the random faults.
+        retry_after: the ``Retry-After`` header of 429 answers (seconds, as text).
+        hang_s: how long a hang holds the connection (seconds).
+        drip_interval_s: pause between the bytes of a slow drip (seconds).
+        huge_bytes: size of a ``huge`` body (default 50 MB).
+    """
+
+    scripts: dict[str, deque] = field(default_factory=dict)
+    always: dict[str, str] = field(default_factory=dict)
+    rate: float = 0.0
+    kinds: tuple[str, ...] = FAULTS
+    seed: int = 0
+    retry_after: str = "1"
+    hang_s: float = 3600.0
+    drip_interval_s: float = 0.5
+    huge_bytes: int = 50_000_000
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self.scripts = {k: deque(v) for k, v in self.scripts.items()}
+
+    def script(self, route: str, *faults: str) -> None:
+        """Queue ``faults`` for the next requests of ``route``."""
+        self.scripts.setdefault(route, deque()).extend(faults)
+
+    def next_fault(self, route: str) -> str:
+        queue = self.scripts.get(route)
+        if queue:
+            return queue.popleft()
+        if route in self.always:
+            return self.always[route]
+        if self.rate > 0 and self._rng.random() < self.rate:
+            return self._rng.choice(self.kinds)
+        return "ok"
+
+
+class FaultServer:
+    """The provider imitation, in a background thread.
+
+    Use as a context manager (``with FaultServer(plan) as server: server.url``).
+
+    Attributes:
+        served: requests by ``(route, fault)``.
+        api_key: the key Serper routes require.
+    """
+
+    def __init__(self, plan: FaultPlan | None = None, api_key: str = "test-key", host: str = "127.0.0.1") -> None:
+        self.plan = plan or FaultPlan()
+        self.api_key = api_key
+        self.host = host
+        self.port = 0
+        self.served: Counter = Counter()
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def add_file(self, name: str, data: bytes, content_type: str) -> str:
+        """Serve ``data`` at ``/file/<name>``; returns its URL."""
+        self.files[name] = (data, content_type)
+        return f"{self.url}/file/{name}"
+
+    def start(self) -> "FaultServer":
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._server = loop.run_until_complete(asyncio.start_server(self._handle, self.host, 0, limit=2**20))
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+            loop.run_forever()
+            self._server.close()
+            loop.run_until_complete(self._server.wait_closed())
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fault-server", daemon=True)
+        self._thread.start()
+        ready.wait()
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop = None
+
+    def __enter__(self) -> "FaultServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- HTTP ------------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                keep = await self._respond(method, target, headers, body, writer)
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, method: str, target: str, headers: dict[str, str], body: bytes,
+                       writer: asyncio.StreamWriter) -> bool:
+        route, status, ctype, payload = self._route(method, target, headers, body)
+        fault = self.plan.next_fault(route) if status == 200 else "ok"
+        with self._lock:
+            self.served[(route, fault)] += 1
+        if fault == "429":
+            return await self._send(writer, 429, "text/plain", b"rate limited", {"Retry-After": self.plan.retry_after})
+        if fault == "500":
+            return await self._send(writer, 500, "text/plain", b"internal error")
+        if fault == "redirect":
+            return await self._send(writer, 302, "text/plain", b"", {"Location": target})
+        if fault == "hang":
+            await asyncio.sleep(self.plan.hang_s)
+            return False
+        if fault == "drip":
+            writer.write(self._head(200, ctype, len(payload)))
+            for i in range(len(payload)):
+                writer.write(payload[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(self.plan.drip_interval_s)
+            return False
+        if fault == "truncated":
+            writer.write(self._head(200, ctype, len(payload) + 1000) + payload[: len(payload) // 2])
+            await writer.drain()
+            return False
+        if fault == "badjson":
+            payload = payload[: max(1, len(payload) // 3)] if "json" in ctype else b""
+        elif fault == "latin1":
+            payload = self._latin1(route, payload)
+            ctype = ctype.split(";")[0]
+        elif fault == "huge":
+            return await self._send_huge(writer, route, ctype)
+        return await self._send(writer, status, ctype, payload)
+
+    def _route(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[str, int, str, bytes]:
+        parts = urlsplit(target)
+        path = unquote(parts.path)
+        if method == "POST" and path in ("/search", "/scholar"):
+            if headers.get("x-api-key") != self.api_key:
+                return "serper", 403, "application/json", b'{"message": "Unauthorized."}'
+            try:
+                q = str(json.loads(body or b"{}").get("q", ""))
+            except ValueError:
+                return "serper", 400, "application/json", b'{"message": "bad request"}'
+            hits = [{"title": f"Result {i} for {q}", "link": f"{self.url}/page/{i}-{q.replace(' ', '_')}",
+                     "snippet": f"Snippet {i} about {q}.", "position": i,
+                     **({"publicationInfo": f"J Doe - Journal {i}", "year": 2020 + i % 5, "citedBy": 10 * i}
+                        if path == "/scholar" else {})} for i in range(1, 11)]
+            return "serper", 200, "application/json", json.dumps({"organic": hits}).encode()
+        if method == "GET" and path == "/searxng/search":
+            q = parse_qs(parts.query).get("q", [""])[0]
+            hits = [{"title": f"Result {i} for {q}", "url": f"{self.url}/page/{i}-{q.replace(' ', '_')}",
+                     "content": f"Snippet {i} about {q}."} for i in range(1, 11)]
+            return "searxng", 200, "application/json", json.dumps({"results": hits}).encode()
+        if method == "GET" and path.startswith("/jina/"):
+            page = path[len("/jina/"):]
+            name = page.rstrip("/").rsplit("/", 1)[-1]
+            text = (f"Title: Page {name}\nURL Source: {page}\n\nMarkdown Content:\n# Page {name}\n\n"
+                    f"{_article(name)}")
+            return "jina", 200, "text/plain; charset=utf-8", text.encode()
+        if method == "GET" and path.startswith("/page/"):
+            name = path[len("/page/"):]
+            html = (f"<!doctype html><html><head><title>Page {name}</title></head><body>"
+                    "<nav><a href='/'>Home</a> | <a href='/about'>About us</a> | Sign in</nav>"
+                    f"<article><h1>Page {name}</h1>"
+                    + "".join(f"<p>{p}</p>" for p in _article(name).split("\n\n"))
+                    + "</article><footer>Copyright footer text</footer></body></html>")
+            return "page", 200, "text/html; charset=utf-8", html.encode()
+        if method == "GET" and path.startswith("/file/") and path[len("/file/"):] in self.files:
+            data, ctype = self.files[path[len("/file/"):]]
+            return "file", 200, ctype, data
+        return "page", 404, "text/plain", b"not found"
+
+    @staticmethod
+    def _latin1(route: str, payload: bytes) -> bytes:
+        text = payload.decode("utf-8")
+        if route in ("serper", "searxng"):
+            text = text.replace("Snippet", "Caf\u00e9 snippet")
+        else:
+            text = text.replace("Page ", "P\u00e2ge ", 2)
+        return text.encode("latin-1", errors="replace")
+
+    async def _send_huge(self, writer: asyncio.StreamWriter, route: str, ctype: str) -> bool:
+        size = self.plan.huge_bytes
+        chunk = (b"<p>" + b"filler text of a very long page. " * 30 + b"</p>\n") if "html" in ctype else b"x" * 1024
+        writer.write(self._head(200, ctype, size))
+        sent = 0
+        try:
+            while sent < size:
+                piece = chunk[: size - sent]
+                writer.write(piece)
+                sent += len(piece)
+                if sent % (1 << 20) < len(chunk):
+                    await writer.drain()
+            await writer.drain()
+        except ConnectionError:
+            return False
+        return True
+
+    @staticmethod
+    def _head(status: int, ctype: str, length: int, extra: dict[str, str] | None = None) -> bytes:
+        reason = {200: "OK", 302: "Found", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+                  429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "Status")
+        lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {ctype}", f"Content-Length: {length}"]
+        lines += [f"{k}: {v}" for k, v in (extra or {}).items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def _send(self, writer: asyncio.StreamWriter, status: int, ctype: str, payload: bytes,
+                    extra: dict[str, str] | None = None) -> bool:
+        writer.write(self._head(status, ctype, len(payload), extra) + payload)
+        await writer.drain()
+        return True
+
+
+def _article(name: str) -> str:
+    topic = name.replace("_", " ")
+    return (f"{topic} is the subject of this page. It was founded in 1901 by Ada Example.\n\n"
+            f"The population of {topic} was 12,345 in the 2020 census.\n\n"
+            f"{topic} is known for its river, its bridges and a yearly festival in May.")

@@ -1,0 +1,200 @@
+"""Web providers: each turns one normalized request into a JSON-ready result or raises
+:class:`~websailor.tools.executor.ProviderFailure`.
+
+- search: the Serper API (Google results, as the released Tongyi DeepResearch code) and a
+  SearXNG instance's JSON API as the backup;
+- google_scholar: Serper's scholar endpoint, SearXNG's ``science`` category as the backup;
+- visit: the Jina Reader (page as markdown), and a direct fetch whose HTML trafilatura turns
+  into markdown (PDF, DOCX and other files go through ``parse_file``'s parsers).
+
+Base URLs are settings, so tests point them at a local server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from websailor.tools.executor import HttpReply, ProviderFailure, ToolPolicy, http_request
+
+
+def normalize_query(query: str) -> str:
+    """Whitespace collapsed and lower-cased: the cache key of a search query."""
+    return " ".join(query.split()).lower()
+
+
+def normalize_url(url: str) -> str:
+    """Scheme and host lower-cased, fragment dropped; the rest as written.
+
+    Raises:
+        ValueError: not an ``http``/``https`` URL with a host.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not a web URL: {url[:200]!r} (expected http:// or https://)")
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", parts.query, ""))
+
+
+def _results(data: Any, key: str, provider: str) -> list[dict[str, Any]]:
+    if not isinstance(data, dict):
+        raise ProviderFailure("bad_response", f"{provider} answered {type(data).__name__}, not a JSON object")
+    items = data.get(key, [])
+    if not isinstance(items, list):
+        raise ProviderFailure("bad_response", f"{provider}'s {key!r} is not a list")
+    return [r for r in items if isinstance(r, dict)]
+
+
+def _text(value: Any) -> str:
+    return " ".join(str(value).split()) if value is not None else ""
+
+
+@dataclass(frozen=True)
+class SerperSearch:
+    """Serper's Google search (``endpoint="search"``) or Google Scholar (``"scholar"``).
+
+    Result: up to ``top_k`` hits ``{title, url, snippet}`` (scholar adds ``publication``,
+    ``year``, ``cited_by``).
+    """
+
+    api_key: str
+    base_url: str = "https://google.serper.dev"
+    endpoint: str = "search"
+    top_k: int = 10
+    name: str = "serper"
+
+    async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
+        reply = await http_request(client, "POST", f"{self.base_url.rstrip('/')}/{self.endpoint}", policy.max_bytes,
+                                   json={"q": request["q"], "num": self.top_k},
+                                   headers={"X-API-KEY": self.api_key})
+        hits = []
+        for r in _results(reply.json(), "organic", "Serper")[: self.top_k]:
+            hit = {"title": _text(r.get("title")), "url": str(r.get("link", "")), "snippet": _text(r.get("snippet"))}
+            if self.endpoint == "scholar":
+                hit.update(publication=_text(r.get("publicationInfo")), year=_text(r.get("year")),
+                           cited_by=r.get("citedBy"))
+            hits.append(hit)
+        return hits
+
+
+@dataclass(frozen=True)
+class SearxngSearch:
+    """A SearXNG instance's JSON API (``format=json`` must be enabled in its settings);
+    ``category="science"`` stands in for Google Scholar."""
+
+    base_url: str
+    category: str | None = None
+    top_k: int = 10
+    name: str = "searxng"
+
+    async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
+        params = {"q": request["q"], "format": "json"}
+        if self.category:
+            params["categories"] = self.category
+        reply = await http_request(client, "GET", f"{self.base_url.rstrip('/')}/search", policy.max_bytes, params=params)
+        return [{"title": _text(r.get("title")), "url": str(r.get("url", "")), "snippet": _text(r.get("content")),
+                 "publication": _text(r.get("journal") or r.get("publisher")), "year": _text(r.get("publishedDate"))[:4],
+                 "cited_by": None}
+                for r in _results(reply.json(), "results", "SearXNG")[: self.top_k]]
+
+
+def _page(url: str, title: str, text: str, truncated: bool, provider: str) -> dict[str, Any]:
+    if not text.strip():
+        raise ProviderFailure("empty", f"{provider} returned no readable text")
+    return {"url": url, "title": title, "text": text, "truncated": truncated}
+
+
+@dataclass(frozen=True)
+class JinaReader:
+    """The Jina Reader: ``GET {base_url}/{url}`` returns the page as markdown, after
+    ``Title:`` and ``URL Source:`` header lines. The API key is optional (lower rate limits
+    without one)."""
+
+    base_url: str = "https://r.jina.ai"
+    api_key: str | None = None
+    name: str = "jina"
+
+    async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
+        headers = {"X-Return-Format": "markdown"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        reply = await http_request(client, "GET", f"{self.base_url.rstrip('/')}/{request['url']}", policy.max_bytes,
+                                   headers=headers)
+        text = reply.text()
+        title = ""
+        head, sep, body = text.partition("Markdown Content:")
+        if sep:
+            for line in head.splitlines():
+                if line.startswith("Title:"):
+                    title = line[len("Title:"):].strip()
+            text = body
+        return _page(request["url"], title, text.strip(), reply.truncated, self.name)
+
+
+def html_to_markdown(html: bytes | str, url: str | None = None) -> tuple[str, str]:
+    """``(title, markdown)`` of an HTML page: trafilatura's main-content extraction (tables
+    kept), else the page's visible text when trafilatura finds no main content."""
+    import lxml.html
+    import trafilatura
+
+    text = trafilatura.extract(html, url=url, output_format="markdown", include_tables=True,
+                               include_links=False, favor_recall=True) or ""
+    title = ""
+    try:
+        tree = lxml.html.fromstring(html if isinstance(html, bytes) else html.encode("utf-8", "replace"))
+        title = " ".join((tree.findtext(".//title") or "").split())
+        if not text.strip():
+            for bad in tree.xpath("//script|//style|//noscript"):
+                bad.drop_tree()
+            text = "\n\n".join(" ".join(t.split()) for t in tree.itertext() if t.strip())
+    except (ValueError, lxml.etree.ParserError):
+        pass
+    return title, text
+
+
+@dataclass(frozen=True)
+class DirectFetch:
+    """Fetch the page itself: HTML through :func:`html_to_markdown`; PDF, DOCX, XLSX, CSV and
+    text through the parsers of ``parse_file``."""
+
+    name: str = "direct"
+
+    async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
+        reply = await http_request(client, "GET", request["url"], policy.max_bytes)
+        title, text = page_text(reply)
+        return _page(reply.url, title, text, reply.truncated, self.name)
+
+
+@dataclass(frozen=True)
+class RawDownload:
+    """A file's bytes and content type, for ``parse_file`` (not cached: bytes are not JSON).
+    A file over the size limit fails (``too_large``) rather than being cut."""
+
+    name: str = "direct"
+
+    async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
+        reply = await http_request(client, "GET", request["url"], policy.max_bytes)
+        if reply.truncated:
+            raise ProviderFailure("too_large", f"the file is larger than {policy.max_bytes:,} bytes")
+        return reply.body, reply.headers.get("content-type")
+
+
+def page_text(reply: HttpReply) -> tuple[str, str]:
+    """``(title, text)`` of a fetched document, by content type and magic bytes."""
+    ctype = reply.headers.get("content-type", "").split(";")[0].strip().lower()
+    head = reply.body[:512].lstrip().lower()
+    if "html" in ctype or head.startswith((b"<!doctype html", b"<html")):
+        return html_to_markdown(reply.body, reply.url)
+    if ctype.startswith("text/") or ctype in ("", "application/json"):
+        if b"\x00" not in reply.body[:4096]:
+            return "", reply.text()
+    from websailor.errors import WebsailorError
+    from websailor.tools.parse_file import parse_bytes
+
+    name = urlsplit(reply.url).path.rsplit("/", 1)[-1] or "document"
+    try:
+        return name, parse_bytes(reply.body, name, ctype or None)
+    except WebsailorError as e:
+        raise ProviderFailure("empty", f"the document could not be parsed ({e})") from None
