@@ -42,6 +42,12 @@ class Format(str, Enum):
     kilt = "kilt"
 
 
+class Env(str, Enum):
+    local = "local"
+    web = "web"
+    none = "none"
+
+
 class OnDuplicate(str, Enum):
     error = "error"
     first = "first"
@@ -60,6 +66,17 @@ MaxTokensOpt = Annotated[int, typer.Option(min=1, help="Completion tokens per mo
 TimeoutOpt = Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")]
 TemperatureOpt = Annotated[float, typer.Option(min=0, help="Sampling temperature.")]
 SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id and rollout index).")]
+# tool-environment options shared by run, eval, tool, serve tools and train rl
+ToolsUrlOpt = Annotated[Optional[str], typer.Option(
+    help="Use the tools of a `websailor serve tools` server at this URL (shared index and cache) instead of --env.")]
+WebConfigOpt = Annotated[Optional[Path], typer.Option(
+    help="YAML/JSON web settings (keys, base URLs, per-tool limits); default $WEBSAILOR_WEB_CONFIG. "
+         "Environment variables (SERPER_API_KEY, SEARXNG_BASE_URL, JINA_API_KEY, ...) override it.")]
+ToolsOpt = Annotated[Optional[str], typer.Option(
+    "--tools", help="Comma-separated tools to offer (default: the environment's; local also has "
+                    "PythonInterpreter and parse_file on request).")]
+UnsafePythonOpt = Annotated[bool, typer.Option(
+    "--unsafe-python", help="Run PythonInterpreter without isolation where bubblewrap cannot run (unsafe).")]
 
 
 def _fail(message: str) -> None:
@@ -208,15 +225,30 @@ def visit(
 @app.command()
 @handle_errors
 def tool(
-    name: Annotated[str, typer.Argument(help="Tool name (search, visit).")],
+    name: Annotated[str, typer.Argument(help="Tool name: search, visit, PythonInterpreter, parse_file "
+                                             "(web also google_scholar).")],
     arguments: Annotated[str, typer.Argument(help="Arguments as a JSON object.")] = "{}",
+    env: Annotated[Env, typer.Option(help="local (offline Wikipedia) or web.")] = Env.local,
     corpus: CorpusOpt = None,
+    tools_url: ToolsUrlOpt = None,
+    web_config: WebConfigOpt = None,
+    unsafe_python: UnsafePythonOpt = False,
 ) -> None:
-    """Call a tool exactly as the agent would and print its observation."""
-    from websailor.corpus import Corpus
-    from websailor.tools import build_local_tools, call_tool
+    """Call a tool exactly as the agent would and print its observation. PythonInterpreter
+    runs the code in the sandbox; parse_file reads files under the current directory."""
+    from websailor.tools import call_tool
+    from websailor.tools.environment import DEFAULT_TOOLS, EXTRA_TOOLS
 
-    print(call_tool(build_local_tools(Corpus.open(corpus)), name, arguments))
+    if env == Env.none:
+        _fail("--env none has no tools")
+    known = DEFAULT_TOOLS[env.value] + EXTRA_TOOLS[env.value]
+    wanted = None if tools_url or name not in known else name
+    tool_env = _open_tools(env, corpus, tools_url=tools_url, web_config=web_config, tools=wanted,
+                           unsafe_python=unsafe_python, files_root=Path.cwd())
+    try:
+        print(call_tool(tool_env.tools, name, arguments))
+    finally:
+        tool_env.close()
 
 
 @app.command()
@@ -250,32 +282,62 @@ class Split(str, Enum):
     all = "all"
 
 
-class Env(str, Enum):
-    local = "local"
-    none = "none"
+def _tool_names(tools: Optional[str]) -> Optional[list[str]]:
+    if tools is None:
+        return None
+    names = [n.strip() for n in tools.split(",") if n.strip()]
+    if not names:
+        _fail("--tools is empty: give comma-separated tool names")
+    return names
+
+
+def _open_tools(env: "Env", corpus: Optional[Path] = None, summary_model: Any = None, tools_url: Optional[str] = None,
+                web_config: Optional[Path] = None, tools: Optional[str] = None, unsafe_python: bool = False,
+                files_root: Optional[Path] = None) -> Any:
+    """The run's :class:`~websailor.tools.environment.ToolEnvironment` (local, web, none or a tool server)."""
+    from websailor.tools.environment import open_environment
+
+    return open_environment(env.value, corpus=corpus, summary_model=summary_model, web_config=web_config,
+                            tools_url=tools_url, tools=_tool_names(tools), files_root=files_root,
+                            allow_unsafe_python=unsafe_python)
 
 
 def _build_agent(model: str, env: "Env", corpus: Optional[Path], max_calls: int = 100, max_tokens: int = 8192,
                  timeout: float = 9000, temperature: float = 0.85, seed: int = 0,
-                 summary_model: Optional[str] = None) -> Any:
-    """An agent over the local tools (``env local``) or with no tools (``env none``: the
-    direct-answer baseline)."""
+                 summary_model: Optional[str] = None, tools_url: Optional[str] = None,
+                 web_config: Optional[Path] = None, tools: Optional[str] = None, unsafe_python: bool = False) -> Any:
+    """An agent and its tool environment: the local tools, the web tools, a tool server's, or
+    none (``env none``: the direct-answer baseline). Close the environment when done."""
     from websailor.agent import Agent, AgentConfig
     from websailor.models import SamplingParams, load_model
 
     if not math.isfinite(temperature) or not math.isfinite(timeout):
         _fail("--temperature and --timeout must be finite numbers")
-    tools: list = []
-    if env == Env.local:
-        from websailor.corpus import Corpus
-        from websailor.tools import build_local_tools
-
-        c = Corpus.open(corpus)
-        extractor = load_model(summary_model) if summary_model else None
-        tools = list(build_local_tools(c, summary_model=extractor).values())
+    extractor = load_model(summary_model) if summary_model else None
+    tool_env = _open_tools(env, corpus, extractor, tools_url, web_config, tools, unsafe_python)
     cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, timeout_s=timeout, seed=seed,
                       sampling=SamplingParams(temperature=temperature))
-    return Agent(load_model(model), tools, cfg, env=env.value)
+    try:
+        agent = Agent(load_model(model), tool_env.tools, cfg, env=tool_env.name)
+    except BaseException:
+        tool_env.close()
+        raise
+    return agent, tool_env
+
+
+def _finish_tools(tool_env: Any, metrics_file: Optional[Path]) -> None:
+    """Close the tool environment; print its metrics table and append them to ``metrics_file``."""
+    from rich.console import Console
+
+    from websailor.tools.metrics import append_metrics, metrics_table
+
+    tool_env.close()
+    summary = tool_env.metrics.summary()
+    if not summary:
+        return
+    Console(stderr=True).print(metrics_table(summary))
+    if metrics_file is not None:
+        append_metrics(metrics_file, summary, env=tool_env.name, url=tool_env.url)
 
 
 def _print_step(turn: int, action: Any, result: Any) -> None:
@@ -309,11 +371,17 @@ def run(
     seed: SeedOpt = 0,
     model: ModelOpt = "smollm2",
     summary_model: Annotated[Optional[str], typer.Option(help="Model for the LLM page extractor of visit.")] = None,
-    env: Annotated[Env, typer.Option(help="Environment (local: offline Wikipedia).")] = Env.local,
+    env: Annotated[Env, typer.Option(help="Environment (local: offline Wikipedia; web: real search and pages; "
+                                          "none: no tools).")] = Env.local,
     corpus: CorpusOpt = None,
+    tools_url: ToolsUrlOpt = None,
+    web_config: WebConfigOpt = None,
+    tools: ToolsOpt = None,
+    unsafe_python: UnsafePythonOpt = False,
 ) -> None:
-    """Run the ReAct agent on one question (steps shown live) or on a questions file."""
-    from websailor.agent.runner import append_trajectory, done_rollouts, load_questions, run_questions
+    """Run the ReAct agent on one question (steps shown live) or on a questions file. Tool
+    metrics are printed at the end and appended to OUT.tool_metrics.jsonl."""
+    from websailor.agent.runner import done_rollouts, load_questions
 
     if (question is None) == (questions is None):
         _fail("give either a QUESTION or --questions FILE")
@@ -327,7 +395,18 @@ def run(
     if out is not None:  # check the output before spending any model time
         out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out)
-    agent = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed, summary_model)
+    agent, tool_env = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed, summary_model,
+                                   tools_url, web_config, tools, unsafe_python)
+    metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
+    try:
+        _run_agent(agent, question, items, out, rollouts, concurrency)
+    finally:
+        _finish_tools(tool_env, metrics_file)
+
+
+def _run_agent(agent: Any, question: Optional[str], items: Any, out: Optional[Path], rollouts: int, concurrency: int) -> None:
+    from websailor.agent.runner import append_trajectory, run_questions
+
     if items is None:
         traj = agent.run(question, id="cli", on_step=_print_step)
         if out is not None:
@@ -482,7 +561,8 @@ def eval_cmd(
     split: Annotated[Optional[Split], typer.Option(help="Split of synthesized QA items (default test).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
     model: ModelOpt = "smollm2",
-    env: Annotated[Env, typer.Option(help="local: offline Wikipedia tools; none: no tools (direct answer).")] = Env.local,
+    env: Annotated[Env, typer.Option(help="local: offline Wikipedia tools; web: real search and pages; "
+                                          "none: no tools (direct answer).")] = Env.local,
     rollouts: Annotated[int, typer.Option(min=1, help="k: rollouts per question.")] = 3,
     judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 8,
@@ -492,8 +572,13 @@ def eval_cmd(
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     corpus: CorpusOpt = None,
+    tools_url: ToolsUrlOpt = None,
+    web_config: WebConfigOpt = None,
+    tools: ToolsOpt = None,
+    unsafe_python: UnsafePythonOpt = False,
 ) -> None:
-    """Run the agent k times on a benchmark, grade every rollout and write the report."""
+    """Run the agent k times on a benchmark, grade every rollout and write the report (tool
+    metrics go to OUT/tool_metrics.jsonl)."""
     from websailor.agent.runner import done_rollouts
     from websailor.config import websailor_home
     from websailor.eval.harness import EvalConfig, evaluate
@@ -504,9 +589,13 @@ def eval_cmd(
     out.mkdir(parents=True, exist_ok=True)
     done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
-    agent = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed)
+    agent, tool_env = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed,
+                                   tools_url=tools_url, web_config=web_config, tools=tools, unsafe_python=unsafe_python)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
-    summary = evaluate(items, agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench)
+    try:
+        summary = evaluate(items, agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench)
+    finally:
+        _finish_tools(tool_env, out / "tool_metrics.jsonl")
     _print_summary(summary)
     print(f"\nwritten to {out}: trajectories.jsonl, scores.jsonl, summary.json, report.md, *.png")
 
@@ -611,14 +700,15 @@ def traj_build(
             _fail("--source expert needs --expert MODEL (the strong model that answers)")
         items = load_benchmark(qa, split=split.value)
         student = load_tokenizer(resolve_model_dir(tokenizer))
-        agent = _build_agent(expert, Env.local, corpus, max_calls=max_calls, max_tokens=max_turn_tokens,
-                             temperature=temperature, seed=seed)
+        agent, tool_env = _build_agent(expert, Env.local, corpus, max_calls=max_calls, max_tokens=max_turn_tokens,
+                                       temperature=temperature, seed=seed)
         counts: Counter = Counter()
         try:
             counts = build_expert(items, agent, load_judge(judge), out, student, k=k,
                                   flt=ExpertFilter(max_tokens=max_tokens, min_tool_calls=min_tool_calls),
                                   concurrency=concurrency, rewrite=transform, counts=counts)
         finally:
+            tool_env.close()
             if counts:
                 rollouts_file, _ = side_files(out)
                 verdicts = ", ".join(f"{v} {counts[v]}" for v in ("kept", "wrong", "no_answer", "few_tool_calls",
@@ -635,6 +725,39 @@ def traj_build(
     written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value,
                                           transform=transform, source=source_name("constructive"))
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
+
+
+serve_app = typer.Typer(help="Serve the environment over HTTP.", no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.command("tools")
+@handle_errors
+def serve_tools_cmd(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free port, printed at start).")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to listen on (default loopback only).")] = "127.0.0.1",
+    env: Annotated[Env, typer.Option(help="local (offline Wikipedia) or web.")] = Env.local,
+    corpus: CorpusOpt = None,
+    web_config: WebConfigOpt = None,
+    summary_model: Annotated[Optional[str], typer.Option(help="Model for the LLM page extractor of visit.")] = None,
+    tools: ToolsOpt = None,
+    unsafe_python: UnsafePythonOpt = False,
+    max_workers: Annotated[int, typer.Option(min=1, help="Tool calls run at once.")] = 32,
+) -> None:
+    """Expose every tool of an environment over HTTP (FastAPI), so many rollout workers share
+    one index and one cache: point run, eval and train rl at it with --tools-url."""
+    from websailor.models import load_model
+    from websailor.server.app import serve_tools
+
+    if env == Env.none:
+        _fail("--env none has no tools to serve")
+    extractor = load_model(summary_model) if summary_model else None
+    tool_env = _open_tools(env, corpus, extractor, web_config=web_config, tools=tools, unsafe_python=unsafe_python)
+    try:
+        serve_tools(tool_env.tools, tool_env.name, host=host, port=port, metrics=tool_env.metrics.summary,
+                    max_workers=max_workers)
+    finally:
+        _finish_tools(tool_env, None)
 
 
 train_app = typer.Typer(help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True)
@@ -702,15 +825,21 @@ def train_rl_cmd(
     concurrency: Annotated[Optional[int], typer.Option(help="Rollouts run at once (default 8).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of sampling and data order.")] = None,
     corpus: Annotated[Optional[Path], typer.Option(help="Corpus directory of the local tools (default: embedded).")] = None,
+    env: Annotated[Env, typer.Option(help="Environment of the rollouts: local (offline Wikipedia) or web.")] = Env.local,
+    tools_url: ToolsUrlOpt = None,
+    web_config: WebConfigOpt = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
-    environment, V2's on-policy leave-one-out variant or DUPO."""
+    environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
     from websailor.train.rl import load_settings, train_rl
 
     settings = load_settings(config, algo=algo.value if algo else None, group_size=group_size, batch_size=batch,
                              learning_rate=lr, max_calls=max_calls, max_tokens_per_turn=max_tokens,
                              max_steps=max_steps, reward=reward, prefilter=prefilter, concurrency=concurrency, seed=seed)
-    s = train_rl(data, model, out, settings, split=split, corpus=corpus)
+    if env == Env.none:
+        _fail("--env none has no tools to train with; use local or web")
+    s = train_rl(data, model, out, settings, split=split, corpus=corpus, env=env.value, tools_url=tools_url,
+                 web_config=web_config)
     if s.get("prefilter"):
         p = s["prefilter"]
         print(f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded")

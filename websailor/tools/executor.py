@@ -287,6 +287,9 @@ class ToolExecutor:
         self.cache = cache
         self.metrics = metrics or ToolMetrics()
         self.headers = {"User-Agent": "websailor (research agent)", **(headers or {})}
+        #: HTTP connections kept: enough for every tool's operations in flight, and no more
+        #: (httpcore's pool does work per pooled connection on every request).
+        self.pool_size = min(256, max([self.default.concurrency, *(p.concurrency for p in self.policies.values())]))
         self._breakers: dict[tuple[str, str], CircuitBreaker] = {}
         self._limits: dict[str, tuple[asyncio.Semaphore, AsyncLimiter | None]] = {}
         self._client: httpx.AsyncClient | None = None
@@ -435,7 +438,7 @@ class ToolExecutor:
             self._client = httpx.AsyncClient(
                 follow_redirects=True, max_redirects=5, headers=self.headers,
                 timeout=httpx.Timeout(30.0, connect=10.0),
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                limits=httpx.Limits(max_connections=self.pool_size, max_keepalive_connections=self.pool_size),
             )
         return self._client
 

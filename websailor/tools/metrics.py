@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -123,3 +124,16 @@ def error_kind(error: str | None) -> str | None:
     if error.startswith("unknown tool") or error.startswith("tool name"):
         return "unknown_tool"
     return "tool_error"
+
+
+def append_metrics(path: str | Path, summary: dict[str, dict[str, Any]], **context: Any) -> None:
+    """Append one JSON line ``{"time", **context, "tools": summary}`` to ``path`` (one line per
+    invocation, so a resumed run keeps the figures of the earlier ones)."""
+    import json
+    import time
+
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **context, "tools": summary}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")

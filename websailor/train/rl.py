@@ -358,8 +358,10 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
 
 
 def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSettings | None = None,
-             split: str | None = None, corpus: str | Path | None = None, progress: bool = True) -> dict:
-    """Train ``model`` with RL on the questions of ``data_path`` in the local environment.
+             split: str | None = None, corpus: str | Path | None = None, progress: bool = True,
+             env: str = "local", tools_url: str | None = None, web_config: str | Path | None = None) -> dict:
+    """Train ``model`` with RL on the questions of ``data_path`` in the local environment
+    (offline Wikipedia), the real web, or a tool server's.
 
     Args:
         data_path: QA JSONL (``synth`` output; ``split`` selects its items) or any format
@@ -372,6 +374,9 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
             default ``train``); other formats have no splits.
         corpus: the offline corpus of the tools (default: the embedded one).
         progress: progress bars.
+        env: ``local`` or ``web`` (see :func:`websailor.tools.environment.open_environment`).
+        tools_url: a ``websailor serve tools`` address whose tools replace ``env``'s.
+        web_config: the web settings file of ``env="web"``.
 
     Returns:
         The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
@@ -390,10 +395,9 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     from trl import GRPOConfig, GRPOTrainer
 
     from websailor.agent.loop import Agent
-    from websailor.corpus import Corpus
     from websailor.judge.base import load_judge
     from websailor.models import load_model
-    from websailor.tools import build_local_tools
+    from websailor.tools.environment import open_environment
     from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
 
     settings = settings or RLSettings()
@@ -411,6 +415,8 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     record = {"model": model, "data_sha256": _digest(data_path, items), "split": split, **settings.model_dump()}
     if corpus is not None:
         record["corpus"] = str(Path(corpus).resolve())
+    if env != "local" or tools_url is not None:  # older runs (local tools) keep their settings record
+        record.update(env=env, tools_url=tools_url)
     stale = _holds_other_run(out, record)
     resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)
     if (out / SUMMARY_FILE).exists():
@@ -419,111 +425,119 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
             logger.info("%s already holds the finished model of this run (%d steps)", out, done["steps"])
             return done
         logger.info("%s: continuing the finished run of %d steps to %d", out, done["steps"], settings.max_steps)
-    tools = build_local_tools(Corpus.open(corpus))
-    if stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
-        for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
-            (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    judge = load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
-    if int(os.environ.get("RANK", "0")) == 0:
-        (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    tool_env = open_environment(env, corpus=corpus, web_config=web_config, tools_url=tools_url)
+    tools = tool_env.tools
+    try:
+        if stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
+            for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
+                (out / name).unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        judge = load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
+        if int(os.environ.get("RANK", "0")) == 0:
+            (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
-    prefilter_counts = None
-    if settings.prefilter and (out / PREFILTER_FILE).exists():  # a resumed run keeps its items
-        saved = json.loads((out / PREFILTER_FILE).read_text(encoding="utf-8"))
-        kept_ids = set(saved["kept_ids"])
-        items = [it for it in items if it.id in kept_ids]
-        prefilter_counts = {k: saved[k] for k in ("kept", "too_easy", "too_hard", "ungraded")}
-    elif settings.prefilter:
-        start = Agent(load_model(model), tools, build_agent_config(settings))
-        try:
-            items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter,
-                                                      out / "prefilter_rollouts.jsonl", settings.concurrency, progress,
-                                                      record=out / PREFILTER_FILE)
-        finally:
-            start.model.close()
-    if settings.prefilter:
-        if not items:
-            raise ConfigError(f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
-                              "stronger model, use other items, or train without --prefilter")
-        _check_enough(items, settings, "the prefilter's moderate items")
+        prefilter_counts = None
+        if settings.prefilter and (out / PREFILTER_FILE).exists():  # a resumed run keeps its items
+            saved = json.loads((out / PREFILTER_FILE).read_text(encoding="utf-8"))
+            kept_ids = set(saved["kept_ids"])
+            items = [it for it in items if it.id in kept_ids]
+            prefilter_counts = {k: saved[k] for k in ("kept", "too_easy", "too_hard", "ungraded")}
+        elif settings.prefilter:
+            start = Agent(load_model(model), tools, build_agent_config(settings), env=tool_env.name)
+            try:
+                items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter,
+                                                          out / "prefilter_rollouts.jsonl", settings.concurrency, progress,
+                                                          record=out / PREFILTER_FILE)
+            finally:
+                start.model.close()
+        if settings.prefilter:
+            if not items:
+                raise ConfigError(f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
+                                  "stronger model, use other items, or train without --prefilter")
+            _check_enough(items, settings, "the prefilter's moderate items")
 
-    bf16 = use_bf16(settings.precision)
-    net = load_trainable_model(model_dir, settings)
-    step0 = int(resume.name.rpartition("-")[2]) if resume else 0
-    for name in (LOG_FILE, ROLLOUTS_FILE):
-        _trim_jsonl(out / name, step0)
-    if resume is not None and settings.max_steps is not None and step0 >= settings.max_steps:
-        # the trainer would still sample one more batch: take the model of that checkpoint as it is
-        logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, step0, settings.max_steps)
-        return _finish_from_checkpoint(resume, out, model_dir, tokenizer, settings, record_summary={
-            "model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
-            "questions": len(items), "prefilter": prefilter_counts, "steps": step0,
-            "gradient_accumulation": accumulation, "bf16": use_bf16(settings.precision)})
+        bf16 = use_bf16(settings.precision)
+        net = load_trainable_model(model_dir, settings)
+        step0 = int(resume.name.rpartition("-")[2]) if resume else 0
+        for name in (LOG_FILE, ROLLOUTS_FILE):
+            _trim_jsonl(out / name, step0)
+        if resume is not None and settings.max_steps is not None and step0 >= settings.max_steps:
+            # the trainer would still sample one more batch: take the model of that checkpoint as it is
+            logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, step0, settings.max_steps)
+            return _finish_from_checkpoint(resume, out, model_dir, tokenizer, settings, record_summary={
+                "model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
+                "questions": len(items), "prefilter": prefilter_counts, "steps": step0,
+                "gradient_accumulation": accumulation, "bf16": use_bf16(settings.precision)})
 
-    rollouts = AgentRollouts({it.question: it for it in items}, tools, judge,
-                             RolloutSettings(settings.group_size, settings.algo, build_agent_config(settings),
-                                             settings.concurrency, settings.seed,
-                                             skip_zero_advantage=settings.skip_zero_advantage),
-                             out / ROLLOUTS_FILE)
+        rollouts = AgentRollouts({it.question: it for it in items}, tools, judge,
+                                 RolloutSettings(settings.group_size, settings.algo, build_agent_config(settings),
+                                                 settings.concurrency, settings.seed,
+                                                 skip_zero_advantage=settings.skip_zero_advantage),
+                                 out / ROLLOUTS_FILE, env=tool_env.name)
 
-    def advantage(prompts: list, completions: list, advantage: list, **kw: Any) -> list[float]:
-        """The advantage computed by the rollout function, passed through as the reward."""
-        return list(advantage)
+        def advantage(prompts: list, completions: list, advantage: list, **kw: Any) -> list[float]:
+            """The advantage computed by the rollout function, passed through as the reward."""
+            return list(advantage)
 
-    args = GRPOConfig(
-        output_dir=str(out / "checkpoints"),
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=settings.warmup_ratio,
-        weight_decay=settings.weight_decay,
-        max_grad_norm=settings.max_grad_norm,
-        per_device_train_batch_size=settings.micro_batch_size,
-        gradient_accumulation_steps=accumulation,
-        num_generations=settings.group_size,
-        num_iterations=1,
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps or -1,
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=settings.epsilon_low,
-        epsilon_high=settings.epsilon_high,
-        scale_rewards="none",
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        mask_truncated_completions=False,
-        use_vllm=settings.use_vllm,
-        vllm_mode=settings.vllm_mode,
-        max_completion_length=settings.max_tokens_per_turn,  # vLLM's reply budget per turn
-        bf16=bf16,
-        gradient_checkpointing=None,  # the deprecated alias
-        activation_checkpointing=settings.gradient_checkpointing,
-        save_strategy="steps",
-        save_steps=settings.save_steps,
-        save_total_limit=2,
-        logging_steps=1,
-        report_to="none",
-        seed=settings.seed,
-        disable_tqdm=not progress,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in items])
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    trainer = GRPOTrainer(model=net, reward_funcs=[advantage], args=args, train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=rollouts, callbacks=[_callback(out, rollouts, settings.micro_batch_size, resume is not None)])
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    seconds = time.perf_counter() - t0
-    save_model(trainer, out, model_dir, settings.lora)
-    from websailor.train.rl_log import read_log
+        args = GRPOConfig(
+            output_dir=str(out / "checkpoints"),
+            learning_rate=settings.learning_rate,
+            lr_scheduler_type="constant_with_warmup",
+            warmup_steps=settings.warmup_ratio,
+            weight_decay=settings.weight_decay,
+            max_grad_norm=settings.max_grad_norm,
+            per_device_train_batch_size=settings.micro_batch_size,
+            gradient_accumulation_steps=accumulation,
+            num_generations=settings.group_size,
+            num_iterations=1,
+            num_train_epochs=settings.epochs,
+            max_steps=settings.max_steps or -1,
+            beta=0.0,
+            loss_type="dapo",
+            epsilon=settings.epsilon_low,
+            epsilon_high=settings.epsilon_high,
+            scale_rewards="none",
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            mask_truncated_completions=False,
+            use_vllm=settings.use_vllm,
+            vllm_mode=settings.vllm_mode,
+            max_completion_length=settings.max_tokens_per_turn,  # vLLM's reply budget per turn
+            bf16=bf16,
+            gradient_checkpointing=None,  # the deprecated alias
+            activation_checkpointing=settings.gradient_checkpointing,
+            save_strategy="steps",
+            save_steps=settings.save_steps,
+            save_total_limit=2,
+            logging_steps=1,
+            report_to="none",
+            seed=settings.seed,
+            disable_tqdm=not progress,
+            use_cpu=not torch.cuda.is_available(),
+        )
+        dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in items])
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        trainer = GRPOTrainer(model=net, reward_funcs=[advantage], args=args, train_dataset=dataset,
+                              processing_class=tokenizer, rollout_func=rollouts, callbacks=[_callback(out, rollouts, settings.micro_batch_size, resume is not None)])
+        t0 = time.perf_counter()
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        seconds = time.perf_counter() - t0
+        save_model(trainer, out, model_dir, settings.lora)
+        from websailor.train.rl_log import read_log
 
-    summary = {"model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
-               "questions": len(items), "prefilter": prefilter_counts, "steps": trainer.state.global_step,
-               "gradient_accumulation": accumulation, "bf16": bf16, "train_seconds": round(seconds, 1),
-               "log": read_log(out)}
-    if trainer.is_world_process_zero():
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return summary
+        summary = {"model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
+                   "questions": len(items), "prefilter": prefilter_counts, "steps": trainer.state.global_step,
+                   "gradient_accumulation": accumulation, "bf16": bf16, "train_seconds": round(seconds, 1),
+                   "log": read_log(out)}
+        if trainer.is_world_process_zero():
+            (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        return summary
+    finally:
+        tool_env.close()
+        if tool_env.metrics.summary():
+            from websailor.tools.metrics import append_metrics
+
+            append_metrics(out / "tool_metrics.jsonl", tool_env.metrics.summary(), env=tool_env.name, url=tool_env.url)
 
 
 __all__ = ["RLSettings", "accumulation_steps", "load_questions", "load_settings", "prefilter_items", "train_rl"]

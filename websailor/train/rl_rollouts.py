@@ -82,9 +82,10 @@ class AgentRollouts:
     """
 
     def __init__(self, items: dict[str, EvalItem], tools: dict[str, Any], judge: Judge,
-                 settings: RolloutSettings, rollouts_path: Path) -> None:
+                 settings: RolloutSettings, rollouts_path: Path, env: str = "local") -> None:
         self.items = items
         self.tools = tools
+        self.env = env
         self.judge = judge
         self.settings = settings
         self.rollouts_path = Path(rollouts_path)
@@ -146,7 +147,7 @@ class AgentRollouts:
 
             chat = TRLVLLMModel(trainer, f"policy@step{step}")
             try:
-                trajs = self._run(Agent(chat, self.tools, config), items, step)
+                trajs = self._run(Agent(chat, self.tools, config, env=self.env), items, step)
             finally:
                 chat.close()
         else:
@@ -156,7 +157,7 @@ class AgentRollouts:
                 try:
                     chat = TransformersModel.from_loaded(policy, tokenizer, name=f"policy@step{step}",
                                                          max_batch=s.concurrency)
-                    trajs = self._run(Agent(chat, self.tools, config), items, step)
+                    trajs = self._run(Agent(chat, self.tools, config, env=self.env), items, step)
                     chat.close()
                 finally:
                     policy.train(was_training)

@@ -7,7 +7,8 @@ Routes (``{url}`` is the server's base address):
 - ``GET /searxng/search?q=...&format=json``: SearXNG, ``{"results": [...]}``;
 - ``GET /jina/<page url>``: the Jina Reader, markdown after ``Markdown Content:``;
 - ``GET /page/<name>``: an HTML page (navigation boilerplate around an article);
-- ``GET /file/<name>``: bytes registered with :meth:`FaultServer.add_file`.
+- ``GET /file/<name>``: bytes registered with :meth:`FaultServer.add_file`;
+- ``GET /_served``: requests served so far, by ``route/fault``.
 
 Results echo the request (the query, the page name), so a caller can check that every
 answer belongs to its own request.
@@ -166,9 +167,10 @@ class FaultServer:
     async def _respond(self, method: str, target: str, headers: dict[str, str], body: bytes,
                        writer: asyncio.StreamWriter) -> bool:
         route, status, ctype, payload = self._route(method, target, headers, body)
-        fault = self.plan.next_fault(route) if status == 200 else "ok"
-        with self._lock:
-            self.served[(route, fault)] += 1
+        fault = self.plan.next_fault(route) if status == 200 and route != "stats" else "ok"
+        if route != "stats":
+            with self._lock:
+                self.served[(route, fault)] += 1
         if fault == "429":
             return await self._send(writer, 429, "text/plain", b"rate limited", {"Retry-After": self.plan.retry_after})
         if fault == "500":
@@ -201,6 +203,10 @@ class FaultServer:
     def _route(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[str, int, str, bytes]:
         parts = urlsplit(target)
         path = unquote(parts.path)
+        if method == "GET" and path == "/_served":
+            with self._lock:
+                counts = {f"{route}/{fault}": n for (route, fault), n in sorted(self.served.items())}
+            return "stats", 200, "application/json", json.dumps(counts).encode()
         if method == "POST" and path in ("/search", "/scholar"):
             if headers.get("x-api-key") != self.api_key:
                 return "serper", 403, "application/json", b'{"message": "Unauthorized."}'
@@ -283,3 +289,37 @@ def _article(name: str) -> str:
     return (f"{topic} is the subject of this page. It was founded in 1901 by Ada Example.\n\n"
             f"The population of {topic} was 12,345 in the 2020 census.\n\n"
             f"{topic} is known for its river, its bridges and a yearly festival in May.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the imitation in the foreground: ``python -m websailor.tools.web.fault_server
+    --rate 0.1``; prints its base URL, then serves until interrupted."""
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(description="Local imitation of the web providers, with injected faults.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--rate", type=float, default=0.0, help="share of requests faulted at random")
+    ap.add_argument("--kinds", default=",".join(FAULTS), help="comma-separated faults to draw from")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--retry-after", default="1")
+    ap.add_argument("--drip-interval", type=float, default=0.5)
+    ap.add_argument("--api-key", default="test-key")
+    args = ap.parse_args(argv)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if unknown:
+        ap.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    plan = FaultPlan(rate=args.rate, kinds=kinds, seed=args.seed, retry_after=args.retry_after,
+                     drip_interval_s=args.drip_interval)
+    with FaultServer(plan, api_key=args.api_key, host=args.host) as server:
+        print(server.url, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
