@@ -423,3 +423,27 @@ def test_cli_names_bad_rl_settings(tmp_path: Path):
         r = CliRunner().invoke(app, ["train", "rl", "--data", str(qa), "--out", str(tmp_path / "o"), *args])
         assert r.exit_code != 0 and message in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_rl_in_the_web_environment(tiny_rl, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """``env="web"``: missing provider settings are refused before anything is written; with
+    the provider imitation the rollouts run with the web tools and say so."""
+    from websailor.tools.web.fault_server import FaultServer
+
+    root, tiny, qa, settings, _ = tiny_rl
+    for var in ("SERPER_API_KEY", "SEARXNG_BASE_URL", "WEBSAILOR_WEB_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    s = settings.model_copy(update={"max_steps": 1})
+    with pytest.raises(ConfigError, match="SERPER_API_KEY"):
+        train_rl(qa, f"hf:{tiny}", tmp_path / "web", s, env="web", progress=False)
+    assert not (tmp_path / "web").exists()
+    with FaultServer() as server:
+        monkeypatch.setenv("SERPER_API_KEY", server.api_key)
+        monkeypatch.setenv("SERPER_BASE_URL", server.url)
+        monkeypatch.setenv("WEBSAILOR_WEB_CACHE", str(tmp_path / "cache.sqlite"))
+        summary = train_rl(qa, f"hf:{tiny}", tmp_path / "web", s, env="web", progress=False)
+    assert summary["steps"] == 1
+    assert json.loads((tmp_path / "web" / "rl_settings.json").read_text())["env"] == "web"
+    rollouts = [json.loads(x) for x in (tmp_path / "web" / "rollouts.jsonl").read_text().splitlines()]
+    assert {r["env"] for r in rollouts} == {"web"}
+    assert '"name": "google_scholar"' in rollouts[0]["messages"][0]["content"]
