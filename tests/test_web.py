@@ -14,7 +14,7 @@ from websailor.tools.environment import open_environment
 from websailor.tools.executor import CircuitBreaker, parse_retry_after
 from websailor.tools.web import build_web_tools, load_web_settings
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
-from websailor.tools.web.providers import normalize_query, normalize_url
+from websailor.tools.web.providers import clean_markdown, normalize_query, normalize_url
 
 FAST = {"timeout_s": 1.0, "retries": 2, "backoff_s": 0.01, "backoff_max_s": 0.05, "retry_after_max_s": 3,
         "breaker_failures": 100, "qps": 0}
@@ -38,8 +38,8 @@ def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, config:
     cfg = tmp_path / "web.yaml"
     pol = {**FAST, **(policy or {})}
     cfg.write_text(yaml.safe_dump({"policies": {t: pol for t in ("search", "google_scholar", "visit")}, **(config or {})}))
-    tools, executor = build_web_tools(load_web_settings(cfg, environ(server, tmp_path, **env)), python=False,
-                                      parse_files=False)
+    tools, executor = build_web_tools(load_web_settings(cfg, environ(server, tmp_path, **env)),
+                                      names=("search", "visit", "google_scholar"))
     return tools, executor
 
 
@@ -52,10 +52,10 @@ def test_search_ok_and_cached_across_executors(server, tmp_path):
     r = tools["search"].execute({"query": ["Eiffel tower", "Seine river"]})
     assert r.error is None
     assert "A search for 'Eiffel tower' found 10 results" in r.observation
-    assert "1. [Result 1 for eiffel tower](" in r.observation and "Snippet 1 about seine river." in r.observation
+    assert "1. [Result 1 for Eiffel tower](" in r.observation and "Snippet 1 about Seine river." in r.observation
     served = sum(server.served.values())
     again = tools["search"].execute({"query": ["  EIFFEL   Tower "]})  # same normalized query
-    assert "Result 1 for eiffel tower" in again.observation
+    assert "Result 1 for Eiffel tower" in again.observation  # the provider got the query as written first
     assert sum(server.served.values()) == served
     assert stats(ex)["cache_hits"] == 1 and stats(ex)["requests"] == 3
     ex.close()
@@ -116,7 +116,7 @@ def test_every_provider_down_gives_an_informative_observation(server, tmp_path):
     tools, ex = web(server, tmp_path, policy={"timeout_s": 0.3, "retries": 1})
     r = tools["search"].execute({"query": ["nothing works"]})
     assert r.error is not None
-    assert r.observation.startswith("[search] Error: The search failed: the service did not answer")
+    assert r.observation.startswith("[search] Error: The search for 'nothing works' failed (")
     assert "serper: server_error, HTTP 500" in r.observation and "searxng: timeout" in r.observation
     assert stats(ex)["degraded"] == 1
     ex.close()
@@ -128,7 +128,8 @@ def test_one_query_failing_keeps_the_others(server, tmp_path):
     server.plan.script("searxng", "500")
     r = tools["search"].execute({"query": ["first", "second"]})
     assert r.error is None
-    assert r.observation.count("Result 1 for") == 1 and "failed: the service did not answer" in r.observation
+    assert r.observation.count("Result 1 for") == 1
+    assert "The search for 'second' failed (serper: server_error, HTTP 500; searxng: server_error" in r.observation
     ex.close()
 
 
@@ -211,6 +212,11 @@ def test_bad_urls_get_observations(server, tmp_path):
     tools, ex = web(server, tmp_path)
     r = tools["visit"].execute({"url": ["ftp://example.org/x", "not a url"], "goal": "x"})
     assert r.observation.count("cannot be visited") == 2
+    server.plan.always.update(jina="500")
+    r = tools["visit"].execute({"url": f"{server.url}/missing/page", "goal": "x"})
+    assert "(jina: server_error, HTTP 500" in r.observation and "direct: client_error, HTTP 404 (not found)" in r.observation
+    assert r.observation.endswith("Try another page with the same information, or search for it.\n") or \
+        "Try another page" in r.observation
     ex.close()
 
 
@@ -243,6 +249,8 @@ def test_bad_web_config_is_refused(tmp_path):
 def test_normalization():
     assert normalize_query("  The   Eiffel\tTOWER ") == "the eiffel tower"
     assert normalize_url("HTTPS://En.Wikipedia.org/wiki/Paris#History") == "https://en.wikipedia.org/wiki/Paris"
+    assert normalize_url("en.wikipedia.org/wiki/Nile") == "https://en.wikipedia.org/wiki/Nile"  # as the local visit
+    assert clean_markdown("# Page Capital\\_City\n\nA \\* b") == "## Page Capital_City\n\nA * b"
     with pytest.raises(ValueError):
         normalize_url("javascript:alert(1)")
     assert parse_retry_after("3") == 3.0 and parse_retry_after("soon") is None

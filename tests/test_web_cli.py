@@ -61,7 +61,7 @@ def test_run_and_eval_in_the_web_environment(providers, tmp_path):
         traj = json.loads(out.read_text())
         assert traj["env"] == "web"
         assert "search" in traj["messages"][0]["content"] and "google_scholar" in traj["messages"][0]["content"]
-        assert "Result 1 for springfield founding" in traj["messages"][3]["content"]
+        assert "Result 1 for Springfield founding" in traj["messages"][3]["content"]
         assert "founded in 1901 by Ada Example" in traj["messages"][5]["content"]
         metrics = json.loads((tmp_path / "t.jsonl.tool_metrics.jsonl").read_text())
         assert metrics["env"] == "web"
@@ -98,6 +98,10 @@ def test_tool_command_web_and_python(providers):
     assert res.exit_code == 0 and "No such file or directory" in res.stdout
     res = run("run", "q?", "--tools", "search,nope", "--model", "openai:x@http://127.0.0.1:9/v1")
     assert res.exit_code == 2 and "no tool 'nope'" in res.stderr
+    res = run("run", "q?", "--tools", "search,parse_file", "--model", "openai:x@http://127.0.0.1:9/v1")
+    assert res.exit_code == 2 and "--files-dir" in res.stderr
+    res = run("tool", "google_scholar", '{"query": ["x"]}')
+    assert res.exit_code == 2 and "add --env web" in res.stderr
 
 
 def _free_port() -> int:

@@ -75,6 +75,8 @@ WebConfigOpt = Annotated[Optional[Path], typer.Option(
 ToolsOpt = Annotated[Optional[str], typer.Option(
     "--tools", help="Comma-separated tools to offer (default: the environment's; local also has "
                     "PythonInterpreter and parse_file on request).")]
+FilesDirOpt = Annotated[Optional[Path], typer.Option(
+    "--files-dir", help="Folder parse_file may read local files from (with --tools ...,parse_file).")]
 UnsafePythonOpt = Annotated[bool, typer.Option(
     "--unsafe-python", help="Run PythonInterpreter without isolation where bubblewrap cannot run (unsafe).")]
 
@@ -242,6 +244,8 @@ def tool(
     if env == Env.none:
         _fail("--env none has no tools")
     known = DEFAULT_TOOLS[env.value] + EXTRA_TOOLS[env.value]
+    if not tools_url and name not in known and name in DEFAULT_TOOLS["web"]:
+        _fail(f"{name} is a tool of the web environment: add --env web")
     wanted = None if tools_url or name not in known else name
     tool_env = _open_tools(env, corpus, tools_url=tools_url, web_config=web_config, tools=wanted,
                            unsafe_python=unsafe_python, files_root=Path.cwd())
@@ -297,6 +301,8 @@ def _open_tools(env: "Env", corpus: Optional[Path] = None, summary_model: Any = 
     """The run's :class:`~websailor.tools.environment.ToolEnvironment` (local, web, none or a tool server)."""
     from websailor.tools.environment import open_environment
 
+    if web_config is not None and (env != Env.web or tools_url):
+        logger.warning("--web-config is ignored: it configures --env web%s", " (the tool server has its own)" if tools_url else "")
     return open_environment(env.value, corpus=corpus, summary_model=summary_model, web_config=web_config,
                             tools_url=tools_url, tools=_tool_names(tools), files_root=files_root,
                             allow_unsafe_python=unsafe_python)
@@ -305,7 +311,8 @@ def _open_tools(env: "Env", corpus: Optional[Path] = None, summary_model: Any = 
 def _build_agent(model: str, env: "Env", corpus: Optional[Path], max_calls: int = 100, max_tokens: int = 8192,
                  timeout: float = 9000, temperature: float = 0.85, seed: int = 0,
                  summary_model: Optional[str] = None, tools_url: Optional[str] = None,
-                 web_config: Optional[Path] = None, tools: Optional[str] = None, unsafe_python: bool = False) -> Any:
+                 web_config: Optional[Path] = None, tools: Optional[str] = None, unsafe_python: bool = False,
+                 files_dir: Optional[Path] = None) -> Any:
     """An agent and its tool environment: the local tools, the web tools, a tool server's, or
     none (``env none``: the direct-answer baseline). Close the environment when done."""
     from websailor.agent import Agent, AgentConfig
@@ -314,7 +321,7 @@ def _build_agent(model: str, env: "Env", corpus: Optional[Path], max_calls: int 
     if not math.isfinite(temperature) or not math.isfinite(timeout):
         _fail("--temperature and --timeout must be finite numbers")
     extractor = load_model(summary_model) if summary_model else None
-    tool_env = _open_tools(env, corpus, extractor, tools_url, web_config, tools, unsafe_python)
+    tool_env = _open_tools(env, corpus, extractor, tools_url, web_config, tools, unsafe_python, files_dir)
     cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, timeout_s=timeout, seed=seed,
                       sampling=SamplingParams(temperature=temperature))
     try:
@@ -335,7 +342,10 @@ def _finish_tools(tool_env: Any, metrics_file: Optional[Path]) -> None:
     summary = tool_env.metrics.summary()
     if not summary:
         return
-    Console(stderr=True).print(metrics_table(summary))
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a log file: no 80-column wrapping of the table
+        console = Console(stderr=True, width=200)
+    console.print(metrics_table(summary))
     if metrics_file is not None:
         append_metrics(metrics_file, summary, env=tool_env.name, url=tool_env.url)
 
@@ -377,6 +387,7 @@ def run(
     tools_url: ToolsUrlOpt = None,
     web_config: WebConfigOpt = None,
     tools: ToolsOpt = None,
+    files_dir: FilesDirOpt = None,
     unsafe_python: UnsafePythonOpt = False,
 ) -> None:
     """Run the ReAct agent on one question (steps shown live) or on a questions file. Tool
@@ -396,7 +407,7 @@ def run(
         out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out)
     agent, tool_env = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed, summary_model,
-                                   tools_url, web_config, tools, unsafe_python)
+                                   tools_url, web_config, tools, unsafe_python, files_dir)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
         _run_agent(agent, question, items, out, rollouts, concurrency)
@@ -575,6 +586,7 @@ def eval_cmd(
     tools_url: ToolsUrlOpt = None,
     web_config: WebConfigOpt = None,
     tools: ToolsOpt = None,
+    files_dir: FilesDirOpt = None,
     unsafe_python: UnsafePythonOpt = False,
 ) -> None:
     """Run the agent k times on a benchmark, grade every rollout and write the report (tool
@@ -590,7 +602,8 @@ def eval_cmd(
     done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     agent, tool_env = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed,
-                                   tools_url=tools_url, web_config=web_config, tools=tools, unsafe_python=unsafe_python)
+                                   tools_url=tools_url, web_config=web_config, tools=tools, unsafe_python=unsafe_python,
+                                   files_dir=files_dir)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
     try:
         summary = evaluate(items, agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench)
@@ -741,6 +754,7 @@ def serve_tools_cmd(
     web_config: WebConfigOpt = None,
     summary_model: Annotated[Optional[str], typer.Option(help="Model for the LLM page extractor of visit.")] = None,
     tools: ToolsOpt = None,
+    files_dir: FilesDirOpt = None,
     unsafe_python: UnsafePythonOpt = False,
     max_workers: Annotated[int, typer.Option(min=1, help="Tool calls run at once.")] = 32,
 ) -> None:
@@ -752,10 +766,13 @@ def serve_tools_cmd(
     if env == Env.none:
         _fail("--env none has no tools to serve")
     extractor = load_model(summary_model) if summary_model else None
-    tool_env = _open_tools(env, corpus, extractor, web_config=web_config, tools=tools, unsafe_python=unsafe_python)
+    tool_env = _open_tools(env, corpus, extractor, web_config=web_config, tools=tools, unsafe_python=unsafe_python,
+                           files_root=files_dir)
     try:
         serve_tools(tool_env.tools, tool_env.name, host=host, port=port, metrics=tool_env.metrics.summary,
                     max_workers=max_workers)
+    except KeyboardInterrupt:
+        pass  # a server's normal end
     finally:
         _finish_tools(tool_env, None)
 

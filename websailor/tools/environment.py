@@ -73,7 +73,8 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
         tools: tool names to offer instead of the environment's defaults
             (:data:`DEFAULT_TOOLS`; the local environment also has ``PythonInterpreter`` and
             ``parse_file`` on request).
-        files_root: the folder ``parse_file`` may read local files from (none by default).
+        files_root: the folder ``parse_file`` may read local files from (none by default; the
+            local environment's ``parse_file`` needs one).
         allow_unsafe_python: run Python without isolation where bubblewrap cannot run.
 
     Raises:
@@ -86,6 +87,7 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
 
         remote, name = connect_tools(tools_url)
         chosen = _choose(remote, tools, f"the tool server at {tools_url}")
+        metrics.register(chosen)
         return ToolEnvironment(name, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, url=tools_url)
     if env not in DEFAULT_TOOLS:
         raise ConfigError(f"unknown environment {env!r}; choose one of {', '.join(DEFAULT_TOOLS)}")
@@ -109,11 +111,12 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
         from websailor.tools.web.tools import executor_fetch
 
         web_tools, executor = build_web_tools(load_web_settings(web_config), summary_model, metrics,
-                                              python=False, parse_files=False)
+                                              names=[n for n in wanted if n in ("search", "visit", "google_scholar")])
         closers.append(executor.close)
         built.update(web_tools)
         built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python, fetch=executor_fetch(executor)))
     chosen = {n: built[n] for n in wanted}
+    metrics.register(chosen)
     return ToolEnvironment(env, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, _closers=closers)
 
 
@@ -126,6 +129,9 @@ def _sandboxed_tools(wanted: Sequence[str], files_root: Path | None, allow_unsaf
     if "parse_file" in wanted:
         from websailor.tools.parse_file import ParseFileTool
 
+        if files_root is None and fetch is None:
+            raise ConfigError("parse_file in the local environment reads local files only: give the folder it may "
+                              "read (--files-dir DIR)")
         out["parse_file"] = ParseFileTool(files_root=files_root, fetch=fetch)
     return out
 

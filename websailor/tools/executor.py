@@ -187,7 +187,7 @@ async def http_request(client: httpx.AsyncClient, method: str, url: str, max_byt
             if code in (401, 403):
                 raise ProviderFailure("auth", f"HTTP {code} (check the API key)")
             if code >= 400:
-                raise ProviderFailure("client_error", f"HTTP {code}")
+                raise ProviderFailure("client_error", f"HTTP {code}" + (" (not found)" if code in (404, 410) else ""))
             body = bytearray()
             truncated = False
             async for chunk in resp.aiter_bytes():
@@ -344,21 +344,27 @@ class ToolExecutor:
         self.close()
 
     # -- operations -----------------------------------------------------------------------
-    def call(self, tool: str, request: dict[str, Any], providers: Sequence[Provider]) -> Outcome:
-        """Run one operation (``request``: the normalized arguments, also the cache key)."""
-        return self._run(self.acall(tool, request, providers))
+    def call(self, tool: str, request: dict[str, Any], providers: Sequence[Provider],
+             key: dict[str, Any] | None = None) -> Outcome:
+        """Run one operation: ``request`` goes to the providers; ``key`` (its normalized form,
+        default ``request``) identifies it in the cache."""
+        return self._run(self.acall(tool, request, providers, key))
 
-    def call_many(self, tool: str, requests: Sequence[dict[str, Any]], providers: Sequence[Provider]) -> list[Outcome]:
+    def call_many(self, tool: str, requests: Sequence[dict[str, Any]], providers: Sequence[Provider],
+                  keys: Sequence[dict[str, Any]] | None = None) -> list[Outcome]:
         """Run several operations of one tool concurrently (within its limits); outcomes in order."""
+        keys = list(keys) if keys is not None else [None] * len(requests)
+
         async def gather() -> list[Outcome]:
-            return list(await asyncio.gather(*(self.acall(tool, r, providers) for r in requests)))
+            return list(await asyncio.gather(*(self.acall(tool, r, providers, k) for r, k in zip(requests, keys))))
         return self._run(gather())
 
-    async def acall(self, tool: str, request: dict[str, Any], providers: Sequence[Provider]) -> Outcome:
+    async def acall(self, tool: str, request: dict[str, Any], providers: Sequence[Provider],
+                    key: dict[str, Any] | None = None) -> Outcome:
         """:meth:`call` for code already on the executor's loop."""
         policy = self.policy(tool)
         t0 = time.perf_counter()
-        key = cache_key(tool, request)
+        key = cache_key(tool, request if key is None else key)
         if self.cache is not None and policy.cache_ttl_s > 0:
             hit = await asyncio.to_thread(self.cache.get, key)
             if hit is not None:

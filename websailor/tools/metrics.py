@@ -63,6 +63,12 @@ class ToolMetrics:
             s = self._stats[tool] = ToolStats()
         return s
 
+    def register(self, tools: Any) -> None:
+        """Give each of ``tools`` (names) a row, so tools never called show zeros."""
+        with self._lock:
+            for name in tools:
+                self._get(name)
+
     def record_call(self, tool: str, latency_s: float, error_kind: str | None = None) -> None:
         """One tool call of the agent (``error_kind`` when its result was an error)."""
         with self._lock:

@@ -51,7 +51,8 @@ def format_result(result: SandboxResult, limits: SandboxLimits, max_chars: int) 
         parts.append(f"stderr:\n{result.stderr}")
     text = "\n".join(p.rstrip("\n") for p in parts)
     if not text:
-        text = "The code printed nothing. Use print() to show the values you need."
+        text = ("The code printed nothing before it was stopped." if result.killed
+                else "The code printed nothing. Use print() to show the values you need.")
     notes = []
     if len(text) > max_chars:
         notes.append(f"Note: the output was {len(text)} characters long; {len(text) - max_chars} characters "
@@ -65,6 +66,12 @@ def format_result(result: SandboxResult, limits: SandboxLimits, max_chars: int) 
         notes.append(f"Killed: {_limit_text(result.killed, limits)}")
     elif result.exit_code:
         notes.append(f"Exit code: {result.exit_code}")
+    stderr = result.stderr
+    if any(m in stderr for m in ("Network is unreachable", "Connection refused", "Name or service not known",
+                                 "Temporary failure in name resolution")):
+        notes.append("Note: the sandbox has no network; fetch pages with the visit tool instead.")
+    if "Resource temporarily unavailable" in stderr and ("fork" in stderr or "Popen" in stderr or "Thread" in stderr):
+        notes.append(f"Note: the sandbox allows at most {limits.processes} processes.")
     return "\n".join([text] + notes)
 
 

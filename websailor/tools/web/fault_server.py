@@ -90,11 +90,12 @@ class FaultServer:
         api_key: the key Serper routes require.
     """
 
-    def __init__(self, plan: FaultPlan | None = None, api_key: str = "test-key", host: str = "127.0.0.1") -> None:
+    def __init__(self, plan: FaultPlan | None = None, api_key: str = "test-key", host: str = "127.0.0.1",
+                 port: int = 0) -> None:
         self.plan = plan or FaultPlan()
         self.api_key = api_key
         self.host = host
-        self.port = 0
+        self.port = port
         self.served: Counter = Counter()
         self.files: dict[str, tuple[bytes, str]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -117,7 +118,7 @@ class FaultServer:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._server = loop.run_until_complete(asyncio.start_server(self._handle, self.host, 0, limit=2**20))
+            self._server = loop.run_until_complete(asyncio.start_server(self._handle, self.host, self.port, limit=2**20))
             self.port = self._server.sockets[0].getsockname()[1]
             ready.set()
             loop.run_forever()
@@ -293,12 +294,14 @@ def _article(name: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the imitation in the foreground: ``python -m websailor.tools.web.fault_server
-    --rate 0.1``; prints its base URL, then serves until interrupted."""
+    --port 8790 --rate 0.1``; prints its base URL (alone, on stdout), then serves until
+    interrupted."""
     import argparse
     import time
 
     ap = argparse.ArgumentParser(description="Local imitation of the web providers, with injected faults.")
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one)")
     ap.add_argument("--rate", type=float, default=0.0, help="share of requests faulted at random")
     ap.add_argument("--kinds", default=",".join(FAULTS), help="comma-separated faults to draw from")
     ap.add_argument("--seed", type=int, default=0)
@@ -312,7 +315,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     plan = FaultPlan(rate=args.rate, kinds=kinds, seed=args.seed, retry_after=args.retry_after,
                      drip_interval_s=args.drip_interval)
-    with FaultServer(plan, api_key=args.api_key, host=args.host) as server:
+    import logging
+
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # clients dropping faulted connections is the point
+    with FaultServer(plan, api_key=args.api_key, host=args.host, port=args.port) as server:
         print(server.url, flush=True)
         try:
             while True:

@@ -12,6 +12,7 @@ Base URLs are settings, so tests point them at a local server.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,12 +28,18 @@ def normalize_query(query: str) -> str:
 
 
 def normalize_url(url: str) -> str:
-    """Scheme and host lower-cased, fragment dropped; the rest as written.
+    """Scheme and host lower-cased, fragment dropped; the rest as written. A URL written
+    without a scheme (``en.wikipedia.org/wiki/Nile``) gets ``https://``, as the local ``visit``
+    accepts it too.
 
     Raises:
         ValueError: not an ``http``/``https`` URL with a host.
     """
-    parts = urlsplit(url.strip())
+    url = url.strip()
+    host = url.split("/", 1)[0]
+    if "://" not in url and "." in host and not any(c.isspace() for c in url) and ":" not in host:
+        url = "https://" + url
+    parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise ValueError(f"not a web URL: {url[:200]!r} (expected http:// or https://)")
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", parts.query, ""))
@@ -131,6 +138,17 @@ class JinaReader:
                     title = line[len("Title:"):].strip()
             text = body
         return _page(request["url"], title, text.strip(), reply.truncated, self.name)
+
+
+_MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])")
+_MD_HEADING = re.compile(r"^#{1,6}\s+", re.MULTILINE)
+
+
+def clean_markdown(text: str) -> str:
+    """Page markdown as plain paragraphs for goal ranking: backslash escapes undone
+    (``Capital\\_City`` -> ``Capital_City``) and headings written ``## Title``, the form the
+    passage extractor skips (as in the local corpus)."""
+    return _MD_HEADING.sub("## ", _MD_ESCAPE.sub(r"\1", text))
 
 
 def html_to_markdown(html: bytes | str, url: str | None = None) -> tuple[str, str]:

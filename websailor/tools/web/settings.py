@@ -81,9 +81,11 @@ class WebSettings(BaseModel):
     def _known_policy_fields(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         fields = set(ToolPolicy.__dataclass_fields__)
         for tool, overrides in v.items():
+            if tool not in DEFAULT_POLICIES:
+                raise ValueError(f"no web tool {tool!r} has a policy; the tools are {', '.join(DEFAULT_POLICIES)}")
             unknown = sorted(set(overrides) - fields)
             if unknown:
-                raise ValueError(f"policies.{tool}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+                raise ValueError(f"{tool}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
         return v
 
     def policy(self, tool: str) -> ToolPolicy:
@@ -150,4 +152,7 @@ def load_web_settings(config: str | Path | None = None, environ: Mapping[str, st
         where = ".".join(map(str, err["loc"]))
         var = next((v for v, k in ENV_VARS.items() if k == err["loc"][0]), None)
         source = f" (from {var} or the config file)" if var else ""
-        raise ConfigError(f"web settings: {where}{source}: {err['msg'].removeprefix('Value error, ')}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown setting; the settings are {', '.join(WebSettings.model_fields)}"
+        raise ConfigError(f"web settings: {where}{source}: {msg}") from None

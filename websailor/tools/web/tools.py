@@ -21,7 +21,7 @@ from websailor.tools.metrics import ToolMetrics
 from websailor.tools.search import BLOCK_SEPARATOR, SearchTool, format_search_results
 from websailor.tools.visit import MAX_ECHO_CHARS, VisitTool, format_visit
 from websailor.tools.web.providers import (DirectFetch, JinaReader, RawDownload, SearxngSearch, SerperSearch,
-                                           normalize_query, normalize_url)
+                                           clean_markdown, normalize_query, normalize_url)
 from websailor.tools.web.settings import WebSettings
 
 
@@ -39,10 +39,10 @@ class WebHit:
     snippet: str
 
 
-def failed_block(what: str, outcome: Outcome) -> str:
-    """The observation of an operation every provider failed (graceful degradation)."""
-    return (f"{what} failed: the service did not answer ({outcome.failure_text()}). "
-            "Try again, rephrase, or use another tool.")
+def failed_block(what: str, outcome: Outcome, hint: str) -> str:
+    """The observation of an operation every provider failed (graceful degradation): what
+    failed, each provider's reason, and what the agent can do instead."""
+    return f"{what} failed ({outcome.failure_text()}). {hint}"
 
 
 class WebSearchTool(SearchTool):
@@ -51,6 +51,8 @@ class WebSearchTool(SearchTool):
     failed gets a block saying why; if all failed, the call is an error observation."""
 
     tool_key = "search"
+    label = "search"
+    hint = "Try again, or rephrase the query."
 
     def __init__(self, executor: ToolExecutor, providers: Sequence[Provider], max_queries: int = 10,
                  max_query_chars: int = 500) -> None:
@@ -60,10 +62,12 @@ class WebSearchTool(SearchTool):
         self.max_query_chars = max_query_chars
 
     def search_blocks(self, queries: list[str]) -> list[str]:
-        outcomes = self.executor.call_many(self.tool_key, [{"q": normalize_query(q)} for q in queries], self.providers)
+        outcomes = self.executor.call_many(self.tool_key, [{"q": q} for q in queries], self.providers,
+                                           keys=[{"q": normalize_query(q)} for q in queries])
         if all(not o.ok for o in outcomes):
-            raise ToolUnavailableError(failed_block(f"The {self.name}", outcomes[0]))
-        return [self.format_hits(q, o.value) if o.ok else failed_block(f"The search for '{q}'", o)
+            what = f"The {self.label}" + (f" for '{queries[0]}'" if len(queries) == 1 else f" for all {len(queries)} queries")
+            raise ToolUnavailableError(failed_block(what, outcomes[0], self.hint))
+        return [self.format_hits(q, o.value) if o.ok else failed_block(f"The {self.label} for '{q}'", o, self.hint)
                 for q, o in zip(queries, outcomes)]
 
     def format_hits(self, query: str, hits: list[dict[str, Any]]) -> str:
@@ -76,6 +80,7 @@ class WebScholarTool(WebSearchTool):
 
     name = "google_scholar"
     tool_key = "google_scholar"
+    label = "Google Scholar search"
     description = ("Search Google Scholar for academic publications. Give one or more queries in the array "
                    "'query'; each returns its best results (title, URL, publication, year, citations, snippet).")
 
@@ -112,9 +117,10 @@ class WebVisitTool(VisitTool):
             return f"The URL {truncate(url, MAX_ECHO_CHARS)} cannot be visited: {str(e).split(':')[0]}. Give a full http(s) URL."
         outcome = self.executor.call("visit", {"url": clean}, self.providers)
         if not outcome.ok:
-            return failed_block(f"Reading {truncate(url, MAX_ECHO_CHARS)}", outcome)
+            return failed_block(f"Reading {truncate(url, MAX_ECHO_CHARS)}", outcome,
+                                "Try another page with the same information, or search for it.")
         page = outcome.value
-        doc = Document(id=0, title=page["title"] or clean, url=page["url"], text=page["text"])
+        doc = Document(id=0, title=page["title"] or clean, url=page["url"], text=clean_markdown(page["text"]))
         found = llm_extract(self.summary_model, doc, goal) if self.summary_model is not None else None
         if found is None:
             found = extract(doc, goal, self.index, self.max_evidence_chars)
@@ -124,23 +130,31 @@ class WebVisitTool(VisitTool):
         return text
 
 
+#: The tools :func:`build_web_tools` can make.
+WEB_TOOLS = ("search", "visit", "google_scholar", "PythonInterpreter", "parse_file")
+
+
 def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: ToolMetrics | None = None,
-                    python: bool = True, parse_files: bool = True) -> tuple[dict[str, Tool], ToolExecutor]:
-    """The web environment's tools and the executor they share (close it when done).
+                    names: Sequence[str] = WEB_TOOLS) -> tuple[dict[str, Tool], ToolExecutor]:
+    """The web environment's tools named in ``names`` and the executor they share (close it
+    when done).
 
     Tools: ``search`` (Serper, then SearXNG), ``visit`` (Jina Reader, then direct fetch),
-    ``google_scholar`` (Serper scholar, then SearXNG science), and, unless turned off,
-    ``PythonInterpreter`` (sandboxed) and ``parse_file`` (URLs fetched through the executor).
+    ``google_scholar`` (Serper scholar, then SearXNG science), ``PythonInterpreter``
+    (sandboxed) and ``parse_file`` (URLs downloaded through the executor).
 
     Raises:
-        ConfigError: no search provider configured (names ``SERPER_API_KEY`` and
-            ``SEARXNG_BASE_URL``), bad policies, an unusable cache file, or no sandbox for
-            the Python tool.
+        ConfigError: ``search`` or ``google_scholar`` asked for without a provider (names
+            ``SERPER_API_KEY`` and ``SEARXNG_BASE_URL``), bad policies, an unusable cache
+            file, no way to read pages, or no sandbox for the Python tool.
     """
-    settings.require_search()
-    names = ("search", "google_scholar", "visit", "parse_file")
+    from websailor.errors import ConfigError
+
+    if "search" in names or "google_scholar" in names:
+        settings.require_search("search" if "search" in names else "google_scholar")
+    policies = {n: settings.policy(n) for n in ("search", "google_scholar", "visit", "parse_file")}
     cache = ResultCache(settings.resolved_cache_path()) if settings.cache else None
-    executor = ToolExecutor({n: settings.policy(n) for n in names}, cache=cache, metrics=metrics)
+    executor = ToolExecutor(policies, cache=cache, metrics=metrics)
     key = settings.serper_api_key.get_secret_value() if settings.serper_api_key else None
     search: list[Provider] = []
     scholar: list[Provider] = []
@@ -156,21 +170,33 @@ def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: T
         readers.append(JinaReader(settings.jina_base_url, jina_key))
     if settings.direct_fetch:
         readers.append(DirectFetch())
-    if not readers:
-        from websailor.errors import ConfigError
-
+    if "visit" in names and not readers:
+        executor.close()
         raise ConfigError("web settings: use_jina and direct_fetch are both off, so visit has no way to read pages")
-    tools: list[Tool] = [WebSearchTool(executor, search), WebVisitTool(executor, readers, summary_model),
-                         WebScholarTool(executor, scholar)]
-    if python:
-        from websailor.tools.python_tool import PythonInterpreterTool
+    makers = {
+        "search": lambda: WebSearchTool(executor, search),
+        "visit": lambda: WebVisitTool(executor, readers, summary_model),
+        "google_scholar": lambda: WebScholarTool(executor, scholar),
+        "PythonInterpreter": _python_tool,
+        "parse_file": lambda: _parse_file_tool(executor_fetch(executor)),
+    }
+    try:
+        return {n: makers[n]() for n in names}, executor
+    except BaseException:
+        executor.close()
+        raise
 
-        tools.append(PythonInterpreterTool())
-    if parse_files:
-        from websailor.tools.parse_file import ParseFileTool
 
-        tools.append(ParseFileTool(files_root=None, fetch=executor_fetch(executor)))
-    return {t.name: t for t in tools}, executor
+def _python_tool() -> Tool:
+    from websailor.tools.python_tool import PythonInterpreterTool
+
+    return PythonInterpreterTool()
+
+
+def _parse_file_tool(fetch: Any) -> Tool:
+    from websailor.tools.parse_file import ParseFileTool
+
+    return ParseFileTool(files_root=None, fetch=fetch)
 
 
 def executor_fetch(executor: ToolExecutor) -> Any:
@@ -187,11 +213,12 @@ def executor_fetch(executor: ToolExecutor) -> Any:
             raise ToolUnavailableError(str(e)) from None
         outcome = executor.call("parse_file", {"url": clean}, [RawDownload()])
         if not outcome.ok:
-            raise ToolUnavailableError(failed_block(f"Downloading {truncate(url, MAX_ECHO_CHARS)}", outcome))
+            raise ToolUnavailableError(failed_block(f"Downloading {truncate(url, MAX_ECHO_CHARS)}", outcome,
+                                                    "Check the URL, or look for another copy of the file."))
         return outcome.value
 
     return fetch
 
 
-__all__ = ["BLOCK_SEPARATOR", "ToolUnavailableError", "WebHit", "WebScholarTool", "WebSearchTool", "WebVisitTool",
+__all__ = ["BLOCK_SEPARATOR", "WEB_TOOLS", "ToolUnavailableError", "WebHit", "WebScholarTool", "WebSearchTool", "WebVisitTool",
            "build_web_tools", "executor_fetch"]
