@@ -98,7 +98,7 @@ def test_tool_command_web_and_python(providers):
     assert res.exit_code == 0 and "No such file or directory" in res.stdout
     res = run("run", "q?", "--tools", "search,nope", "--model", "openai:x@http://127.0.0.1:9/v1")
     assert res.exit_code == 2 and "no tool 'nope'" in res.stderr
-    res = run("run", "q?", "--tools", "search,parse_file", "--model", "openai:x@http://127.0.0.1:9/v1")
+    res = run("run", "q?", "--tools", "PythonInterpreter,parse_file", "--model", "openai:x@http://127.0.0.1:9/v1")
     assert res.exit_code == 2 and "--files-dir" in res.stderr
     res = run("tool", "google_scholar", '{"query": ["x"]}')
     assert res.exit_code == 2 and "add --env web" in res.stderr
