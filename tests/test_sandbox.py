@@ -301,3 +301,38 @@ def test_tool_errors_and_limits() -> None:
     assert "ran out of memory (the limit is 512 MB)" in PythonInterpreterTool(FAST)({"code": "bytearray(10**10)"})
     flood = PythonInterpreterTool(FAST)({"code": "while True:\n    print('y' * 1000)"})
     assert "Killed: output limit of 20000 bytes" in flood and "the rest was discarded" in flood
+
+
+# ---------------------------------------------------------------------------- found by the breaker
+
+
+def test_namespaces_and_mounts_are_refused() -> None:
+    """A user + mount namespace would let the code mount a tmpfs and fill host memory past
+    the address-space limit; the seccomp filter refuses them (threads and forks still work)."""
+    out = probe_json(
+        "import ctypes, os, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "out['unshare'] = libc.unshare(0x10000000 | 0x00020000) == -1 and ctypes.get_errno()\n"
+        "out['mount'] = libc.mount(b'none', b'/sandbox', b'tmpfs', 0, None) == -1 and ctypes.get_errno()\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join(); out['thread'] = 'ok'\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nout['fork'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n")
+    assert out == {"unshare": 1, "mount": 1, "thread": "ok", "fork": 7}  # EPERM
+
+
+def test_seccomp_program_shape() -> None:
+    from websailor.tools.seccomp import sandbox_filter
+
+    program = sandbox_filter("x86_64")
+    assert program is not None and len(program) % 8 == 0
+    assert sandbox_filter("aarch64") is not None and sandbox_filter("sparc") is None
+
+
+def test_working_dir_is_capped_in_size_and_never_on_the_host_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+    real_mkdtemp = sandbox.tempfile.mkdtemp
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
+    limits = SandboxLimits(cpu_s=5, wall_s=10, memory_mb=512, processes=16, output_bytes=20_000, file_mb=16, disk_mb=40)
+    result = run_python("import os\nfor i in range(10):\n    open(f'f{i}', 'wb').write(b'x' * (8 << 20))\n", limits)
+    assert "No space left on device" in result.stderr
+    deep = run_python("import os\np = 'd'\nfor i in range(3000):\n    os.mkdir(p)\n    os.chdir(p)\nprint('deep')", limits)
+    assert deep.stdout == "deep\n"
+    assert made and not any(os.path.exists(m) for m in made)

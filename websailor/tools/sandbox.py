@@ -1,6 +1,8 @@
 """Run untrusted Python (the agent's ``PythonInterpreter`` calls) in a bubblewrap sandbox.
 
-The code runs in a fresh temporary directory, mounted as ``/sandbox``, with the real binary
+The code runs in ``/sandbox``, a size-capped tmpfs of its own (nothing it writes reaches the
+host's disk), under a seccomp filter that refuses namespaces, mounts and similar calls
+(:mod:`websailor.tools.seccomp`), with the real binary
 of the current interpreter, in its own network, PID, IPC and UTS namespaces (so no network
 and no view of host processes), and sees only ``/usr``, the Python installation, the
 environment's site-packages (at a neutral path, so numpy, scipy and sympy import but the
@@ -42,6 +44,7 @@ from pathlib import Path
 
 from websailor.errors import ConfigError, InvalidArgumentError
 from websailor.log import get_logger
+from websailor.tools.seccomp import sandbox_filter
 
 log = get_logger(__name__)
 
@@ -103,6 +106,8 @@ class SandboxLimits:
             the launcher and bubblewrap's init count too).
         output_bytes: stdout plus stderr bytes kept; past that the sandbox is killed.
         file_mb: largest file the code may write, in MiB (``RLIMIT_FSIZE``).
+        disk_mb: size of the working directory, a memory-backed tmpfs inside the sandbox, in
+            MiB (all files together; nothing the code writes reaches the host's disk).
 
     Raises:
         InvalidArgumentError: a limit is not positive.
@@ -114,9 +119,10 @@ class SandboxLimits:
     processes: int = 32
     output_bytes: int = 100_000
     file_mb: int = 64
+    disk_mb: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "memory_mb", "processes", "output_bytes", "file_mb"):
+        for name in ("cpu_s", "wall_s", "memory_mb", "processes", "output_bytes", "file_mb", "disk_mb"):
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
 
@@ -324,12 +330,15 @@ def _sandbox_env(home: str, python_path: list[str]) -> dict[str, str]:
     return env
 
 
-def _bwrap_argv(backend: _Backend, workdir: str) -> list[str]:
+def _bwrap_argv(backend: _Backend, workdir: str, limits: SandboxLimits, seccomp_fd: int | None) -> list[str]:
     """bubblewrap and its options, up to (not including) the command: namespaces, read-only
-    ``/usr`` and Python, site-packages at :data:`SITE_DIR`, ``workdir`` read-write at
-    :data:`SANDBOX_DIR`, a fresh ``/proc`` and minimal ``/dev``, nothing else."""
+    ``/usr`` and Python, site-packages at :data:`SITE_DIR`, a tmpfs of ``limits.disk_mb`` at
+    :data:`SANDBOX_DIR` holding the script (read-only) from ``workdir``, a fresh ``/proc`` and
+    minimal ``/dev``, nothing else; the seccomp filter read from ``seccomp_fd``."""
     assert backend.bwrap is not None
     argv = [backend.bwrap, "--die-with-parent", "--new-session", "--clearenv"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     if backend.mode == "root":
         # No user namespace: the launcher must become a real unprivileged uid (see module doc).
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
@@ -359,8 +368,10 @@ def _bwrap_argv(backend: _Backend, workdir: str) -> list[str]:
         argv += ["--ro-bind", host, inside]
     for host, inside in _site_mounts():
         argv += ["--ro-bind", host, inside]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--bind", workdir, SANDBOX_DIR, "--remount-ro", "/",
-             "--chdir", SANDBOX_DIR]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "01777", "--size", str(limits.disk_mb << 20), "--tmpfs", SANDBOX_DIR,
+             "--ro-bind", os.path.join(workdir, SCRIPT_NAME), f"{SANDBOX_DIR}/{SCRIPT_NAME}",
+             "--remount-ro", "/", "--chdir", SANDBOX_DIR]
     for key, value in _sandbox_env(SANDBOX_DIR, [inside for _, inside in _site_mounts()]).items():
         argv += ["--setenv", key, value]
     return argv + ["--"]
@@ -387,7 +398,8 @@ def _user_tasks(uid: int) -> int:
     return count
 
 
-def _command(backend: _Backend, workdir: str, limits: SandboxLimits, uid: int) -> tuple[list[str], dict | None]:
+def _command(backend: _Backend, workdir: str, limits: SandboxLimits, uid: int,
+             seccomp_fd: int | None = None) -> tuple[list[str], dict | None]:
     """(argv, env) running the launcher on ``workdir``'s script; ``env`` is ``None`` under
     bubblewrap, which sets the environment itself."""
     python = _python_binary()
@@ -400,7 +412,7 @@ def _command(backend: _Backend, workdir: str, limits: SandboxLimits, uid: int) -
         env = _sandbox_env(workdir, _site_dirs())
     else:
         script = f"{SANDBOX_DIR}/{SCRIPT_NAME}"
-        prefix = _bwrap_argv(backend, workdir)
+        prefix = _bwrap_argv(backend, workdir, limits, seccomp_fd)
         env = None
     launcher = [python, "-I", "-S", "-c", _LAUNCHER, str(limits.memory_mb << 20), str(max(1, round(limits.cpu_s))),
                 str(limits.file_mb << 20), str(nproc), str(uid), python, script]
@@ -496,16 +508,16 @@ def _limit_reason(signum: int | None, cpu_used: float, stderr: str, limits: Sand
 
 
 def _remove_tree(path: str) -> None:
-    """Delete the run's directory even if the code made parts of it unwritable."""
-    def fix(func, p, _exc):  # noqa: ANN001 - shutil's onerror signature
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-        except OSError:
-            pass
-        func(p)
-
-    shutil.rmtree(path, onerror=fix)
+    """Delete the run's host directory, however deep and whatever its modes (unsafe mode lets
+    the code write there): ``chmod -R`` (which never follows symbolic links) then ``rm -rf``
+    on this file system only, both without recursion limits; a failure is logged, not raised."""
+    try:
+        subprocess.run(["chmod", "-R", "u+rwX", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(["rm", "-rf", "--one-file-system", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as e:
+        log.warning("could not delete the sandbox directory %s (%s)", path, e)
+    if os.path.lexists(path):
+        log.warning("the sandbox directory %s could not be deleted completely", path)
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe: bool = False) -> SandboxResult:
@@ -526,15 +538,22 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
     """
     backend = _resolve_backend(allow_unsafe)
     workdir = tempfile.mkdtemp(prefix="websailor-sandbox-")
+    seccomp_fd = None
     try:
         uid = _sandbox_uid(backend)
-        Path(workdir, SCRIPT_NAME).write_text(code, encoding="utf-8")
+        Path(workdir, SCRIPT_NAME).write_text(code, encoding="utf-8", errors="surrogatepass")
+        os.chmod(Path(workdir, SCRIPT_NAME), 0o644)
         if uid >= 0:
             os.chown(workdir, uid, uid)
-        argv, env = _command(backend, workdir, limits, uid)
+        program = sandbox_filter() if backend.mode != "unsafe" else None
+        if program is not None:
+            Path(workdir, "seccomp.bpf").write_bytes(program)
+            seccomp_fd = os.open(Path(workdir, "seccomp.bpf"), os.O_RDONLY)
+        argv, env = _command(backend, workdir, limits, uid, seccomp_fd)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env if env is not None else {}, cwd=workdir, start_new_session=True)
+                                env=env if env is not None else {}, cwd=workdir, start_new_session=True,
+                                pass_fds=(seccomp_fd,) if seccomp_fd is not None else ())
         try:
             out, err, reason = _collect(proc, limits, start + limits.wall_s)
         finally:
@@ -545,6 +564,8 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
                 stream.close()  # type: ignore[union-attr]
         seconds = time.monotonic() - start
     finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
         _remove_tree(workdir)
     stdout, stderr = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
     if reason:
