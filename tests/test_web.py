@@ -29,7 +29,7 @@ def server():
 def environ(server: FaultServer, tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"SERPER_API_KEY": server.api_key, "SERPER_BASE_URL": server.url,
             "SEARXNG_BASE_URL": f"{server.url}/searxng", "JINA_BASE_URL": f"{server.url}/jina",
-            "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"), **extra}
+            "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"), "WEBSAILOR_WEB_ALLOW_PRIVATE": "1", **extra}
 
 
 def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, config: dict | None = None, **env: str):
@@ -212,9 +212,8 @@ def test_bad_urls_get_observations(server, tmp_path):
     tools, ex = web(server, tmp_path)
     r = tools["visit"].execute({"url": ["ftp://example.org/x", "not a url"], "goal": "x"})
     assert r.observation.count("cannot be visited") == 2
-    server.plan.always.update(jina="500")
     r = tools["visit"].execute({"url": f"{server.url}/missing/page", "goal": "x"})
-    assert "(jina: server_error, HTTP 500" in r.observation and "direct: client_error, HTTP 404 (not found)" in r.observation
+    assert "(jina: client_error, HTTP 404 (not found); direct: client_error, HTTP 404 (not found))" in r.observation
     assert r.observation.endswith("Try another page with the same information, or search for it.\n") or \
         "Try another page" in r.observation
     ex.close()
@@ -255,3 +254,101 @@ def test_normalization():
         normalize_url("javascript:alert(1)")
     assert parse_retry_after("3") == 3.0 and parse_retry_after("soon") is None
     assert 0 <= parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") < 1  # a date in the past: no wait
+
+
+# -- found by the breaker ------------------------------------------------------------------
+
+
+def test_dead_links_do_not_open_the_readers_circuits(server, tmp_path):
+    tools, ex = web(server, tmp_path, policy={"retries": 0, "breaker_failures": 2})
+    for i in range(4):
+        r = tools["visit"].execute({"url": f"{server.url}/missing/{i}", "goal": "x"})
+        assert "HTTP 404 (not found)" in r.observation
+    good = tools["visit"].execute({"url": f"{server.url}/page/Springfield", "goal": "founder"})
+    assert "Ada Example" in good.observation and "circuit" not in good.observation
+    ex.close()
+
+
+def test_private_addresses_are_refused_unless_allowed(server, tmp_path):
+    tools, ex = web(server, tmp_path, config={"use_jina": False}, WEBSAILOR_WEB_ALLOW_PRIVATE="0")
+    r = tools["visit"].execute({"url": f"{server.url}/page/Springfield", "goal": "x"})
+    assert "blocked, 127.0.0.1 is a private or local address" in r.observation
+    r = tools["visit"].execute({"url": "http://169.254.169.254/latest/meta-data/", "goal": "x"})
+    assert "blocked" in r.observation
+    ex.close()
+
+
+def test_provider_bugs_become_observations_and_free_the_half_open_trial(server, tmp_path):
+    from websailor.tools.executor import ToolExecutor, ToolPolicy
+
+    class Broken:
+        name = "broken"
+        calls = 0
+
+        async def __call__(self, client, request, policy):
+            Broken.calls += 1
+            raise KeyError("organic")
+
+    with ToolExecutor({"search": ToolPolicy(retries=0, breaker_failures=1, breaker_reset_s=0.05, qps=0.5)}) as ex:
+        out = ex.call("search", {"q": "x"}, [Broken()])
+        assert not out.ok and out.failures == [("broken", "provider_error, KeyError")]
+        time.sleep(0.06)
+        ex.call("search", {"q": "y"}, [Broken()])  # the half-open trial fails...
+        time.sleep(0.06)
+        ex.call("search", {"q": "z"}, [Broken()])  # ...and the next trial is let through again
+        assert Broken.calls == 3
+
+
+def test_close_with_calls_in_flight_returns_failures_then_restarts(server, tmp_path):
+    import threading
+
+    server.plan.always["serper"] = "hang"
+    tools, ex = web(server, tmp_path, policy={"timeout_s": 20, "retries": 0})
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", tools["search"].execute({"query": ["slow"]})))
+    t.start()
+    time.sleep(0.3)
+    ex.close()
+    t.join(timeout=5)
+    assert not t.is_alive() and "cancelled: the tool environment was closed" in box["r"].observation
+    server.plan.always.clear()
+    assert "Result 1 for again" in tools["search"].execute({"query": ["again"]}).observation  # a fresh loop
+    ex.close()
+
+
+def test_per_tool_cache_ttl(server, tmp_path):
+    tools, ex = web(server, tmp_path, policy={"cache_ttl_s": 0.2})
+    tools["search"].execute({"query": ["ttl"]})
+    time.sleep(0.3)
+    tools["search"].execute({"query": ["ttl"]})
+    assert stats(ex)["cache_hits"] == 0 and server.served[("serper", "ok")] == 2
+    ex.close()
+
+
+def test_keys_are_cleaned_and_never_echoed(tmp_path):
+    s = load_web_settings(None, {"SERPER_API_KEY": "  sk-123\n"})
+    assert s.serper_api_key.get_secret_value() == "sk-123"
+    cfg = tmp_path / "k.yaml"
+    cfg.write_text("serper_api_key: \"sk-\u00e9-secret\"\n")
+    with pytest.raises(ConfigError) as e:
+        load_web_settings(cfg, {})
+    assert "secret" not in str(e.value) and "printable ASCII" in str(e.value)
+    cfg.write_text("serper_api_key: ''\n")
+    with pytest.raises(ConfigError, match="SERPER_API_KEY"):
+        build_web_tools(load_web_settings(cfg, {}))
+    cfg.write_text("policies:\n  search: {timeout_s: .nan}\n")
+    with pytest.raises(ConfigError, match="timeout_s"):
+        load_web_settings(cfg, {}).policy("search")
+
+
+def test_a_foreign_sqlite_file_is_not_taken_for_a_cache(tmp_path):
+    import sqlite3
+
+    from websailor.tools.cache import ResultCache
+
+    db = sqlite3.connect(tmp_path / "other.sqlite")
+    db.execute("CREATE TABLE results (id INTEGER, score REAL)")
+    db.commit()
+    db.close()
+    with pytest.raises(ConfigError, match="not a websailor tool cache"):
+        ResultCache(tmp_path / "other.sqlite")

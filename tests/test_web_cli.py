@@ -30,7 +30,8 @@ def providers(monkeypatch, tmp_path):
     with FaultServer(FaultPlan()) as server:
         for var, value in {"SERPER_API_KEY": server.api_key, "SERPER_BASE_URL": server.url,
                            "SEARXNG_BASE_URL": f"{server.url}/searxng", "JINA_BASE_URL": f"{server.url}/jina",
-                           "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite")}.items():
+                           "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
+                           "WEBSAILOR_WEB_ALLOW_PRIVATE": "1"}.items():
             monkeypatch.setenv(var, value)
         monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
         yield server

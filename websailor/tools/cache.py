@@ -46,14 +46,20 @@ class ResultCache:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, tool TEXT NOT NULL, "
                              "value TEXT NOT NULL, created REAL NOT NULL)")
+            columns = [row[1] for row in self._db.execute("PRAGMA table_info(results)")]
         except (sqlite3.Error, OSError) as e:
             raise ConfigError(f"tool cache {self.path}: cannot be opened as a SQLite cache ({e})") from None
+        if columns != ["key", "tool", "value", "created"]:
+            self._db.close()
+            raise ConfigError(f"tool cache {self.path}: its 'results' table has columns {columns}, not a websailor "
+                              "tool cache; give another cache_path (WEBSAILOR_WEB_CACHE)")
 
-    def get(self, key: str) -> Any | None:
-        """The cached value, or ``None`` when absent or older than the TTL."""
+    def get(self, key: str, ttl_s: float | None = None) -> Any | None:
+        """The cached value, or ``None`` when absent or older than ``ttl_s`` (default: the
+        cache's TTL; a tool's policy passes its own)."""
         with self._lock:
             row = self._db.execute("SELECT value, created FROM results WHERE key = ?", (key,)).fetchone()
-        if row is None or time.time() - row[1] > self.ttl_s:
+        if row is None or time.time() - row[1] > (self.ttl_s if ttl_s is None else ttl_s):
             return None
         return json.loads(row[0])
 

@@ -110,11 +110,13 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
         from websailor.tools.web import build_web_tools, load_web_settings
         from websailor.tools.web.tools import executor_fetch
 
-        web_tools, executor = build_web_tools(load_web_settings(web_config), summary_model, metrics,
+        settings = load_web_settings(web_config)
+        web_tools, executor = build_web_tools(settings, summary_model, metrics,
                                               names=[n for n in wanted if n in ("search", "visit", "google_scholar")])
         closers.append(executor.close)
         built.update(web_tools)
-        built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python, fetch=executor_fetch(executor)))
+        built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python,
+                                      fetch=executor_fetch(executor, settings.allow_private_urls)))
     chosen = {n: built[n] for n in wanted}
     metrics.register(chosen)
     return ToolEnvironment(env, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, _closers=closers)

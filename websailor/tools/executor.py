@@ -23,6 +23,7 @@ HTTP connection pool.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import email.utils
 import random
 import threading
@@ -43,6 +44,9 @@ logger = get_logger(__name__)
 
 #: Failure kinds worth another attempt at the same provider.
 RETRYABLE = frozenset({"timeout", "rate_limited", "server_error", "connection", "truncated", "bad_response"})
+#: Failure kinds that say the provider itself is unwell, and count towards its circuit breaker
+#: (a missing page, a redirect loop or an empty page say something about the target instead).
+PROVIDER_FAULTS = RETRYABLE | {"auth", "provider_error"}
 
 
 class ProviderFailure(Exception):
@@ -51,7 +55,8 @@ class ProviderFailure(Exception):
     Attributes:
         kind: ``timeout``, ``rate_limited``, ``server_error``, ``connection``, ``truncated``,
             ``bad_response`` (retryable), or ``auth``, ``client_error``, ``redirect_loop``,
-            ``circuit_open`` (not).
+            ``empty``, ``too_large``, ``blocked`` (a private address), ``provider_error`` (the
+            provider's code raised) (not).
         detail: what happened, for the observation and the log.
         retry_after: seconds the provider asked to wait (HTTP ``Retry-After``), if any.
     """
@@ -101,8 +106,11 @@ class ToolPolicy:
 class Provider(Protocol):
     """One back end of a tool (Serper, SearXNG, the Jina Reader, a direct fetch).
 
-    ``await provider(client, request, policy)`` returns a JSON-serializable result or raises
-    :class:`ProviderFailure` (or an ``httpx`` error, classified by the executor).
+    ``await provider(client, request, policy)`` returns a result or raises
+    :class:`ProviderFailure` (any other exception is classified by the executor). Optional
+    class attributes: ``cacheable`` (default true: the result is JSON-serializable and may be
+    cached) and ``per_target`` (default false; true for a direct fetch, whose failures belong to
+    each target site, so it has no circuit breaker).
     """
 
     name: str
@@ -125,7 +133,7 @@ class HttpReply:
         charset = _charset(self.headers.get("content-type", "")) or "utf-8"
         try:
             return self.body.decode(charset, errors="replace")
-        except LookupError:
+        except (LookupError, UnicodeError, ValueError):  # unknown or unusable charset names (idna, ...)
             return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
@@ -240,6 +248,11 @@ class CircuitBreaker:
     def success(self) -> None:
         self.failures, self.opened_at, self.trial = 0, None, False
 
+    def release(self) -> None:
+        """The operation ended without saying anything about the provider: free the half-open
+        trial (if it was one) without closing or opening the circuit."""
+        self.trial = False
+
     def failure(self) -> None:
         self.failures += 1
         if self.trial or self.failures >= self.threshold:
@@ -325,13 +338,24 @@ class ToolExecutor:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def close(self) -> None:
-        """Close the connection pool and stop the loop thread (idempotent)."""
-        loop, self._loop = self._loop, None
+        """Cancel the operations in flight (their callers get a failed :class:`Outcome`), close
+        the connection pool and stop the loop thread. Idempotent; a later call starts afresh."""
+        with self._start_lock:
+            loop, self._loop = self._loop, None
         if loop is None:
             return
-        if self._client is not None:
-            asyncio.run_coroutine_threadsafe(self._client.aclose(), loop).result()
-            self._client = None
+
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._client is not None:
+                await self._client.aclose()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result()
+        self._client = None
+        self._limits.clear()  # bound to the old loop
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join()
@@ -348,7 +372,10 @@ class ToolExecutor:
              key: dict[str, Any] | None = None) -> Outcome:
         """Run one operation: ``request`` goes to the providers; ``key`` (its normalized form,
         default ``request``) identifies it in the cache."""
-        return self._run(self.acall(tool, request, providers, key))
+        try:
+            return self._run(self.acall(tool, request, providers, key))
+        except concurrent.futures.CancelledError:
+            return Outcome(failures=[("executor", "cancelled: the tool environment was closed")])
 
     def call_many(self, tool: str, requests: Sequence[dict[str, Any]], providers: Sequence[Provider],
                   keys: Sequence[dict[str, Any]] | None = None) -> list[Outcome]:
@@ -357,7 +384,10 @@ class ToolExecutor:
 
         async def gather() -> list[Outcome]:
             return list(await asyncio.gather(*(self.acall(tool, r, providers, k) for r, k in zip(requests, keys))))
-        return self._run(gather())
+        try:
+            return self._run(gather())
+        except concurrent.futures.CancelledError:
+            return [Outcome(failures=[("executor", "cancelled: the tool environment was closed")]) for _ in requests]
 
     async def acall(self, tool: str, request: dict[str, Any], providers: Sequence[Provider],
                     key: dict[str, Any] | None = None) -> Outcome:
@@ -365,8 +395,9 @@ class ToolExecutor:
         policy = self.policy(tool)
         t0 = time.perf_counter()
         key = cache_key(tool, request if key is None else key)
-        if self.cache is not None and policy.cache_ttl_s > 0:
-            hit = await asyncio.to_thread(self.cache.get, key)
+        cacheable = self.cache is not None and policy.cache_ttl_s > 0
+        if cacheable:
+            hit = await asyncio.to_thread(self._cache_get, key, policy.cache_ttl_s)
             if hit is not None:
                 self.metrics.record_request(tool, time.perf_counter() - t0, cache_hit=True)
                 return Outcome(hit["value"], hit["provider"], cached=True)
@@ -374,8 +405,8 @@ class ToolExecutor:
         for i, provider in enumerate(providers):
             if i > 0 and outcome.failures:
                 self.metrics.record_failover(tool)
-            breaker = self.breaker(tool, provider.name)
-            if not breaker.allow():
+            breaker = None if getattr(provider, "per_target", False) else self.breaker(tool, provider.name)
+            if breaker is not None and not breaker.allow():
                 outcome.failures.append((provider.name, f"skipped, its circuit is open after {breaker.failures} "
                                                         "failed operations in a row"))
                 self.metrics.record_attempt_error(tool, "circuit_open")
@@ -383,18 +414,40 @@ class ToolExecutor:
             try:
                 value = await self._with_retries(tool, provider, request, policy)
             except ProviderFailure as e:
-                breaker.failure()
+                if breaker is not None:
+                    if e.kind in PROVIDER_FAULTS:
+                        breaker.failure()
+                    else:
+                        breaker.release()
                 outcome.failures.append((provider.name, f"{e.kind}, {e.detail}"))
                 continue
-            breaker.success()
+            except BaseException:
+                if breaker is not None:
+                    breaker.release()
+                raise
+            if breaker is not None:
+                breaker.success()
             outcome.value, outcome.provider = value, provider.name
-            if self.cache is not None and policy.cache_ttl_s > 0:
-                await asyncio.to_thread(self.cache.put, key, tool, {"value": value, "provider": provider.name})
+            if cacheable and getattr(provider, "cacheable", True):
+                await asyncio.to_thread(self._cache_put, key, tool, {"value": value, "provider": provider.name})
             break
         if not outcome.ok:
             logger.debug("%s %s failed: %s", tool, request, outcome.failure_text())
         self.metrics.record_request(tool, time.perf_counter() - t0, degraded=not outcome.ok)
         return outcome
+
+    def _cache_get(self, key: str, ttl_s: float) -> Any | None:
+        try:
+            return self.cache.get(key, ttl_s)  # type: ignore[union-attr]
+        except Exception as e:  # a broken or busy cache must not cost the call
+            logger.warning("tool cache %s: read failed (%s); calling the provider", self.cache.path, e)  # type: ignore[union-attr]
+            return None
+
+    def _cache_put(self, key: str, tool: str, value: Any) -> None:
+        try:
+            self.cache.put(key, tool, value)  # type: ignore[union-attr]
+        except Exception as e:
+            logger.warning("tool cache %s: write failed (%s); the result is used uncached", self.cache.path, e)  # type: ignore[union-attr]
 
     async def _with_retries(self, tool: str, provider: Provider, request: dict[str, Any],
                             policy: ToolPolicy) -> Any:
@@ -428,14 +481,25 @@ class ToolExecutor:
                 failure = ProviderFailure("timeout", f"no complete answer within {policy.timeout_s:g} s")
             except ProviderFailure as e:
                 failure = e
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError, ValueError) as e:
+                failure = ProviderFailure("client_error", f"unusable URL or request ({type(e).__name__})")
             except httpx.HTTPError as e:
                 failure = ProviderFailure("connection", f"{type(e).__name__}: {str(e)[:120]}")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a provider bug or an input it cannot handle: an observation, not a crash
+                logger.debug("%s provider %s raised", tool, provider.name, exc_info=True)
+                failure = ProviderFailure("provider_error", f"{type(e).__name__}")
         self.metrics.record_attempt_error(tool, failure.kind)
         raise failure
 
     def _limits_of(self, tool: str, policy: ToolPolicy) -> tuple[asyncio.Semaphore, AsyncLimiter | None]:
         if tool not in self._limits:
-            limiter = AsyncLimiter(policy.qps, 1.0) if policy.qps > 0 else None
+            limiter = None
+            if policy.qps >= 1:
+                limiter = AsyncLimiter(policy.qps, 1.0)
+            elif policy.qps > 0:  # below one a second: one start every 1/qps seconds
+                limiter = AsyncLimiter(1, 1.0 / policy.qps)
             self._limits[tool] = (asyncio.Semaphore(policy.concurrency), limiter)
         return self._limits[tool]
 

@@ -227,6 +227,8 @@ class FaultServer:
             return "searxng", 200, "application/json", json.dumps({"results": hits}).encode()
         if method == "GET" and path.startswith("/jina/"):
             page = path[len("/jina/"):]
+            if "/page/" not in page:  # the reader could not fetch the target
+                return "jina", 404, "text/plain", b"target page not found"
             name = page.rstrip("/").rsplit("/", 1)[-1]
             text = (f"Title: Page {name}\nURL Source: {page}\n\nMarkdown Content:\n# Page {name}\n\n"
                     f"{_article(name)}")

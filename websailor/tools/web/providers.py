@@ -54,8 +54,16 @@ def _results(data: Any, key: str, provider: str) -> list[dict[str, Any]]:
     return [r for r in items if isinstance(r, dict)]
 
 
-def _text(value: Any) -> str:
-    return " ".join(str(value).split()) if value is not None else ""
+#: Longest title, snippet or publication kept from a provider (characters).
+MAX_FIELD_CHARS = 1000
+
+
+def _text(value: Any, limit: int = MAX_FIELD_CHARS) -> str:
+    return " ".join(str(value).split())[:limit] if value is not None else ""
+
+
+def _link(value: Any) -> str:
+    return str(value).strip()[:2000] if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class SerperSearch:
                                    headers={"X-API-KEY": self.api_key})
         hits = []
         for r in _results(reply.json(), "organic", "Serper")[: self.top_k]:
-            hit = {"title": _text(r.get("title")), "url": str(r.get("link", "")), "snippet": _text(r.get("snippet"))}
+            hit = {"title": _text(r.get("title")), "url": _link(r.get("link")), "snippet": _text(r.get("snippet"))}
             if self.endpoint == "scholar":
                 hit.update(publication=_text(r.get("publicationInfo")), year=_text(r.get("year")),
                            cited_by=r.get("citedBy"))
@@ -101,7 +109,7 @@ class SearxngSearch:
         if self.category:
             params["categories"] = self.category
         reply = await http_request(client, "GET", f"{self.base_url.rstrip('/')}/search", policy.max_bytes, params=params)
-        return [{"title": _text(r.get("title")), "url": str(r.get("url", "")), "snippet": _text(r.get("content")),
+        return [{"title": _text(r.get("title")), "url": _link(r.get("url")), "snippet": _text(r.get("content")),
                  "publication": _text(r.get("journal") or r.get("publisher")), "year": _text(r.get("publishedDate"))[:4],
                  "cited_by": None}
                 for r in _results(reply.json(), "results", "SearXNG")[: self.top_k]]
@@ -172,28 +180,79 @@ def html_to_markdown(html: bytes | str, url: str | None = None) -> tuple[str, st
     return title, text
 
 
+async def check_public(url: str) -> None:
+    """Refuse a URL whose host is, or resolves to, a loopback, private, link-local, multicast or
+    reserved address (the agent must not reach the machine's own network through ``visit``).
+
+    Raises:
+        ProviderFailure: ``blocked`` for such an address, ``connection`` when the host does
+            not resolve.
+    """
+    import asyncio
+    import ipaddress
+    import socket
+
+    host = urlsplit(url).hostname or ""
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            raise ProviderFailure("connection", f"the host {host[:100]!r} does not resolve ({type(e).__name__})") from None
+        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    for a in addresses:
+        if a.is_private or a.is_loopback or a.is_link_local or a.is_multicast or a.is_reserved or a.is_unspecified:
+            raise ProviderFailure("blocked", f"{host[:100]} is a private or local address "
+                                             "(allow_private_urls: true lets visit read it)")
+
+
+async def fetch_target(client: httpx.AsyncClient, url: str, policy: ToolPolicy, allow_private: bool) -> HttpReply:
+    """GET a page the agent asked for, following up to 5 redirects by hand so that every hop is
+    checked by :func:`check_public` (unless ``allow_private``)."""
+    for _ in range(6):
+        if not allow_private:
+            await check_public(url)
+        reply = await http_request(client, "GET", url, policy.max_bytes, follow_redirects=False)
+        location = reply.headers.get("location")
+        if reply.status not in (301, 302, 303, 307, 308) or not location:
+            return reply
+        url = str(httpx.URL(url).join(location))
+    raise ProviderFailure("redirect_loop", "too many redirects")
+
+
 @dataclass(frozen=True)
 class DirectFetch:
     """Fetch the page itself: HTML through :func:`html_to_markdown`; PDF, DOCX, XLSX, CSV and
-    text through the parsers of ``parse_file``."""
+    text through the parsers of ``parse_file`` (in a worker thread, so a large page does not
+    hold up the other operations). Private and local addresses are refused unless
+    ``allow_private``."""
 
+    allow_private: bool = False
     name: str = "direct"
+    per_target = True
 
     async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
-        reply = await http_request(client, "GET", request["url"], policy.max_bytes)
-        title, text = page_text(reply)
+        import asyncio
+
+        reply = await fetch_target(client, request["url"], policy, self.allow_private)
+        title, text = await asyncio.to_thread(page_text, reply)
         return _page(reply.url, title, text, reply.truncated, self.name)
 
 
 @dataclass(frozen=True)
 class RawDownload:
     """A file's bytes and content type, for ``parse_file`` (not cached: bytes are not JSON).
-    A file over the size limit fails (``too_large``) rather than being cut."""
+    A file over the size limit fails (``too_large``) rather than being cut; private and local
+    addresses are refused unless ``allow_private``."""
 
+    allow_private: bool = False
     name: str = "direct"
+    per_target = True
+    cacheable = False
 
     async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
-        reply = await http_request(client, "GET", request["url"], policy.max_bytes)
+        reply = await fetch_target(client, request["url"], policy, self.allow_private)
         if reply.truncated:
             raise ProviderFailure("too_large", f"the file is larger than {policy.max_bytes:,} bytes")
         return reply.body, reply.headers.get("content-type")

@@ -27,6 +27,7 @@ ENV_VARS = {
     "JINA_API_KEY": "jina_api_key",
     "JINA_BASE_URL": "jina_base_url",
     "WEBSAILOR_WEB_CACHE": "cache_path",
+    "WEBSAILOR_WEB_ALLOW_PRIVATE": "allow_private_urls",
 }
 CONFIG_VAR = "WEBSAILOR_WEB_CONFIG"
 
@@ -53,6 +54,9 @@ class WebSettings(BaseModel):
         direct_fetch: fetch pages directly (trafilatura) when the reader fails.
         cache_path: the SQLite result cache (``WEBSAILOR_WEB_CACHE``; default
             ``$WEBSAILOR_HOME/web_cache.sqlite``); ``cache: false`` turns it off.
+        allow_private_urls: let ``visit`` and ``parse_file`` fetch loopback, private and
+            link-local addresses (``WEBSAILOR_WEB_ALLOW_PRIVATE=1``); off by default, so the
+            agent cannot reach the machine's own network or a cloud metadata service.
         policies: per-tool overrides of :class:`~websailor.tools.executor.ToolPolicy` fields.
     """
 
@@ -67,13 +71,36 @@ class WebSettings(BaseModel):
     direct_fetch: bool = True
     cache: bool = True
     cache_path: Path | None = None
+    allow_private_urls: bool = False
     policies: dict[str, dict[str, Any]] = {}
 
     @field_validator("serper_base_url", "jina_base_url", "searxng_base_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError(f"must start with http:// or https://, got {v!r}")
+        from urllib.parse import urlsplit
+
+        if v is not None:
+            v = v.strip()
+            if not v.startswith(("http://", "https://")):
+                raise ValueError(f"must start with http:// or https://, got {v[:200]!r}")
+            if not urlsplit(v).hostname:
+                raise ValueError(f"has no host: {v[:200]!r}")
+        return v
+
+    @field_validator("serper_api_key", "jina_api_key", mode="before")
+    @classmethod
+    def _clean_key(cls, v: Any) -> Any:
+        """Keys go into HTTP headers: surrounding blanks are dropped, an empty key counts as
+        unset, and anything but printable ASCII is refused (without echoing the key)."""
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise ValueError("must be a string")
+        v = v.strip()
+        if not v:
+            return None
+        if not all(33 <= ord(c) < 127 for c in v):
+            raise ValueError("must be printable ASCII without spaces (the key itself is not shown)")
         return v
 
     @field_validator("policies")
@@ -103,9 +130,14 @@ class WebSettings(BaseModel):
         except ValidationError as e:
             raise ConfigError(f"web settings, policies.{tool}: {e.errors()[0]['msg']} "
                               f"({'.'.join(map(str, e.errors()[0]['loc']))})") from None
-        if policy.concurrency < 1 or policy.retries < 0 or policy.timeout_s <= 0 or policy.qps < 0 or policy.max_bytes < 1:
-            raise ConfigError(f"web settings, policies.{tool}: concurrency and max_bytes must be at least 1, retries "
-                              "and qps at least 0, timeout_s above 0")
+        import math
+
+        numbers = {k: v for k, v in policy.__dict__.items()}
+        bad = [k for k, v in numbers.items() if isinstance(v, bool) or not math.isfinite(v) or v < 0]
+        if bad or policy.concurrency < 1 or policy.timeout_s <= 0 or policy.max_bytes < 1:
+            raise ConfigError(f"web settings, policies.{tool}: every field must be a finite number, none negative; "
+                              f"concurrency and max_bytes at least 1, timeout_s above 0"
+                              + (f" (check {', '.join(bad)})" if bad else ""))
         return policy
 
     def resolved_cache_path(self) -> Path:

@@ -169,7 +169,7 @@ def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: T
         jina_key = settings.jina_api_key.get_secret_value() if settings.jina_api_key else None
         readers.append(JinaReader(settings.jina_base_url, jina_key))
     if settings.direct_fetch:
-        readers.append(DirectFetch())
+        readers.append(DirectFetch(settings.allow_private_urls))
     if "visit" in names and not readers:
         executor.close()
         raise ConfigError("web settings: use_jina and direct_fetch are both off, so visit has no way to read pages")
@@ -178,7 +178,7 @@ def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: T
         "visit": lambda: WebVisitTool(executor, readers, summary_model),
         "google_scholar": lambda: WebScholarTool(executor, scholar),
         "PythonInterpreter": _python_tool,
-        "parse_file": lambda: _parse_file_tool(executor_fetch(executor)),
+        "parse_file": lambda: _parse_file_tool(executor_fetch(executor, settings.allow_private_urls)),
     }
     try:
         return {n: makers[n]() for n in names}, executor
@@ -199,7 +199,7 @@ def _parse_file_tool(fetch: Any) -> Tool:
     return ParseFileTool(files_root=None, fetch=fetch)
 
 
-def executor_fetch(executor: ToolExecutor) -> Any:
+def executor_fetch(executor: ToolExecutor, allow_private: bool = False) -> Any:
     """A ``url -> (bytes, content type)`` downloader for ``parse_file`` through the executor
     (limits, retries; no cache: files are bytes).
 
@@ -211,7 +211,7 @@ def executor_fetch(executor: ToolExecutor) -> Any:
             clean = normalize_url(url)
         except ValueError as e:
             raise ToolUnavailableError(str(e)) from None
-        outcome = executor.call("parse_file", {"url": clean}, [RawDownload()])
+        outcome = executor.call("parse_file", {"url": clean}, [RawDownload(allow_private)])
         if not outcome.ok:
             raise ToolUnavailableError(failed_block(f"Downloading {truncate(url, MAX_ECHO_CHARS)}", outcome,
                                                     "Check the URL, or look for another copy of the file."))
