@@ -118,6 +118,8 @@ def test_unknown_tool_is_404_and_a_malformed_body_is_422(url):
     for body in [b"{not json", b"[]", b'{"args": {"query": ["Nile"]}}']:
         r = httpx.post(f"{url}/tools/search", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 422, body
+    r = httpx.post(f"{url}/tools/search", content=b"x" * 5_000_000, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "the limit is 4,000,000" in r.json()["detail"]
 
 
 def test_a_raising_tool_is_an_error_observation(url, remote):

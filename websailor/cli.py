@@ -303,6 +303,8 @@ def _open_tools(env: "Env", corpus: Optional[Path] = None, summary_model: Any = 
 
     if web_config is not None and (env != Env.web or tools_url):
         logger.warning("--web-config is ignored: it configures --env web%s", " (the tool server has its own)" if tools_url else "")
+    if tools_url and env != Env.local:
+        logger.warning("--env %s is ignored: the tools are the tool server's at %s", env.value, tools_url)
     return open_environment(env.value, corpus=corpus, summary_model=summary_model, web_config=web_config,
                             tools_url=tools_url, tools=_tool_names(tools), files_root=files_root,
                             allow_unsafe_python=unsafe_python)

@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
@@ -98,6 +98,10 @@ def _check_tools(tools: Mapping[str, Tool], env: str) -> dict[str, Tool]:
     return dict(tools)
 
 
+#: Largest request body accepted (bytes): tool arguments, code included, are far smaller.
+MAX_BODY_BYTES = 4_000_000
+
+
 def create_app(tools: Mapping[str, Tool], env: str, metrics: Callable[[], dict] | None = None,
                max_workers: int = DEFAULT_MAX_WORKERS) -> FastAPI:
     """The FastAPI application serving ``tools``.
@@ -125,6 +129,15 @@ def create_app(tools: Mapping[str, Tool], env: str, metrics: Callable[[], dict] 
         pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="websailor tool server", version=__version__, lifespan=lifespan)
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Callable) -> Response:
+        """Refuse bodies over :data:`MAX_BODY_BYTES` before reading them (a tool call is small)."""
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return _json({"detail": f"the request body is {int(length):,} bytes; the limit is {MAX_BODY_BYTES:,}"},
+                         status_code=413)
+        return await call_next(request)
 
     @app.get("/health")
     async def health() -> Response:

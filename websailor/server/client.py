@@ -63,11 +63,14 @@ class ServerStatusError(Exception):
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether a request failure is worth retrying: connection errors, timeouts, protocol
-    errors and HTTP 5xx (an overloaded or restarting server or proxy)."""
+    """Whether a request failure is worth retrying: connection errors, protocol errors and
+    HTTP 502-504 (a restarting server or proxy). A read timeout is not: the server may still
+    be running the call, and a retry would run it again beside it."""
+    if isinstance(exc, httpx.ReadTimeout):
+        return False
     if isinstance(exc, httpx.TransportError):
         return True
-    return isinstance(exc, ServerStatusError) and exc.status_code >= 500
+    return isinstance(exc, ServerStatusError) and exc.status_code in (502, 503, 504)
 
 
 def _detail(response: httpx.Response, limit: int = 300) -> str:

@@ -26,6 +26,9 @@ DEFAULT_TOOLS = {
     "none": (),
 }
 EXTRA_TOOLS = {"local": ("PythonInterpreter", "parse_file"), "web": (), "none": ()}
+#: How long a client waits for a tool server's answer to one call (seconds): a web call may
+#: spend several attempts and a failover on the server.
+REMOTE_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -85,7 +88,7 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
     if tools_url is not None:
         from websailor.server.client import connect_tools
 
-        remote, name = connect_tools(tools_url)
+        remote, name = connect_tools(tools_url, timeout_s=REMOTE_TIMEOUT_S)
         chosen = _choose(remote, tools, f"the tool server at {tools_url}")
         metrics.register(chosen)
         return ToolEnvironment(name, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, url=tools_url)

@@ -4,12 +4,16 @@ failovers and latency percentiles. Thread-safe; one registry per run (no global 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+#: Latencies kept per tool for the percentiles (the latest ones; older ones drop out).
+LATENCY_WINDOW = 100_000
 
 
 @dataclass
@@ -25,14 +29,14 @@ class ToolStats:
 
     calls: int = 0
     errors: Counter = field(default_factory=Counter)
-    latencies_s: list[float] = field(default_factory=list)
+    latencies_s: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
     failovers: int = 0
     degraded: int = 0
     request_errors: Counter = field(default_factory=Counter)
-    request_latencies_s: list[float] = field(default_factory=list)
+    request_latencies_s: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures; latencies in milliseconds (``None`` with no samples)."""
@@ -46,7 +50,7 @@ class ToolStats:
         }
 
 
-def _percentile(values: list[float], q: float) -> float | None:
+def _percentile(values: deque, q: float) -> float | None:
     return round(float(np.percentile(values, q)) * 1000, 3) if values else None
 
 

@@ -604,14 +604,18 @@ class ParseFileTool(Tool):
         raw = spec[len("file://"):] if spec.lower().startswith("file://") else spec
         try:
             target = (self.files_root / raw).resolve()
-        except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
-            raise FileParseError(f"{spec}: the path cannot be resolved ({e})") from None
+        except (OSError, RuntimeError, ValueError) as e:  # RuntimeError: symlink loop; ValueError: NUL byte
+            raise FileParseError(f"{spec[:300]}: the path cannot be resolved ({e})") from None
         if not target.is_relative_to(self.files_root):
             raise FileParseError(f"{spec}: the path is outside the available files; only files in the "
                                  "files directory can be read")
-        if not target.exists():
+        try:
+            exists, is_file = target.exists(), target.is_file()
+        except OSError as e:  # a name too long for the file system
+            raise FileParseError(f"{spec[:300]}: the path cannot be used ({e.strerror or e})") from None
+        if not exists:
             raise FileParseError(f"{spec}: file not found.{self._available()}")
-        if not target.is_file():
+        if not is_file:
             raise FileParseError(f"{spec}: not a file (a directory?).{self._available()}")
         try:
             size = target.stat().st_size
