@@ -847,6 +847,7 @@ def train_rl_cmd(
     env: Annotated[Env, typer.Option(help="Environment of the rollouts: local (offline Wikipedia) or web.")] = Env.local,
     tools_url: ToolsUrlOpt = None,
     web_config: WebConfigOpt = None,
+    tools: ToolsOpt = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
     environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
@@ -858,7 +859,7 @@ def train_rl_cmd(
     if env == Env.none:
         _fail("--env none has no tools to train with; use local or web")
     s = train_rl(data, model, out, settings, split=split, corpus=corpus, env=env.value, tools_url=tools_url,
-                 web_config=web_config)
+                 web_config=web_config, tools=_tool_names(tools))
     if s.get("prefilter"):
         p = s["prefilter"]
         print(f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded")

@@ -359,7 +359,8 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
 
 def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSettings | None = None,
              split: str | None = None, corpus: str | Path | None = None, progress: bool = True,
-             env: str = "local", tools_url: str | None = None, web_config: str | Path | None = None) -> dict:
+             env: str = "local", tools_url: str | None = None, web_config: str | Path | None = None,
+             tools: list[str] | None = None) -> dict:
     """Train ``model`` with RL on the questions of ``data_path`` in the local environment
     (offline Wikipedia), the real web, or a tool server's.
 
@@ -377,6 +378,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         env: ``local`` or ``web`` (see :func:`websailor.tools.environment.open_environment`).
         tools_url: a ``websailor serve tools`` address whose tools replace ``env``'s.
         web_config: the web settings file of ``env="web"``.
+        tools: tool names to offer instead of the environment's defaults.
 
     Returns:
         The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
@@ -415,8 +417,8 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
     record = {"model": model, "data_sha256": _digest(data_path, items), "split": split, **settings.model_dump()}
     if corpus is not None:
         record["corpus"] = str(Path(corpus).resolve())
-    if env != "local" or tools_url is not None:  # older runs (local tools) keep their settings record
-        record.update(env=env, tools_url=tools_url)
+    if env != "local" or tools_url is not None or tools is not None:  # older (local) runs keep their record
+        record.update(env=env, tools_url=tools_url, tools=tools)
     stale = _holds_other_run(out, record)
     resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)
     if (out / SUMMARY_FILE).exists():
@@ -425,7 +427,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
             logger.info("%s already holds the finished model of this run (%d steps)", out, done["steps"])
             return done
         logger.info("%s: continuing the finished run of %d steps to %d", out, done["steps"], settings.max_steps)
-    tool_env = open_environment(env, corpus=corpus, web_config=web_config, tools_url=tools_url)
+    tool_env = open_environment(env, corpus=corpus, web_config=web_config, tools_url=tools_url, tools=tools)
     tools = tool_env.tools
     try:
         if stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
