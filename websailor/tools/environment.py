@@ -111,11 +111,11 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
         built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python, fetch=None))
     elif env == "web":
         from websailor.tools.web import build_web_tools, load_web_settings
-        from websailor.tools.web.tools import executor_fetch
+        from websailor.tools.web.tools import WEB_TOOLS, executor_fetch
 
         settings = load_web_settings(web_config)
         web_tools, executor = build_web_tools(settings, summary_model, metrics,
-                                              names=[n for n in wanted if n in ("search", "visit", "google_scholar")])
+                                              names=[n for n in wanted if n in WEB_TOOLS])
         closers.append(executor.close)
         built.update(web_tools)
         built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python,

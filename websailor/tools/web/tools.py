@@ -130,26 +130,29 @@ class WebVisitTool(VisitTool):
         return text
 
 
-#: The tools :func:`build_web_tools` can make.
-WEB_TOOLS = ("search", "visit", "google_scholar", "PythonInterpreter", "parse_file")
+#: The tools :func:`build_web_tools` makes (``PythonInterpreter`` and ``parse_file`` come from
+#: :func:`websailor.tools.environment.open_environment`, which adds them to either environment).
+WEB_TOOLS = ("search", "visit", "google_scholar")
 
 
 def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: ToolMetrics | None = None,
                     names: Sequence[str] = WEB_TOOLS) -> tuple[dict[str, Tool], ToolExecutor]:
-    """The web environment's tools named in ``names`` and the executor they share (close it
-    when done).
+    """The web tools named in ``names`` and the executor they share (close it when done; give
+    it to :func:`executor_fetch` for ``parse_file``).
 
     Tools: ``search`` (Serper, then SearXNG), ``visit`` (Jina Reader, then direct fetch),
-    ``google_scholar`` (Serper scholar, then SearXNG science), ``PythonInterpreter``
-    (sandboxed) and ``parse_file`` (URLs downloaded through the executor).
+    ``google_scholar`` (Serper scholar, then SearXNG science).
 
     Raises:
         ConfigError: ``search`` or ``google_scholar`` asked for without a provider (names
-            ``SERPER_API_KEY`` and ``SEARXNG_BASE_URL``), bad policies, an unusable cache
-            file, no way to read pages, or no sandbox for the Python tool.
+            ``SERPER_API_KEY`` and ``SEARXNG_BASE_URL``), an unknown name, bad policies, an
+            unusable cache file, or no way to read pages.
     """
     from websailor.errors import ConfigError
 
+    unknown = [n for n in names if n not in WEB_TOOLS]
+    if unknown:
+        raise ConfigError(f"build_web_tools makes {', '.join(WEB_TOOLS)}, not {', '.join(unknown)}")
     if "search" in names or "google_scholar" in names:
         settings.require_search("search" if "search" in names else "google_scholar")
     policies = {n: settings.policy(n) for n in ("search", "google_scholar", "visit", "parse_file")}
@@ -177,26 +180,12 @@ def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: T
         "search": lambda: WebSearchTool(executor, search),
         "visit": lambda: WebVisitTool(executor, readers, summary_model),
         "google_scholar": lambda: WebScholarTool(executor, scholar),
-        "PythonInterpreter": _python_tool,
-        "parse_file": lambda: _parse_file_tool(executor_fetch(executor, settings.allow_private_urls)),
     }
     try:
         return {n: makers[n]() for n in names}, executor
     except BaseException:
         executor.close()
         raise
-
-
-def _python_tool() -> Tool:
-    from websailor.tools.python_tool import PythonInterpreterTool
-
-    return PythonInterpreterTool()
-
-
-def _parse_file_tool(fetch: Any) -> Tool:
-    from websailor.tools.parse_file import ParseFileTool
-
-    return ParseFileTool(files_root=None, fetch=fetch)
 
 
 def executor_fetch(executor: ToolExecutor, allow_private: bool = False) -> Any:
