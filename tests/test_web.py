@@ -170,7 +170,7 @@ def test_visit_reads_through_jina_and_ranks_for_the_goal(server, tmp_path):
 
 def test_visit_redirect_loop_fails_over_to_direct_fetch(server, tmp_path):
     server.plan.always["jina"] = "redirect"
-    tools, ex = web(server, tmp_path)
+    tools, ex = web(server, tmp_path, policy={"timeout_s": 10})  # parsing counts too: room for a busy machine
     r = tools["visit"].execute({"url": f"{server.url}/page/Springfield", "goal": "who founded it"})
     assert "founded in 1901 by Ada Example" in r.observation
     assert "Home" not in r.observation.split("Evidence in page:")[1]  # trafilatura dropped the navigation

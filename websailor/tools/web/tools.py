@@ -176,6 +176,8 @@ def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: T
     if "visit" in names and not readers:
         executor.close()
         raise ConfigError("web settings: use_jina and direct_fetch are both off, so visit has no way to read pages")
+    if "visit" in names and settings.direct_fetch:
+        import trafilatura  # noqa: F401  (imported now, not inside the first fetch's time limit)
     makers = {
         "search": lambda: WebSearchTool(executor, search),
         "visit": lambda: WebVisitTool(executor, readers, summary_model),
