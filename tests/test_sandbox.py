@@ -313,9 +313,11 @@ def test_namespaces_and_mounts_are_refused() -> None:
         "import ctypes, os, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "out['unshare'] = libc.unshare(0x10000000 | 0x00020000) == -1 and ctypes.get_errno()\n"
         "out['mount'] = libc.mount(b'none', b'/sandbox', b'tmpfs', 0, None) == -1 and ctypes.get_errno()\n"
+        "try:\n    os.memfd_create('x')\n    out['memfd'] = 'ok'\nexcept OSError as e:\n    out['memfd'] = e.errno\n"
+        "out['shmget'] = libc.shmget(0, 1 << 20, 0o1600) == -1 and ctypes.get_errno()\n"
         "t = threading.Thread(target=lambda: None); t.start(); t.join(); out['thread'] = 'ok'\n"
         "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nout['fork'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n")
-    assert out == {"unshare": 1, "mount": 1, "thread": "ok", "fork": 7}  # EPERM
+    assert out == {"unshare": 1, "mount": 1, "memfd": 1, "shmget": 1, "thread": "ok", "fork": 7}  # EPERM
 
 
 def test_seccomp_program_shape() -> None:

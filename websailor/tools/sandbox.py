@@ -29,6 +29,7 @@ with the same limits but no isolation at all.
 from __future__ import annotations
 
 import os
+import platform
 import secrets
 import selectors
 import shutil
@@ -80,6 +81,8 @@ try:
     cap(resource.RLIMIT_AS, mem, mem)
     cap(resource.RLIMIT_CPU, cpu, cpu + 1)
     cap(resource.RLIMIT_FSIZE, fsize, fsize)
+    cap(resource.RLIMIT_NOFILE, 256, 256)
+    cap(resource.RLIMIT_MSGQUEUE, 0, 0)
     if nproc > 0:
         cap(resource.RLIMIT_NPROC, nproc, nproc)
     if uid >= 0:
@@ -546,6 +549,9 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
         if uid >= 0:
             os.chown(workdir, uid, uid)
         program = sandbox_filter() if backend.mode != "unsafe" else None
+        if program is None and backend.mode != "unsafe":
+            log.warning("no seccomp filter for this machine (%s): sandboxed code can create namespaces and "
+                        "shared memory outside its memory limit", platform.machine())
         if program is not None:
             Path(workdir, "seccomp.bpf").write_bytes(program)
             seccomp_fd = os.open(Path(workdir, "seccomp.bpf"), os.O_RDONLY)

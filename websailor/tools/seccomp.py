@@ -1,9 +1,10 @@
 """A small seccomp filter for the Python sandbox: the code may not create namespaces,
-mount file systems or use io_uring, bpf, keyctl, userfaultfd or perf events.
+mount file systems, make memory-backed files or System V shared memory, or use io_uring, bpf,
+keyctl, userfaultfd or perf events.
 
-Without it, sandboxed code could ``unshare(CLONE_NEWUSER | CLONE_NEWNS)``, mount a tmpfs of its
-own and fill host memory past the address-space limit (tmpfs pages are not counted by
-``RLIMIT_AS``). bubblewrap loads the filter (``--seccomp FD``) just before it runs the
+Without it, sandboxed code could ``unshare(CLONE_NEWUSER | CLONE_NEWNS)`` and mount a tmpfs of
+its own, or fill ``memfd`` files or ``shmget`` segments, and so hold host memory past the
+address-space limit (shared memory is not counted by ``RLIMIT_AS``). bubblewrap loads the filter (``--seccomp FD``) just before it runs the
 launcher, and it holds for every process the code starts.
 
 The program is classic BPF as ``struct sock_filter`` records (``<HBBI``): check the
@@ -35,12 +36,13 @@ CLONE_NEW_FLAGS = 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
 
 #: Per machine: audit architecture, x32 bit (x86_64 only), clone, clone3 and the denied calls
 #: (unshare, setns, mount, umount2, pivot_root, fsopen, fsmount, open_tree, move_mount,
-#: io_uring_setup, bpf, keyctl, add_key, request_key, userfaultfd, perf_event_open).
+#: io_uring_setup, bpf, keyctl, add_key, request_key, userfaultfd, perf_event_open,
+#: memfd_create, memfd_secret, shmget).
 _ARCHES = {
     "x86_64": (0xC000003E, 0x40000000, 56, 435,
-               (272, 308, 165, 166, 155, 430, 432, 428, 429, 425, 321, 250, 248, 249, 323, 298)),
+               (272, 308, 165, 166, 155, 430, 432, 428, 429, 425, 321, 250, 248, 249, 323, 298, 319, 447, 29)),
     "aarch64": (0xC00000B7, None, 220, 435,
-                (97, 268, 40, 39, 41, 430, 432, 428, 429, 425, 280, 219, 217, 218, 282, 241)),
+                (97, 268, 40, 39, 41, 430, 432, 428, 429, 425, 280, 219, 217, 218, 282, 241, 279, 447, 194)),
 }
 
 
