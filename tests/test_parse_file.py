@@ -321,3 +321,35 @@ def test_shared_data_read_in_place(shared_data: Path):
     assert "Wilhelm Conrad R\\u00f6ntgen" in obs
     first_line = obs.split("\n\n", 1)[1].splitlines()[0]
     assert json.loads(first_line)["id"] == "test_0"
+
+
+def test_a_hostile_spreadsheet_is_stopped_at_the_time_limit(tmp_path):
+    """Cells at A1 and XFD1048576 make the parser walk 17 billion empty cells: the parse runs
+    in a child process that is killed at the limit."""
+    import time
+
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    wb.active["A1"] = "a"
+    wb.active["XFD1048576"] = "b"
+    wb.save(tmp_path / "wide.xlsx")
+    tool = ParseFileTool(files_root=tmp_path, parse_timeout_s=2)
+    t0 = time.perf_counter()
+    out = tool.execute({"files": ["wide.xlsx"]}).observation
+    assert time.perf_counter() - t0 < 10
+    assert "# File: wide.xlsx" in out and "took longer than 2 s and was stopped" in out
+
+
+def test_isolated_calls_are_limited():
+    import time
+
+    from websailor.tools.isolated import IsolatedCallError, call_isolated
+
+    assert call_isolated(sorted, [3, 1, 2]) == [1, 2, 3]
+    with pytest.raises(IsolatedCallError, match="took longer than 1 s"):
+        call_isolated(time.sleep, 30, timeout_s=1)
+    with pytest.raises(IsolatedCallError, match="ran out of memory"):
+        call_isolated(bytearray, 3 << 30, memory_mb=256)
+    with pytest.raises(IsolatedCallError, match="ValueError"):
+        call_isolated(int, "not a number")

@@ -120,6 +120,9 @@ def test_unknown_tool_is_404_and_a_malformed_body_is_422(url):
         assert r.status_code == 422, body
     r = httpx.post(f"{url}/tools/search", content=b"x" * 5_000_000, headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and "the limit is 4,000,000" in r.json()["detail"]
+    chunks = (b"x" * 1_000_000 for _ in range(6))  # no Content-Length: sent chunked
+    r = httpx.post(f"{url}/tools/search", content=chunks, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
 
 
 def test_a_raising_tool_is_an_error_observation(url, remote):

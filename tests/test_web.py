@@ -273,8 +273,24 @@ def test_private_addresses_are_refused_unless_allowed(server, tmp_path):
     tools, ex = web(server, tmp_path, config={"use_jina": False}, WEBSAILOR_WEB_ALLOW_PRIVATE="0")
     r = tools["visit"].execute({"url": f"{server.url}/page/Springfield", "goal": "x"})
     assert "blocked, 127.0.0.1 is a private or local address" in r.observation
-    r = tools["visit"].execute({"url": "http://169.254.169.254/latest/meta-data/", "goal": "x"})
-    assert "blocked" in r.observation
+    for address in ("169.254.169.254", "100.100.100.200", "[::ffff:127.0.0.1]"):
+        r = tools["visit"].execute({"url": f"http://{address}/latest/meta-data/", "goal": "x"})
+        assert "blocked" in r.observation, address
+    ex.close()
+
+
+def test_dns_rebinding_is_caught_at_the_connection(server, tmp_path, monkeypatch):
+    """The name check passes (as if the first DNS answer were public), but the answer comes
+    from a loopback address: refused before the body is read."""
+    import websailor.tools.web.providers as providers
+
+    async def looks_public(url):
+        return None
+
+    monkeypatch.setattr(providers, "check_public", looks_public)
+    tools, ex = web(server, tmp_path, config={"use_jina": False}, WEBSAILOR_WEB_ALLOW_PRIVATE="0")
+    r = tools["visit"].execute({"url": f"{server.url}/page/Springfield", "goal": "x"})
+    assert "blocked, 127.0.0.1 is a private or local address" in r.observation and "Ada" not in r.observation
     ex.close()
 
 
@@ -352,3 +368,29 @@ def test_a_foreign_sqlite_file_is_not_taken_for_a_cache(tmp_path):
     db.close()
     with pytest.raises(ConfigError, match="not a websailor tool cache"):
         ResultCache(tmp_path / "other.sqlite")
+
+
+def test_close_while_other_threads_keep_calling_returns(server, tmp_path):
+    import threading
+
+    tools, ex = web(server, tmp_path, policy={"cache_ttl_s": 0})
+    stop = threading.Event()
+
+    def hammer(i):
+        n = 0
+        while not stop.is_set():
+            tools["search"].execute({"query": [f"t{i} {n}"]})
+            n += 1
+
+    threads = [threading.Thread(target=hammer, args=(i,), daemon=True) for i in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    closer = threading.Thread(target=ex.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive(), "close() hung while calls kept coming"
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    ex.close()

@@ -28,7 +28,7 @@ import email.utils
 import random
 import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,7 +130,7 @@ class HttpReply:
 
     def text(self) -> str:
         """The body as text: the declared charset, else UTF-8; bad bytes become U+FFFD."""
-        charset = _charset(self.headers.get("content-type", "")) or "utf-8"
+        charset = charset_of(self.headers.get("content-type", "")) or "utf-8"
         try:
             return self.body.decode(charset, errors="replace")
         except (LookupError, UnicodeError, ValueError):  # unknown or unusable charset names (idna, ...)
@@ -153,7 +153,8 @@ class HttpReply:
             raise ProviderFailure("bad_response", f"invalid JSON ({str(e)[:80]})") from None
 
 
-def _charset(content_type: str) -> str | None:
+def charset_of(content_type: str) -> str | None:
+    """The ``charset`` parameter of a ``Content-Type`` header, if any."""
     for part in content_type.split(";")[1:]:
         key, _, value = part.partition("=")
         if key.strip().lower() == "charset" and value.strip():
@@ -176,8 +177,11 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-async def http_request(client: httpx.AsyncClient, method: str, url: str, max_bytes: int, **kwargs: Any) -> HttpReply:
-    """Send one request and read at most ``max_bytes`` of the body.
+async def http_request(client: httpx.AsyncClient, method: str, url: str, max_bytes: int,
+                       check_peer: Callable[[tuple | None], None] | None = None, **kwargs: Any) -> HttpReply:
+    """Send one request and read at most ``max_bytes`` of the body. ``check_peer``, if given,
+    sees the server's ``(address, port)`` before the body is read, and may raise
+    :class:`ProviderFailure` to refuse it.
 
     Raises:
         ProviderFailure: ``rate_limited`` (429, with ``Retry-After``), ``server_error`` (5xx),
@@ -187,6 +191,9 @@ async def http_request(client: httpx.AsyncClient, method: str, url: str, max_byt
     """
     try:
         async with client.stream(method, url, **kwargs) as resp:
+            if check_peer is not None:
+                stream = resp.extensions.get("network_stream")
+                check_peer(stream.get_extra_info("server_addr") if stream is not None else None)
             code = resp.status_code
             if code == 429:
                 raise ProviderFailure("rate_limited", "HTTP 429", parse_retry_after(resp.headers.get("retry-after")))
@@ -340,8 +347,9 @@ class ToolExecutor:
     def close(self) -> None:
         """Cancel the operations in flight (their callers get a failed :class:`Outcome`), close
         the connection pool and stop the loop thread. Idempotent; a later call starts afresh."""
-        with self._start_lock:
+        with self._start_lock:  # a caller may start a new loop right after: keep this one's thread
             loop, self._loop = self._loop, None
+            thread, self._thread = self._thread, None
         if loop is None:
             return
 
@@ -357,8 +365,8 @@ class ToolExecutor:
         self._client = None
         self._limits.clear()  # bound to the old loop
         loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join()
+        if thread is not None:
+            thread.join()
         loop.close()
 
     def __enter__(self) -> "ToolExecutor":

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 from websailor.corpus.text import truncate
 from websailor.errors import InputFormatError, WebsailorError
 from websailor.tools.base import Tool
+from websailor.tools.isolated import IsolatedCallError, call_isolated
 from websailor.tools.search import BLOCK_SEPARATOR
 
 #: Largest file read, local or downloaded (bytes).
@@ -524,6 +525,11 @@ def _is_url(spec: str) -> bool:
     return "://" in spec and not spec.lower().startswith("file://")
 
 
+def _parse_limited(data: bytes, name: str, content_type: str | None, max_chars: int) -> str:
+    """:func:`parse_bytes` as run in the parser process (picklable, positional)."""
+    return parse_bytes(data, name, content_type, max_chars=max_chars)
+
+
 class ParseFileTool(Tool):
     """Parse files (local paths or URLs) into text/markdown, as Tongyi DeepResearch's
     ``parse_file`` tool does.
@@ -562,8 +568,10 @@ class ParseFileTool(Tool):
     }
 
     def __init__(self, files_root: Path | None = None, fetch: Callable[[str], tuple[bytes, str | None]] | None = None,
-                 max_bytes: int = MAX_FILE_BYTES, max_files: int = 5, max_chars: int = 20_000) -> None:
+                 max_bytes: int = MAX_FILE_BYTES, max_files: int = 5, max_chars: int = 20_000,
+                 parse_timeout_s: float = 30.0) -> None:
         self.files_root = Path(files_root).resolve() if files_root is not None else None
+        self.parse_timeout_s = parse_timeout_s
         self.fetch = fetch
         self.max_bytes = max_bytes
         self.max_files = max_files
@@ -636,7 +644,11 @@ class ParseFileTool(Tool):
             FileParseError: no fetcher, not an http(s) URL, the download failed, or the file is
                 larger than ``max_bytes``.
         """
-        if urlparse(url).scheme.lower() not in ("http", "https"):
+        try:
+            scheme = urlparse(url).scheme.lower()
+        except ValueError as e:  # e.g. "http://[::1": an unclosed IPv6 host
+            raise FileParseError(f"{url[:300]}: not a valid URL ({e})") from None
+        if scheme not in ("http", "https"):
             raise FileParseError(f"{url}: only http:// and https:// URLs can be downloaded")
         if self.fetch is None:
             raise FileParseError(f"{url}: URLs cannot be downloaded in this environment; "
@@ -656,8 +668,11 @@ class ParseFileTool(Tool):
             if not spec:
                 raise FileParseError("empty file name: give a file name or URL")
             data, content_type = self.download(spec) if _is_url(spec) else (self.read_local(spec), None)
-            body = parse_bytes(data, spec, content_type, max_chars=self.max_chars)
+            body = call_isolated(_parse_limited, data, spec, content_type, self.max_chars,
+                                 timeout_s=self.parse_timeout_s)
         except FileParseError as e:
+            body = f"[{self.name}] Error: {e}"
+        except IsolatedCallError as e:  # the parser's own message, or why it was stopped
             body = f"[{self.name}] Error: {e}"
         return f"# File: {spec}\n\n{body}"
 

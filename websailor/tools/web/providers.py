@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from websailor.tools.executor import HttpReply, ProviderFailure, ToolPolicy, http_request
+from websailor.tools.executor import HttpReply, ProviderFailure, ToolPolicy, charset_of, http_request
 
 
 def normalize_query(query: str) -> str:
@@ -180,40 +180,66 @@ def html_to_markdown(html: bytes | str, url: str | None = None) -> tuple[str, st
     return title, text
 
 
+def is_public_address(address: str) -> bool:
+    """Whether an IP address is globally routable: not loopback, private, link-local, shared
+    (100.64.0.0/10, where some clouds keep their metadata service), multicast or reserved;
+    IPv4-mapped IPv6 addresses are judged by their IPv4 part."""
+    import ipaddress
+
+    a = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    return a.is_global and not a.is_multicast
+
+
+def _blocked(host: str) -> ProviderFailure:
+    return ProviderFailure("blocked", f"{host[:100]} is a private or local address "
+                                      "(allow_private_urls: true lets visit read it)")
+
+
 async def check_public(url: str) -> None:
-    """Refuse a URL whose host is, or resolves to, a loopback, private, link-local, multicast or
-    reserved address (the agent must not reach the machine's own network through ``visit``).
+    """Refuse a URL whose host is, or resolves to, an address that is not public
+    (:func:`is_public_address`): the agent must not reach the machine's own network.
 
     Raises:
         ProviderFailure: ``blocked`` for such an address, ``connection`` when the host does
             not resolve.
     """
     import asyncio
-    import ipaddress
     import socket
 
     host = urlsplit(url).hostname or ""
     try:
-        addresses = [ipaddress.ip_address(host)]
+        addresses = [str(__import__("ipaddress").ip_address(host))]
     except ValueError:
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as e:
             raise ProviderFailure("connection", f"the host {host[:100]!r} does not resolve ({type(e).__name__})") from None
-        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
-    for a in addresses:
-        if a.is_private or a.is_loopback or a.is_link_local or a.is_multicast or a.is_reserved or a.is_unspecified:
-            raise ProviderFailure("blocked", f"{host[:100]} is a private or local address "
-                                             "(allow_private_urls: true lets visit read it)")
+        addresses = [info[4][0] for info in infos]
+    if not all(is_public_address(a) for a in addresses):
+        raise _blocked(host)
+
+
+def _check_peer(url: str) -> Any:
+    """A check of the address a response actually came from (a second DNS answer may differ
+    from the one :func:`check_public` saw: DNS rebinding)."""
+    def check(server_addr: tuple | None) -> None:
+        if server_addr is not None and not is_public_address(str(server_addr[0])):
+            raise _blocked(urlsplit(url).hostname or "")
+    return check
 
 
 async def fetch_target(client: httpx.AsyncClient, url: str, policy: ToolPolicy, allow_private: bool) -> HttpReply:
     """GET a page the agent asked for, following up to 5 redirects by hand so that every hop is
-    checked by :func:`check_public` (unless ``allow_private``)."""
+    checked by :func:`check_public`, and the address each answer came from too (unless
+    ``allow_private``)."""
     for _ in range(6):
+        peer = None
         if not allow_private:
             await check_public(url)
-        reply = await http_request(client, "GET", url, policy.max_bytes, follow_redirects=False)
+            peer = _check_peer(url)
+        reply = await http_request(client, "GET", url, policy.max_bytes, follow_redirects=False, check_peer=peer)
         location = reply.headers.get("location")
         if reply.status not in (301, 302, 303, 307, 308) or not location:
             return reply
@@ -235,8 +261,15 @@ class DirectFetch:
     async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
         import asyncio
 
+        from websailor.tools.isolated import IsolatedCallError, call_isolated
+
         reply = await fetch_target(client, request["url"], policy, self.allow_private)
-        title, text = await asyncio.to_thread(page_text, reply)
+        ctype = reply.headers.get("content-type", "")
+        try:  # in a child process with a time limit: a hostile document cannot hold up the others
+            title, text = await asyncio.to_thread(call_isolated, document_text, reply.body, ctype, reply.url,
+                                                  timeout_s=policy.timeout_s)
+        except IsolatedCallError as e:
+            raise ProviderFailure("unparsable", f"the page could not be read ({e})") from None
         return _page(reply.url, title, text, reply.truncated, self.name)
 
 
@@ -258,20 +291,20 @@ class RawDownload:
         return reply.body, reply.headers.get("content-type")
 
 
-def page_text(reply: HttpReply) -> tuple[str, str]:
-    """``(title, text)`` of a fetched document, by content type and magic bytes."""
-    ctype = reply.headers.get("content-type", "").split(";")[0].strip().lower()
-    head = reply.body[:512].lstrip().lower()
-    if "html" in ctype or head.startswith((b"<!doctype html", b"<html")):
-        return html_to_markdown(reply.body, reply.url)
-    if ctype.startswith("text/") or ctype in ("", "application/json"):
-        if b"\x00" not in reply.body[:4096]:
-            return "", reply.text()
-    from websailor.errors import WebsailorError
-    from websailor.tools.parse_file import parse_bytes
+def document_text(body: bytes, content_type: str, url: str) -> tuple[str, str]:
+    """``(title, text)`` of a fetched document, by content type and magic bytes: HTML through
+    :func:`html_to_markdown`, text as is, other files through ``parse_file``'s parsers.
 
-    name = urlsplit(reply.url).path.rsplit("/", 1)[-1] or "document"
-    try:
-        return name, parse_bytes(reply.body, name, ctype or None)
-    except WebsailorError as e:
-        raise ProviderFailure("empty", f"the document could not be parsed ({e})") from None
+    Raises:
+        websailor.tools.parse_file.FileParseError: an unsupported or corrupt file.
+    """
+    from websailor.tools.parse_file import decode_text, parse_bytes
+
+    ctype = content_type.split(";")[0].strip().lower()
+    head = body[:512].lstrip().lower()
+    if "html" in ctype or head.startswith((b"<!doctype html", b"<html")):
+        return html_to_markdown(body, url)
+    if (ctype.startswith("text/") or ctype in ("", "application/json")) and b"\x00" not in body[:4096]:
+        return "", decode_text(body, charset_of(content_type))
+    name = urlsplit(url).path.rsplit("/", 1)[-1] or "document"
+    return name, parse_bytes(body, name, ctype or None)

@@ -124,6 +124,9 @@ class WebSettings(BaseModel):
         from pydantic import TypeAdapter
 
         base = DEFAULT_POLICIES.get(tool, ToolPolicy())
+        booleans = sorted(k for k, v in self.policies.get(tool, {}).items() if isinstance(v, bool))
+        if booleans:
+            raise ConfigError(f"web settings, policies.{tool}: {', '.join(booleans)} must be a number, not true/false")
         merged = {**base.__dict__, **self.policies.get(tool, {})}
         try:
             policy = TypeAdapter(ToolPolicy).validate_python(merged)

@@ -102,8 +102,9 @@ class WebVisitTool(VisitTool):
     goal-ranked passage extractor."""
 
     def __init__(self, executor: ToolExecutor, providers: Sequence[Provider], summary_model: Any = None,
-                 max_urls: int = 5, max_evidence_chars: int = 4000) -> None:
+                 max_urls: int = 5, max_evidence_chars: int = 4000, allow_private: bool = False) -> None:
         self.executor = executor
+        self.allow_private = allow_private
         self.providers = list(providers)
         self.summary_model = summary_model
         self.max_urls = max_urls
@@ -115,7 +116,9 @@ class WebVisitTool(VisitTool):
             clean = normalize_url(url)
         except ValueError as e:
             return f"The URL {truncate(url, MAX_ECHO_CHARS)} cannot be visited: {str(e).split(':')[0]}. Give a full http(s) URL."
-        outcome = self.executor.call("visit", {"url": clean}, self.providers)
+        # pages read with private addresses allowed stay out of the cache of runs without
+        key = {"url": clean, "private": True} if self.allow_private else None
+        outcome = self.executor.call("visit", {"url": clean}, self.providers, key=key)
         if not outcome.ok:
             return failed_block(f"Reading {truncate(url, MAX_ECHO_CHARS)}", outcome,
                                 "Try another page with the same information, or search for it.")
@@ -180,7 +183,7 @@ def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: T
         import trafilatura  # noqa: F401  (imported now, not inside the first fetch's time limit)
     makers = {
         "search": lambda: WebSearchTool(executor, search),
-        "visit": lambda: WebVisitTool(executor, readers, summary_model),
+        "visit": lambda: WebVisitTool(executor, readers, summary_model, allow_private=settings.allow_private_urls),
         "google_scholar": lambda: WebScholarTool(executor, scholar),
     }
     try:
