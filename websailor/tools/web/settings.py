@@ -144,7 +144,8 @@ class WebSettings(BaseModel):
         return policy
 
     def resolved_cache_path(self) -> Path:
-        return self.cache_path or websailor_home() / "web_cache.sqlite"
+        """The cache file: ``cache_path`` with ``~`` expanded, else under ``$WEBSAILOR_HOME``."""
+        return self.cache_path.expanduser() if self.cache_path else websailor_home() / "web_cache.sqlite"
 
     def require_search(self, tool: str = "search") -> None:
         """Raises :class:`ConfigError` naming the variables when no search provider is set."""
