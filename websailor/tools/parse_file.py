@@ -443,19 +443,38 @@ def _html_text_fallback(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _parse_html(data: bytes, name: str, content_type: str | None) -> Extracted:
-    """HTML -> markdown of the main content (trafilatura: navigation, ads and footers are
-    left out); the whole visible text when trafilatura finds no main content."""
+def html_markdown(data: bytes, content_type: str | None = None, url: str | None = None,
+                  favor_recall: bool = False) -> tuple[str, str]:
+    """``(title, markdown)`` of an HTML page: the main content by trafilatura (navigation, ads
+    and footers left out, tables kept), or the whole visible text when trafilatura finds no main
+    content. The charset comes from ``content_type``, else the page's own meta tag.
+    ``favor_recall`` keeps more of a page whose main content is hard to find (``visit`` on the
+    web wants the evidence more than a clean page)."""
     import trafilatura
 
     declared = _charset_param(content_type) or _charset_param(data[:2048].decode("latin-1"))
     html = _XML_DECL_RE.sub("", decode_text(data, declared), count=1)
     if not html.strip():
-        return Extracted("")
-    text = trafilatura.extract(html, output_format="markdown", include_tables=True, include_comments=False)
+        return "", ""
+    text = trafilatura.extract(html, url=url, output_format="markdown", include_tables=True, include_comments=False,
+                               include_links=False, favor_recall=favor_recall)
     if not text or not text.strip():
         text = _html_text_fallback(html)
-    return Extracted(text)
+    return _html_title(html), text
+
+
+def _html_title(html: str) -> str:
+    import lxml.html
+
+    try:
+        return " ".join((lxml.html.document_fromstring(html).findtext(".//title") or "").split())
+    except (ValueError, lxml.etree.ParserError):
+        return ""
+
+
+def _parse_html(data: bytes, name: str, content_type: str | None) -> Extracted:
+    """HTML -> markdown of the main content (see :func:`html_markdown`)."""
+    return Extracted(html_markdown(data, content_type)[1])
 
 
 # --- entry point --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from websailor.tools.executor import HttpReply, ProviderFailure, ToolPolicy, charset_of, http_request
+from websailor.tools.executor import HttpReply, ProviderFailure, ToolPolicy, http_request
 
 
 def normalize_query(query: str) -> str:
@@ -159,27 +159,6 @@ def clean_markdown(text: str) -> str:
     return _MD_HEADING.sub("## ", _MD_ESCAPE.sub(r"\1", text))
 
 
-def html_to_markdown(html: bytes | str, url: str | None = None) -> tuple[str, str]:
-    """``(title, markdown)`` of an HTML page: trafilatura's main-content extraction (tables
-    kept), else the page's visible text when trafilatura finds no main content."""
-    import lxml.html
-    import trafilatura
-
-    text = trafilatura.extract(html, url=url, output_format="markdown", include_tables=True,
-                               include_links=False, favor_recall=True) or ""
-    title = ""
-    try:
-        tree = lxml.html.fromstring(html if isinstance(html, bytes) else html.encode("utf-8", "replace"))
-        title = " ".join((tree.findtext(".//title") or "").split())
-        if not text.strip():
-            for bad in tree.xpath("//script|//style|//noscript"):
-                bad.drop_tree()
-            text = "\n\n".join(" ".join(t.split()) for t in tree.itertext() if t.strip())
-    except (ValueError, lxml.etree.ParserError):
-        pass
-    return title, text
-
-
 def is_public_address(address: str) -> bool:
     """Whether an IP address is globally routable: not loopback, private, link-local, shared
     (100.64.0.0/10, where some clouds keep their metadata service), multicast or reserved;
@@ -249,10 +228,9 @@ async def fetch_target(client: httpx.AsyncClient, url: str, policy: ToolPolicy, 
 
 @dataclass(frozen=True)
 class DirectFetch:
-    """Fetch the page itself: HTML through :func:`html_to_markdown`; PDF, DOCX, XLSX, CSV and
-    text through the parsers of ``parse_file`` (in a worker thread, so a large page does not
-    hold up the other operations). Private and local addresses are refused unless
-    ``allow_private``."""
+    """Fetch the page itself and read it with :func:`document_text` (in a child process with a
+    time limit, so a large or hostile page does not hold up the other operations). Private and
+    local addresses are refused unless ``allow_private``."""
 
     allow_private: bool = False
     name: str = "direct"
@@ -292,19 +270,20 @@ class RawDownload:
 
 
 def document_text(body: bytes, content_type: str, url: str) -> tuple[str, str]:
-    """``(title, text)`` of a fetched document, by content type and magic bytes: HTML through
-    :func:`html_to_markdown`, text as is, other files through ``parse_file``'s parsers.
+    """``(title, text)`` of a fetched document, its type found as ``parse_file`` finds it
+    (extension, content type, magic bytes): HTML through
+    :func:`~websailor.tools.parse_file.html_markdown`, text as is, PDF, DOCX, XLSX and CSV
+    through the other parsers (titled by the file name).
 
     Raises:
         websailor.tools.parse_file.FileParseError: an unsupported or corrupt file.
     """
-    from websailor.tools.parse_file import decode_text, parse_bytes
+    from websailor.tools.parse_file import detect_kind, html_markdown, parse_bytes
 
-    ctype = content_type.split(";")[0].strip().lower()
-    head = body[:512].lstrip().lower()
-    if "html" in ctype or head.startswith((b"<!doctype html", b"<html")):
-        return html_to_markdown(body, url)
-    if (ctype.startswith("text/") or ctype in ("", "application/json")) and b"\x00" not in body[:4096]:
-        return "", decode_text(body, charset_of(content_type))
     name = urlsplit(url).path.rsplit("/", 1)[-1] or "document"
-    return name, parse_bytes(body, name, ctype or None)
+    kind = detect_kind(body, name, content_type or None) if body.strip() else "text"
+    if kind == "html":
+        return html_markdown(body, content_type or None, url, favor_recall=True)
+    if kind == "text":
+        return "", parse_bytes(body, name, content_type or None) if body.strip() else ""
+    return name, parse_bytes(body, name, content_type or None)
