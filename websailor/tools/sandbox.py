@@ -209,17 +209,18 @@ def _probe_uncached(bwrap: str | None) -> _Backend | str:
     for mode in modes:
         backend = _Backend(mode, bwrap)
         tmp = tempfile.mkdtemp(prefix="websailor-probe-")
-        try:
-            Path(tmp, SCRIPT_NAME).write_text("", encoding="utf-8")
-            uid = _sandbox_uid(backend)
-            if uid >= 0:
-                os.chown(tmp, uid, uid)
-            argv, _ = _command(backend, tmp, SandboxLimits(), uid)
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env={}, timeout=60)
+        seccomp_fd = None
+        try:  # the very command a run uses, seccomp filter included
+            seccomp_fd = _stage(tmp, "", backend)
+            argv, _ = _command(backend, tmp, SandboxLimits(), _sandbox_uid(backend), seccomp_fd)
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env={}, timeout=60,
+                                  pass_fds=(seccomp_fd,) if seccomp_fd is not None else ())
         except (OSError, subprocess.TimeoutExpired) as e:
             errors.append(f"{mode}: {e}")
             continue
         finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
             _remove_tree(tmp)
         if done.returncode == 0:
             if mode == "userns" and os.geteuid() == 0:
@@ -523,6 +524,23 @@ def _remove_tree(path: str) -> None:
         log.warning("the sandbox directory %s could not be deleted completely", path)
 
 
+def _stage(workdir: str, code: str, backend: _Backend) -> int | None:
+    """Write the script (world-readable: bubblewrap binds it into the sandbox read-only) and,
+    under bubblewrap, the seccomp filter into ``workdir``; returns the filter's open file
+    descriptor for ``--seccomp`` (``None`` without one), which the caller closes."""
+    Path(workdir, SCRIPT_NAME).write_text(code, encoding="utf-8", errors="surrogatepass")
+    os.chmod(Path(workdir, SCRIPT_NAME), 0o644)
+    if backend.mode == "unsafe":
+        return None
+    program = sandbox_filter()
+    if program is None:
+        log.warning("no seccomp filter for this machine (%s): sandboxed code can create namespaces and "
+                    "shared memory outside its memory limit", platform.machine())
+        return None
+    Path(workdir, "seccomp.bpf").write_bytes(program)
+    return os.open(Path(workdir, "seccomp.bpf"), os.O_RDONLY)
+
+
 def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe: bool = False) -> SandboxResult:
     """Run ``code`` as a Python script in the sandbox and return what it printed.
 
@@ -544,17 +562,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
     seccomp_fd = None
     try:
         uid = _sandbox_uid(backend)
-        Path(workdir, SCRIPT_NAME).write_text(code, encoding="utf-8", errors="surrogatepass")
-        os.chmod(Path(workdir, SCRIPT_NAME), 0o644)
-        if uid >= 0:
-            os.chown(workdir, uid, uid)
-        program = sandbox_filter() if backend.mode != "unsafe" else None
-        if program is None and backend.mode != "unsafe":
-            log.warning("no seccomp filter for this machine (%s): sandboxed code can create namespaces and "
-                        "shared memory outside its memory limit", platform.machine())
-        if program is not None:
-            Path(workdir, "seccomp.bpf").write_bytes(program)
-            seccomp_fd = os.open(Path(workdir, "seccomp.bpf"), os.O_RDONLY)
+        seccomp_fd = _stage(workdir, code, backend)
         argv, env = _command(backend, workdir, limits, uid, seccomp_fd)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
