@@ -338,18 +338,16 @@ def _finish_tools(tool_env: Any, metrics_file: Optional[Path]) -> None:
     """Close the tool environment; print its metrics table and append them to ``metrics_file``."""
     from rich.console import Console
 
-    from websailor.tools.metrics import append_metrics, metrics_table
+    from websailor.tools.metrics import metrics_table
 
     tool_env.close()
-    summary = tool_env.metrics.summary()
+    summary = tool_env.record_metrics(metrics_file) if metrics_file is not None else tool_env.metrics.summary()
     if not summary:
         return
     console = Console(stderr=True)
     if not console.is_terminal:  # a log file: no 80-column wrapping of the table
         console = Console(stderr=True, width=200)
     console.print(metrics_table(summary))
-    if metrics_file is not None:
-        append_metrics(metrics_file, summary, env=tool_env.name, url=tool_env.url)
 
 
 def _print_step(turn: int, action: Any, result: Any) -> None:

@@ -49,6 +49,16 @@ class ToolEnvironment:
     url: str | None = None
     _closers: list[Any] = field(default_factory=list, repr=False)
 
+    def record_metrics(self, path: str | Path) -> dict[str, Any]:
+        """Append this run's metrics to ``path`` (one JSON line with the environment's name and
+        URL) when any tool was offered; returns them."""
+        from websailor.tools.metrics import append_metrics
+
+        summary = self.metrics.summary()
+        if summary:
+            append_metrics(path, summary, env=self.name, url=self.url)
+        return summary
+
     def close(self) -> None:
         for close in self._closers:
             close()

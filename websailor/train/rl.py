@@ -536,10 +536,7 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         return summary
     finally:
         tool_env.close()
-        if tool_env.metrics.summary():
-            from websailor.tools.metrics import append_metrics
-
-            append_metrics(out / "tool_metrics.jsonl", tool_env.metrics.summary(), env=tool_env.name, url=tool_env.url)
+        tool_env.record_metrics(out / "tool_metrics.jsonl")
 
 
 __all__ = ["RLSettings", "accumulation_steps", "load_questions", "load_settings", "prefilter_items", "train_rl"]

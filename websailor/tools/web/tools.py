@@ -86,7 +86,7 @@ class WebScholarTool(WebSearchTool):
 
     def format_hits(self, query: str, hits: list[dict[str, Any]]) -> str:
         if not hits:
-            return f"No results found for '{query}'. Try a shorter or more general query."
+            return format_search_results(query, [])
         lines = []
         for i, h in enumerate(hits, 1):
             meta = ", ".join(x for x in (h.get("publication"), h.get("year")) if x)
