@@ -9,12 +9,24 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv demo test test-all bench clean
 
+EXTRAS := .[test,bench]
+
+# A download cut by the network is not a failure of the project: pip resumes a cut wheel
+# (--resume-retries, pip >= 25.1) and the whole install is tried three times, 30 s apart.
+define pip_install
+for attempt in 1 2 3; do \
+	$(PY) -m pip install --quiet --disable-pip-version-check $(1) && exit 0; \
+	echo "pip install $(1) failed (attempt $$attempt of 3)" >&2; \
+	test $$attempt = 3 || sleep 30; \
+done; exit 1
+endef
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(call pip_install,--upgrade 'pip>=25.1')
 	# the CPU build of torch first, so that nothing pulls a multi-GB CUDA build
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	$(call pip_install,--resume-retries 20 torch==2.13.0)
+	$(call pip_install,--resume-retries 20 -e '$(EXTRAS)')
 	touch $(STAMP)
 
 venv: $(STAMP)
