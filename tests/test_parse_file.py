@@ -15,6 +15,7 @@ from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen import canvas
 
 from websailor.errors import DownloadError, InputFormatError
+from websailor.tools.charset import charset_of
 from websailor.tools.parse_file import (
     FileParseError,
     ParseFileTool,
@@ -146,6 +147,16 @@ def test_decode_text_never_fails():
     assert decode_text("北京是中华人民共和国的首都，也是全国的政治中心。".encode("gbk")).startswith("北京")
     assert "\ufffd" in decode_text(b"\x81\x8d ok")  # undefined in cp1252: replaced, no exception
     assert decode_text("hé".encode("utf-16")) == "hé"
+    assert decode_text("Köln".encode("latin-1"), "idna") == "Köln"  # a label that is no text codec
+    assert decode_text("Привет".encode("koi8-r"), "KOI8-R") == "Привет"
+
+
+def test_charset_of_reads_headers_and_meta_tags():
+    assert charset_of('text/html; charset="ISO-8859-1"') == "ISO-8859-1"
+    assert charset_of("application/json") is None and charset_of(None) is None
+    assert charset_of('<meta http-equiv="Content-Type" content="text/html; charset=windows-1251">') == "windows-1251"
+    assert charset_of("<meta charset='shift_jis'>") == "shift_jis"
+    assert charset_of("text/plain; xcharset=latin1") is None
 
 
 def test_html_article_without_boilerplate(root: Path, tool: ParseFileTool):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from websailor.errors import ConfigError
 from websailor.tools.environment import open_environment
-from websailor.tools.executor import CircuitBreaker, parse_retry_after
+from websailor.tools.executor import CircuitBreaker, HttpReply, ProviderFailure, parse_retry_after
 from websailor.tools.web import build_web_tools, load_web_settings
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
 from websailor.tools.web.providers import clean_markdown, normalize_query, normalize_url
@@ -189,16 +190,26 @@ def test_visit_50mb_page_is_cut_at_the_size_limit(server, tmp_path):
     ex.close()
 
 
-def test_non_utf8_bytes_are_replaced_not_fatal(server, tmp_path):
+def test_non_utf8_bytes_without_a_charset_are_read_as_windows_1252_not_fatal(server, tmp_path):
     server.plan.script("serper", "latin1")
     server.plan.script("jina", "latin1")
     tools, ex = web(server, tmp_path)
     r = tools["search"].execute({"query": ["cafes"]})
-    assert "Caf\ufffd snippet 1 about cafes." in r.observation
+    assert "Caf\u00e9 snippet 1 about cafes." in r.observation  # as a browser reads it, not U+FFFD
     v = tools["visit"].execute({"url": f"{server.url}/page/Latin", "goal": "founder"})
     assert "Ada Example" in v.observation and v.error is None
     assert stats(ex)["retries"] == 0
     ex.close()
+
+
+def test_reply_bodies_are_decoded_once_for_text_and_json():
+    def reply(body: bytes, ctype: str = "application/json") -> HttpReply:
+        return HttpReply(200, httpx.Headers({"content-type": ctype}), body, False, "http://x")
+
+    assert reply(b'\xef\xbb\xbf{"q": "caf\xc3\xa9"}').json() == {"q": "caf\u00e9"}  # a BOM is skipped
+    assert reply("Привет".encode("koi8-r"), "text/markdown; charset=koi8-r").text() == "Привет"
+    with pytest.raises(ProviderFailure, match="invalid JSON"):
+        reply(b"<html>busy</html>").json()
 
 
 def test_scholar_through_serper(server, tmp_path):

@@ -37,6 +37,7 @@ from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from websailor.log import get_logger
+from websailor.tools.charset import charset_of, decode_text
 from websailor.tools.cache import ResultCache, cache_key
 from websailor.tools.metrics import ToolMetrics
 
@@ -129,12 +130,9 @@ class HttpReply:
     url: str
 
     def text(self) -> str:
-        """The body as text: the declared charset, else UTF-8; bad bytes become U+FFFD."""
-        charset = charset_of(self.headers.get("content-type", "")) or "utf-8"
-        try:
-            return self.body.decode(charset, errors="replace")
-        except (LookupError, UnicodeError, ValueError):  # unknown or unusable charset names (idna, ...)
-            return self.body.decode("utf-8", errors="replace")
+        """The body as text (:func:`~websailor.tools.charset.decode_text`: a byte-order mark,
+        valid UTF-8, the declared charset, a detected CJK encoding, else Windows-1252)."""
+        return decode_text(self.body, charset_of(self.headers.get("content-type")))
 
     def json(self) -> Any:
         """The body as JSON.
@@ -148,18 +146,9 @@ class HttpReply:
         if self.truncated:
             raise ProviderFailure("truncated", f"JSON body longer than the {len(self.body)}-byte limit")
         try:
-            return json.loads(self.body.decode("utf-8", errors="replace"))
+            return json.loads(self.text())  # JSON is UTF-8, but a BOM or Latin-1 bytes are read too
         except (ValueError, RecursionError) as e:
             raise ProviderFailure("bad_response", f"invalid JSON ({str(e)[:80]})") from None
-
-
-def charset_of(content_type: str) -> str | None:
-    """The ``charset`` parameter of a ``Content-Type`` header, if any."""
-    for part in content_type.split(";")[1:]:
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "charset" and value.strip():
-            return value.strip().strip('"')
-    return None
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 from websailor.corpus.text import truncate
 from websailor.errors import InputFormatError, WebsailorError
 from websailor.tools.base import Tool
+from websailor.tools.charset import BOMS, charset_of, decode_text
 from websailor.tools.isolated import IsolatedCallError, call_isolated
 from websailor.tools.search import BLOCK_SEPARATOR
 
@@ -77,15 +78,6 @@ KIND_LABELS: dict[str, str] = {
 #: Kinds whose magic bytes identify them for sure (so they win over a wrong extension).
 BINARY_KINDS = frozenset({"pdf", "docx", "xlsx"})
 
-#: Legacy multi-byte encodings accepted from charset detection; other non-UTF-8 text is read as
-#: Windows-1252 (what browsers do), because detection is unreliable on short Western text.
-_CJK_ENCODINGS = frozenset({"gb18030", "gbk", "gb2312", "big5", "big5hkscs", "cp932", "shift_jis",
-                            "euc_jp", "iso2022_jp", "cp949", "euc_kr", "cp950"})
-#: Fewest non-ASCII bytes for which a detected CJK encoding is trusted (three characters).
-_MIN_CJK_BYTES = 6
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
-_CHARSET_RE = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 _XML_DECL_RE = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
 
 
@@ -169,7 +161,7 @@ def sniff_kind(data: bytes) -> str | None:
     lowered = head.lstrip(codecs.BOM_UTF8 + b" \t\r\n").lower()
     if lowered.startswith(b"<!doctype html") or b"<html" in lowered:
         return "html"
-    if any(data.startswith(bom) for bom, _ in _BOMS if bom != codecs.BOM_UTF8):
+    if any(data.startswith(bom) for bom, _ in BOMS if bom != codecs.BOM_UTF8):
         return "text"
     if _looks_like_utf8_text(data[:4096]):
         return "text"
@@ -194,50 +186,8 @@ def detect_kind(data: bytes, name: str, content_type: str | None = None) -> str 
 
 # --- text ---------------------------------------------------------------------------------------
 
-def _codec(name: str | None) -> str | None:
-    """Python's name for an encoding label, or None if unknown."""
-    if not name:
-        return None
-    try:
-        return codecs.lookup(name).name
-    except LookupError:
-        return None
-
-
-def decode_text(data: bytes, declared: str | None = None) -> str:
-    """Bytes -> text; never fails.
-
-    Order: a byte-order mark; UTF-8 if the bytes are valid UTF-8; the ``declared`` charset
-    (HTTP header or HTML meta) if Python knows it; a CJK multi-byte encoding if charset
-    detection finds one in text with at least a few non-ASCII characters; else Windows-1252, whose undefined bytes become U+FFFD.
-    """
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return data.decode(encoding, errors="replace")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    codec = _codec(declared)
-    if codec and codec != "utf-8":
-        return data.decode(codec, errors="replace")
-    sample = data[:65536]
-    if sum(b >= 0x80 for b in sample) >= _MIN_CJK_BYTES:  # too few bytes make the guess noise
-        import charset_normalizer
-
-        best = charset_normalizer.from_bytes(sample).best()
-        if best is not None and best.encoding in _CJK_ENCODINGS:
-            return data.decode(best.encoding, errors="replace")
-    return data.decode("cp1252", errors="replace")
-
-
-def _charset_param(content_type: str | None) -> str | None:
-    match = _CHARSET_RE.search(content_type or "")
-    return match.group(1) if match else None
-
-
 def _parse_text(data: bytes, name: str, content_type: str | None) -> Extracted:
-    return Extracted(decode_text(data, _charset_param(content_type)))
+    return Extracted(decode_text(data, charset_of(content_type)))
 
 
 # --- tables -------------------------------------------------------------------------------------
@@ -301,7 +251,7 @@ def _table_block(rows: Iterable[Sequence[Any]]) -> str:
 
 def _parse_delimited(data: bytes, name: str, content_type: str | None, delimiter: str | None) -> Extracted:
     """CSV/TSV -> a markdown table; the delimiter of a CSV is sniffed among , ; tab |."""
-    text = decode_text(data, _charset_param(content_type))
+    text = decode_text(data, charset_of(content_type))
     if delimiter is None:
         try:
             delimiter = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
@@ -452,7 +402,7 @@ def html_markdown(data: bytes, content_type: str | None = None, url: str | None 
     web wants the evidence more than a clean page)."""
     import trafilatura
 
-    declared = _charset_param(content_type) or _charset_param(data[:2048].decode("latin-1"))
+    declared = charset_of(content_type) or charset_of(data[:2048].decode("latin-1"))
     html = _XML_DECL_RE.sub("", decode_text(data, declared), count=1)
     if not html.strip():
         return "", ""
