@@ -17,7 +17,9 @@ from websailor.corpus import Corpus
 from websailor.errors import ConfigError
 from websailor.server import RemoteTool, RetryPolicy, connect_tools, create_app, serve_tools
 from websailor.server.app import bind_socket
-from websailor.tools import Tool, build_local_tools
+from websailor.tools import Tool, ToolResult, build_local_tools, execute_tool
+from websailor.tools.metered import MeteredTool
+from websailor.tools.metrics import ToolMetrics
 
 FAST = RetryPolicy(max_attempts=3, backoff_s=0.01, max_backoff_s=0.05)
 
@@ -129,8 +131,30 @@ def test_a_raising_tool_is_an_error_observation(url, remote):
     r = httpx.post(f"{url}/tools/boom", json={"arguments": {}})
     assert r.status_code == 200
     assert r.json() == {"observation": "[boom] Error: the tool failed (RuntimeError: kaboom)",
-                        "error": "RuntimeError: kaboom"}
+                        "error": "RuntimeError: kaboom", "kind": "tool_error"}
     assert remote["boom"].execute({}).error == "RuntimeError: kaboom"
+
+
+def test_error_kinds_are_the_same_remote_and_local_and_reach_the_metrics(local, remote):
+    calls = [("search", {"query": 5}), ("search", {"query": ["Nile"]}),
+             ("visit", {"url": "Zzzxq Qqzzx", "goal": "x"}), ("visit", {"goal": "x"})]
+    kinds = ["invalid_arguments", None, None, "invalid_arguments"]  # a missing page is an answer
+    metrics = {"local": ToolMetrics(), "remote": ToolMetrics()}
+    for where, tools in (("local", local), ("remote", remote)):
+        metered = {n: MeteredTool(tools[n], metrics[where]) for n in ("search", "visit")}
+        assert [metered[n].execute(a).kind for n, a in calls] == kinds, where
+        assert metrics[where].summary()["search"]["errors"] == {"invalid_arguments": 1}, where
+    boom = MeteredTool(remote["boom"], metrics["remote"])
+    assert boom.execute({}).kind == "tool_error"
+    assert metrics["remote"].summary()["boom"]["errors"] == {"tool_error": 1}
+    assert execute_tool(remote, "serch", {}).kind == "unknown_tool"
+    dead = MeteredTool(RemoteTool(local["search"].schema(), httpx.Client(base_url=dead_url()), FAST), ToolMetrics())
+    assert dead.execute({"query": ["Nile"]}).kind == "tool_server"
+    assert dead.metrics.summary()["search"]["errors"] == {"tool_server": 1}
+    with pytest.raises(ValueError, match="unknown tool error kind"):
+        ToolResult("x", "failed", "oops")
+    with pytest.raises(ValueError, match="without an error"):
+        ToolResult("x", None, "tool_error")
 
 
 def test_50_concurrent_calls_all_succeed(local, remote):

@@ -15,7 +15,7 @@ from websailor.corpus.text import clean_text
 from websailor.errors import InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.tools import Tool, execute_tool
-from websailor.tools.base import ToolResult
+from websailor.tools.base import FORMAT_ERROR, ToolResult
 
 
 @dataclass
@@ -163,7 +163,7 @@ class Agent:
     def _act(self, action: Action, traj: Trajectory) -> ToolResult:
         """Run the turn's tool call, or turn its format error into feedback."""
         if action.tool_call is None:
-            return ToolResult(action.error or "", action.error)
+            return ToolResult(action.error or "", action.error, FORMAT_ERROR if action.error else None)
         call = action.tool_call
         args = dict(call.arguments)
         if call.code is not None:
@@ -178,5 +178,5 @@ class Agent:
         traj.num_tool_calls += 1
         traj.tool_calls.append(ToolCallRecord(call.name, call.arguments, round(latency, 6), result.error))
         if action.warnings:
-            result = ToolResult("\n".join(action.warnings) + "\n" + result.observation, result.error)
+            result = ToolResult("\n".join(action.warnings) + "\n" + result.observation, result.error, result.kind)
         return result

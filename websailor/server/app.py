@@ -189,7 +189,7 @@ def create_app(tools: Mapping[str, Tool], env: str, metrics: Callable[[], dict] 
             return _json({"detail": f"there is no tool named {name!r}; available tools: {', '.join(names)}",
                           "available": names}, status_code=404)
         result = await asyncio.get_running_loop().run_in_executor(pool, run_tool, tool, body.arguments)
-        return _json({"observation": result.observation, "error": result.error})
+        return _json({"observation": result.observation, "error": result.error, "kind": result.kind})
 
     @app.get("/metrics")
     def get_metrics() -> Response:

@@ -19,7 +19,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from websailor.errors import ConfigError
-from websailor.tools.base import Tool, ToolResult
+from websailor.tools.base import ERROR_KINDS, INVALID_ARGUMENTS, TOOL_ERROR, TOOL_SERVER, Tool, ToolResult
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,8 @@ class RemoteTool(Tool):
             body = json.dumps({"arguments": arguments}, default=_jsonable)
         except (TypeError, ValueError) as e:
             return ToolResult(f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
-                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}")
+                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}",
+                              INVALID_ARGUMENTS)
         try:
             response = _request(self.client, self.retry, "POST", f"/tools/{self.name}", content=body,
                                 headers={"Content-Type": "application/json"})
@@ -167,7 +168,7 @@ class RemoteTool(Tool):
             if is_transient(e):
                 return self._unavailable(e)
             return ToolResult(f"[{self.name}] Error: the tool server at {self.url} refused the call ({e})",
-                              f"tool server refused the call ({e})")
+                              f"tool server refused the call ({e})", TOOL_SERVER)
         except httpx.HTTPError as e:
             return self._unavailable(e)
         return self._result(response)
@@ -178,7 +179,7 @@ class RemoteTool(Tool):
         what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         tries = f" after {n} attempt{'s' * (n > 1)}"
         return ToolResult(f"[{self.name}] Error: the tool server at {self.url} did not answer ({what}){tries}. "
-                          "Try again later.", f"tool server unavailable ({what}){tries}")
+                          "Try again later.", f"tool server unavailable ({what}){tries}", TOOL_SERVER)
 
     def _result(self, response: httpx.Response) -> ToolResult:
         """The server's tool result, or an error result if the reply is not one."""
@@ -189,8 +190,11 @@ class RemoteTool(Tool):
         if (not isinstance(body, dict) or not isinstance(body.get("observation"), str)
                 or not isinstance(body.get("error"), (str, type(None)))):
             return ToolResult(f"[{self.name}] Error: the tool server at {self.url} sent a reply that is not a "
-                              f"tool result: {response.text[:200]!r}", "malformed tool server reply")
-        return ToolResult(body["observation"], body["error"])
+                              f"tool result: {response.text[:200]!r}", "malformed tool server reply", TOOL_SERVER)
+        kind = body.get("kind") if body["error"] is not None else None
+        if kind is not None and kind not in ERROR_KINDS:
+            kind = TOOL_ERROR  # a newer server's kind this client does not know
+        return ToolResult(body["observation"], body["error"], kind)
 
     def forward(self, **kwargs: Any) -> str:
         """The observation of a server call with these keyword arguments."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from websailor.corpus.corpus import Corpus
-from websailor.tools.base import Tool, ToolArgumentError, ToolResult
+from websailor.tools.base import UNKNOWN_TOOL, Tool, ToolArgumentError, ToolResult
 from websailor.tools.search import SearchTool
 from websailor.tools.visit import VisitTool
 
@@ -28,10 +28,11 @@ def execute_tool(tools: Mapping[str, Tool], name: str, arguments: str | Mapping[
     if not isinstance(name, str):
         kind = type(name).__name__
         return ToolResult(f"Error: the tool name must be a string, got {kind}. Available tools: {available}.",
-                          f"tool name is a {kind}")
+                          f"tool name is a {kind}", UNKNOWN_TOOL)
     tool = tools.get(name)
     if tool is None:
-        return ToolResult(f"Error: there is no tool named {name!r}. Available tools: {available}.", f"unknown tool {name!r}")
+        return ToolResult(f"Error: there is no tool named {name!r}. Available tools: {available}.", f"unknown tool {name!r}",
+                          UNKNOWN_TOOL)
     return tool.execute(arguments)
 
 

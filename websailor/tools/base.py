@@ -21,13 +21,37 @@ from websailor.errors import WebsailorError
 from websailor.jsonio import loads_object
 
 
+#: Kinds of failed tool calls, as :class:`ToolResult` ``kind`` and in the tool metrics.
+INVALID_ARGUMENTS = "invalid_arguments"  # not JSON, not an object, or not matching the schema
+UNKNOWN_TOOL = "unknown_tool"  # no tool of that name (or a name that is not a string)
+TOOL_ERROR = "tool_error"  # the tool ran and failed (missing page, provider down, a bug)
+TOOL_SERVER = "tool_server"  # a remote tool's server did not answer, refused or garbled the call
+FORMAT_ERROR = "format_error"  # the model's turn had no valid tool call (agent feedback, not a call)
+ERROR_KINDS = (INVALID_ARGUMENTS, UNKNOWN_TOOL, TOOL_ERROR, TOOL_SERVER, FORMAT_ERROR)
+
+
 @dataclass(frozen=True)
 class ToolResult:
-    """What a tool call produced: the ``observation`` the model reads and, if the call failed
-    (bad arguments, unknown tool, tool error), a short ``error``."""
+    """What a tool call produced: the ``observation`` the model reads and, if the call failed,
+    a short ``error`` and its ``kind`` (one of :data:`ERROR_KINDS`; :data:`TOOL_ERROR` when
+    an error is given without one).
+
+    Raises:
+        ValueError: a ``kind`` without an ``error``, or a kind not in :data:`ERROR_KINDS`.
+    """
 
     observation: str
     error: str | None = None
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is None:
+            if self.kind is not None:
+                raise ValueError(f"a ToolResult without an error has no error kind, got {self.kind!r}")
+        elif self.kind is None:
+            object.__setattr__(self, "kind", TOOL_ERROR)
+        elif self.kind not in ERROR_KINDS:
+            raise ValueError(f"unknown tool error kind {self.kind!r}; valid: {', '.join(ERROR_KINDS)}")
 
 
 class ToolArgumentError(WebsailorError):
@@ -85,7 +109,8 @@ class Tool(ABC):
             args = self.parse_arguments(arguments)
         except ToolArgumentError as e:
             return ToolResult(f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
-                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}")
+                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}",
+                              INVALID_ARGUMENTS)
         known = self.parameters.get("properties", {})
         unknown = sorted(k for k in args if k not in known)
         note = f"Note: ignored unknown argument(s) {', '.join(map(repr, unknown))}.\n" if unknown else ""

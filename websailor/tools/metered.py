@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from websailor.tools.base import Tool, ToolResult
-from websailor.tools.metrics import ToolMetrics, error_kind
+from websailor.tools.metrics import ToolMetrics
 
 
 class MeteredTool(Tool):
@@ -34,7 +34,7 @@ class MeteredTool(Tool):
         except Exception:
             self.metrics.record_call(self.name, time.perf_counter() - t0, "exception")
             raise
-        self.metrics.record_call(self.name, time.perf_counter() - t0, error_kind(result.error))
+        self.metrics.record_call(self.name, time.perf_counter() - t0, result.kind)
         return result
 
     def forward(self, **kwargs: Any) -> str:

@@ -125,17 +125,6 @@ def metrics_table(summary: dict[str, dict[str, Any]]) -> Any:
     return table
 
 
-def error_kind(error: str | None) -> str | None:
-    """The metrics kind of a :class:`~websailor.tools.base.ToolResult` error string."""
-    if error is None:
-        return None
-    if error.startswith("invalid arguments"):
-        return "invalid_arguments"
-    if error.startswith("unknown tool") or error.startswith("tool name"):
-        return "unknown_tool"
-    return "tool_error"
-
-
 def append_metrics(path: str | Path, summary: dict[str, dict[str, Any]], **context: Any) -> None:
     """Append one JSON line ``{"time", **context, "tools": summary}`` to ``path`` (one line per
     invocation, so a resumed run keeps the figures of the earlier ones)."""
