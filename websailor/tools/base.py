@@ -74,7 +74,15 @@ class Tool(ABC):
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
     def coerce(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Fix common, unambiguous slips before validation (override per tool)."""
+        """Fix common, unambiguous slips before validation (override per tool; a lone string
+        given for an ``array`` parameter is already wrapped in a list by :meth:`parse_arguments`)."""
+        return arguments
+
+    def _wrap_lone_strings(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``{"query": "x"}`` -> ``{"query": ["x"]}`` for every parameter whose type is ``array``."""
+        for name, spec in self.parameters.get("properties", {}).items():
+            if spec.get("type") == "array" and isinstance(arguments.get(name), str):
+                arguments[name] = [arguments[name]]
         return arguments
 
     def parse_arguments(self, arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -92,7 +100,7 @@ class Tool(ABC):
                 raise ToolArgumentError(str(e)) from None
         if not isinstance(arguments, Mapping):
             raise ToolArgumentError(f"expected a JSON object, got {type(arguments).__name__}")
-        args = self.coerce(clean_strings(dict(arguments)))
+        args = self.coerce(self._wrap_lone_strings(clean_strings(dict(arguments))))
         errors = sorted(Draft202012Validator(self.parameters).iter_errors(args), key=lambda e: list(e.path))
         if errors:
             raise ToolArgumentError("; ".join(

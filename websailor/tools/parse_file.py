@@ -546,11 +546,6 @@ class ParseFileTool(Tool):
         self.max_files = max_files
         self.max_chars = max_chars
 
-    def coerce(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(arguments.get("files"), str):
-            arguments["files"] = [arguments["files"]]
-        return arguments
-
     def _too_large(self, spec: str, size: int) -> FileParseError:
         return FileParseError(f"{spec}: the file is {size / 2**20:,.1f} MB, larger than the limit of "
                               f"{self.max_bytes / 2**20:,.1f} MB")

@@ -58,11 +58,6 @@ class SearchTool(Tool):
         self.max_queries = max_queries
         self.max_query_chars = max_query_chars
 
-    def coerce(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(arguments.get("query"), str):
-            arguments["query"] = [arguments["query"]]
-        return arguments
-
     def search_blocks(self, queries: list[str]) -> list[str]:
         """The result block of each cleaned, non-empty query (the back end: override per environment)."""
         return [format_search_results(q, hits) for q, hits in zip(queries, self.corpus.search(queries, k=self.top_k))]
