@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 WS := $(VENV)/bin/websailor
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench clean
+.PHONY: venv demo test test-all lint bench clean
 
 EXTRAS := .[test,bench]
 
@@ -66,6 +66,10 @@ test: venv
 
 test-all: venv
 	$(PY) -m pytest -q -m ''
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: venv
 	$(PY) benchmarks/corpus_build.py

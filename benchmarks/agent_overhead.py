@@ -74,7 +74,11 @@ def http_rollouts(corpus: Corpus) -> tuple[int, int, float]:
     from websailor.tools import build_local_tools
 
     def reply(messages):
-        return "<answer>x</answer>" if "<tool_response>" in messages[-1]["content"] else call("search", query=["Nile river"])
+        return (
+            "<answer>x</answer>"
+            if "<tool_response>" in messages[-1]["content"]
+            else call("search", query=["Nile river"])
+        )
 
     with FakeOpenAIServer(reply=reply) as srv, tempfile.TemporaryDirectory() as tmp:
         agent = Agent(load_model(f"openai:fake@{srv.url}"), build_local_tools(corpus))
@@ -88,14 +92,21 @@ def main() -> int:
     ms = overhead()
     print(f"framework overhead per turn (median of 30 runs x 20 turns): {ms:.3f} ms (target <= 2 ms)")
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Corpus.open(build_corpus(CorpusBuildConfig(source=SHARED / "vital_articles_en.json",
-                                                            out=Path(tmp) / "v", show_progress=False)))
+        corpus = Corpus.open(
+            build_corpus(
+                CorpusBuildConfig(source=SHARED / "vital_articles_en.json", out=Path(tmp) / "v", show_progress=False)
+            )
+        )
         n, errors, rps = http_rollouts(corpus)
-    print(f"64 concurrent rollouts against a local OpenAI-compatible server: {n} finished, {errors} errors, "
-          f"{rps:.1f} rollouts/s")
+    print(
+        f"64 concurrent rollouts against a local OpenAI-compatible server: {n} finished, {errors} errors, "
+        f"{rps:.1f} rollouts/s"
+    )
     one, eight = local_throughput()
-    print(f"SmolLM2-135M on CPU: {one:.1f} tokens/s with 1 rollout, {eight:.1f} tokens/s with 8 concurrent "
-          f"({eight / one:.1f}x; target >= 4x)")
+    print(
+        f"SmolLM2-135M on CPU: {one:.1f} tokens/s with 1 rollout, {eight:.1f} tokens/s with 8 concurrent "
+        f"({eight / one:.1f}x; target >= 4x)"
+    )
     return 0
 
 

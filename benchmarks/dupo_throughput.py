@@ -62,7 +62,7 @@ def dupo(groups: list[dict], B: int, batches: int) -> dict:
     for start in range(0, len(groups) - B + 1, B):
         if filled == batches:
             break
-        batch = groups[start:start + B]
+        batch = groups[start : start + B]
         used += B
         seconds += sum(g["wall_s"] for g in batch)
         filled += any(spread(g["rewards"]) for g in batch)
@@ -75,11 +75,16 @@ def replay_groups(path: Path, group_size: int) -> list[dict]:
     recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     groups = []
     for i in range(0, len(recs) - group_size + 1, group_size):
-        part = recs[i:i + group_size]
+        part = recs[i : i + group_size]
         if len({(r["step"], r["id"]) for r in part}) != 1 or any(r["reward"] is None for r in part):
             continue
-        groups.append({"id": part[0]["id"], "rewards": [r["reward"] for r in part],
-                       "wall_s": max(r["timings"]["total_s"] for r in part)})
+        groups.append(
+            {
+                "id": part[0]["id"],
+                "rewards": [r["reward"] for r in part],
+                "wall_s": max(r["timings"]["total_s"] for r in part),
+            }
+        )
     return groups
 
 
@@ -98,18 +103,32 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
         return stream
     items = load_questions(a.qa, "train")
     random.Random(a.seed).shuffle(items)
-    cfg = build_agent_config(RLSettings(group_size=a.group_size, batch_size=a.group_size, max_calls=a.max_calls,
-                                        max_tokens_per_turn=a.max_tokens, max_context_tokens=8192, seed=a.seed))
+    cfg = build_agent_config(
+        RLSettings(
+            group_size=a.group_size,
+            batch_size=a.group_size,
+            max_calls=a.max_calls,
+            max_tokens_per_turn=a.max_tokens,
+            max_context_tokens=8192,
+            seed=a.seed,
+        )
+    )
     agent = Agent(load_model(a.model, max_batch=a.group_size), build_local_tools(Corpus.open(None)), cfg)
     judge = load_judge("em")
     with a.stream.open("a") as fh:
-        for it in items[len(stream):needed]:
+        for it in items[len(stream) : needed]:
             t0 = time.perf_counter()
             with ThreadPoolExecutor(a.group_size) as pool:
-                trajs = list(pool.map(lambda r: agent.run(it.question, it.id, r, it.gold.answer), range(a.group_size)))
+                trajs = list(
+                    pool.map(lambda r, it=it: agent.run(it.question, it.id, r, it.gold.answer), range(a.group_size))
+                )
             wall = time.perf_counter() - t0
             grades = judge.grade([Case(it.question, t.prediction, it.gold) for t in trajs])
-            g = {"id": it.id, "rewards": [reward(t, gr.correct, "dupo") for t, gr in zip(trajs, grades)], "wall_s": wall}
+            g = {
+                "id": it.id,
+                "rewards": [reward(t, gr.correct, "dupo") for t, gr in zip(trajs, grades)],
+                "wall_s": wall,
+            }
             fh.write(json.dumps(g) + "\n")
             fh.flush()
             stream.append(g)
@@ -139,8 +158,13 @@ def main() -> None:
             groups = live_groups(a, len(groups) + 1)
     share = sum(spread(g["rewards"]) for g in groups) / max(1, len(groups))
     batches = min(a.batches, dynamic_sampling(groups, a.groups, 10**9)["batches"])
-    res = {"groups_in_stream": len(groups), "share_with_spread": round(share, 3), "batch_groups": a.groups,
-           "group_size": a.group_size, "batches": batches}
+    res = {
+        "groups_in_stream": len(groups),
+        "share_with_spread": round(share, 3),
+        "batch_groups": a.groups,
+        "group_size": a.group_size,
+        "batches": batches,
+    }
     for name, fn in (("dynamic_sampling", dynamic_sampling), ("dupo", dupo)):
         r = fn(groups, a.groups, batches)
         r["rollouts_per_s"] = r["batches"] * a.groups * a.group_size / r["seconds"] if r["seconds"] else 0.0
@@ -150,7 +174,9 @@ def main() -> None:
     if 0 < share < 1:
         # in expectation, for this share p of groups with spread: dynamic sampling draws B / p groups per batch,
         # DUPO B / (1 - (1 - p)^B); the ratio for the paper's batch of 128 / 8 = 16 groups is printed too
-        res["expected_dupo_over_dynamic"] = {B: round((1 - (1 - share) ** B) / share, 2) for B in sorted({a.groups, 16})}
+        res["expected_dupo_over_dynamic"] = {
+            B: round((1 - (1 - share) ** B) / share, 2) for B in sorted({a.groups, 16})
+        }
     print(json.dumps(res, indent=2))
 
 

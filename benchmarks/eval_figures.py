@@ -30,24 +30,45 @@ ANSWERS = ["Nile", "Leonardo da Vinci", "Paris", "1879", "Mount Everest", "Marie
 
 def fake_trajectories(path: Path, n: int, k: int = 4, seed: int = 0) -> None:
     rng = random.Random(seed)
-    observation = ("1. [Nile](https://en.wikipedia.org/wiki/Nile)\nThe Nile is a major north-flowing river in "
-                   "northeastern Africa. " * 12)
+    observation = (
+        "1. [Nile](https://en.wikipedia.org/wiki/Nile)\nThe Nile is a major north-flowing river in "
+        "northeastern Africa. " * 12
+    )
     with path.open("w", encoding="utf-8") as fh:
         for i in range(n):
             q, r = divmod(i, k)
             gold = ANSWERS[q % len(ANSWERS)]
             pred = gold if rng.random() < 0.4 else rng.choice(ANSWERS + [None])
-            msgs = [{"role": "system", "content": "You are a research agent. " * 40},
-                    {"role": "user", "content": f"Question {q}: which entity matches these clues?"},
-                    {"role": "assistant", "content": '<think>search</think><tool_call>{"name": "search", "arguments": {"query": ["x"]}}</tool_call>'},
-                    {"role": "user", "content": f"<tool_response>\n{observation}\n</tool_response>"},
-                    {"role": "assistant", "content": '<think>read</think><tool_call>{"name": "visit", "arguments": {"url": "u", "goal": "g"}}</tool_call>'},
-                    {"role": "user", "content": f"<tool_response>\n{observation}\n</tool_response>"},
-                    {"role": "assistant", "content": f"<think>done</think><answer>{pred}</answer>"}]
-            rec = {"id": f"q{q}", "rollout": r, "question": msgs[1]["content"], "answer": {"answer": gold, "aliases": [], "parts": None},
-                   "prediction": pred, "termination": "answer" if pred else "max_calls", "messages": msgs,
-                   "num_model_calls": 3, "num_tool_calls": 2, "tokens": {"prompt": 3000, "completion": 80},
-                   "timings": {"total_s": 12.5}, "model": "m", "env": "local"}
+            msgs = [
+                {"role": "system", "content": "You are a research agent. " * 40},
+                {"role": "user", "content": f"Question {q}: which entity matches these clues?"},
+                {
+                    "role": "assistant",
+                    "content": '<think>search</think><tool_call>{"name": "search", "arguments": {"query": ["x"]}}</tool_call>',
+                },
+                {"role": "user", "content": f"<tool_response>\n{observation}\n</tool_response>"},
+                {
+                    "role": "assistant",
+                    "content": '<think>read</think><tool_call>{"name": "visit", "arguments": {"url": "u", "goal": "g"}}</tool_call>',
+                },
+                {"role": "user", "content": f"<tool_response>\n{observation}\n</tool_response>"},
+                {"role": "assistant", "content": f"<think>done</think><answer>{pred}</answer>"},
+            ]
+            rec = {
+                "id": f"q{q}",
+                "rollout": r,
+                "question": msgs[1]["content"],
+                "answer": {"answer": gold, "aliases": [], "parts": None},
+                "prediction": pred,
+                "termination": "answer" if pred else "max_calls",
+                "messages": msgs,
+                "num_model_calls": 3,
+                "num_tool_calls": 2,
+                "tokens": {"prompt": 3000, "completion": 80},
+                "timings": {"total_s": 12.5},
+                "model": "m",
+                "env": "local",
+            }
             fh.write(json.dumps(rec) + "\n")
 
 
@@ -64,8 +85,10 @@ def scoring_figure(n: int) -> None:
         t2 = time.perf_counter()
         s = summarize(scores)
         t3 = time.perf_counter()
-        print(f"scoring {n:,} trajectories ({mb:.0f} MB) with em: {t3 - t0:.1f} s in all (target 30 s): read and check "
-              f"{t1 - t0:.1f} s, grade and write {t2 - t1:.1f} s, summarize {t3 - t2:.1f} s; Avg@4 {s['avg_at_k']}")
+        print(
+            f"scoring {n:,} trajectories ({mb:.0f} MB) with em: {t3 - t0:.1f} s in all (target 30 s): read and check "
+            f"{t1 - t0:.1f} s, grade and write {t2 - t1:.1f} s, summarize {t3 - t2:.1f} s; Avg@4 {s['avg_at_k']}"
+        )
 
 
 def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
@@ -79,27 +102,38 @@ def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
     from websailor.tools import build_local_tools
 
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Corpus.open(build_corpus(CorpusBuildConfig(source=SHARED / "vital_articles_en.json",
-                                                            out=Path(tmp) / "v", show_progress=False)))
+        corpus = Corpus.open(
+            build_corpus(
+                CorpusBuildConfig(source=SHARED / "vital_articles_en.json", out=Path(tmp) / "v", show_progress=False)
+            )
+        )
         qa = Path(tmp) / "qa.jsonl"
         synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=questions * 12, seed=0), progress=False)
         items = load_benchmark(qa, split="test", limit=questions)
         model = load_model("smollm2")
-        cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, sampling=SamplingParams(temperature=0.85))
+        cfg = AgentConfig(
+            max_calls=max_calls, max_tokens_per_turn=max_tokens, sampling=SamplingParams(temperature=0.85)
+        )
         rows = []
         for env, tools in (("none", []), ("local", list(build_local_tools(corpus).values()))):
             agent = Agent(model, tools, cfg, env=env)
             t = time.perf_counter()
-            s = evaluate(items, agent, load_judge("em"), Path(tmp) / env, EvalConfig(rollouts=3, concurrency=8), progress=False)
+            s = evaluate(
+                items, agent, load_judge("em"), Path(tmp) / env, EvalConfig(rollouts=3, concurrency=8), progress=False
+            )
             rows.append((env, s, time.perf_counter() - t))
-        print(f"baseline on {len(items)} synthesized test items, SmolLM2-135M-Instruct, em judge, k = 3, "
-              f"at most {max_calls} model calls of {max_tokens} tokens:")
+        print(
+            f"baseline on {len(items)} synthesized test items, SmolLM2-135M-Instruct, em judge, k = 3, "
+            f"at most {max_calls} model calls of {max_tokens} tokens:"
+        )
         print("| setting | Avg@3 | Pass@3 | mean tool calls | terminations | wall |")
         print("|---|---|---|---|---|---|")
         for env, s, dt in rows:
             name = "no tools (direct answer)" if env == "none" else "agent, local tools"
-            print(f"| {name} | {100 * s['avg_at_k']:.1f} | {100 * s['pass_at_k']:.1f} | {s['mean_tool_calls']} | "
-                  f"{s['terminations']} | {dt:.0f} s |")
+            print(
+                f"| {name} | {100 * s['avg_at_k']:.1f} | {100 * s['pass_at_k']:.1f} | {s['mean_tool_calls']} | "
+                f"{s['terminations']} | {dt:.0f} s |"
+            )
 
 
 def main() -> int:

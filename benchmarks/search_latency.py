@@ -60,7 +60,9 @@ class FTS5:
         if not terms:
             return []
         match = " OR ".join(f'"{w}"' for w in terms)
-        return [r[0] for r in self.conn.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?", (match, k))]
+        return [
+            r[0] for r in self.conn.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?", (match, k))
+        ]
 
 
 def time_each(fn, queries: list[str]) -> tuple[float, float]:
@@ -92,7 +94,8 @@ def bench_corpus(label: str, corpus: Corpus, queries: list[str], n_baseline: int
     sub_p50, sub_p99 = time_each(lambda q: corpus.index.retrieve([q], k=32), base)
     model = corpus.index.model
     native_p50, native_p99 = time_each(
-        lambda q: model.retrieve([corpus.index.query_terms(q) or ["\x00"]], k=32, show_progress=False), base)
+        lambda q: model.retrieve([corpus.index.query_terms(q) or ["\x00"]], k=32, show_progress=False), base
+    )
     texts = passages_of(corpus)
     fts_build, fts = timed(FTS5, texts)
     fts_p50, fts_p99 = time_each(lambda q: fts.search(q, 32), base)
@@ -102,18 +105,34 @@ def bench_corpus(label: str, corpus: Corpus, queries: list[str], n_baseline: int
     sub = texts[:rank_bm25_rows]
     rb_build, rb = timed(BM25Okapi, [analyzer(t) or ["\x00"] for t in sub])
     rb_p50, rb_p99 = time_each(lambda q: rb.get_top_n(analyzer(q), sub, n=32), base[:40])
-    del fts, texts, sub, rb
-    return {"label": label, "passages": corpus.meta["n_passages"], "queries": len(queries), "n_baseline": len(base),
-            "search_p50_ms": full_p50, "search_p99_ms": full_p99, "index_p50_ms": raw_p50, "index_p99_ms": raw_p99,
-            "batch64_qps": qps, "sub_p50_ms": sub_p50, "sub_p99_ms": sub_p99,
-            "native_p50_ms": native_p50, "native_p99_ms": native_p99,
-            "fts5_build_s": fts_build, "fts5_p50_ms": fts_p50, "fts5_p99_ms": fts_p99,
-            "rank_bm25_rows": min(rank_bm25_rows, corpus.meta["n_passages"]), "rank_bm25_build_s": rb_build,
-            "rank_bm25_p50_ms": rb_p50, "rank_bm25_p99_ms": rb_p99}
+    fts = texts = sub = rb = None  # free the baselines before the next corpus
+    return {
+        "label": label,
+        "passages": corpus.meta["n_passages"],
+        "queries": len(queries),
+        "n_baseline": len(base),
+        "search_p50_ms": full_p50,
+        "search_p99_ms": full_p99,
+        "index_p50_ms": raw_p50,
+        "index_p99_ms": raw_p99,
+        "batch64_qps": qps,
+        "sub_p50_ms": sub_p50,
+        "sub_p99_ms": sub_p99,
+        "native_p50_ms": native_p50,
+        "native_p99_ms": native_p99,
+        "fts5_build_s": fts_build,
+        "fts5_p50_ms": fts_p50,
+        "fts5_p99_ms": fts_p99,
+        "rank_bm25_rows": min(rank_bm25_rows, corpus.meta["n_passages"]),
+        "rank_bm25_build_s": rb_build,
+        "rank_bm25_p50_ms": rb_p50,
+        "rank_bm25_p99_ms": rb_p99,
+    }
 
 
-def synthetic_corpus(path: Path, n_passages: int, words_per_passage: int = 100, passages_per_page: int = 10,
-                     seed: int = 0) -> None:
+def synthetic_corpus(
+    path: Path, n_passages: int, words_per_passage: int = 100, passages_per_page: int = 10, seed: int = 0
+) -> None:
     """wiki-18 layout file of ``n_passages`` passages whose words are drawn from the unigram
     distribution of the real vital-articles text (so term statistics look like Wikipedia's)."""
     pages = json.loads((SHARED / "vital_articles_en.json").read_text(encoding="utf-8"))
@@ -138,18 +157,30 @@ def synthetic_corpus(path: Path, n_passages: int, words_per_passage: int = 100, 
 
 def show(r: dict) -> None:
     print(f"\n== {r['label']}: {r['passages']:,} passages, {r['queries']} real queries")
-    print(f"Corpus.search (index + snippets + store), one query: p50 {r['search_p50_ms']:.2f} ms, p99 {r['search_p99_ms']:.2f} ms")
-    print(f"BM25Index.retrieve (bm25s scores, our top-k):       p50 {r['index_p50_ms']:.2f} ms, p99 {r['index_p99_ms']:.2f} ms")
+    print(
+        f"Corpus.search (index + snippets + store), one query: p50 {r['search_p50_ms']:.2f} ms, p99 {r['search_p99_ms']:.2f} ms"
+    )
+    print(
+        f"BM25Index.retrieve (bm25s scores, our top-k):       p50 {r['index_p50_ms']:.2f} ms, p99 {r['index_p99_ms']:.2f} ms"
+    )
     print(f"Corpus.search in batches of 64 (2 threads):         {r['batch64_qps']:.0f} queries/s")
-    print(f"-- baselines on the first {r['n_baseline']} queries (ours there: p50 {r['sub_p50_ms']:.2f} ms, p99 {r['sub_p99_ms']:.2f} ms)")
-    print(f"bm25s.retrieve as shipped (numpy top-k): p50 {r['native_p50_ms']:.2f} ms, p99 {r['native_p99_ms']:.2f} ms"
-          f"  -> ours {r['native_p50_ms'] / r['sub_p50_ms']:.1f}x faster at p50")
-    print(f"SQLite FTS5 (porter, bm25): build {r['fts5_build_s']:.1f} s; p50 {r['fts5_p50_ms']:.2f} ms, p99 {r['fts5_p99_ms']:.2f} ms"
-          f"  -> ours {r['fts5_p50_ms'] / r['sub_p50_ms']:.1f}x faster at p50, {r['fts5_p99_ms'] / r['sub_p99_ms']:.1f}x at p99")
+    print(
+        f"-- baselines on the first {r['n_baseline']} queries (ours there: p50 {r['sub_p50_ms']:.2f} ms, p99 {r['sub_p99_ms']:.2f} ms)"
+    )
+    print(
+        f"bm25s.retrieve as shipped (numpy top-k): p50 {r['native_p50_ms']:.2f} ms, p99 {r['native_p99_ms']:.2f} ms"
+        f"  -> ours {r['native_p50_ms'] / r['sub_p50_ms']:.1f}x faster at p50"
+    )
+    print(
+        f"SQLite FTS5 (porter, bm25): build {r['fts5_build_s']:.1f} s; p50 {r['fts5_p50_ms']:.2f} ms, p99 {r['fts5_p99_ms']:.2f} ms"
+        f"  -> ours {r['fts5_p50_ms'] / r['sub_p50_ms']:.1f}x faster at p50, {r['fts5_p99_ms'] / r['sub_p99_ms']:.1f}x at p99"
+    )
     note = "" if r["rank_bm25_rows"] == r["passages"] else f" on the first {r['rank_bm25_rows']:,} passages only"
-    print(f"rank-bm25 (BM25Okapi{note}, 40 queries): build {r['rank_bm25_build_s']:.1f} s; p50 {r['rank_bm25_p50_ms']:.1f} ms, "
-          f"p99 {r['rank_bm25_p99_ms']:.1f} ms  -> ours {r['rank_bm25_p50_ms'] / r['sub_p50_ms']:.0f}x faster at p50"
-          + (" (on 10x fewer rows)" if note else ""))
+    print(
+        f"rank-bm25 (BM25Okapi{note}, 40 queries): build {r['rank_bm25_build_s']:.1f} s; p50 {r['rank_bm25_p50_ms']:.1f} ms, "
+        f"p99 {r['rank_bm25_p99_ms']:.1f} ms  -> ours {r['rank_bm25_p50_ms'] / r['sub_p50_ms']:.0f}x faster at p50"
+        + (" (on 10x fewer rows)" if note else "")
+    )
 
 
 def main() -> int:
@@ -162,21 +193,27 @@ def main() -> int:
         small = Path(tmp) / "vital"
         fig = build_in_child(source=SHARED / "vital_articles_en.json", format="vital", out=small, show_progress=False)
         print(f"vital build: {fig['seconds']:.1f} s, peak {fig['peak_mb']:.0f} MB")
-        r = bench_corpus("vital articles (10k pages)", Corpus.open(small), queries, n_baseline=len(queries),
-                         rank_bm25_rows=10**9)
+        r = bench_corpus(
+            "vital articles (10k pages)", Corpus.open(small), queries, n_baseline=len(queries), rank_bm25_rows=10**9
+        )
         show(r)
         ok = r["search_p50_ms"] <= 5
         if args.large:
             src = Path(tmp) / "synthetic.jsonl"
             t, _ = timed(synthetic_corpus, src, args.large)
-            print(f"\nsynthetic corpus: {args.large:,} passages written in {t:.0f} s ({src.stat().st_size / 2**20:.0f} MB)")
+            print(
+                f"\nsynthetic corpus: {args.large:,} passages written in {t:.0f} s ({src.stat().st_size / 2**20:.0f} MB)"
+            )
             big = Path(tmp) / "big"
             fig = build_in_child(source=src, format="wiki18", out=big, links=False, show_progress=True)
-            print(f"large build (store + BM25 index, no links): {fig['seconds']:.0f} s (target <= 900 s), "
-                  f"peak {fig['peak_mb'] / 1024:.1f} GB (target <= 12 GB)")
+            print(
+                f"large build (store + BM25 index, no links): {fig['seconds']:.0f} s (target <= 900 s), "
+                f"peak {fig['peak_mb'] / 1024:.1f} GB (target <= 12 GB)"
+            )
             src.unlink()
-            r = bench_corpus(f"synthetic ({args.large:,} passages)", Corpus.open(big), queries, n_baseline=50,
-                             rank_bm25_rows=100_000)
+            r = bench_corpus(
+                f"synthetic ({args.large:,} passages)", Corpus.open(big), queries, n_baseline=50, rank_bm25_rows=100_000
+            )
             show(r)
             ok = ok and r["search_p50_ms"] <= 50 and fig["seconds"] <= 900 and fig["peak_mb"] <= 12 * 1024
     print("\ntargets:", "OK" if ok else "MISSED")

@@ -38,9 +38,13 @@ def plain_question(kg, item: dict) -> str:
             parts.append(f"has a {q.kind} of {q.value:g}")
         elif c["kind"] in ("span_start", "span_end"):
             span = kg.attributes(item["answer"]).span
-            parts.append(f"{'began' if c['kind'] == 'span_start' else 'ended'} in {span[0 if c['kind'] == 'span_start' else 1]}")
+            parts.append(
+                f"{'began' if c['kind'] == 'span_start' else 'ended'} in {span[0 if c['kind'] == 'span_start' else 1]}"
+            )
         elif c["kind"] == "compare":
-            parts.append(f"has a {'larger' if c['params']['more'] else 'smaller'} {c['params']['kind']} than {c['params']['other']}")
+            parts.append(
+                f"has a {'larger' if c['params']['more'] else 'smaller'} {c['params']['kind']} than {c['params']['other']}"
+            )
         elif c["kind"] == "relative_start":
             mine, theirs = kg.attributes(item["answer"]).span[0], kg.attributes(c["params"]["other"]).span[0]
             parts.append(f"began in {mine}, {mine - theirs} years after {c['params']['other']}")
@@ -57,14 +61,19 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=500)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Corpus.open(build_corpus(CorpusBuildConfig(source=SHARED / "vital_articles_en.json",
-                                                            out=Path(tmp) / "v", show_progress=False)))
+        corpus = Corpus.open(
+            build_corpus(
+                CorpusBuildConfig(source=SHARED / "vital_articles_en.json", out=Path(tmp) / "v", show_progress=False)
+            )
+        )
         t = time.perf_counter()
         kg = build_knowledge_graph(corpus)
-        print(f"knowledge graph: {len(kg)} nodes, {kg.graph.number_of_edges()} edges, built in {time.perf_counter() - t:.1f} s")
+        print(
+            f"knowledge graph: {len(kg)} nodes, {kg.graph.number_of_edges()} edges, built in {time.perf_counter() - t:.1f} s"
+        )
         out = Path(tmp) / "qa.jsonl"
         t = time.perf_counter()
-        reasons = synthesize(kg, out, SynthConfig(n=args.n), progress=False)
+        synthesize(kg, out, SynthConfig(n=args.n), progress=False)
         dt = time.perf_counter() - t
         items = read_items(out)
         print(f"{len(items)} items in {dt:.1f} s: {len(items) / dt * 60:.0f} accepted items per minute (target >= 100)")

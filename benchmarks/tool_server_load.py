@@ -50,9 +50,13 @@ corpus = None if sys.argv[1] == "-" else sys.argv[1]
 serve_tools(build_local_tools(Corpus.open(corpus)), "local", port=int(sys.argv[2]), max_workers=int(sys.argv[3]))
 """
 
-GOALS = ["When was {t} founded, born or first described?", "What is {t} best known for?",
-         "Where is {t} located or where did it take place?", "Who was involved with {t}?",
-         "Give the key dates and numbers about {t}."]
+GOALS = [
+    "When was {t} founded, born or first described?",
+    "What is {t} best known for?",
+    "Where is {t} located or where did it take place?",
+    "Who was involved with {t}?",
+    "Give the key dates and numbers about {t}.",
+]
 
 
 @dataclass
@@ -107,8 +111,9 @@ def start_server(corpus_dir: str | None, port: int, max_workers: int) -> tuple[s
         port = sock.getsockname()[1]
         sock.close()
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty server must never block on it
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER, corpus_dir or "-", str(port), str(max_workers)],
-                            stderr=log, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, corpus_dir or "-", str(port), str(max_workers)], stderr=log, text=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -166,12 +171,19 @@ def report(tally: Tally, elapsed_s: float, clients: int) -> dict:
     """The figures as a JSON-able dict."""
     ms = np.asarray(tally.latencies_s) * 1000 if tally.latencies_s else np.zeros(1)
     calls = sum(tally.calls.values())
-    return {"clients": clients, "seconds": round(elapsed_s, 2), "calls": calls, "calls_by_tool": tally.calls,
-            "calls_per_s": round(calls / elapsed_s, 1), "http_errors": tally.http_errors,
-            "error_observations": tally.error_observations,
-            "latency_ms": {f"p{q}": round(float(np.percentile(ms, q)), 2) for q in (50, 95, 99)}
-            | {"mean": round(float(ms.mean()), 2), "max": round(float(ms.max()), 2)},
-            "error_samples": sorted(set(tally.error_samples))[:5], "cpus": os.cpu_count()}
+    return {
+        "clients": clients,
+        "seconds": round(elapsed_s, 2),
+        "calls": calls,
+        "calls_by_tool": tally.calls,
+        "calls_per_s": round(calls / elapsed_s, 1),
+        "http_errors": tally.http_errors,
+        "error_observations": tally.error_observations,
+        "latency_ms": {f"p{q}": round(float(np.percentile(ms, q)), 2) for q in (50, 95, 99)}
+        | {"mean": round(float(ms.mean()), 2), "max": round(float(ms.max()), 2)},
+        "error_samples": sorted(set(tally.error_samples))[:5],
+        "cpus": os.cpu_count(),
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -195,7 +207,10 @@ def main() -> None:
     try:
         server_cpu0, client_cpu0 = cpu_seconds(proc.pid), time.process_time()
         tally, elapsed = asyncio.run(load(url, work, args.clients, args.seconds, args.seed))
-        cpu = {"server": round(cpu_seconds(proc.pid) - server_cpu0, 1), "clients": round(time.process_time() - client_cpu0, 1)}
+        cpu = {
+            "server": round(cpu_seconds(proc.pid) - server_cpu0, 1),
+            "clients": round(time.process_time() - client_cpu0, 1),
+        }
         result = report(tally, elapsed, args.clients) | {"max_workers": args.max_workers, "cpu_s": cpu}
     finally:
         proc.send_signal(signal.SIGINT)

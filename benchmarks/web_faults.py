@@ -36,22 +36,46 @@ from websailor.tools.web.providers import SearxngSearch, SerperSearch
 
 
 def start_imitation(rate: float, seed: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "websailor.tools.web.fault_server", "--rate", str(rate),
-                             "--seed", str(seed), "--retry-after", "0.2", "--drip-interval", "0.2"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "websailor.tools.web.fault_server",
+            "--rate",
+            str(rate),
+            "--seed",
+            str(seed),
+            "--retry-after",
+            "0.2",
+            "--drip-interval",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     return proc, proc.stdout.readline().strip()
 
 
 def run(calls: int, rate: float, clients: int, seed: int, tag: str, cache_dir: Path) -> dict:
-    policy = ToolPolicy(concurrency=clients, qps=0, timeout_s=2.0, retries=3, backoff_s=0.05,
-                        backoff_max_s=0.5, retry_after_max_s=1.0, breaker_failures=50, breaker_reset_s=1.0,
-                        max_bytes=1_000_000)
+    policy = ToolPolicy(
+        concurrency=clients,
+        qps=0,
+        timeout_s=2.0,
+        retries=3,
+        backoff_s=0.05,
+        backoff_max_s=0.5,
+        retry_after_max_s=1.0,
+        breaker_failures=50,
+        breaker_reset_s=1.0,
+        max_bytes=1_000_000,
+    )
     proc, url = start_imitation(rate, seed)
     try:
         providers = [SerperSearch("test-key", url), SearxngSearch(f"{url}/searxng")]
         queries = [f"{tag} query {i}" for i in range(calls)]
         latencies = np.zeros(calls)
         with ToolExecutor({"search": policy}, cache=ResultCache(cache_dir / f"{tag}.sqlite")) as executor:
+
             def one(i: int):
                 t = time.perf_counter()
                 out = executor.call("search", {"q": queries[i]}, providers)
@@ -67,17 +91,26 @@ def run(calls: int, rate: float, clients: int, seed: int, tag: str, cache_dir: P
     finally:
         proc.terminate()
         proc.wait()
-    mismatched = sum(o.ok and not all(h["title"].endswith(f"for {q}") for h in o.value)
-                     for q, o in zip(queries, outcomes))
+    mismatched = sum(
+        o.ok and not all(h["title"].endswith(f"for {q}") for h in o.value) for q, o in zip(queries, outcomes)
+    )
     answered = [q for q, o in zip(queries, outcomes) if o.ok]
     return {
-        "calls": calls, "fault_rate": rate, "clients": clients, "seconds": round(seconds, 2),
+        "calls": calls,
+        "fault_rate": rate,
+        "clients": clients,
+        "seconds": round(seconds, 2),
         "calls_per_s": round(calls / seconds, 1),
         "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1),
         "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1),
-        "succeeded": len(answered), "degraded": stats["degraded"], "retries": stats["retries"],
-        "failovers": stats["failovers"], "errors_by_kind": stats["request_errors"],
-        "lost": calls - len(outcomes), "duplicated": len(answered) - len(set(answered)), "mismatched": mismatched,
+        "succeeded": len(answered),
+        "degraded": stats["degraded"],
+        "retries": stats["retries"],
+        "failovers": stats["failovers"],
+        "errors_by_kind": stats["request_errors"],
+        "lost": calls - len(outcomes),
+        "duplicated": len(answered) - len(set(answered)),
+        "mismatched": mismatched,
         "faults_served": {k: v for k, v in served.items() if not k.endswith("/ok")},
         "requests_served": sum(served.values()),
     }
@@ -93,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = run(args.calls, 0.0, args.clients, args.seed, "baseline", Path(tmp))
         faulted = run(args.calls, args.rate, args.clients, args.seed, "faulted", Path(tmp))
-    result = {"baseline": base, "faulted": faulted,
-              "throughput_ratio_faulted_vs_baseline": round(faulted["calls_per_s"] / base["calls_per_s"], 3)}
+    result = {
+        "baseline": base,
+        "faulted": faulted,
+        "throughput_ratio_faulted_vs_baseline": round(faulted["calls_per_s"] / base["calls_per_s"], 3),
+    }
     print(json.dumps(result, indent=2))
     ok = all(r["lost"] == 0 and r["duplicated"] == 0 and r["mismatched"] == 0 for r in (base, faulted))
     return 0 if ok else 1

@@ -27,8 +27,9 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 def vital_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 10,033-page vital-articles corpus, built once per session (about 5 s)."""
     out = tmp_path_factory.mktemp("corpora") / "vital"
-    return build_corpus(CorpusBuildConfig(source=shared_data / "vital_articles_en.json", format="vital",
-                                          out=out, show_progress=False))
+    return build_corpus(
+        CorpusBuildConfig(source=shared_data / "vital_articles_en.json", format="vital", out=out, show_progress=False)
+    )
 
 
 @pytest.fixture(scope="session")

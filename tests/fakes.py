@@ -37,7 +37,7 @@ class ScriptedModel(ChatModel):
 
 
 def call(name: str, **arguments) -> str:
-    return f'<think>I will use {name}.</think>\n<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<think>I will use {name}.</think>\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 class FakeOpenAIServer:
@@ -47,8 +47,9 @@ class FakeOpenAIServer:
     every answer is HTTP 200 with that body (a broken server).
     """
 
-    def __init__(self, reply: str | Callable = "<answer>Paris</answer>", fail_first: int = 0,
-                 raw: bytes | None = None) -> None:
+    def __init__(
+        self, reply: str | Callable = "<answer>Paris</answer>", fail_first: int = 0, raw: bytes | None = None
+    ) -> None:
         state = {"left": fail_first, "requests": 0}
         lock = threading.Lock()
 
@@ -76,10 +77,16 @@ class FakeOpenAIServer:
                     self.wfile.write(raw)
                     return
                 content = reply(body["messages"]) if callable(reply) else reply
-                resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": content}}],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}}
+                resp = {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+                }
                 data = json.dumps(resp).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -93,7 +100,7 @@ class FakeOpenAIServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         self.thread.start()
         return self
 

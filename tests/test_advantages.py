@@ -4,8 +4,7 @@ import random
 
 import pytest
 
-from websailor.train.advantages import (dupo_fill, group_normalized_advantages, leave_one_out_advantages,
-                                        v2_loss_mask)
+from websailor.train.advantages import dupo_fill, group_normalized_advantages, leave_one_out_advantages, v2_loss_mask
 
 
 def test_leave_one_out_by_hand():
@@ -50,14 +49,35 @@ def test_rewards_by_algorithm():
     from websailor.agent.trajectory import Trajectory
     from websailor.train.rewards import reward
 
-    good = Trajectory("q", 0, "?", termination="answer", prediction="Nile",
-                      messages=[{"role": "assistant", "content": "<answer>Nile</answer>"}])
-    sloppy = Trajectory("q", 1, "?", termination="answer", prediction="Nile",
-                        messages=[{"role": "assistant", "content": "hmm"}, {"role": "user", "content": "error"},
-                                  {"role": "assistant", "content": "<answer>Nile</answer>"}])
+    good = Trajectory(
+        "q",
+        0,
+        "?",
+        termination="answer",
+        prediction="Nile",
+        messages=[{"role": "assistant", "content": "<answer>Nile</answer>"}],
+    )
+    sloppy = Trajectory(
+        "q",
+        1,
+        "?",
+        termination="answer",
+        prediction="Nile",
+        messages=[
+            {"role": "assistant", "content": "hmm"},
+            {"role": "user", "content": "error"},
+            {"role": "assistant", "content": "<answer>Nile</answer>"},
+        ],
+    )
     cut = Trajectory("q", 2, "?", termination="max_calls", messages=[{"role": "assistant", "content": "hmm"}])
-    assert [reward(t, c, "v2") for t, c in ((good, True), (sloppy, True), (cut, False), (good, None))] == [1, 1, 0, None]
-    assert [reward(t, c, "dupo") for t, c in ((good, True), (sloppy, True), (good, False), (cut, False))] == \
-        pytest.approx([1.0, 0.9, 0.1, 0.0])
+    assert [reward(t, c, "v2") for t, c in ((good, True), (sloppy, True), (cut, False), (good, None))] == [
+        1,
+        1,
+        0,
+        None,
+    ]
+    assert [
+        reward(t, c, "dupo") for t, c in ((good, True), (sloppy, True), (good, False), (cut, False))
+    ] == pytest.approx([1.0, 0.9, 0.1, 0.0])
     with pytest.raises(ValueError, match="unknown RL algorithm 'ppo'"):
         reward(good, True, "ppo")

@@ -20,13 +20,32 @@ def tools(vital: Corpus):
 
 
 # -- parsing ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, name, args", [
-    ('<think>a</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["Nile"]}}\n</tool_call>', "search", {"query": ["Nile"]}),
-    ('<tool_call>\n{"name": "search", "arguments": {"query": ["Nile"]}}\n', "search", {"query": ["Nile"]}),  # stopped at <tool_response>
-    ('<tool_call>```json\n{"name": "visit", "arguments": {"url": "Nile", "goal": "g",},}\n```</tool_call>', "visit", {"url": "Nile", "goal": "g"}),
-    ("<tool_call>{'name': 'search', 'arguments': {'query': ['q']}}</tool_call>", "search", {"query": ["q"]}),
-    ('<tool_call>{"name": "search", "arguments": "{\\"query\\": [\\"q\\"]}"}</tool_call>', "search", {"query": ["q"]}),
-])
+@pytest.mark.parametrize(
+    "text, name, args",
+    [
+        (
+            '<think>a</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["Nile"]}}\n</tool_call>',
+            "search",
+            {"query": ["Nile"]},
+        ),
+        (
+            '<tool_call>\n{"name": "search", "arguments": {"query": ["Nile"]}}\n',
+            "search",
+            {"query": ["Nile"]},
+        ),  # stopped at <tool_response>
+        (
+            '<tool_call>```json\n{"name": "visit", "arguments": {"url": "Nile", "goal": "g",},}\n```</tool_call>',
+            "visit",
+            {"url": "Nile", "goal": "g"},
+        ),
+        ("<tool_call>{'name': 'search', 'arguments': {'query': ['q']}}</tool_call>", "search", {"query": ["q"]}),
+        (
+            '<tool_call>{"name": "search", "arguments": "{\\"query\\": [\\"q\\"]}"}</tool_call>',
+            "search",
+            {"query": ["q"]},
+        ),
+    ],
+)
 def test_parse_tolerates_common_mistakes(text, name, args):
     action = parse_turn(text)
     assert action.error is None and action.tool_call.name == name and action.tool_call.arguments == args
@@ -46,21 +65,43 @@ def test_parse_answers_code_and_errors():
 
 # -- the loop --------------------------------------------------------------------------------
 def test_search_visit_answer_records_everything(tools):
-    model = ScriptedModel([call("search", query=["Mona Lisa painter"]),
-                           call("visit", url="https://en.wikipedia.org/wiki/Mona_Lisa", goal="who painted it"),
-                           "<think>Leonardo.</think>\n<answer>Leonardo da Vinci</answer>"])
+    model = ScriptedModel(
+        [
+            call("search", query=["Mona Lisa painter"]),
+            call("visit", url="https://en.wikipedia.org/wiki/Mona_Lisa", goal="who painted it"),
+            "<think>Leonardo.</think>\n<answer>Leonardo da Vinci</answer>",
+        ]
+    )
     t = Agent(model, tools).run("Who painted the Mona Lisa?", id="q1", rollout=2, answer="Leonardo da Vinci")
     assert (t.termination, t.prediction, t.num_model_calls, t.num_tool_calls) == ("answer", "Leonardo da Vinci", 3, 2)
     roles = [m["role"] for m in t.messages]
     assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
     assert "<tools>" in t.messages[0]["content"] and t.messages[0]["content"].rstrip().split()[-1][:4].isdigit()
     assert t.messages[3]["content"].startswith("<tool_response>\nA search for 'Mona Lisa painter'")
-    assert t.messages[5]["content"].startswith("<tool_response>\nPage https://en.wikipedia.org/wiki/Mona_Lisa, read for the goal")
+    assert t.messages[5]["content"].startswith(
+        "<tool_response>\nPage https://en.wikipedia.org/wiki/Mona_Lisa, read for the goal"
+    )
     assert [c.name for c in t.tool_calls] == ["search", "visit"] and all(c.error is None for c in t.tool_calls)
     assert t.timings["total_s"] >= t.timings["model_s"] + t.timings["tools_s"] > 0
     rec = json.loads(json.dumps(t.to_dict()))
-    for key in ["id", "rollout", "question", "answer", "prediction", "termination", "messages", "num_model_calls",
-                "num_tool_calls", "tool_calls", "tokens", "timings", "model", "env", "seed", "version"]:
+    for key in [
+        "id",
+        "rollout",
+        "question",
+        "answer",
+        "prediction",
+        "termination",
+        "messages",
+        "num_model_calls",
+        "num_tool_calls",
+        "tool_calls",
+        "tokens",
+        "timings",
+        "model",
+        "env",
+        "seed",
+        "version",
+    ]:
         assert key in rec
     assert rec["id"] == "q1" and rec["rollout"] == 2 and rec["env"] == "local"
 
@@ -74,13 +115,16 @@ def test_bad_calls_become_observations_and_count(tools):
     assert [c.error is not None for c in t.tool_calls] == [True, True]
 
 
-@pytest.mark.parametrize("script, cfg, termination", [
-    ([call("search", query=["a"])], AgentConfig(max_calls=3), "max_calls"),
-    (["I am not sure."], AgentConfig(max_format_errors=3), "format_error"),
-    (["x " * 50_000], AgentConfig(max_format_errors=2), "format_error"),  # 50,000 tokens of garbage
-    ([ModelError("http://x: APIConnectionError after 5 attempts")], AgentConfig(), "model_error"),
-    ([RuntimeError("backend bug")], AgentConfig(), "model_error"),
-])
+@pytest.mark.parametrize(
+    "script, cfg, termination",
+    [
+        ([call("search", query=["a"])], AgentConfig(max_calls=3), "max_calls"),
+        (["I am not sure."], AgentConfig(max_format_errors=3), "format_error"),
+        (["x " * 50_000], AgentConfig(max_format_errors=2), "format_error"),  # 50,000 tokens of garbage
+        ([ModelError("http://x: APIConnectionError after 5 attempts")], AgentConfig(), "model_error"),
+        ([RuntimeError("backend bug")], AgentConfig(), "model_error"),
+    ],
+)
 def test_budgets_end_with_a_recorded_termination(tools, script, cfg, termination):
     t = Agent(ScriptedModel(script), tools, cfg).run("q")
     assert t.termination == termination
@@ -103,8 +147,9 @@ def test_context_nudge_then_answer(tools):
             return "<answer>Nile</answer>"
         return call("search", query=["Nile"])
 
-    t = Agent(ScriptedModel(script, max_context=3000), tools,
-              AgentConfig(max_context_tokens=3000, answer_nudge_tokens=1000)).run("q")
+    t = Agent(
+        ScriptedModel(script, max_context=3000), tools, AgentConfig(max_context_tokens=3000, answer_nudge_tokens=1000)
+    ).run("q")
     assert t.termination == "answer" and t.prediction == "Nile"
 
 
@@ -117,7 +162,9 @@ def test_timeout(tools):
 # -- batch runs ------------------------------------------------------------------------------
 def _questions(tmp_path: Path, n: int) -> Path:
     p = tmp_path / "q.jsonl"
-    p.write_text("".join(json.dumps({"id": f"q{i}", "question": f"question {i}?", "answer": "x"}) + "\n" for i in range(n)))
+    p.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"question {i}?", "answer": "x"}) + "\n" for i in range(n))
+    )
     return p
 
 
@@ -143,17 +190,25 @@ def test_one_bad_question_never_stops_the_batch(tools, tmp_path: Path):
             raise ModelError("server exploded")
         return "<answer>x</answer>"
 
-    s = run_questions(Agent(ScriptedModel(script), tools), load_questions(_questions(tmp_path, 4)),
-                      tmp_path / "o.jsonl", concurrency=2, progress=False)
+    s = run_questions(
+        Agent(ScriptedModel(script), tools),
+        load_questions(_questions(tmp_path, 4)),
+        tmp_path / "o.jsonl",
+        concurrency=2,
+        progress=False,
+    )
     assert s.finished == 4 and s.terminations == {"answer": 3, "model_error": 1}
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"question": "ok"}\n{"question": "a", \n', "line 2: not valid JSON"),
-    ('{"question": ""}\n', "line 1: 'question' must be a non-empty string"),
-    ('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n', "line 2: duplicate id '1'"),
-    ("\n\n", "no questions"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"question": "ok"}\n{"question": "a", \n', "line 2: not valid JSON"),
+        ('{"question": ""}\n', "line 1: 'question' must be a non-empty string"),
+        ('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n', "line 2: duplicate id '1'"),
+        ("\n\n", "no questions"),
+    ],
+)
 def test_questions_file_errors_name_the_line(tmp_path: Path, content: str, message: str):
     p = tmp_path / "q.jsonl"
     p.write_text(content)
@@ -164,7 +219,11 @@ def test_questions_file_errors_name_the_line(tmp_path: Path, content: str, messa
 def test_nq_sample_loads_golden_answers(shared_data: Path):
     path = shared_data / "nq_test_sample.jsonl"
     qs = load_questions(path)
-    assert len(qs) == len(path.read_text().split("\n")) - path.read_text().split("\n").count("") and qs[0].id == "test_0" and isinstance(qs[0].answer, list)
+    assert (
+        len(qs) == len(path.read_text().split("\n")) - path.read_text().split("\n").count("")
+        and qs[0].id == "test_0"
+        and isinstance(qs[0].answer, list)
+    )
 
 
 # -- OpenAI-compatible backend ---------------------------------------------------------------
@@ -203,7 +262,9 @@ def test_unknown_model_specs(spec):
 def test_huge_and_empty_questions(tools):
     from websailor.errors import InvalidArgumentError
 
-    t = Agent(ScriptedModel(["<answer>x</answer>"], max_context=8192), tools).run("word " * 20_000)  # 100,000 characters
+    t = Agent(ScriptedModel(["<answer>x</answer>"], max_context=8192), tools).run(
+        "word " * 20_000
+    )  # 100,000 characters
     assert t.termination == "context" and t.prediction is None
     with pytest.raises(InvalidArgumentError, match="empty"):
         Agent(ScriptedModel(["<answer>x</answer>"]), tools).run("   ")

@@ -16,8 +16,9 @@ def test_vital_build_counts(vital: Corpus):
     assert vital.meta["format"] == "vital" and vital.meta["complete"] is True
 
 
-@pytest.mark.parametrize("name, fmt, n_docs", [("wiki18_sample_1000.jsonl", "wiki18", None),
-                                                ("kilt_sample_100.jsonl", "kilt", 99)])
+@pytest.mark.parametrize(
+    "name, fmt, n_docs", [("wiki18_sample_1000.jsonl", "wiki18", None), ("kilt_sample_100.jsonl", "kilt", 99)]
+)
 def test_other_layouts_build_and_search(shared_data: Path, tmp_path: Path, name: str, fmt: str, n_docs):
     out = build_corpus(CorpusBuildConfig(source=shared_data / name, format=fmt, out=tmp_path / fmt))
     c = Corpus.open(out)
@@ -91,7 +92,9 @@ def test_target_that_is_not_a_corpus_is_not_overwritten(tmp_path: Path, shared_d
 def test_reuse_checks_the_source(shared_data: Path, tmp_path: Path):
     from websailor.errors import InputFormatError
 
-    out = build_corpus(CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k"))
+    out = build_corpus(
+        CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+    )
     with pytest.raises(InputFormatError, match="does not exist"):
         build_corpus(CorpusBuildConfig(source=tmp_path / "missing.jsonl", format="kilt", out=out))
     with pytest.raises(CorpusError, match="already holds a corpus built from .*kilt_sample_100.jsonl"):
@@ -123,7 +126,9 @@ def test_leftovers_of_killed_builds_are_cleaned(shared_data: Path, tmp_path: Pat
 
 def test_stop_word_only_pages_still_build(tmp_path: Path):
     src = tmp_path / "s.jsonl"
-    src.write_text(json.dumps({"title": "a", "text": "the"}) + "\n" + json.dumps({"title": "Bee", "text": "a bee"}) + "\n")
+    src.write_text(
+        json.dumps({"title": "a", "text": "the"}) + "\n" + json.dumps({"title": "Bee", "text": "a bee"}) + "\n"
+    )
     c = Corpus.open(build_corpus(CorpusBuildConfig(source=src, format="jsonl", out=tmp_path / "c")))
     assert c.search(["bee"], k=5)[0][0].title == "Bee"
 

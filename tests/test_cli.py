@@ -16,7 +16,9 @@ def run(*args: str):
 @pytest.fixture(scope="module")
 def kilt_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("cli") / "kilt"
-    res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "kilt", "--out", str(out))
+    res = run(
+        "corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "kilt", "--out", str(out)
+    )
     assert res.exit_code == 0, res.output
     assert res.stdout.strip() == str(out)  # logs go to stderr: DIR=$(websailor corpus build ...) works
     return str(out)
@@ -55,13 +57,16 @@ def test_info_search_visit_tool_links(kilt_dir: str, vital_dir: Path):
     assert res.exit_code == 0 and res.stdout.count("could not be found") == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["search", "x", "-k", "0"], "k must be a positive integer"),
-    (["search", "   "], r"queries[0] is empty"),
-    (["corpus", "info"], "no corpus at"),
-    (["corpus", "build", "--source", "/no/such/file.jsonl", "--format", "jsonl"], "does not exist"),
-    (["corpus", "build", "--format", "kilt"], "--format needs --source"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["search", "x", "-k", "0"], "k must be a positive integer"),
+        (["search", "   "], r"queries[0] is empty"),
+        (["corpus", "info"], "no corpus at"),
+        (["corpus", "build", "--source", "/no/such/file.jsonl", "--format", "jsonl"], "does not exist"),
+        (["corpus", "build", "--format", "kilt"], "--format needs --source"),
+    ],
+)
 def test_errors_are_one_clear_line_and_exit_2(args, message):
     res = run(*args)
     assert res.exit_code == 2, res.output
@@ -72,8 +77,16 @@ def test_errors_are_one_clear_line_and_exit_2(args, message):
 def test_wrong_format_is_rejected_by_the_cli(shared_data: Path, tmp_path: Path):
     res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "csv")
     assert res.exit_code == 2 and "'csv' is not one of" in res.output
-    res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "wiki18",
-              "--out", str(tmp_path / "x"))
+    res = run(
+        "corpus",
+        "build",
+        "--source",
+        str(shared_data / "kilt_sample_100.jsonl"),
+        "--format",
+        "wiki18",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert res.exit_code == 2 and "try --format kilt" in res.stderr
     assert not (tmp_path / "x").exists()
 
@@ -96,22 +109,47 @@ def test_run_single_question_and_batch(vital_dir: Path, tmp_path: Path):
         qfile = tmp_path / "q.jsonl"
         qfile.write_text('{"id": "a", "question": "Q1?"}\n{"id": "b", "question": "Q2?", "answer": "x"}\n')
         out = tmp_path / "t.jsonl"
-        res = run("run", "--questions", str(qfile), "--out", str(out), "--rollouts", "2", "--model", spec,
-                  "--corpus", str(vital_dir))
+        res = run(
+            "run",
+            "--questions",
+            str(qfile),
+            "--out",
+            str(out),
+            "--rollouts",
+            "2",
+            "--model",
+            spec,
+            "--corpus",
+            str(vital_dir),
+        )
         assert res.exit_code == 0, res.output
         assert "4 trajectories written" in res.stdout and "answer 4" in res.stdout
-        res = run("run", "--questions", str(qfile), "--out", str(out), "--rollouts", "2", "--model", spec,
-                  "--corpus", str(vital_dir))
+        res = run(
+            "run",
+            "--questions",
+            str(qfile),
+            "--out",
+            str(out),
+            "--rollouts",
+            "2",
+            "--model",
+            spec,
+            "--corpus",
+            str(vital_dir),
+        )
         assert "0 trajectories written" in res.stdout and "(4 already there)" in res.stdout
         assert len(out.read_text().splitlines()) == 4
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "  "], "the question is empty"),
-    (["run"], "give either a QUESTION or --questions FILE"),
-    (["run", "q", "--model", "gpt-9"], "unknown model spec 'gpt-9'"),
-    (["run", "--questions", "q.jsonl"], "--questions needs --out"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "  "], "the question is empty"),
+        (["run"], "give either a QUESTION or --questions FILE"),
+        (["run", "q", "--model", "gpt-9"], "unknown model spec 'gpt-9'"),
+        (["run", "--questions", "q.jsonl"], "--questions needs --out"),
+    ],
+)
 def test_run_errors(args, message, vital_dir: Path):
     res = run(*args, "--corpus", str(vital_dir))
     assert res.exit_code == 2 and message in res.stderr
@@ -150,8 +188,21 @@ def test_synth_with_difficulty_filter(vital_dir: Path, tmp_path: Path):
 
     out = tmp_path / "hard.jsonl"
     with FakeOpenAIServer("<think>no idea</think><answer>Atlantis</answer>") as srv:
-        res = run("synth", "--n", "3", "--out", str(out), "--corpus", str(vital_dir), "--filter-with",
-                  f"openai:ref@{srv.url}", "--k", "2", "--keep", "hard")
+        res = run(
+            "synth",
+            "--n",
+            "3",
+            "--out",
+            str(out),
+            "--corpus",
+            str(vital_dir),
+            "--filter-with",
+            f"openai:ref@{srv.url}",
+            "--k",
+            "2",
+            "--keep",
+            "hard",
+        )
         assert res.exit_code == 0, res.output
         assert srv.state["requests"] == 6
     items = [json.loads(line) for line in out.read_text().splitlines()]
@@ -159,7 +210,9 @@ def test_synth_with_difficulty_filter(vital_dir: Path, tmp_path: Path):
     assert len((tmp_path / "hard.rollouts.jsonl").read_text().splitlines()) == 6
     res = run("synth", "stats", str(out), "--json")
     assert json.loads(res.stdout)["difficulty"] == {"rated": 3, "mean_correct": 0.0, "k": [2]}
-    res = run("synth", "--n", "3", "--out", str(out), "--corpus", str(vital_dir), "--filter-with", "x", "--keep", "easy")
+    res = run(
+        "synth", "--n", "3", "--out", str(out), "--corpus", str(vital_dir), "--filter-with", "x", "--keep", "easy"
+    )
     assert res.exit_code == 2 and "easy" in res.output
 
 
@@ -170,13 +223,28 @@ def test_eval_and_score(shared_data: Path, tmp_path: Path):
         q = messages[-1]["content"]
         if q.startswith("Judge whether"):  # the LLM judge
             ok = "Wilhelm Conrad" in q.split("[correct_answer]:")[1]
-            return json.dumps({"extracted_final_answer": "x", "reasoning": "r", "correct": "yes" if ok else "no", "confidence": 80})
+            return json.dumps(
+                {"extracted_final_answer": "x", "reasoning": "r", "correct": "yes" if ok else "no", "confidence": 80}
+            )
         return "<think>I know this.</think><answer>Wilhelm Conrad Röntgen</answer>"
 
     out = tmp_path / "ev"
     with FakeOpenAIServer(reply) as srv:
-        res = run("eval", "--bench", str(shared_data / "nq_test_sample.jsonl"), "--limit", "4", "--model", f"openai:m@{srv.url}",
-                  "--env", "none", "--rollouts", "2", "--out", str(out))
+        res = run(
+            "eval",
+            "--bench",
+            str(shared_data / "nq_test_sample.jsonl"),
+            "--limit",
+            "4",
+            "--model",
+            f"openai:m@{srv.url}",
+            "--env",
+            "none",
+            "--rollouts",
+            "2",
+            "--out",
+            str(out),
+        )
         assert res.exit_code == 0, res.output
         assert "| 25.0 (" in res.stdout and "4 questions x k = 2 rollouts" in res.stdout  # only test_0 is Röntgen
         summary = json.loads((out / "summary.json").read_text())
@@ -184,7 +252,9 @@ def test_eval_and_score(shared_data: Path, tmp_path: Path):
 
         res = run("score", str(out / "trajectories.jsonl"), "--judge", f"llm:openai:j@{srv.url}", "--json")
         assert res.exit_code == 0, res.output
-        assert json.loads(res.stdout)["avg_at_k"] == 0.25 and json.loads(res.stdout)["judge"].startswith("llm:openai:j@")
+        assert json.loads(res.stdout)["avg_at_k"] == 0.25 and json.loads(res.stdout)["judge"].startswith(
+            "llm:openai:j@"
+        )
 
     res = run("eval", "--bench", str(tmp_path / "missing.jsonl"), "--out", str(out))
     assert res.exit_code == 2 and "does not exist" in res.stderr
@@ -197,14 +267,38 @@ def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
     assert run("synth", "--n", "6", "--out", str(qa), "--corpus", str(vital_dir), "--test-fraction", "0").exit_code == 0
     res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "sft.jsonl"), "--corpus", str(vital_dir))
     assert res.exit_code == 0, res.output
-    assert "6 constructive trajectories written" in res.stdout and len((tmp_path / "sft.jsonl").read_text().splitlines()) == 6
-    res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "t.jsonl"), "--split", "test", "--corpus", str(vital_dir))
+    assert (
+        "6 constructive trajectories written" in res.stdout
+        and len((tmp_path / "sft.jsonl").read_text().splitlines()) == 6
+    )
+    res = run(
+        "traj",
+        "build",
+        "--qa",
+        str(qa),
+        "--out",
+        str(tmp_path / "t.jsonl"),
+        "--split",
+        "test",
+        "--corpus",
+        str(vital_dir),
+    )
     assert res.exit_code == 2 and "no QA items in split 'test'" in res.stderr
     from fakes import FakeOpenAIServer
 
     with FakeOpenAIServer("I check the next clue on its page.") as srv:  # short-CoT reconstruction by another model
-        res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "short.jsonl"), "--corpus", str(vital_dir),
-                  "--rewrite-thoughts", f"openai:w@{srv.url}")
+        res = run(
+            "traj",
+            "build",
+            "--qa",
+            str(qa),
+            "--out",
+            str(tmp_path / "short.jsonl"),
+            "--corpus",
+            str(vital_dir),
+            "--rewrite-thoughts",
+            f"openai:w@{srv.url}",
+        )
     assert res.exit_code == 0, res.output
     for line in (tmp_path / "short.jsonl").read_text().splitlines():
         rec = json.loads(line)
@@ -223,29 +317,97 @@ def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path)
     assert res.exit_code == 2 and "needs --expert MODEL" in res.stderr
     answer = json.loads(qa.read_text().splitlines()[0])["answer"]
     with FakeOpenAIServer(f"<answer>{answer}</answer>") as srv:  # right once, but never uses a tool
-        res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(out), "--corpus", str(vital_dir),
-                  "--expert", f"openai:m@{srv.url}", "--k", "2")
+        res = run(
+            "traj",
+            "build",
+            "--source",
+            "expert",
+            "--qa",
+            str(qa),
+            "--out",
+            str(out),
+            "--corpus",
+            str(vital_dir),
+            "--expert",
+            f"openai:m@{srv.url}",
+            "--k",
+            "2",
+        )
     assert res.exit_code == 0, res.output
     assert "6 expert rollouts" in res.stdout and "kept 0, wrong 4" in res.stdout and "few_tool_calls 2" in res.stdout
     assert "0 expert trajectories written" in res.stdout and out.read_text() == ""
     # another expert cannot reuse these rollouts; an endpoint that is down is an error, not "no answer"
-    res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(out), "--corpus", str(vital_dir),
-              "--expert", "openai:other@http://127.0.0.1:9/v1", "--k", "2")
+    res = run(
+        "traj",
+        "build",
+        "--source",
+        "expert",
+        "--qa",
+        str(qa),
+        "--out",
+        str(out),
+        "--corpus",
+        str(vital_dir),
+        "--expert",
+        "openai:other@http://127.0.0.1:9/v1",
+        "--k",
+        "2",
+    )
     assert res.exit_code == 2 and "not of 'openai:other@http://127.0.0.1:9/v1': use another --out" in res.stderr
     down = tmp_path / "down.jsonl"
-    res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(down), "--corpus", str(vital_dir),
-              "--expert", "openai:m@http://127.0.0.1:9/v1", "--k", "1", "--max-calls", "2")
+    res = run(
+        "traj",
+        "build",
+        "--source",
+        "expert",
+        "--qa",
+        str(qa),
+        "--out",
+        str(down),
+        "--corpus",
+        str(vital_dir),
+        "--expert",
+        "openai:m@http://127.0.0.1:9/v1",
+        "--k",
+        "1",
+        "--max-calls",
+        "2",
+    )
     assert res.exit_code == 2 and "model_error 3" in res.stdout
     assert "3 rollouts ended in a model error" in res.stderr and "rerun the same command" in res.stderr
     # one source per file: expert or rewritten trajectories never mix into a constructive file
     cons = tmp_path / "cons.jsonl"
     assert run("traj", "build", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir)).exit_code == 0
     with FakeOpenAIServer(f"<answer>{answer}</answer>") as srv:
-        res = run("traj", "build", "--source", "expert", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir),
-                  "--expert", f"openai:m@{srv.url}", "--k", "1")
+        res = run(
+            "traj",
+            "build",
+            "--source",
+            "expert",
+            "--qa",
+            str(qa),
+            "--out",
+            str(cons),
+            "--corpus",
+            str(vital_dir),
+            "--expert",
+            f"openai:m@{srv.url}",
+            "--k",
+            "1",
+        )
         assert res.exit_code == 2 and "holds trajectories of 'constructive'" in res.stderr
-        res = run("traj", "build", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir),
-                  "--rewrite-thoughts", f"openai:w@{srv.url}")
+        res = run(
+            "traj",
+            "build",
+            "--qa",
+            str(qa),
+            "--out",
+            str(cons),
+            "--corpus",
+            str(vital_dir),
+            "--rewrite-thoughts",
+            f"openai:w@{srv.url}",
+        )
         assert res.exit_code == 2 and "write them to another file" in res.stderr
 
     empty = tmp_path / "empty.jsonl"

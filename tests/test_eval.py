@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from websailor.errors import InputFormatError
-from websailor.eval.loaders import (canary_xor_encrypt, detect_format, load_benchmark, sha256_xor_decrypt,
-                                    sha256_xor_encrypt)
+from websailor.eval.loaders import (
+    canary_xor_encrypt,
+    detect_format,
+    load_benchmark,
+    sha256_xor_decrypt,
+    sha256_xor_encrypt,
+)
 from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_at_k, per_run_accuracy
 from websailor.judge import Case, Gold, load_judge
 
@@ -30,14 +35,19 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
 
 
 def test_browsecomp_csv_is_decrypted_with_each_rows_canary(tmp_path: Path):
-    rows = [[sha256_xor_encrypt(q, c), sha256_xor_encrypt(a, c), "Art", c] for q, a, c in [
-        ("Which river flows through Khartoum and Cairo?", "Nile", "canary-1"),
-        ("Which painter made the Mona Lisa?", "Leonardo da Vinci", "canary-two"),
-    ]]
+    rows = [
+        [sha256_xor_encrypt(q, c), sha256_xor_encrypt(a, c), "Art", c]
+        for q, a, c in [
+            ("Which river flows through Khartoum and Cairo?", "Nile", "canary-1"),
+            ("Which painter made the Mona Lisa?", "Leonardo da Vinci", "canary-two"),
+        ]
+    ]
     path = _write_csv(tmp_path / "browse_comp_test_set.csv", ["problem", "answer", "problem_topic", "canary"], rows)
     items = load_benchmark(path)
     assert [(it.question, it.gold.answer, it.meta["topic"]) for it in items] == [
-        ("Which river flows through Khartoum and Cairo?", "Nile", "Art"), ("Which painter made the Mona Lisa?", "Leonardo da Vinci", "Art")]
+        ("Which river flows through Khartoum and Cairo?", "Nile", "Art"),
+        ("Which painter made the Mona Lisa?", "Leonardo da Vinci", "Art"),
+    ]
     assert sha256_xor_decrypt(rows[0][0], "canary-1") == "Which river flows through Khartoum and Cairo?"
 
     no_canary = _write_csv(tmp_path / "nc.csv", ["problem", "answer"], [r[:2] for r in rows])
@@ -45,7 +55,9 @@ def test_browsecomp_csv_is_decrypted_with_each_rows_canary(tmp_path: Path):
         load_benchmark(no_canary)
     with pytest.raises(InputFormatError, match="no 'canary' column"):
         load_benchmark(f"browsecomp:{no_canary}")
-    wrong = _write_csv(tmp_path / "wrong.csv", ["problem", "answer", "canary"], [[r[0], r[1], "not-the-canary"] for r in rows])
+    wrong = _write_csv(
+        tmp_path / "wrong.csv", ["problem", "answer", "canary"], [[r[0], r[1], "not-the-canary"] for r in rows]
+    )
     with pytest.raises(InputFormatError, match="row 2: cannot decrypt with its canary"):
         load_benchmark(wrong)
 
@@ -56,13 +68,31 @@ def test_browsecomp_zh_xlsx_and_xbench_csv(tmp_path: Path):
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.append(["Topic", "Question", "Answer", "canary"])
-    ws.append(["历史", sha256_xor_encrypt("哪位皇帝修建了长城的大部分？", "zh-c"), sha256_xor_encrypt("秦始皇", "zh-c"), "zh-c"])
+    ws.append(
+        [
+            "历史",
+            sha256_xor_encrypt("哪位皇帝修建了长城的大部分？", "zh-c"),
+            sha256_xor_encrypt("秦始皇", "zh-c"),
+            "zh-c",
+        ]
+    )
     wb.save(tmp_path / "browsecomp-zh-encrypted.xlsx")
     items = load_benchmark(tmp_path / "browsecomp-zh-encrypted.xlsx")
     assert items[0].question == "哪位皇帝修建了长城的大部分？" and items[0].gold.answer == "秦始皇"
 
-    path = _write_csv(tmp_path / "DeepSearch.csv", ["id", "prompt", "type", "answer", "canary"],
-                      [[7, canary_xor_encrypt("2024年奥运会在哪座城市举办？", "xb-key"), "t", canary_xor_encrypt("巴黎", "xb-key"), "xb-key"]])
+    path = _write_csv(
+        tmp_path / "DeepSearch.csv",
+        ["id", "prompt", "type", "answer", "canary"],
+        [
+            [
+                7,
+                canary_xor_encrypt("2024年奥运会在哪座城市举办？", "xb-key"),
+                "t",
+                canary_xor_encrypt("巴黎", "xb-key"),
+                "xb-key",
+            ]
+        ],
+    )
     assert detect_format(path, [{"id": 1, "prompt": "", "answer": "", "canary": ""}]) == "xbench"
     items = load_benchmark(path)
     assert (items[0].id, items[0].question, items[0].gold.answer) == ("7", "2024年奥运会在哪座城市举办？", "巴黎")
@@ -70,36 +100,97 @@ def test_browsecomp_zh_xlsx_and_xbench_csv(tmp_path: Path):
 
 def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path, shared_data: Path):
     gaia = tmp_path / "metadata.jsonl"
-    gaia.write_text("\n".join(json.dumps(r) for r in [
-        {"task_id": "a1", "Question": "How many moons has Mars?", "Level": 1, "Final answer": "2", "file_name": ""},
-        {"task_id": "a2", "Question": "What is in the attached sheet?", "Level": 2, "Final answer": "5", "file_name": "x.xlsx"},
-    ]) + "\n")
+    gaia.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {
+                    "task_id": "a1",
+                    "Question": "How many moons has Mars?",
+                    "Level": 1,
+                    "Final answer": "2",
+                    "file_name": "",
+                },
+                {
+                    "task_id": "a2",
+                    "Question": "What is in the attached sheet?",
+                    "Level": 2,
+                    "Final answer": "5",
+                    "file_name": "x.xlsx",
+                },
+            ]
+        )
+        + "\n"
+    )
     items = load_benchmark(gaia)
     assert [(it.id, it.gold.answer, it.meta["level"]) for it in items] == [("a1", "2", 1)]  # text only
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pylist([
-        {"id": "h1", "question": "What is 2+2?", "image": "", "answer": "4", "answer_type": "exactMatch", "category": "Math"},
-        {"id": "h2", "question": "What is shown?", "image": "data:image/png;base64,xx", "answer": "a cat", "answer_type": "exactMatch", "category": "Other"},
-    ]), tmp_path / "test-00000-of-00001.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "id": "h1",
+                    "question": "What is 2+2?",
+                    "image": "",
+                    "answer": "4",
+                    "answer_type": "exactMatch",
+                    "category": "Math",
+                },
+                {
+                    "id": "h2",
+                    "question": "What is shown?",
+                    "image": "data:image/png;base64,xx",
+                    "answer": "a cat",
+                    "answer_type": "exactMatch",
+                    "category": "Other",
+                },
+            ]
+        ),
+        tmp_path / "test-00000-of-00001.parquet",
+    )
     items = load_benchmark(tmp_path / "test-00000-of-00001.parquet")
     assert [it.id for it in items] == ["h1"] and items[0].meta["category"] == "Math"
 
     fan = tmp_path / "fanout-final-dev.json"
-    fan.write_text(json.dumps([
-        {"id": "f1", "question": "Batting hands of the top picks?", "answer": {"Pat Burrell": "Right", "Mark Mulder": "Left"}, "decomposition": []},
-        {"id": "f2", "question": "Which two cities?", "answer": ["Paris", "Rome"], "decomposition": []},
-        {"id": "f3", "question": "How many?", "answer": 12, "decomposition": []},
-    ]))
+    fan.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "f1",
+                    "question": "Batting hands of the top picks?",
+                    "answer": {"Pat Burrell": "Right", "Mark Mulder": "Left"},
+                    "decomposition": [],
+                },
+                {"id": "f2", "question": "Which two cities?", "answer": ["Paris", "Rome"], "decomposition": []},
+                {"id": "f3", "question": "How many?", "answer": 12, "decomposition": []},
+            ]
+        )
+    )
     f1, f2, f3 = load_benchmark(fan)
     assert f1.gold.parts == ("Pat Burrell", "Right", "Mark Mulder", "Left") and f2.gold.parts == ("Paris", "Rome")
     assert f3.gold.answer == "12" and f3.gold.parts is None
 
     synth = tmp_path / "qa.jsonl"
-    synth.write_text("\n".join(json.dumps({"id": f"sf-{i}", "question": f"Which river {i}?", "answer": "Nile", "aliases": ["The Nile"],
-                                           "topology_hash": "h", "constraints": [], "split": s}) for i, s in enumerate(["train", "test", "test"])) + "\n")
+    synth.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "id": f"sf-{i}",
+                    "question": f"Which river {i}?",
+                    "answer": "Nile",
+                    "aliases": ["The Nile"],
+                    "topology_hash": "h",
+                    "constraints": [],
+                    "split": s,
+                }
+            )
+            for i, s in enumerate(["train", "test", "test"])
+        )
+        + "\n"
+    )
     assert [it.id for it in load_benchmark(synth)] == ["sf-1", "sf-2"]
     assert [it.id for it in load_benchmark(synth, split="all", limit=2)] == ["sf-0", "sf-1"]
     assert load_benchmark(synth)[0].gold.forms == ("Nile", "The Nile")
@@ -127,10 +218,12 @@ def test_bad_benchmark_files(tmp_path: Path):
 
 
 # -- metrics (hand-computed) ------------------------------------------------------------------------
-TABLE = [[True, False, True],    # question a: 2 of 3
-         [False, False, False],  # b: 0 of 3
-         [True, True, True],     # c: 3 of 3
-         [False, True, False]]   # d: 1 of 3
+TABLE = [
+    [True, False, True],  # question a: 2 of 3
+    [False, False, False],  # b: 0 of 3
+    [True, True, True],  # c: 3 of 3
+    [False, True, False],
+]  # d: 1 of 3
 
 
 def test_metrics_hand_computed():
@@ -166,7 +259,9 @@ def test_metrics_refuse_ragged_tables():
 
 # -- LLM judge --------------------------------------------------------------------------------------
 def _verdict(correct: str, extracted: str = "Nile") -> str:
-    return json.dumps({"extracted_final_answer": extracted, "reasoning": "same river", "correct": correct, "confidence": 90})
+    return json.dumps(
+        {"extracted_final_answer": extracted, "reasoning": "same river", "correct": correct, "confidence": 90}
+    )
 
 
 def test_llm_judge_parses_retries_caches_and_never_counts_failures_as_wrong(tmp_path: Path):
@@ -195,7 +290,11 @@ def test_llm_judge_parses_retries_caches_and_never_counts_failures_as_wrong(tmp_
     seen = []
     spy = ScriptedModel(lambda msgs: (seen.append(msgs[0]["content"]), _verdict("no", "Danube"))[1])
     (g,) = LLMJudge(spy).grade([Case("Which river?", "Danube", Gold.parse("Nile", ["The Nile"]))])
-    assert g.correct is False and "[correct_answer]: Nile (also accepted: The Nile)" in seen[0] and "[response]: Danube" in seen[0]
+    assert (
+        g.correct is False
+        and "[correct_answer]: Nile (also accepted: The Nile)" in seen[0]
+        and "[response]: Danube" in seen[0]
+    )
 
 
 def test_load_judge_specs():
@@ -212,9 +311,20 @@ from websailor.eval.scoring import read_trajectories, rollouts_per_question, sco
 
 
 def _traj(qid: str, rollout: int, prediction, answer="Nile", tools: int = 2, termination: str = "answer") -> dict:
-    return {"id": qid, "rollout": rollout, "question": f"question {qid}?", "answer": answer, "prediction": prediction,
-            "termination": termination, "num_tool_calls": tools, "num_model_calls": tools + 1,
-            "tokens": {"prompt": 100, "completion": 10}, "timings": {"total_s": 1.5}, "model": "m", "env": "local"}
+    return {
+        "id": qid,
+        "rollout": rollout,
+        "question": f"question {qid}?",
+        "answer": answer,
+        "prediction": prediction,
+        "termination": termination,
+        "num_tool_calls": tools,
+        "num_model_calls": tools + 1,
+        "tokens": {"prompt": 100, "completion": 10},
+        "timings": {"total_s": 1.5},
+        "model": "m",
+        "env": "local",
+    }
 
 
 def _write(path: Path, records: list[dict]) -> Path:
@@ -223,8 +333,12 @@ def _write(path: Path, records: list[dict]) -> Path:
 
 
 def test_scoring_resumes_and_builds_the_table(tmp_path: Path):
-    recs = [_traj("a", 0, "the Nile"), _traj("a", 1, "Danube"), _traj("b", 0, None, termination="max_calls"),
-            _traj("b", 1, "nile", answer={"answer": "Nile", "aliases": [], "parts": None})]
+    recs = [
+        _traj("a", 0, "the Nile"),
+        _traj("a", 1, "Danube"),
+        _traj("b", 0, None, termination="max_calls"),
+        _traj("b", 1, "nile", answer={"answer": "Nile", "aliases": [], "parts": None}),
+    ]
     path = _write(tmp_path / "t.jsonl", recs)
     records = read_trajectories([path])
     assert rollouts_per_question(records) == 2
@@ -239,9 +353,14 @@ def test_scoring_resumes_and_builds_the_table(tmp_path: Path):
 
 def test_bad_trajectory_files(tmp_path: Path):
     mixed = _write(tmp_path / "m.jsonl", [_traj("a", 0, "x"), _traj("a", 1, "x"), _traj("b", 0, "x")])
-    with pytest.raises(InputFormatError, match="mix different numbers of rollouts per question: 1 with 1 .*'b'.*; 1 with 2"):
+    with pytest.raises(
+        InputFormatError, match="mix different numbers of rollouts per question: 1 with 1 .*'b'.*; 1 with 2"
+    ):
         rollouts_per_question(read_trajectories([mixed]))
-    two_files = [_write(tmp_path / "k1.jsonl", [_traj("a", 0, "x")]), _write(tmp_path / "k2.jsonl", [_traj("b", 0, "x"), _traj("b", 1, "y")])]
+    two_files = [
+        _write(tmp_path / "k1.jsonl", [_traj("a", 0, "x")]),
+        _write(tmp_path / "k2.jsonl", [_traj("b", 0, "x"), _traj("b", 1, "y")]),
+    ]
     with pytest.raises(InputFormatError, match="mix different numbers"):
         rollouts_per_question(read_trajectories(two_files))
     no_pred = _traj("a", 0, "x")
@@ -263,8 +382,10 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
     from websailor.eval.loaders import EvalItem
     from websailor.tools import build_local_tools
 
-    items = [EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
-             EvalItem("mona", "Who painted the Mona Lisa?", Gold.parse("Leonardo da Vinci", ["Leonardo"]))]
+    items = [
+        EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
+        EvalItem("mona", "Who painted the Mona Lisa?", Gold.parse("Leonardo da Vinci", ["Leonardo"])),
+    ]
 
     def reply(msgs):  # (mona: one reply off the protocol first) search once, then answer ("Leonardo" is an alias)
         mona = "Mona" in msgs[1]["content"]
@@ -273,17 +394,34 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
             return "I am not sure."
         if turn == int(mona):
             return call("search", query=[msgs[1]["content"]])
-        return "<think>found</think><answer>Nile</answer>" if "Cairo" in msgs[1]["content"] else "<answer>Leonardo</answer>"
+        return (
+            "<think>found</think><answer>Nile</answer>"
+            if "Cairo" in msgs[1]["content"]
+            else "<answer>Leonardo</answer>"
+        )
 
     agent = Agent(ScriptedModel(reply), build_local_tools(vital), AgentConfig(max_calls=4))
     out = tmp_path / "ev"
-    summary = evaluate(items, agent, load_judge("em"), out, EvalConfig(rollouts=2, concurrency=2), bench="tiny", progress=False)
-    assert summary["avg_at_k"] == 1.0 and summary["pass_at_k"] == 1.0 and summary["k"] == 2 and summary["questions"] == 2
+    summary = evaluate(
+        items, agent, load_judge("em"), out, EvalConfig(rollouts=2, concurrency=2), bench="tiny", progress=False
+    )
+    assert (
+        summary["avg_at_k"] == 1.0 and summary["pass_at_k"] == 1.0 and summary["k"] == 2 and summary["questions"] == 2
+    )
     assert summary["mean_tool_calls"] == 1.0 and summary["terminations"] == {"answer": 4}
     assert summary["accuracy_by_tool_calls"] == {"1-2": {"n": 4, "accuracy": 1.0}}
-    assert summary["assistant_turns"] == 10 and summary["format_validity"] == 0.8  # 2 x (2 + 3) turns, 2 off the protocol
-    for name in ("trajectories.jsonl", "scores.jsonl", "summary.json", "report.md", "accuracy_by_tool_calls.png",
-                 "terminations.png", "pass_at_j.png"):
+    assert (
+        summary["assistant_turns"] == 10 and summary["format_validity"] == 0.8
+    )  # 2 x (2 + 3) turns, 2 off the protocol
+    for name in (
+        "trajectories.jsonl",
+        "scores.jsonl",
+        "summary.json",
+        "report.md",
+        "accuracy_by_tool_calls.png",
+        "terminations.png",
+        "pass_at_j.png",
+    ):
         assert (out / name).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "judge: em" in report and "| 100.0 (100.0-100.0) | 100.0 | 100.0 |" in report
@@ -297,8 +435,25 @@ def test_report_states_ungraded_and_leaves_them_out():
     from websailor.eval.scoring import Score
 
     def sc(qid, r, correct):
-        return Score(qid, r, "llm:j", correct, None if correct is None else float(correct), None, None, None,
-                     None if correct is not None else "judge endpoint error: HTTP 503", "answer", 3, 4, 100, 10, 2.0, "m", "local")
+        return Score(
+            qid,
+            r,
+            "llm:j",
+            correct,
+            None if correct is None else float(correct),
+            None,
+            None,
+            None,
+            None if correct is not None else "judge endpoint error: HTTP 503",
+            "answer",
+            3,
+            4,
+            100,
+            10,
+            2.0,
+            "m",
+            "local",
+        )
 
     s = summarize([sc("a", 0, True), sc("a", 1, None), sc("b", 0, False), sc("b", 1, None)])
     assert s["ungraded"] == 2 and s["avg_at_k"] == 0.5 and s["per_run_accuracy"] == [0.5, None]
@@ -340,10 +495,14 @@ def test_model_errors_are_ungraded_and_superseded_by_a_rerun(tmp_path: Path):
 
 
 def test_malformed_trajectory_fields_are_named(tmp_path: Path):
-    for field, value, message in [("rollout", "abc", "'rollout' must be an integer"), ("rollout", None, "'rollout' must be an integer"),
-                                  ("prediction", 12, "'prediction' must be text or null"), ("tokens", "many", "'tokens' must be an object"),
-                                  ("num_tool_calls", "x", "'num_tool_calls' must be an integer"),
-                                  ("answer", [["Paris"]], "no usable gold answer")]:
+    for field, value, message in [
+        ("rollout", "abc", "'rollout' must be an integer"),
+        ("rollout", None, "'rollout' must be an integer"),
+        ("prediction", 12, "'prediction' must be text or null"),
+        ("tokens", "many", "'tokens' must be an object"),
+        ("num_tool_calls", "x", "'num_tool_calls' must be an integer"),
+        ("answer", [["Paris"]], "no usable gold answer"),
+    ]:
         rec = _traj("a", 0, "Nile")
         rec[field] = value
         with pytest.raises(InputFormatError, match=message):
@@ -352,11 +511,17 @@ def test_malformed_trajectory_fields_are_named(tmp_path: Path):
 
 def test_loader_messages_count_records_of_the_file(tmp_path: Path):
     gaia = tmp_path / "metadata.jsonl"
-    gaia.write_text("\n".join(json.dumps(r) for r in [
-        {"task_id": "a1", "Question": "Q1?", "Final answer": "1", "file_name": "x.png"},
-        {"task_id": "a2", "Question": "Q2?", "Final answer": "2", "file_name": ""},
-        {"task_id": "a3", "Question": "Q3?", "Final answer": "", "file_name": ""},
-    ]) + "\n")
+    gaia.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"task_id": "a1", "Question": "Q1?", "Final answer": "1", "file_name": "x.png"},
+                {"task_id": "a2", "Question": "Q2?", "Final answer": "2", "file_name": ""},
+                {"task_id": "a3", "Question": "Q3?", "Final answer": "", "file_name": ""},
+            ]
+        )
+        + "\n"
+    )
     with pytest.raises(InputFormatError, match="record 3: no gold answer"):
         load_benchmark(gaia)
     with pytest.raises(InputFormatError, match="--split applies to synthesized QA items only"):

@@ -35,7 +35,9 @@ def test_kilt_drops_repeated_title_and_keeps_headings(shared_data: Path):
 
 def test_jsonl_generic_layout(tmp_path: Path):
     src = tmp_path / "pages.jsonl"
-    src.write_text(json.dumps({"title": "Foo", "text": "Para one.\nPara two.", "topic": "T"}) + "\n\n", encoding="utf-8")
+    src.write_text(
+        json.dumps({"title": "Foo", "text": "Para one.\nPara two.", "topic": "T"}) + "\n\n", encoding="utf-8"
+    )
     [doc] = read_source(src, "jsonl")
     assert doc.paragraphs == ["Para one.", "Para two."] and doc.topic == "T"
 
@@ -79,8 +81,11 @@ def test_missing_source_and_directory_and_unknown_format(tmp_path: Path):
 
 def _dup_file(tmp_path: Path) -> Path:
     src = tmp_path / "dup.jsonl"
-    rows = [{"title": "Paris", "text": "Capital of France."}, {"title": "Lyon", "text": "A city."},
-            {"title": "paris", "text": "Also on the Seine."}]
+    rows = [
+        {"title": "Paris", "text": "Capital of France."},
+        {"title": "Lyon", "text": "A city."},
+        {"title": "paris", "text": "Also on the Seine."},
+    ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return src
 
@@ -93,13 +98,15 @@ def test_duplicate_titles_error_by_default(tmp_path: Path):
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize("policy, expected", [("first", "Capital of France."),
-                                              ("merge", "Capital of France.\n\nAlso on the Seine.")])
+@pytest.mark.parametrize(
+    "policy, expected", [("first", "Capital of France."), ("merge", "Capital of France.\n\nAlso on the Seine.")]
+)
 def test_duplicate_titles_first_or_merge(tmp_path: Path, policy: str, expected: str):
     from websailor.corpus import Corpus
 
-    out = build_corpus(CorpusBuildConfig(source=_dup_file(tmp_path), format="jsonl", out=tmp_path / policy,
-                                         on_duplicate=policy))
+    out = build_corpus(
+        CorpusBuildConfig(source=_dup_file(tmp_path), format="jsonl", out=tmp_path / policy, on_duplicate=policy)
+    )
     c = Corpus.open(out)
     assert len(c) == 2
     assert c.get("Paris").text == expected

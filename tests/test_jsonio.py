@@ -7,10 +7,12 @@ from websailor.jsonio import appending, read_appended_jsonl
 
 
 def test_a_wrong_output_file_is_refused_and_left_as_it_was(tmp_path):
-    for name, content in [("settings.json", b'{\n  "batch_size": 2,\n  "max_steps": 80\n}'),
-                          ("notes.txt", b"first line\nsecond line without newline"),
-                          ("one.txt", b"hello"),
-                          ("bin.jsonl", bytes(range(256)))]:
+    for name, content in [
+        ("settings.json", b'{\n  "batch_size": 2,\n  "max_steps": 80\n}'),
+        ("notes.txt", b"first line\nsecond line without newline"),
+        ("one.txt", b"hello"),
+        ("bin.jsonl", bytes(range(256))),
+    ]:
         f = tmp_path / name
         f.write_bytes(content)
         with pytest.raises(InputFormatError, match=f"{name} line 1 is not a trajectory record"):

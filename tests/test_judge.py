@@ -5,9 +5,18 @@ import pytest
 from websailor.judge import exact_match, gold_answers, normalize_answer, token_f1
 
 
-@pytest.mark.parametrize("text, norm", [("The  Nile River.", "nile river"), ("Leonardo da Vinci!", "leonardo da vinci"),
-                                        ("An “Apple”", "apple"), ("Ｐａｒｉｓ", "paris"), ("Pelé", "pelé"),
-                                        ("1,000 km", "1000 km"), ("1,2", "1 2")])
+@pytest.mark.parametrize(
+    "text, norm",
+    [
+        ("The  Nile River.", "nile river"),
+        ("Leonardo da Vinci!", "leonardo da vinci"),
+        ("An “Apple”", "apple"),
+        ("Ｐａｒｉｓ", "paris"),
+        ("Pelé", "pelé"),
+        ("1,000 km", "1000 km"),
+        ("1,2", "1 2"),
+    ],
+)
 def test_normalize_answer(text, norm):
     assert normalize_answer(text) == norm
 

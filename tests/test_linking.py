@@ -52,7 +52,7 @@ def test_link_evidence_points_into_the_sentence(vital: Corpus):
     links = vital.links("Mona Lisa")
     assert {m.target for m in links} >= {"Leonardo da Vinci"}
     for m in vital.iter_links():
-        assert m.sentence[m.start:m.end] == m.surface
+        assert m.sentence[m.start : m.end] == m.surface
         assert m.source != m.target
 
 
@@ -66,8 +66,10 @@ def _link(titles, *texts):
 
 def test_longest_match_and_case_rules():
     titles = ["New York City", "New York", "York", "Paris", "Mexico", "Photosynthesis", "City", "Mercury (planet)"]
-    text = ("She moved from New York City to Paris. The city of Paris is large. Plants use photosynthesis. "
-            "Paris Hilton visited New Mexico. Mercury is the closest planet to the Sun.")
+    text = (
+        "She moved from New York City to Paris. The city of Paris is large. Plants use photosynthesis. "
+        "Paris Hilton visited New Mexico. Mercury is the closest planet to the Sun."
+    )
     # "city" is written in lower case on three pages (more than max_common_df=2): a generic word
     found = _link(titles, text, "The city of Lyon.", "A city by the sea.")
     assert ("New York City", "New York City") in found

@@ -31,9 +31,12 @@ def test_token_view_masks_exactly_the_assistant_replies(smollm2, vital):
 
 
 def test_smollm2_chat_template_renders_the_protocol(smollm2):
-    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
-            {"role": "assistant", "content": "<think>t</think>\n<tool_call>\n{}\n</tool_call>"},
-            {"role": "user", "content": "<tool_response>\nobs\n</tool_response>"}]
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "<think>t</think>\n<tool_call>\n{}\n</tool_call>"},
+        {"role": "user", "content": "<tool_response>\nobs\n</tool_response>"},
+    ]
     text = smollm2.render(msgs)
     assert text.startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n")
     assert text.endswith("<|im_start|>user\n<tool_response>\nobs\n</tool_response><|im_end|>\n<|im_start|>assistant\n")

@@ -26,8 +26,10 @@ from websailor.tools.parse_file import (
 )
 from websailor.tools.search import BLOCK_SEPARATOR
 
-PAGE_TEXTS = ["The first page talks about the Lighthouse of Alexandria.",
-              "The second page mentions the Colossus of Rhodes."]
+PAGE_TEXTS = [
+    "The first page talks about the Lighthouse of Alexandria.",
+    "The second page mentions the Colossus of Rhodes.",
+]
 
 HTML_PAGE = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>Wonders</title><style>body {color: red}</style></head>
@@ -76,6 +78,7 @@ def blocks(observation: str) -> list[str]:
 
 # --- good files ---------------------------------------------------------------------------------
 
+
 def test_pdf_two_pages(root: Path, tool: ParseFileTool):
     (root / "wonders.pdf").write_bytes(pdf_bytes(PAGE_TEXTS))
     obs = tool({"files": ["wonders.pdf"]})
@@ -118,8 +121,9 @@ def test_xlsx_two_sheets(root: Path, tool: ParseFileTool):
 
 
 def test_csv_quoted_commas(root: Path, tool: ParseFileTool):
-    (root / "people.csv").write_text('name,city,note\n"Smith, John",Paris,"likes a, b and c"\nLee,Rome,\n',
-                                     encoding="utf-8")
+    (root / "people.csv").write_text(
+        'name,city,note\n"Smith, John",Paris,"likes a, b and c"\nLee,Rome,\n', encoding="utf-8"
+    )
     obs = tool({"files": ["people.csv"]})
     assert "| name | city | note |\n|---|---|---|\n| Smith, John | Paris | likes a, b and c |\n| Lee | Rome |  |" in obs
 
@@ -214,6 +218,7 @@ def test_single_string_is_coerced(root: Path, tool: ParseFileTool):
 
 
 # --- bad input ----------------------------------------------------------------------------------
+
 
 def test_unsupported_extension(root: Path, tool: ParseFileTool):
     (root / "setup.exe").write_bytes(b"MZ\x90\x00\x03\x00\x00\x00\x04\x00")
@@ -323,6 +328,7 @@ def test_url_with_stub_fetcher():
 
 
 # --- real shared data, read in place --------------------------------------------------------------
+
 
 def test_shared_data_read_in_place(shared_data: Path):
     tool = ParseFileTool(files_root=shared_data, max_chars=5000)

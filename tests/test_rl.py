@@ -38,9 +38,20 @@ def test_v2_plan_excludes_cut_negatives_and_keeps_slots():
 
 
 def test_dupo_plan_refills_zero_spread_and_skipped_groups():
-    rewards = [0.1, 1.0, 0.1, 0.1,  # spread
-               1.0, 1.0, 1.0, 1.0,  # zero spread
-               None, 0.0, 0.0, 1.0]  # the judge failed on one: skipped
+    rewards = [
+        0.1,
+        1.0,
+        0.1,
+        0.1,  # spread
+        1.0,
+        1.0,
+        1.0,
+        1.0,  # zero spread
+        None,
+        0.0,
+        0.0,
+        1.0,
+    ]  # the judge failed on one: skipped
     plan = plan_batch(rewards, ["answer"] * 12, 4, "dupo", random.Random(0))
     assert plan.slots == [0, 1, 2, 3] * 3  # the only group with spread fills every slot
     mean, std = 0.325, 0.45  # sample std of (0.1, 1.0, 0.1, 0.1)
@@ -197,14 +208,17 @@ def test_prompts_must_come_in_groups(tmp_path: Path):
 
 
 # -- settings and bad input ----------------------------------------------------------------
-@pytest.mark.parametrize("overrides, message", [
-    ({"group_size": 1}, "a group of one rollout has no baseline"),
-    ({"group_size": 4, "batch_size": 6}, "batch_size 6 is not a multiple of group_size 4"),
-    ({"prefilter": 1}, "one rollout per item cannot tell"),
-    ({"algo": "ppo"}, "algo"),
-    ({"epsilon_low": float("inf")}, "epsilon_low"),
-    ({"unknown": 1}, "unknown"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"group_size": 1}, "a group of one rollout has no baseline"),
+        ({"group_size": 4, "batch_size": 6}, "batch_size 6 is not a multiple of group_size 4"),
+        ({"prefilter": 1}, "one rollout per item cannot tell"),
+        ({"algo": "ppo"}, "algo"),
+        ({"epsilon_low": float("inf")}, "epsilon_low"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
 def test_bad_settings_are_named(overrides: dict, message: str):
     with pytest.raises(ConfigError, match=message):
         load_settings(None, **overrides)
@@ -227,7 +241,9 @@ def test_shipped_configs_load():
 
 def test_step_log_read_and_plot(tmp_path: Path):
     log = tmp_path / "rl_log.jsonl"
-    log.write_text("".join(json.dumps({"step": i + 1, "reward/mean": i / 20, "entropy": 1.0}) + "\n" for i in range(20)))
+    log.write_text(
+        "".join(json.dumps({"step": i + 1, "reward/mean": i / 20, "entropy": 1.0}) + "\n" for i in range(20))
+    )
     assert window_means(read_log(tmp_path), "reward/mean") == pytest.approx((0.225, 0.725))
     png = plot_log(tmp_path)
     assert png.stat().st_size > 10_000
@@ -244,8 +260,10 @@ def test_step_log_read_and_plot(tmp_path: Path):
 
 # -- TRL end to end --------------------------------------------------------------------
 def _qa(path: Path) -> Path:
-    rows = [{"id": "a", "question": "Which city is the capital of France?", "answer": "Paris"},
-            {"id": "b", "question": "Which river flows through Paris?", "answer": "Seine"}]
+    rows = [
+        {"id": "a", "question": "Which city is the capital of France?", "answer": "Paris"},
+        {"id": "b", "question": "Which river flows through Paris?", "answer": "Seine"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -257,8 +275,18 @@ def tiny_rl(smollm2_path: Path, vital_dir: Path, tmp_path_factory: pytest.TempPa
     root = tmp_path_factory.mktemp("rl")
     tiny = _save_tiny(root / "tiny", smollm2_path)
     qa = _qa(root / "qa.jsonl")
-    settings = load_settings(None, group_size=2, batch_size=2, max_steps=2, max_calls=2, max_tokens_per_turn=8,
-                             learning_rate=1e-4, concurrency=2, save_steps=1, skip_zero_advantage=False)
+    settings = load_settings(
+        None,
+        group_size=2,
+        batch_size=2,
+        max_steps=2,
+        max_calls=2,
+        max_tokens_per_turn=8,
+        learning_rate=1e-4,
+        concurrency=2,
+        save_steps=1,
+        skip_zero_advantage=False,
+    )
     summary = train_rl(qa, f"hf:{tiny}", root / "out", settings, corpus=vital_dir, progress=False)
     return root, tiny, qa, settings, summary
 
@@ -271,13 +299,25 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     assert summary["steps"] == 2 and summary["questions"] == 2
     log = read_log(out)
     assert [r["step"] for r in log] == [1, 2]
-    for key in ("reward/mean", "groups/zero_spread_share", "rollouts/tool_calls", "rollouts/response_tokens",
-                "entropy", "clip_ratio/region_mean", "time/rollout_s", "time/update_s", "loss"):
+    for key in (
+        "reward/mean",
+        "groups/zero_spread_share",
+        "rollouts/tool_calls",
+        "rollouts/response_tokens",
+        "entropy",
+        "clip_ratio/region_mean",
+        "time/rollout_s",
+        "time/update_s",
+        "loss",
+    ):
         assert key in log[0], key
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 4 and {r["step"] for r in rollouts} == {1, 2}
-    assert {r["question"] for r in rollouts} <= {"Which city is the capital of France?", "Which river flows through Paris?"}
+    assert {r["question"] for r in rollouts} <= {
+        "Which city is the capital of France?",
+        "Which river flows through Paris?",
+    }
     # the saved directory is a model for run and eval
     assert load_model(f"hf:{out}").name == f"hf:{out}"
     # rerunning the same command returns the finished run; other settings are refused
@@ -285,15 +325,17 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     with pytest.raises(ConfigError, match="holds an RL run with other learning_rate"):
         train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 1e-3}), corpus=vital_dir)
     # a larger --max-steps continues the finished run from its last checkpoint
-    more = train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir,
-                    progress=False)
+    more = train_rl(
+        qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir, progress=False
+    )
     assert more["steps"] == 3 and [r["step"] for r in read_log(out)] == [1, 2, 3]
     assert len((out / "rollouts.jsonl").read_text().splitlines()) == 6
     # killed after its last checkpoint, before the summary: the rerun samples nothing more
     (out / "rl_summary.json").unlink()
     (out / "model.safetensors").unlink()
-    again = train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir,
-                     progress=False)
+    again = train_rl(
+        qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir, progress=False
+    )
     assert again["steps"] == 3 and len((out / "rollouts.jsonl").read_text().splitlines()) == 6
     assert load_model(f"hf:{out}").name == f"hf:{out}"
 
@@ -327,8 +369,11 @@ def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch
 def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
     root, tiny, qa, settings, _ = tiny_rl
     s = settings.model_copy(update={"prefilter": 2, "max_steps": 1})
-    with pytest.raises(ConfigError, match=r"no moderate items left after the prefilter \(2 rollouts per item: "
-                                          r"0 too easy, 2 too hard"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no moderate items left after the prefilter \(2 rollouts per item: "
+        r"0 too easy, 2 too hard",
+    ):
         train_rl(qa, f"hf:{tiny}", root / "prefiltered", s, corpus=vital_dir, progress=False)
     counts = json.loads((root / "prefiltered" / "prefilter.json").read_text())
     assert (counts["kept"], counts["too_hard"], counts["kept_ids"]) == (0, 2, [])
@@ -336,8 +381,9 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
     assert len(first) == 4
     # another run in the same directory (it never trained) does not reuse those rollouts
     with pytest.raises(ConfigError, match="no moderate items"):
-        train_rl(qa, f"hf:{tiny}", root / "prefiltered", s.model_copy(update={"seed": 1}), corpus=vital_dir,
-                 progress=False)
+        train_rl(
+            qa, f"hf:{tiny}", root / "prefiltered", s.model_copy(update={"seed": 1}), corpus=vital_dir, progress=False
+        )
     again = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
     assert len(again) == 4 and {r["seed"] for r in again}.isdisjoint({r["seed"] for r in first})
 
@@ -345,8 +391,17 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
 def test_synth_files_train_on_their_train_split(tmp_path: Path):
     from websailor.train.rl import load_questions
 
-    rows = [{"id": f"s{i}", "question": f"Question {i}?", "answer": f"A{i}", "split": split, "topology_hash": "h",
-             "constraints": []} for i, split in enumerate(["train", "test", "train"])]
+    rows = [
+        {
+            "id": f"s{i}",
+            "question": f"Question {i}?",
+            "answer": f"A{i}",
+            "split": split,
+            "topology_hash": "h",
+            "constraints": [],
+        }
+        for i, split in enumerate(["train", "test", "train"])
+    ]
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [it.id for it in load_questions(qa)] == ["s0", "s2"]
@@ -363,8 +418,12 @@ def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
     with pytest.raises(InputFormatError):
         train_rl(empty, f"hf:{tiny}", tmp_path / "o1", settings, corpus=vital_dir)
     dup = tmp_path / "dup.jsonl"
-    dup.write_text(json.dumps({"id": "a", "question": "Q?", "answer": "x"}) + "\n"
-                   + json.dumps({"id": "b", "question": "Q?", "answer": "y"}) + "\n")
+    dup.write_text(
+        json.dumps({"id": "a", "question": "Q?", "answer": "x"})
+        + "\n"
+        + json.dumps({"id": "b", "question": "Q?", "answer": "y"})
+        + "\n"
+    )
     with pytest.raises(InputFormatError, match="items a and b ask the same question with different gold answers"):
         train_rl(dup, f"hf:{tiny}", tmp_path / "o2", settings, corpus=vital_dir)
     big = settings.model_copy(update={"batch_size": 6, "group_size": 2})
@@ -373,7 +432,6 @@ def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
     assert not (tmp_path / "o4").exists()
     with pytest.raises(ConfigError, match="training needs local weights"):
         train_rl(qa, "openai:m@http://localhost:1/v1", tmp_path / "o3", settings, corpus=vital_dir)
-
 
 
 # -- the vLLM backend and the CLI ------------------------------------------------------
@@ -400,8 +458,11 @@ def test_vllm_backend_turns_conversations_into_ids_and_back(smollm2_path: Path):
 
     tok = load_tokenizer(smollm2_path)
     gen = _FakeVLLM(tok, "<think>x</think>\n<answer>Paris</answer>")
-    trainer = SimpleNamespace(vllm_generation=gen, processing_class=tok,
-                              model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=8192)))
+    trainer = SimpleNamespace(
+        vllm_generation=gen,
+        processing_class=tok,
+        model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=8192)),
+    )
     chat = TRLVLLMModel(trainer, "policy")
     conv = [{"role": "system", "content": "s"}, {"role": "user", "content": "Capital of France?"}]
     g = chat.chat(conv, SamplingParams(max_tokens=64))
@@ -418,8 +479,11 @@ def test_cli_names_bad_rl_settings(tmp_path: Path):
     from websailor.cli import app
 
     qa = _qa(tmp_path / "qa.jsonl")
-    for args, message in ((["--group-size", "1"], "no baseline"), (["--group-size", "4", "--batch", "6"], "not a multiple"),
-                          (["--algo", "ppo"], "ppo")):
+    for args, message in (
+        (["--group-size", "1"], "no baseline"),
+        (["--group-size", "4", "--batch", "6"], "not a multiple"),
+        (["--algo", "ppo"], "ppo"),
+    ):
         r = CliRunner().invoke(app, ["train", "rl", "--data", str(qa), "--out", str(tmp_path / "o"), *args])
         assert r.exit_code != 0 and message in r.output, r.output
     assert not (tmp_path / "o").exists()

@@ -17,8 +17,16 @@ import websailor
 from websailor.errors import InvalidArgumentError
 from websailor.tools import sandbox
 from websailor.tools.python_tool import PythonInterpreterTool
-from websailor.tools.sandbox import (UID_BASE, UID_SPAN, UNSAFE_ENV, SandboxLimits, SandboxUnavailableError,
-                                     ensure_sandbox, run_python, sandbox_status)
+from websailor.tools.sandbox import (
+    UID_BASE,
+    UID_SPAN,
+    UNSAFE_ENV,
+    SandboxLimits,
+    SandboxUnavailableError,
+    ensure_sandbox,
+    run_python,
+    sandbox_status,
+)
 
 _why = sandbox_status()  # None when bubblewrap is found and its probe run works
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"no working sandbox here: {_why}")
@@ -41,8 +49,10 @@ def probe_json(code: str) -> dict:
 
 def attempt(label: str, statement: str) -> str:
     """Code that runs ``statement`` and records ``out[label]`` = "ok" or the exception's name."""
-    return (f"try:\n    {statement}\n    out[{label!r}] = 'ok'\n"
-            f"except BaseException as e:\n    out[{label!r}] = type(e).__name__\n")
+    return (
+        f"try:\n    {statement}\n    out[{label!r}] = 'ok'\n"
+        f"except BaseException as e:\n    out[{label!r}] = type(e).__name__\n"
+    )
 
 
 def sandbox_uid_processes() -> list[int]:
@@ -70,8 +80,10 @@ def test_prints_come_back() -> None:
 
 
 def test_numpy_scipy_sympy_import() -> None:
-    code = ("import numpy as np, scipy.special, sympy\n"
-            "print(int(np.arange(10).sum()), round(float(scipy.special.gamma(5))), sympy.factorint(360))")
+    code = (
+        "import numpy as np, scipy.special, sympy\n"
+        "print(int(np.arange(10).sum()), round(float(scipy.special.gamma(5))), sympy.factorint(360))"
+    )
     result = run_python(code, SandboxLimits(wall_s=30))
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == "45 24 {2: 3, 3: 2, 5: 1}"
@@ -95,8 +107,10 @@ def test_working_dir_is_writable_and_removed_afterwards(monkeypatch: pytest.Monk
         return made[-1]
 
     monkeypatch.setattr(sandbox.tempfile, "mkdtemp", recording_mkdtemp)
-    result = run("import os\nos.makedirs('sub/dir')\nopen('sub/dir/f.txt', 'w').write('data')\n"
-                 "print(os.getcwd(), open('/sandbox/sub/dir/f.txt').read())\nos.chmod('sub', 0)")
+    result = run(
+        "import os\nos.makedirs('sub/dir')\nopen('sub/dir/f.txt', 'w').write('data')\n"
+        "print(os.getcwd(), open('/sandbox/sub/dir/f.txt').read())\nos.chmod('sub', 0)"
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "/sandbox data\n"
     assert len(made) == 1 and not os.path.exists(made[0])
@@ -123,7 +137,8 @@ def test_network_is_unreachable() -> None:
             + attempt("connect", f"socket.create_connection(('127.0.0.1', {port}), timeout=2)")
             + attempt("dns", "socket.getaddrinfo('example.com', 80)")
             + attempt("public", "socket.create_connection(('1.1.1.1', 53), timeout=2)")
-            + "out['interfaces'] = [name for _, name in socket.if_nameindex()]\n")
+            + "out['interfaces'] = [name for _, name in socket.if_nameindex()]\n"
+        )
         with pytest.raises(BlockingIOError):
             server.accept()  # nothing ever connected to the host's server
     finally:
@@ -135,8 +150,12 @@ def test_network_is_unreachable() -> None:
 
 
 def test_host_files_are_invisible() -> None:
-    paths = {"passwd": "/etc/passwd", "init": str(PROJECT / "websailor" / "__init__.py"),
-             "pyproject": str(PROJECT / "pyproject.toml"), "shadow": "/etc/shadow"}
+    paths = {
+        "passwd": "/etc/passwd",
+        "init": str(PROJECT / "websailor" / "__init__.py"),
+        "pyproject": str(PROJECT / "pyproject.toml"),
+        "shadow": "/etc/shadow",
+    }
     code = "".join(attempt(k, f"open({p!r}).read()") for k, p in paths.items())
     code += attempt("import", "import websailor")
     code += "import os\nout['root'] = sorted(os.listdir('/'))\n"
@@ -150,9 +169,14 @@ def test_host_files_are_invisible() -> None:
 
 def test_writes_outside_the_working_dir_fail(tmp_path: Path) -> None:
     name = f"websailor-escape-{os.getpid()}-{time.monotonic_ns()}"
-    targets = {"tmp": f"/tmp/{name}", "usr": f"/usr/{name}", "root": f"/{name}",
-               "cwd": os.path.join(os.getcwd(), name), "host_tmp": str(tmp_path / name),
-               "python": os.path.join(os.path.realpath(os.__file__ + "/.."), name)}
+    targets = {
+        "tmp": f"/tmp/{name}",
+        "usr": f"/usr/{name}",
+        "root": f"/{name}",
+        "cwd": os.path.join(os.getcwd(), name),
+        "host_tmp": str(tmp_path / name),
+        "python": os.path.join(os.path.realpath(os.__file__ + "/.."), name),
+    }
     out = probe_json("".join(attempt(k, f"open({p!r}, 'w').write('x')") for k, p in targets.items()))
     assert all(v != "ok" for v in out.values()), out
     assert out["usr"] in ("OSError", "PermissionError")  # read-only file system
@@ -167,7 +191,8 @@ def test_no_privileges_inside() -> None:
         "status = dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)\n"
         "out['nnp'] = status['NoNewPrivs'].strip(); out['eff'] = status['CapEff'].strip()\n"
         "out['uid'] = os.getuid(); out['host'] = socket.gethostname()\n"
-        "out['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n")
+        "out['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+    )
     assert out["nnp"] == "1"
     assert int(out["eff"], 16) == 0
     assert out["host"] == "sandbox"
@@ -179,13 +204,15 @@ def test_no_privileges_inside() -> None:
 def test_process_count_is_capped() -> None:
     if os.geteuid() == 0 and ensure_sandbox() != "root":
         pytest.skip("root without privileged bubblewrap: RLIMIT_NPROC cannot apply")
-    code = ("import os, signal, time\nkids = []\n"
-            "for _ in range(100):\n"
-            "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
-            "    if pid == 0:\n        time.sleep(10)\n        os._exit(0)\n"
-            "    kids.append(pid)\n"
-            "print(len(kids))\n"
-            "for pid in kids:\n    os.kill(pid, signal.SIGKILL)\n    os.waitpid(pid, 0)\n")
+    code = (
+        "import os, signal, time\nkids = []\n"
+        "for _ in range(100):\n"
+        "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+        "    if pid == 0:\n        time.sleep(10)\n        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print(len(kids))\n"
+        "for pid in kids:\n    os.kill(pid, signal.SIGKILL)\n    os.waitpid(pid, 0)\n"
+    )
     result = run(code)
     assert result.exit_code == 0, result.stderr
     assert FAST.processes - 3 <= int(result.stdout) < FAST.processes
@@ -252,8 +279,9 @@ def test_without_bwrap_unsafe_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -
         PythonInterpreterTool()
 
 
-def test_unsafe_mode_runs_with_limits_and_warns(monkeypatch: pytest.MonkeyPatch,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_unsafe_mode_runs_with_limits_and_warns(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     monkeypatch.setattr(sandbox, "_warned_unsafe", False)
     monkeypatch.delenv(UNSAFE_ENV, raising=False)
@@ -316,7 +344,8 @@ def test_namespaces_and_mounts_are_refused() -> None:
         "try:\n    os.memfd_create('x')\n    out['memfd'] = 'ok'\nexcept OSError as e:\n    out['memfd'] = e.errno\n"
         "out['shmget'] = libc.shmget(0, 1 << 20, 0o1600) == -1 and ctypes.get_errno()\n"
         "t = threading.Thread(target=lambda: None); t.start(); t.join(); out['thread'] = 'ok'\n"
-        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nout['fork'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n")
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nout['fork'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+    )
     assert out == {"unshare": 1, "mount": 1, "memfd": 1, "shmget": 1, "thread": "ok", "fork": 7}  # EPERM
 
 
@@ -335,6 +364,8 @@ def test_working_dir_is_capped_in_size_and_never_on_the_host_disk(monkeypatch: p
     limits = SandboxLimits(cpu_s=5, wall_s=10, memory_mb=512, processes=16, output_bytes=20_000, file_mb=16, disk_mb=40)
     result = run_python("import os\nfor i in range(10):\n    open(f'f{i}', 'wb').write(b'x' * (8 << 20))\n", limits)
     assert "No space left on device" in result.stderr
-    deep = run_python("import os\np = 'd'\nfor i in range(3000):\n    os.mkdir(p)\n    os.chdir(p)\nprint('deep')", limits)
+    deep = run_python(
+        "import os\np = 'd'\nfor i in range(3000):\n    os.mkdir(p)\n    os.chdir(p)\nprint('deep')", limits
+    )
     assert deep.stdout == "deep\n"
     assert made and not any(os.path.exists(m) for m in made)

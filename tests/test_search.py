@@ -9,9 +9,16 @@ def _titles(hits):
 
 
 def test_real_queries_find_the_right_pages(vital: Corpus):
-    results = vital.search(["Mona Lisa", "river that empties into the Mediterranean in northeast Africa",
-                            "theory of relativity physicist", "1968 film by Stanley Kubrick",
-                            "who discovered penicillin"], k=5)
+    results = vital.search(
+        [
+            "Mona Lisa",
+            "river that empties into the Mediterranean in northeast Africa",
+            "theory of relativity physicist",
+            "1968 film by Stanley Kubrick",
+            "who discovered penicillin",
+        ],
+        k=5,
+    )
     assert results[0][0].title == "Mona Lisa"
     assert results[1][0].title == "Nile"
     assert "Albert Einstein" in _titles(results[2])
@@ -44,15 +51,18 @@ def test_unknown_words_give_no_results_and_long_queries_work(vital: Corpus):
     assert hits and "Roman" in hits[0].title
 
 
-@pytest.mark.parametrize("queries, k, message", [
-    ([], 10, "empty list"),
-    (["ok", "  "], 10, r"queries\[1\] is empty"),
-    ("a string", 10, "not a single string"),
-    ([3], 10, r"queries\[0\] must be a string"),
-    (["ok"], 0, "k must be a positive integer, got 0"),
-    (["ok"], -2, "got -2"),
-    (["ok"], "3", "got '3'"),
-])
+@pytest.mark.parametrize(
+    "queries, k, message",
+    [
+        ([], 10, "empty list"),
+        (["ok", "  "], 10, r"queries\[1\] is empty"),
+        ("a string", 10, "not a single string"),
+        ([3], 10, r"queries\[0\] must be a string"),
+        (["ok"], 0, "k must be a positive integer, got 0"),
+        (["ok"], -2, "got -2"),
+        (["ok"], "3", "got '3'"),
+    ],
+)
 def test_bad_search_requests(vital: Corpus, queries, k, message):
     with pytest.raises(InvalidArgumentError, match=message):
         vital.search(queries, k=k)

@@ -93,22 +93,25 @@ def test_health_tools_and_metrics(url, local, remote):
     assert [remote[n].schema() for n in ("search", "visit")] == [local[n].schema() for n in ("search", "visit")]
 
 
-@pytest.mark.parametrize("name, arguments", [
-    ("search", {"query": ["Mona Lisa", "Great Wall of China"]}),
-    ("search", {"query": "Mona Lisa"}),
-    ("search", '{"query": ["Nile"]}'),
-    ("search", {"query": ["Par\ud800is \u2028 capital"]}),  # a lone surrogate
-    ("search", {"query": ["qwxzzy"], "k": 3}),  # an unknown argument is noted
-    ("visit", {"url": "https://en.wikipedia.org/wiki/Nile", "goal": "How long is the river in kilometers?"}),
-    ("visit", {"url": ["https://en.wikipedia.org/wiki/Leonardo_DaVinci", "Mona Lisa"], "goal": "painter"}),
-    # bad arguments: the same error observation as locally
-    ("search", {}),
-    ("search", {"query": 3}),
-    ("search", "not json"),
-    ("search", None),
-    ("search", ["Nile"]),
-    ("visit", {"url": "Nile"}),
-])
+@pytest.mark.parametrize(
+    "name, arguments",
+    [
+        ("search", {"query": ["Mona Lisa", "Great Wall of China"]}),
+        ("search", {"query": "Mona Lisa"}),
+        ("search", '{"query": ["Nile"]}'),
+        ("search", {"query": ["Par\ud800is \u2028 capital"]}),  # a lone surrogate
+        ("search", {"query": ["qwxzzy"], "k": 3}),  # an unknown argument is noted
+        ("visit", {"url": "https://en.wikipedia.org/wiki/Nile", "goal": "How long is the river in kilometers?"}),
+        ("visit", {"url": ["https://en.wikipedia.org/wiki/Leonardo_DaVinci", "Mona Lisa"], "goal": "painter"}),
+        # bad arguments: the same error observation as locally
+        ("search", {}),
+        ("search", {"query": 3}),
+        ("search", "not json"),
+        ("search", None),
+        ("search", ["Nile"]),
+        ("visit", {"url": "Nile"}),
+    ],
+)
 def test_remote_gives_exactly_the_local_result(local, remote, name, arguments):
     assert remote[name].execute(arguments) == local[name].execute(arguments)
 
@@ -130,14 +133,21 @@ def test_unknown_tool_is_404_and_a_malformed_body_is_422(url):
 def test_a_raising_tool_is_an_error_observation(url, remote):
     r = httpx.post(f"{url}/tools/boom", json={"arguments": {}})
     assert r.status_code == 200
-    assert r.json() == {"observation": "[boom] Error: the tool failed (RuntimeError: kaboom)",
-                        "error": "RuntimeError: kaboom", "kind": "tool_error"}
+    assert r.json() == {
+        "observation": "[boom] Error: the tool failed (RuntimeError: kaboom)",
+        "error": "RuntimeError: kaboom",
+        "kind": "tool_error",
+    }
     assert remote["boom"].execute({}).error == "RuntimeError: kaboom"
 
 
 def test_error_kinds_are_the_same_remote_and_local_and_reach_the_metrics(local, remote):
-    calls = [("search", {"query": 5}), ("search", {"query": ["Nile"]}),
-             ("visit", {"url": "Zzzxq Qqzzx", "goal": "x"}), ("visit", {"goal": "x"})]
+    calls = [
+        ("search", {"query": 5}),
+        ("search", {"query": ["Nile"]}),
+        ("visit", {"url": "Zzzxq Qqzzx", "goal": "x"}),
+        ("visit", {"goal": "x"}),
+    ]
     kinds = ["invalid_arguments", None, None, "invalid_arguments"]  # a missing page is an answer
     metrics = {"local": ToolMetrics(), "remote": ToolMetrics()}
     for where, tools in (("local", local), ("remote", remote)):
@@ -159,8 +169,12 @@ def test_error_kinds_are_the_same_remote_and_local_and_reach_the_metrics(local, 
 
 def test_50_concurrent_calls_all_succeed(local, remote):
     titles = ["Nile", "Mona Lisa", "Roman Empire", "Albert Einstein", "Great Wall of China"]
-    jobs = [("search", {"query": [titles[i % 5], f"history {i}"]}) if i % 3 else
-            ("visit", {"url": titles[i % 5], "goal": "when"}) for i in range(50)]
+    jobs = [
+        ("search", {"query": [titles[i % 5], f"history {i}"]})
+        if i % 3
+        else ("visit", {"url": titles[i % 5], "goal": "when"})
+        for i in range(50)
+    ]
     with ThreadPoolExecutor(50) as pool:
         results = list(pool.map(lambda job: remote[job[0]].execute(job[1]), jobs))
     assert all(r.error is None for r in results)
@@ -181,16 +195,20 @@ def test_a_dead_server_is_an_error_observation_after_retries(local):
 
 
 def test_5xx_is_retried_and_4xx_is_not(local):
-    replies = [httpx.Response(503, json={"detail": "overloaded"}), httpx.Response(502, text="bad gateway"),
-               httpx.Response(200, json={"observation": "ok", "error": None})]
+    replies = [
+        httpx.Response(503, json={"detail": "overloaded"}),
+        httpx.Response(502, text="bad gateway"),
+        httpx.Response(200, json={"observation": "ok", "error": None}),
+    ]
     calls = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(json.loads(request.content))
         return replies[len(calls) - 1] if len(calls) <= len(replies) else httpx.Response(404, json={"detail": "gone"})
 
-    tool = RemoteTool(local["search"].schema(), httpx.Client(base_url="http://tools", transport=httpx.MockTransport(handler)),
-                      FAST)
+    tool = RemoteTool(
+        local["search"].schema(), httpx.Client(base_url="http://tools", transport=httpx.MockTransport(handler)), FAST
+    )
     assert tool.execute('{"query": ["Nile"]}').observation == "ok"
     assert calls == [{"arguments": '{"query": ["Nile"]}'}] * 3
     refused = tool.execute({"query": ["Nile"]})
@@ -227,15 +245,19 @@ def test_bad_server_arguments_are_config_errors(local):
 
 
 def test_agent_with_remote_tools_gives_the_same_trajectory(local, remote):
-    script = [call("search", query=["Mona Lisa painter"]),
-              call("visit", url="https://en.wikipedia.org/wiki/Mona_Lisa", goal="who painted it"),
-              call("search"),  # bad arguments
-              call("browse", url="x"),  # unknown tool
-              "<think>Leonardo.</think>\n<answer>Leonardo da Vinci</answer>"]
+    script = [
+        call("search", query=["Mona Lisa painter"]),
+        call("visit", url="https://en.wikipedia.org/wiki/Mona_Lisa", goal="who painted it"),
+        call("search"),  # bad arguments
+        call("browse", url="x"),  # unknown tool
+        "<think>Leonardo.</think>\n<answer>Leonardo da Vinci</answer>",
+    ]
     remote_tools = {n: remote[n] for n in ("search", "visit")}
     a = Agent(ScriptedModel(script), local).run("Who painted the Mona Lisa?", id="q1")
     b = Agent(ScriptedModel(script), remote_tools).run("Who painted the Mona Lisa?", id="q1")
     assert b.termination == a.termination == "answer"
     assert b.messages == a.messages
-    assert [(c.name, c.arguments, c.error) for c in b.tool_calls] == [(c.name, c.arguments, c.error) for c in a.tool_calls]
+    assert [(c.name, c.arguments, c.error) for c in b.tool_calls] == [
+        (c.name, c.arguments, c.error) for c in a.tool_calls
+    ]
     assert (b.num_tool_calls, b.prediction) == (4, "Leonardo da Vinci")

@@ -52,10 +52,12 @@ def test_labels_cover_exactly_the_assistant_turns(tiny: Path, chatml_trajs: Path
 
     tok = load_tokenizer(tiny)
     data = load_sft_data(chatml_trajs, tok, max_length=8192)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny),
-                         args=SFTConfig(output_dir=str(chatml_trajs.parent / "ck"), report_to="none", use_cpu=True,
-                                                   max_length=None),
-                         train_dataset=Dataset.from_list(data.examples), processing_class=tok)
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny),
+        args=SFTConfig(output_dir=str(chatml_trajs.parent / "ck"), report_to="none", use_cpu=True, max_length=None),
+        train_dataset=Dataset.from_list(data.examples),
+        processing_class=tok,
+    )
     first = json.loads(chatml_trajs.read_text().splitlines()[0])
     row = trainer.train_dataset[0]
     ids, labels = row["input_ids"], row["labels"]
@@ -83,15 +85,16 @@ def test_too_long_trajectories_are_dropped_and_counted_never_cut(tiny: Path, cha
     from websailor.agent.trajectory import Trajectory
 
     tok = load_tokenizer(tiny)
-    lengths = [len(Trajectory.from_dict(json.loads(line)).token_view(tok)[0])
-               for line in chatml_trajs.read_text().splitlines()]
+    lengths = [
+        len(Trajectory.from_dict(json.loads(line)).token_view(tok)[0]) for line in chatml_trajs.read_text().splitlines()
+    ]
     limit = sorted(lengths)[2]  # three fit, three do not
     data = load_sft_data(chatml_trajs, tok, max_length=limit)
     assert data.counts == {"read": 6, "kept": 3, "too_long": 3}
     assert sorted(len(e["input_ids"]) for e in data.examples) == sorted(n for n in lengths if n <= limit)
     for e in data.examples:  # whole: each ends with the answer's end-of-turn token (then only the template's newline)
         last = max(i for i, m in enumerate(e["assistant_masks"]) if m)
-        assert e["input_ids"][last] == tok.eos_token_id and not tok.decode(e["input_ids"][last + 1:]).strip()
+        assert e["input_ids"][last] == tok.eos_token_id and not tok.decode(e["input_ids"][last + 1 :]).strip()
 
 
 def test_bad_trajectory_files(tiny: Path, chatml_trajs: Path, tmp_path: Path):
@@ -151,15 +154,22 @@ def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path
     (last / "trainer_state.json").unlink()
     s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)  # resumes from checkpoint 2
     assert s["steps"] == 3 and [h["step"] for h in s["loss_history"]] == [1, 2, 3]
-    assert (out / "model.safetensors").is_file() and (out / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
+    assert (out / "model.safetensors").is_file() and (
+        out / "checkpoints" / "checkpoint-3" / "trainer_state.json"
+    ).is_file()
 
 
 def test_lora_is_merged_into_a_plain_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     from safetensors import safe_open
 
     out = tmp_path / "lora"
-    s = train_sft(chatml_trajs, f"hf:{tiny}", out, SFTSettings(max_steps=1, batch_size=1, lora=True, warmup_ratio=0,
-                                                                learning_rate=1e-3, max_length=8192), progress=False)
+    s = train_sft(
+        chatml_trajs,
+        f"hf:{tiny}",
+        out,
+        SFTSettings(max_steps=1, batch_size=1, lora=True, warmup_ratio=0, learning_rate=1e-3, max_length=8192),
+        progress=False,
+    )
     assert s["steps"] == 1
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         keys = list(f.keys())
@@ -180,12 +190,22 @@ def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_pat
         train_sft(chatml_trajs, "openai:m@http://localhost:1/v1", tmp_path / "o3", progress=False)
     mamba = _save_tiny(tmp_path / "mamba", smollm2_path, "mamba")
     with pytest.raises(ConfigError, match="--lora: PEFT cannot wrap model type 'mamba'"):
-        train_sft(chatml_trajs, f"hf:{mamba}", tmp_path / "o4",
-                  SFTSettings(max_steps=1, lora=True, max_length=8192, warmup_ratio=0), progress=False)
+        train_sft(
+            chatml_trajs,
+            f"hf:{mamba}",
+            tmp_path / "o4",
+            SFTSettings(max_steps=1, lora=True, max_length=8192, warmup_ratio=0),
+            progress=False,
+        )
     assert not (tmp_path / "o4").exists()  # a run refused before training leaves nothing that blocks the next
     with pytest.raises(ConfigError, match="all 1 steps of this run are warm-up"):  # a step at lr 0 changes nothing
-        train_sft(chatml_trajs, f"hf:{smollm2_path}", tmp_path / "o5", SFTSettings(max_steps=1, max_length=8192),
-                  progress=False)
+        train_sft(
+            chatml_trajs,
+            f"hf:{smollm2_path}",
+            tmp_path / "o5",
+            SFTSettings(max_steps=1, max_length=8192),
+            progress=False,
+        )
     cfg = tmp_path / "sft.yaml"
     cfg.write_text("learning_rate: 2e-5\nbatch_size: 64\n")
     s = load_settings(cfg, batch_size=8)
@@ -193,10 +213,13 @@ def test_bad_models_and_settings(smollm2_path: Path, chatml_trajs: Path, tmp_pat
     cfg.write_text("learning_rate: fast\nepochz: 2\n")
     with pytest.raises(ConfigError, match="learning_rate: .*; epochz: Extra inputs are not permitted"):
         load_settings(cfg)
-    for text, message in [("a: [1, 2\n", "not valid YAML"), ("1: 2\n", "expected a mapping"),
-                          ("learning_rate: .inf\n", "learning_rate: Input should be a finite number"),
-                          ("batch_size: 2\nmicro_batch_size: 64\n", "micro_batch_size \\(64\\) is larger than batch_size"),
-                          ("seed: -1\n", "seed: Input should be greater than or equal to 0")]:
+    for text, message in [
+        ("a: [1, 2\n", "not valid YAML"),
+        ("1: 2\n", "expected a mapping"),
+        ("learning_rate: .inf\n", "learning_rate: Input should be a finite number"),
+        ("batch_size: 2\nmicro_batch_size: 64\n", "micro_batch_size \\(64\\) is larger than batch_size"),
+        ("seed: -1\n", "seed: Input should be greater than or equal to 0"),
+    ]:
         cfg.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_settings(cfg)

@@ -9,8 +9,16 @@ import pytest
 
 from websailor.corpus import Corpus
 from websailor.errors import InputFormatError, InvalidArgumentError
-from websailor.synth import (KnowledgeGraph, build_knowledge_graph, has_cycle, load_or_build, parse_attributes,
-                             sample_subgraph, structural_roles, topology_hash)
+from websailor.synth import (
+    KnowledgeGraph,
+    build_knowledge_graph,
+    has_cycle,
+    load_or_build,
+    parse_attributes,
+    sample_subgraph,
+    structural_roles,
+    topology_hash,
+)
 from websailor.synth.attributes import parse_span, parse_years
 from websailor.synth.graph import GRAPH_FILE
 
@@ -37,10 +45,15 @@ def test_attributes_of_real_pages(vital: Corpus):
     assert caesar.span == (-100, -44) and caesar.years[:2] == [-49, -44]
 
 
-@pytest.mark.parametrize("text, span", [("Italian polymath (1452–1519)", (1452, 1519)),
-                                        ("Roman general (100–44 BC)", (-100, -44)),
-                                        ("Greek philosopher (c. 470 – 399 BC)", (-470, -399)),
-                                        ("Capital of France", None)])
+@pytest.mark.parametrize(
+    "text, span",
+    [
+        ("Italian polymath (1452–1519)", (1452, 1519)),
+        ("Roman general (100–44 BC)", (-100, -44)),
+        ("Greek philosopher (c. 470 – 399 BC)", (-470, -399)),
+        ("Capital of France", None),
+    ],
+)
 def test_spans(text, span):
     assert parse_span(text) == span
 
@@ -111,32 +124,38 @@ def test_sampling_bad_input():
 from websailor.synth.vague import mask_name, vague_number, vague_period  # noqa: E402
 
 
-@pytest.mark.parametrize("year, g, phrase, lo, hi", [
-    (1452, "decade", "in the 1450s", 1450, 1459),
-    (1452, "century", "in the 15th century", 1401, 1500),
-    (1452, "part", "in the mid-15th century", 1434, 1466),
-    (1401, "part", "in the early-15th century", 1401, 1433),
-    (1500, "part", "in the late-15th century", 1467, 1500),
-    (1921, "century", "in the 20th century", 1901, 2000),
-    (-44, "century", "in the 1st century BC", -100, -1),
-    (-470, "decade", "in the 470s BC", -479, -470),
-    (-5, "decade", "in the 1st century BC", -100, -1),
-])
+@pytest.mark.parametrize(
+    "year, g, phrase, lo, hi",
+    [
+        (1452, "decade", "in the 1450s", 1450, 1459),
+        (1452, "century", "in the 15th century", 1401, 1500),
+        (1452, "part", "in the mid-15th century", 1434, 1466),
+        (1401, "part", "in the early-15th century", 1401, 1433),
+        (1500, "part", "in the late-15th century", 1467, 1500),
+        (1921, "century", "in the 20th century", 1901, 2000),
+        (-44, "century", "in the 1st century BC", -100, -1),
+        (-470, "decade", "in the 470s BC", -479, -470),
+        (-5, "decade", "in the 1st century BC", -100, -1),
+    ],
+)
 def test_vague_period(year, g, phrase, lo, hi):
     v = vague_period(year, random.Random(0), g)
     assert (v.phrase, v.lo, v.hi) == (phrase, lo, hi) and v.holds(year)
 
 
-@pytest.mark.parametrize("value, kind, style, phrase, lo, hi", [
-    (7088, "length", "bound", "more than 5,000 km", 5000, float("inf")),
-    (7088, "length", "magnitude", "between 1,000 and 10,000 km", 1000, 10000),
-    (105.4, "area", "magnitude", "between 100 and 1,000 km2", 100, 1000),
-    (2_040_000, "population", "magnitude", "between 1 and 10 million", 1e6, 1e7),
-    (2_040_000, "population", "bound", "more than 2 million", 2e6, float("inf")),
-    (144_000_000, "population", "magnitude", "between 100 million and 1 billion", 1e8, 1e9),
-    (1_500_000, "population", "bound", "more than a million", 1e6, float("inf")),
-    (8848.86, "height", "bound", "more than 5,000 m", 5000, float("inf")),
-])
+@pytest.mark.parametrize(
+    "value, kind, style, phrase, lo, hi",
+    [
+        (7088, "length", "bound", "more than 5,000 km", 5000, float("inf")),
+        (7088, "length", "magnitude", "between 1,000 and 10,000 km", 1000, 10000),
+        (105.4, "area", "magnitude", "between 100 and 1,000 km2", 100, 1000),
+        (2_040_000, "population", "magnitude", "between 1 and 10 million", 1e6, 1e7),
+        (2_040_000, "population", "bound", "more than 2 million", 2e6, float("inf")),
+        (144_000_000, "population", "magnitude", "between 100 million and 1 billion", 1e8, 1e9),
+        (1_500_000, "population", "bound", "more than a million", 1e6, float("inf")),
+        (8848.86, "height", "bound", "more than 5,000 m", 5000, float("inf")),
+    ],
+)
 def test_vague_number(value, kind, style, phrase, lo, hi):
     v = vague_number(value, kind, random.Random(0), style)
     assert (v.phrase, v.lo, v.hi) == (phrase, lo, hi) and v.holds(value)
@@ -173,8 +192,7 @@ def test_mask_name():
 
 
 # -- constraints and verification ---------------------------------------------------------------
-from websailor.synth.constraints import (Constraint, candidates, distinctive_words, is_leak_free,  # noqa: E402
-                                         is_supported, is_unique)
+from websailor.synth.constraints import Constraint, candidates, distinctive_words, is_leak_free, is_supported, is_unique  # noqa: E402
 
 
 def _ev(kg, a, b):
@@ -186,8 +204,12 @@ def test_constraints_narrow_to_a_unique_target(kg: KnowledgeGraph):
     target = "Leonardo da Vinci"
     linked = Constraint("linked", {"other": "Mona Lisa"}, "is linked to the Mona Lisa", _ev(kg, target, "Mona Lisa"))
     assert target in candidates(kg, [linked])
-    born = Constraint("span_start", {"lo": 1434, "hi": 1466}, "born in the mid-15th century",
-                      ({"sentence": kg.attributes(target).description, "url": "https://en.wikipedia.org/wiki/Leonardo_da_Vinci"},))
+    born = Constraint(
+        "span_start",
+        {"lo": 1434, "hi": 1466},
+        "born in the mid-15th century",
+        ({"sentence": kg.attributes(target).description, "url": "https://en.wikipedia.org/wiki/Leonardo_da_Vinci"},),
+    )
     assert is_unique(kg, [linked, born], target)
     # without the link, many people were born then: not unique
     assert len(candidates(kg, [born])) > 5
@@ -228,16 +250,25 @@ def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
         assert is_leak_free(it["question"], it["answer"]) and is_supported(cs)
         assert it["question"].startswith("Which ") and it["question"].endswith("?")
         assert it["uncertainty"] and all("op" in o and "params" in o for o in it["uncertainty"])
-        assert it["target_url"] == "https://en.wikipedia.org/wiki/" + it["answer"].replace(" ", "_") or "%" in it["target_url"]
+        assert (
+            it["target_url"] == "https://en.wikipedia.org/wiki/" + it["answer"].replace(" ", "_")
+            or "%" in it["target_url"]
+        )
     ops = {o["op"] for it in items for o in it["uncertainty"]}
     assert {"describe", "vague_relation", "intersection", "mask_name"} <= ops
     # deterministic for a seed
     assert build_item(kg, random.Random(11)) == build_item(kg, random.Random(11))
 
 
-@pytest.mark.parametrize("desc, out", [("Italian polymath", "Italian polymath"), ("Country in West Africa", "country in West Africa"),
-                                       ("Bronze Age civilization", "Bronze Age civilization"),
-                                       ("Romanian-French playwright", "Romanian-French playwright")])
+@pytest.mark.parametrize(
+    "desc, out",
+    [
+        ("Italian polymath", "Italian polymath"),
+        ("Country in West Africa", "country in West Africa"),
+        ("Bronze Age civilization", "Bronze Age civilization"),
+        ("Romanian-French playwright", "Romanian-French playwright"),
+    ],
+)
 def test_description_case(desc, out):
     assert _lower_first(desc) == out
 
@@ -245,7 +276,10 @@ def test_description_case(desc, out):
 def test_description_case_follows_the_corpus(kg: KnowledgeGraph):
     # the corpus writes "country" in lower case and "Hindu" capitalized when not first
     assert kg.common_words["country"] and not kg.common_words["hindu"]
-    assert _lower_first("Hindu pilgrimage and festival in India", kg.common_words) == "Hindu pilgrimage and festival in India"
+    assert (
+        _lower_first("Hindu pilgrimage and festival in India", kg.common_words)
+        == "Hindu pilgrimage and festival in India"
+    )
     assert _lower_first("Country in West Africa", kg.common_words) == "country in West Africa"
 
 
@@ -304,7 +338,7 @@ def test_synthesize_stops_with_what_it_found_when_the_graph_runs_dry(kg: Knowled
 
 
 def test_resuming_with_another_seed_is_refused(kg: KnowledgeGraph, tmp_path):
-    from websailor.errors import InputFormatError, InvalidArgumentError
+    from websailor.errors import InvalidArgumentError
 
     out = tmp_path / "q.jsonl"
     synthesize(kg, out, SynthConfig(n=3, seed=1), progress=False)
@@ -317,9 +351,13 @@ def test_report_counts_rejections_per_check(kg: KnowledgeGraph, tmp_path):
     out = tmp_path / "q.jsonl"
     reasons = synthesize(kg, out, SynthConfig(n=40, seed=3), progress=False)
     report = dataset_report(read_items(out))
-    assert report["candidates"] == sum(reasons.values()) - sum(v for k, v in reasons.items() if k.startswith("rendered_"))
+    assert report["candidates"] == sum(reasons.values()) - sum(
+        v for k, v in reasons.items() if k.startswith("rendered_")
+    )
     rejected = {k: v for k, v in reasons.items() if k != "accepted"}
-    assert report["rejected_share"] == {k: round(v / report["candidates"], 3) for k, v in Counter(rejected).most_common()}
+    assert report["rejected_share"] == {
+        k: round(v / report["candidates"], 3) for k, v in Counter(rejected).most_common()
+    }
 
 
 def test_synth_config_rejects_bad_values():
@@ -334,7 +372,9 @@ def test_comparison_and_relative_time_constraints(kg: KnowledgeGraph):
     longer = Constraint("compare", {"kind": "length", "other": "Danube", "more": True}, "is longer than a river")
     assert longer.matches(kg, "Nile") and not longer.matches(kg, "Danube")
     # Einstein (1879) was born 427 years after Leonardo (1452)
-    after = Constraint("relative_start", {"other": "Leonardo da Vinci", "lo": 422, "hi": 432}, "born about 43 decades after")
+    after = Constraint(
+        "relative_start", {"other": "Leonardo da Vinci", "lo": 422, "hi": 432}, "born about 43 decades after"
+    )
     assert after.matches(kg, "Albert Einstein")  # 1879 - 1452 = 427
     assert not after.matches(kg, "Nile")  # no span
 
@@ -353,7 +393,10 @@ def test_solution_procedures_replay_through_the_real_tools(kg: KnowledgeGraph, v
         found += first_search["expect"] in search({"query": [first_search["query"]]})
         page = visit({"url": first_visit["url"], "goal": "what it is related to"})
         named += it["answer"].lower() in page.lower()
-        reached += first_search["expect"] in search({"query": [first_search["query"]]}) and it["answer"].lower() in page.lower()
+        reached += (
+            first_search["expect"] in search({"query": [first_search["query"]]})
+            and it["answer"].lower() in page.lower()
+        )
         assert first_visit["evidence"] and it["procedure"][-1]["url"] == it["target_url"]
     assert named == 40  # the hop's page always leads to the answer
     assert reached / 40 >= 0.9
@@ -368,9 +411,11 @@ def test_rewrite_keeps_constraints_or_falls_back():
 
     from websailor.errors import ModelError
 
-    cs = [Constraint("linked", {"other": "Kanpur"}, "is associated with a metropolis in Uttar Pradesh, India"),
-          Constraint("span_end", {"lo": 1940, "hi": 1949}, "ended in the 1940s"),
-          Constraint("name", {"style": "initials", "pattern": ["B", "R"]}, "whose initials are B. R.")]
+    cs = [
+        Constraint("linked", {"other": "Kanpur"}, "is associated with a metropolis in Uttar Pradesh, India"),
+        Constraint("span_end", {"lo": 1940, "hi": 1949}, "ended in the 1940s"),
+        Constraint("name", {"style": "initials", "pattern": ["B", "R"]}, "whose initials are B. R."),
+    ]
     template = "Which historical subject is associated with a metropolis in Uttar Pradesh, India, ended in the 1940s, and whose initials are B. R.?"
     good = "Which historical entity, whose initials are B. R., ended in the 1940s and is tied to a metropolis in Uttar Pradesh, India?"
     q, r = rewrite_question(ScriptedModel([good]), template, cs, "British Raj")
@@ -379,7 +424,10 @@ def test_rewrite_keeps_constraints_or_falls_back():
     q, r = rewrite_question(ScriptedModel([lost]), template, cs, "British Raj")
     assert q == template and r["mode"] == "template" and "lost a constraint" in r["reason"]
     leak = "Which historical entity, the British Raj, whose initials are B. R., ended in the 1940s near a metropolis in Uttar Pradesh, India?"
-    assert rewrite_question(ScriptedModel([leak]), template, cs, "British Raj")[1]["reason"] == "the rewrite leaks the answer"
+    assert (
+        rewrite_question(ScriptedModel([leak]), template, cs, "British Raj")[1]["reason"]
+        == "the rewrite leaks the answer"
+    )
     q, r = rewrite_question(ScriptedModel([ModelError("endpoint down")]), template, cs, "British Raj")
     assert q == template and r["reason"].startswith("model error")
     assert survived(good, cs) is None
@@ -390,7 +438,9 @@ def test_llm_failing_mid_run_loses_nothing(kg: KnowledgeGraph, tmp_path):
 
     from websailor.errors import ModelError
 
-    flaky = ScriptedModel(lambda msgs: (_ for _ in ()).throw(ModelError("503")) if len(msgs[0]["content"]) % 2 else "No?")
+    flaky = ScriptedModel(
+        lambda msgs: (_ for _ in ()).throw(ModelError("503")) if len(msgs[0]["content"]) % 2 else "No?"
+    )
     out = tmp_path / "qa.jsonl"
     reasons = synthesize(kg, out, SynthConfig(n=15, seed=2), progress=False, llm=flaky)
     items = read_items(out)
@@ -402,9 +452,17 @@ def test_llm_failing_mid_run_loses_nothing(kg: KnowledgeGraph, tmp_path):
 from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter, verdict  # noqa: E402
 
 
-@pytest.mark.parametrize("correct, k, keep, out", [(0, 8, "moderate", "too_hard"), (3, 8, "moderate", "kept"),
-                                                   (8, 8, "moderate", "too_easy"), (0, 8, "hard", "kept"),
-                                                   (1, 8, "hard", "too_easy"), (8, 8, "all", "kept")])
+@pytest.mark.parametrize(
+    "correct, k, keep, out",
+    [
+        (0, 8, "moderate", "too_hard"),
+        (3, 8, "moderate", "kept"),
+        (8, 8, "moderate", "too_easy"),
+        (0, 8, "hard", "kept"),
+        (1, 8, "hard", "too_easy"),
+        (8, 8, "all", "kept"),
+    ],
+)
 def test_verdict(correct, k, keep, out):
     assert verdict(correct, k, keep) == out
 
@@ -510,9 +568,13 @@ def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vita
     agent, _ = _reference_agent(vital, answers, solve_first=99)  # always right
     out = tmp_path / "hard.jsonl"
     with DifficultyFilter(agent, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard", concurrency=2)) as rater:
-        reasons = synthesize(kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=6), progress=False, difficulty=rater)
+        reasons = synthesize(
+            kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=6), progress=False, difficulty=rater
+        )
     assert read_items(out) == [] and reasons["too_easy"] == 3 and reasons["accepted"] == 0
-    assert all(json.loads(line)["prediction"] in answers.values() for line in (tmp_path / "r.jsonl").read_text().splitlines())
+    assert all(
+        json.loads(line)["prediction"] in answers.values() for line in (tmp_path / "r.jsonl").read_text().splitlines()
+    )
 
 
 def test_difficulty_config_rejects_bad_values():

@@ -29,7 +29,11 @@ def test_search_observation_layout(tools):
     blocks = obs.split("\n=======\n")
     assert len(blocks) == 2
     assert re.match(r"A search for 'Mona Lisa' found \d+ results:", blocks[0])
-    assert blocks[0].split(" results:", 1)[1].startswith("\n\n## Web Results\n1. [Mona Lisa](https://en.wikipedia.org/wiki/Mona_Lisa)\n")
+    assert (
+        blocks[0]
+        .split(" results:", 1)[1]
+        .startswith("\n\n## Web Results\n1. [Mona Lisa](https://en.wikipedia.org/wiki/Mona_Lisa)\n")
+    )
     entries = re.findall(r"^(\d+)\. \[(.+?)\]\((https://en\.wikipedia\.org/wiki/\S+)\)\n(.+)$", blocks[1], re.M)
     assert [int(e[0]) for e in entries] == list(range(1, 11))
     assert entries[0][1] == "Great Wall of China"
@@ -45,8 +49,12 @@ def test_search_tolerates_a_string_query_and_notes_long_ones(tools):
 
 
 def test_visit_puts_goal_evidence_first_then_summary(tools):
-    obs = call_tool(tools, "visit", {"url": "https://en.wikipedia.org/wiki/Nile", "goal": "How long is the river in kilometers?"})
-    assert obs.startswith("Page https://en.wikipedia.org/wiki/Nile, read for the goal: How long is the river in kilometers?\n\nEvidence in page:\n")
+    obs = call_tool(
+        tools, "visit", {"url": "https://en.wikipedia.org/wiki/Nile", "goal": "How long is the river in kilometers?"}
+    )
+    assert obs.startswith(
+        "Page https://en.wikipedia.org/wiki/Nile, read for the goal: How long is the river in kilometers?\n\nEvidence in page:\n"
+    )
     evidence = obs.split("Evidence in page:\n", 1)[1].split("\n\nSummary:\n")[0].splitlines()
     assert evidence[0].startswith("At 7,088 kilometers")
     summary = obs.split("Summary:\n", 1)[1]
@@ -54,23 +62,28 @@ def test_visit_puts_goal_evidence_first_then_summary(tools):
 
 
 def test_visit_unknown_url_suggests_closest_titles(tools):
-    obs = call_tool(tools, "visit", {"url": ["https://en.wikipedia.org/wiki/Leonardo_DaVinci", "Mona Lisa"], "goal": "painter"})
+    obs = call_tool(
+        tools, "visit", {"url": ["https://en.wikipedia.org/wiki/Leonardo_DaVinci", "Mona Lisa"], "goal": "painter"}
+    )
     first, second = obs.split("\n=======\n")
     assert "could not be found" in first
     assert "1. [Leonardo da Vinci](https://en.wikipedia.org/wiki/Leonardo_da_Vinci)" in first
     assert second.startswith("Page https://en.wikipedia.org/wiki/Mona_Lisa")
 
 
-@pytest.mark.parametrize("name, args, expected", [
-    ("search", '{"query": ["a", }', "Invalid arguments: not valid JSON"),
-    ("search", "[1, 2]", "Invalid arguments: expected a JSON object, got list"),
-    ("search", '{"query": []}', "query: [] should be non-empty"),
-    ("search", '{"q": ["x"]}', "'query' is a required property"),
-    ("search", '{"query": [3]}', "query/0: 3 is not of type 'string'"),
-    ("visit", '{"url": "https://en.wikipedia.org/wiki/Nile"}', "'goal' is a required property"),
-    ("visit", '{"url": 3, "goal": "x"}', "url: 3 is not of type 'string', 'array'"),
-    ("browse", '{}', "there is no tool named 'browse'. Available tools: search, visit."),
-])
+@pytest.mark.parametrize(
+    "name, args, expected",
+    [
+        ("search", '{"query": ["a", }', "Invalid arguments: not valid JSON"),
+        ("search", "[1, 2]", "Invalid arguments: expected a JSON object, got list"),
+        ("search", '{"query": []}', "query: [] should be non-empty"),
+        ("search", '{"q": ["x"]}', "'query' is a required property"),
+        ("search", '{"query": [3]}', "query/0: 3 is not of type 'string'"),
+        ("visit", '{"url": "https://en.wikipedia.org/wiki/Nile"}', "'goal' is a required property"),
+        ("visit", '{"url": 3, "goal": "x"}', "url: 3 is not of type 'string', 'array'"),
+        ("browse", "{}", "there is no tool named 'browse'. Available tools: search, visit."),
+    ],
+)
 def test_bad_tool_calls_give_observations_not_exceptions(tools, name, args, expected):
     obs = call_tool(tools, name, args)
     assert expected in obs
@@ -108,7 +121,9 @@ def test_underscores_separate_query_words(vital: Corpus):
 def test_llm_extractor_for_visit_and_its_fallback(vital: Corpus):
     from fakes import ScriptedModel
 
-    good = ScriptedModel([json.dumps({"rational": "r", "evidence": "It is 7,088 km long.", "summary": "The Nile's length."})])
+    good = ScriptedModel(
+        [json.dumps({"rational": "r", "evidence": "It is 7,088 km long.", "summary": "The Nile's length."})]
+    )
     obs = VisitTool(vital, summary_model=good)({"url": "Nile", "goal": "length"})
     assert "Evidence in page:\nIt is 7,088 km long.\n\nSummary:\nThe Nile's length." in obs
     assert good.calls == 1

@@ -39,7 +39,10 @@ def test_import_webdancer_chatml_in_place(shared_data, tmp_path):
     trajs = read_chatml(shared_data / "webdancer_sample_traj.jsonl")
     assert len(trajs) == 200 and all(t.termination == "answer" for t in trajs)
     t = trajs[0]
-    assert t.question.startswith("In a prestigious British equestrian event") and t.answer["answer"] == "English horse race Derby"
+    assert (
+        t.question.startswith("In a prestigious British equestrian event")
+        and t.answer["answer"] == "English horse race Derby"
+    )
     assert t.messages[1] == {"role": "user", "content": t.question} and "<tools>" in t.messages[0]["content"]
     assert t.num_tool_calls == 1 and "Epsom Derby" in t.prediction
     rec = json.loads((shared_data / "webdancer_sample_traj.jsonl").read_text().splitlines()[0])
@@ -49,11 +52,21 @@ def test_import_webdancer_chatml_in_place(shared_data, tmp_path):
     with pytest.raises(InputFormatError, match="line 1: the messages do not alternate"):
         read_chatml(bad)
     good = json.loads((shared_data / "webdancer_sample_traj.jsonl").read_text().splitlines()[0])
-    for broken, message in [(dict(good, messages=good["messages"][:2] + [{"role": "assistant", "content": None}]
-                                   + good["messages"][3:]), "message 3 has NoneType content"),
-                            (dict(good, functions={"name": "search"}), "'functions' must be a list"),
-                            (dict(good, messages=[good["messages"][0], {"role": "user", "content": "Tools...\nUser:   "}]
-                                  + good["messages"][2:]), "no 'User: <question>'")]:
+    for broken, message in [
+        (
+            dict(good, messages=good["messages"][:2] + [{"role": "assistant", "content": None}] + good["messages"][3:]),
+            "message 3 has NoneType content",
+        ),
+        (dict(good, functions={"name": "search"}), "'functions' must be a list"),
+        (
+            dict(
+                good,
+                messages=[good["messages"][0], {"role": "user", "content": "Tools...\nUser:   "}]
+                + good["messages"][2:],
+            ),
+            "no 'User: <question>'",
+        ),
+    ]:
         bad.write_text(json.dumps(broken) + "\n")
         with pytest.raises(InputFormatError, match=message):
             read_chatml(bad)
@@ -108,8 +121,16 @@ def test_expert_rejection_sampling_keeps_only_correct_tool_using_rollouts(vital:
     assert len((tmp_path / "expert.rollouts.jsonl").read_text().splitlines()) == 2 * len(items)
     # resumed: no rollout is run again, nothing is written twice; a tighter budget rejects all as too long
     calls = model.calls
-    again = build_expert(items, agent, load_judge("em"), out, tok, k=2, flt=ExpertFilter(max_tokens=100, min_tool_calls=1),
-                         progress=False)
+    again = build_expert(
+        items,
+        agent,
+        load_judge("em"),
+        out,
+        tok,
+        k=2,
+        flt=ExpertFilter(max_tokens=100, min_tool_calls=1),
+        progress=False,
+    )
     assert model.calls == calls and again["written"] == 0 and again["too_long"] == 2 * n_right
 
 
@@ -125,8 +146,11 @@ def test_rewritten_thoughts_replace_only_the_thinking(vital: Corpus, tmp_path):
 
     def writer(messages):
         prompts.append(messages[-1]["content"])
-        return "<think>I narrow the candidates with the next clue.</think>" if "final answer" not in messages[-1]["content"] \
-            else " ".join(["word"] * 500)  # too long for the last step: the original thought stays
+        return (
+            "<think>I narrow the candidates with the next clue.</think>"
+            if "final answer" not in messages[-1]["content"]
+            else " ".join(["word"] * 500)
+        )  # too long for the last step: the original thought stays
 
     new, done = rewrite_thoughts(traj, ScriptedModel(writer))
     turns = [(a["content"], b["content"]) for a, b in zip(traj.messages, new.messages) if a["role"] == "assistant"]
@@ -135,7 +159,9 @@ def test_rewritten_thoughts_replace_only_the_thinking(vital: Corpus, tmp_path):
         assert rewritten.startswith("<think>\nI narrow the candidates with the next clue.\n</think>\n")
         assert parse_turn(rewritten).tool_call == parse_turn(old).tool_call  # the action is unchanged
     assert turns[-1][0] == turns[-1][1]
-    assert [m for m in new.messages if m["role"] != "assistant"] == [m for m in traj.messages if m["role"] != "assistant"]
+    assert [m for m in new.messages if m["role"] != "assistant"] == [
+        m for m in traj.messages if m["role"] != "assistant"
+    ]
     assert "scripted" in new.model and traj.model == "constructive"
     # the writer saw the question, the step's action and its result
     assert all(item["question"] in p and "Action at this step" in p for p in prompts)

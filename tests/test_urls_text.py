@@ -28,7 +28,10 @@ def test_title_key_is_first_letter_case_insensitive():
 def test_sentences_respect_abbreviations():
     text = "A. J. P. Taylor was an English historian. He was born c. 1906 in Lancashire. He died in 1990."
     assert split_sentences(text) == [
-        "A. J. P. Taylor was an English historian.", "He was born c. 1906 in Lancashire.", "He died in 1990."]
+        "A. J. P. Taylor was an English historian.",
+        "He was born c. 1906 in Lancashire.",
+        "He died in 1990.",
+    ]
 
 
 def test_chunk_passages_keeps_short_paragraphs_and_splits_long_ones():

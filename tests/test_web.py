@@ -17,8 +17,15 @@ from websailor.tools.web import build_web_tools, load_web_settings
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
 from websailor.tools.web.providers import clean_markdown, normalize_query, normalize_url
 
-FAST = {"timeout_s": 1.0, "retries": 2, "backoff_s": 0.01, "backoff_max_s": 0.05, "retry_after_max_s": 3,
-        "breaker_failures": 100, "qps": 0}
+FAST = {
+    "timeout_s": 1.0,
+    "retries": 2,
+    "backoff_s": 0.01,
+    "backoff_max_s": 0.05,
+    "retry_after_max_s": 3,
+    "breaker_failures": 100,
+    "qps": 0,
+}
 
 
 @pytest.fixture
@@ -28,9 +35,15 @@ def server():
 
 
 def environ(server: FaultServer, tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"SERPER_API_KEY": server.api_key, "SERPER_BASE_URL": server.url,
-            "SEARXNG_BASE_URL": f"{server.url}/searxng", "JINA_BASE_URL": f"{server.url}/jina",
-            "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"), "WEBSAILOR_WEB_ALLOW_PRIVATE": "1", **extra}
+    return {
+        "SERPER_API_KEY": server.api_key,
+        "SERPER_BASE_URL": server.url,
+        "SEARXNG_BASE_URL": f"{server.url}/searxng",
+        "JINA_BASE_URL": f"{server.url}/jina",
+        "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"),
+        "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
+        **extra,
+    }
 
 
 def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, config: dict | None = None, **env: str):
@@ -38,9 +51,12 @@ def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, config:
 
     cfg = tmp_path / "web.yaml"
     pol = {**FAST, **(policy or {})}
-    cfg.write_text(yaml.safe_dump({"policies": {t: pol for t in ("search", "google_scholar", "visit")}, **(config or {})}))
-    tools, executor = build_web_tools(load_web_settings(cfg, environ(server, tmp_path, **env)),
-                                      names=("search", "visit", "google_scholar"))
+    cfg.write_text(
+        yaml.safe_dump({"policies": {t: pol for t in ("search", "google_scholar", "visit")}, **(config or {})})
+    )
+    tools, executor = build_web_tools(
+        load_web_settings(cfg, environ(server, tmp_path, **env)), names=("search", "visit", "google_scholar")
+    )
     return tools, executor
 
 
@@ -80,8 +96,16 @@ def test_429_honours_retry_after(server, tmp_path):
     ex.close()
 
 
-@pytest.mark.parametrize("fault,kind", [("500", "server_error"), ("hang", "timeout"), ("drip", "timeout"),
-                                        ("truncated", "truncated"), ("badjson", "bad_response")])
+@pytest.mark.parametrize(
+    "fault,kind",
+    [
+        ("500", "server_error"),
+        ("hang", "timeout"),
+        ("drip", "timeout"),
+        ("truncated", "truncated"),
+        ("badjson", "bad_response"),
+    ],
+)
 def test_retryable_fault_is_retried_then_succeeds(server, tmp_path, fault, kind):
     server.plan.script("serper", fault)
     tools, ex = web(server, tmp_path)
@@ -225,8 +249,10 @@ def test_bad_urls_get_observations(server, tmp_path):
     assert r.observation.count("cannot be visited") == 2
     r = tools["visit"].execute({"url": f"{server.url}/missing/page", "goal": "x"})
     assert "(jina: client_error, HTTP 404 (not found); direct: client_error, HTTP 404 (not found))" in r.observation
-    assert r.observation.endswith("Try another page with the same information, or search for it.\n") or \
-        "Try another page" in r.observation
+    assert (
+        r.observation.endswith("Try another page with the same information, or search for it.\n")
+        or "Try another page" in r.observation
+    )
     ex.close()
 
 
@@ -356,7 +382,7 @@ def test_keys_are_cleaned_and_never_echoed(tmp_path):
     s = load_web_settings(None, {"SERPER_API_KEY": "  sk-123\n"})
     assert s.serper_api_key.get_secret_value() == "sk-123"
     cfg = tmp_path / "k.yaml"
-    cfg.write_text("serper_api_key: \"sk-\u00e9-secret\"\n")
+    cfg.write_text('serper_api_key: "sk-\u00e9-secret"\n')
     with pytest.raises(ConfigError) as e:
         load_web_settings(cfg, {})
     assert "secret" not in str(e.value) and "printable ASCII" in str(e.value)

@@ -28,10 +28,14 @@ def run(*args: str):
 @pytest.fixture
 def providers(monkeypatch, tmp_path):
     with FaultServer(FaultPlan()) as server:
-        for var, value in {"SERPER_API_KEY": server.api_key, "SERPER_BASE_URL": server.url,
-                           "SEARXNG_BASE_URL": f"{server.url}/searxng", "JINA_BASE_URL": f"{server.url}/jina",
-                           "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
-                           "WEBSAILOR_WEB_ALLOW_PRIVATE": "1"}.items():
+        for var, value in {
+            "SERPER_API_KEY": server.api_key,
+            "SERPER_BASE_URL": server.url,
+            "SEARXNG_BASE_URL": f"{server.url}/searxng",
+            "JINA_BASE_URL": f"{server.url}/jina",
+            "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
+            "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
+        }.items():
             monkeypatch.setenv(var, value)
         monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
         yield server
@@ -55,8 +59,16 @@ def test_run_and_eval_in_the_web_environment(providers, tmp_path):
     providers.plan.script("serper", "500")  # one retried fault on the way
     with FakeOpenAIServer(reply=agent_reply) as srv:
         out = tmp_path / "t.jsonl"
-        res = run("run", "When was Springfield founded?", "--env", "web", "--model", f"openai:fake@{srv.url}",
-                  "--out", str(out))
+        res = run(
+            "run",
+            "When was Springfield founded?",
+            "--env",
+            "web",
+            "--model",
+            f"openai:fake@{srv.url}",
+            "--out",
+            str(out),
+        )
         assert res.exit_code == 0, res.output
         assert "prediction: 1901" in res.stdout
         traj = json.loads(out.read_text())
@@ -72,8 +84,19 @@ def test_run_and_eval_in_the_web_environment(providers, tmp_path):
 
         bench = tmp_path / "b.jsonl"
         bench.write_text('{"id": "s1", "question": "When was Springfield founded?", "answer": "1901"}\n')
-        res = run("eval", "--bench", str(bench), "--out", str(tmp_path / "ev"), "--env", "web", "--rollouts", "2",
-                  "--model", f"openai:fake@{srv.url}")
+        res = run(
+            "eval",
+            "--bench",
+            str(bench),
+            "--out",
+            str(tmp_path / "ev"),
+            "--env",
+            "web",
+            "--rollouts",
+            "2",
+            "--model",
+            f"openai:fake@{srv.url}",
+        )
         assert res.exit_code == 0, res.output
         summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
         assert summary["avg_at_k"] == 1.0
@@ -115,8 +138,11 @@ def test_serve_tools_and_use_them_with_tools_url(vital_dir: Path, tmp_path):
     from fakes import FakeOpenAIServer, call
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "websailor.cli", "serve", "tools", "--port", str(port),
-                             "--corpus", str(vital_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "websailor.cli", "serve", "tools", "--port", str(port), "--corpus", str(vital_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -135,11 +161,27 @@ def test_serve_tools_and_use_them_with_tools_url(vital_dir: Path, tmp_path):
 
         with FakeOpenAIServer(reply=reply) as srv:
             out_remote, out_local = tmp_path / "remote.jsonl", tmp_path / "local.jsonl"
-            res = run("run", "Who painted the Mona Lisa?", "--tools-url", url, "--model", f"openai:fake@{srv.url}",
-                      "--out", str(out_remote))
+            res = run(
+                "run",
+                "Who painted the Mona Lisa?",
+                "--tools-url",
+                url,
+                "--model",
+                f"openai:fake@{srv.url}",
+                "--out",
+                str(out_remote),
+            )
             assert res.exit_code == 0, res.output
-            res = run("run", "Who painted the Mona Lisa?", "--corpus", str(vital_dir), "--model",
-                      f"openai:fake@{srv.url}", "--out", str(out_local))
+            res = run(
+                "run",
+                "Who painted the Mona Lisa?",
+                "--corpus",
+                str(vital_dir),
+                "--model",
+                f"openai:fake@{srv.url}",
+                "--out",
+                str(out_local),
+            )
             assert res.exit_code == 0, res.output
         remote, local = (json.loads(p.read_text()) for p in (out_remote, out_local))
         assert remote["env"] == "local" and remote["messages"] == local["messages"]

@@ -11,11 +11,12 @@ import math
 import os
 import signal
 import sys
-from enum import Enum
+from collections.abc import Callable
 from contextlib import ExitStack
+from enum import Enum
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -67,18 +68,37 @@ TimeoutOpt = Annotated[float, typer.Option(min=1, help="Wall-clock seconds per q
 TemperatureOpt = Annotated[float, typer.Option(min=0, help="Sampling temperature.")]
 SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id and rollout index).")]
 # tool-environment options shared by run, eval, tool, serve tools and train rl
-ToolsUrlOpt = Annotated[Optional[str], typer.Option(
-    help="Use the tools of a `websailor serve tools` server at this URL (shared index and cache) instead of --env.")]
-WebConfigOpt = Annotated[Optional[Path], typer.Option(
-    help="YAML/JSON web settings (keys, base URLs, per-tool limits); default $WEBSAILOR_WEB_CONFIG. "
-         "Environment variables (SERPER_API_KEY, SEARXNG_BASE_URL, JINA_API_KEY, ...) override it.")]
-ToolsOpt = Annotated[Optional[str], typer.Option(
-    "--tools", help="Comma-separated tools to offer (default: the environment's; local also has "
-                    "PythonInterpreter and parse_file on request).")]
-FilesDirOpt = Annotated[Optional[Path], typer.Option(
-    "--files-dir", help="Folder parse_file may read local files from (with --tools ...,parse_file).")]
-UnsafePythonOpt = Annotated[bool, typer.Option(
-    "--unsafe-python", help="Run PythonInterpreter without isolation where bubblewrap cannot run (unsafe).")]
+ToolsUrlOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Use the tools of a `websailor serve tools` server at this URL (shared index and cache) instead of --env."
+    ),
+]
+WebConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="YAML/JSON web settings (keys, base URLs, per-tool limits); default $WEBSAILOR_WEB_CONFIG. "
+        "Environment variables (SERPER_API_KEY, SEARXNG_BASE_URL, JINA_API_KEY, ...) override it."
+    ),
+]
+ToolsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tools",
+        help="Comma-separated tools to offer (default: the environment's; local also has "
+        "PythonInterpreter and parse_file on request).",
+    ),
+]
+FilesDirOpt = Annotated[
+    Optional[Path],
+    typer.Option("--files-dir", help="Folder parse_file may read local files from (with --tools ...,parse_file)."),
+]
+UnsafePythonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-python", help="Run PythonInterpreter without isolation where bubblewrap cannot run (unsafe)."
+    ),
+]
 
 
 def _fail(message: str) -> None:
@@ -132,25 +152,34 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug lo
 @corpus_app.command("build")
 @handle_errors
 def corpus_build(
-    source: Annotated[Optional[Path], typer.Option(help="Input file; default: the embedded vital-articles corpus.")] = None,
+    source: Annotated[
+        Optional[Path], typer.Option(help="Input file; default: the embedded vital-articles corpus.")
+    ] = None,
     format: Annotated[Format, typer.Option("--format", help="Layout of --source.")] = Format.vital,
-    out: Annotated[Optional[Path], typer.Option(help="Target directory (default under $WEBSAILOR_HOME/corpora).")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="Target directory (default under $WEBSAILOR_HOME/corpora).")
+    ] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even if a complete corpus exists.")] = False,
     links: Annotated[bool, typer.Option(help="Derive the link graph by entity linking.")] = True,
-    on_duplicate: Annotated[OnDuplicate, typer.Option(help="Pages sharing a title: error, keep first, or merge.")] = OnDuplicate.error,
+    on_duplicate: Annotated[
+        OnDuplicate, typer.Option(help="Pages sharing a title: error, keep first, or merge.")
+    ] = OnDuplicate.error,
 ) -> None:
     """Build a corpus (store, BM25 index, link graph); reuses a complete one unless --force."""
     from websailor.corpus import CorpusBuildConfig, build_corpus
 
-    cfg = CorpusBuildConfig(source=source, format=format.value, out=out, force=force, links=links,
-                            on_duplicate=on_duplicate.value)
+    cfg = CorpusBuildConfig(
+        source=source, format=format.value, out=out, force=force, links=links, on_duplicate=on_duplicate.value
+    )
     path = build_corpus(cfg)
     print(path)
 
 
 @corpus_app.command("info")
 @handle_errors
-def corpus_info(corpus: Annotated[Optional[Path], typer.Argument(help="Corpus directory.")] = None, as_json: JsonOpt = False) -> None:
+def corpus_info(
+    corpus: Annotated[Optional[Path], typer.Argument(help="Corpus directory.")] = None, as_json: JsonOpt = False
+) -> None:
     """Show what a corpus holds."""
     from websailor.corpus import Corpus
 
@@ -189,7 +218,9 @@ def search(
 @handle_errors
 def visit(
     urls: Annotated[list[str], typer.Argument(help="Wikipedia URLs or titles.")],
-    goal: Annotated[Optional[str], typer.Option(help="What to look for: relevant passages first, then a summary.")] = None,
+    goal: Annotated[
+        Optional[str], typer.Option(help="What to look for: relevant passages first, then a summary.")
+    ] = None,
     corpus: CorpusOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -227,8 +258,9 @@ def visit(
 @app.command()
 @handle_errors
 def tool(
-    name: Annotated[str, typer.Argument(help="Tool name: search, visit, PythonInterpreter, parse_file "
-                                             "(web also google_scholar).")],
+    name: Annotated[
+        str, typer.Argument(help="Tool name: search, visit, PythonInterpreter, parse_file (web also google_scholar).")
+    ],
     arguments: Annotated[str, typer.Argument(help="Arguments as a JSON object.")] = "{}",
     env: Annotated[Env, typer.Option(help="local (offline Wikipedia) or web.")] = Env.local,
     corpus: CorpusOpt = None,
@@ -247,8 +279,15 @@ def tool(
     if not tools_url and name not in known and name in DEFAULT_TOOLS["web"]:
         _fail(f"{name} is a tool of the web environment: add --env web")
     wanted = None if tools_url or name not in known else name
-    tool_env = _open_tools(env, corpus, tools_url=tools_url, web_config=web_config, tools=wanted,
-                           unsafe_python=unsafe_python, files_root=Path.cwd())
+    tool_env = _open_tools(
+        env,
+        corpus,
+        tools_url=tools_url,
+        web_config=web_config,
+        tools=wanted,
+        unsafe_python=unsafe_python,
+        files_root=Path.cwd(),
+    )
     try:
         print(call_tool(tool_env.tools, name, arguments))
     finally:
@@ -295,26 +334,53 @@ def _tool_names(tools: Optional[str]) -> Optional[list[str]]:
     return names
 
 
-def _open_tools(env: "Env", corpus: Optional[Path] = None, summary_model: Any = None, tools_url: Optional[str] = None,
-                web_config: Optional[Path] = None, tools: Optional[str] = None, unsafe_python: bool = False,
-                files_root: Optional[Path] = None) -> Any:
+def _open_tools(
+    env: Env,
+    corpus: Optional[Path] = None,
+    summary_model: Any = None,
+    tools_url: Optional[str] = None,
+    web_config: Optional[Path] = None,
+    tools: Optional[str] = None,
+    unsafe_python: bool = False,
+    files_root: Optional[Path] = None,
+) -> Any:
     """The run's :class:`~websailor.tools.environment.ToolEnvironment` (local, web, none or a tool server)."""
     from websailor.tools.environment import open_environment
 
     if web_config is not None and (env != Env.web or tools_url):
-        logger.warning("--web-config is ignored: it configures --env web%s", " (the tool server has its own)" if tools_url else "")
+        logger.warning(
+            "--web-config is ignored: it configures --env web%s", " (the tool server has its own)" if tools_url else ""
+        )
     if tools_url and env != Env.local:
         logger.warning("--env %s is ignored: the tools are the tool server's at %s", env.value, tools_url)
-    return open_environment(env.value, corpus=corpus, summary_model=summary_model, web_config=web_config,
-                            tools_url=tools_url, tools=_tool_names(tools), files_root=files_root,
-                            allow_unsafe_python=unsafe_python)
+    return open_environment(
+        env.value,
+        corpus=corpus,
+        summary_model=summary_model,
+        web_config=web_config,
+        tools_url=tools_url,
+        tools=_tool_names(tools),
+        files_root=files_root,
+        allow_unsafe_python=unsafe_python,
+    )
 
 
-def _build_agent(model: str, env: "Env", corpus: Optional[Path], max_calls: int = 100, max_tokens: int = 8192,
-                 timeout: float = 9000, temperature: float = 0.85, seed: int = 0,
-                 summary_model: Optional[str] = None, tools_url: Optional[str] = None,
-                 web_config: Optional[Path] = None, tools: Optional[str] = None, unsafe_python: bool = False,
-                 files_dir: Optional[Path] = None) -> Any:
+def _build_agent(
+    model: str,
+    env: Env,
+    corpus: Optional[Path],
+    max_calls: int = 100,
+    max_tokens: int = 8192,
+    timeout: float = 9000,
+    temperature: float = 0.85,
+    seed: int = 0,
+    summary_model: Optional[str] = None,
+    tools_url: Optional[str] = None,
+    web_config: Optional[Path] = None,
+    tools: Optional[str] = None,
+    unsafe_python: bool = False,
+    files_dir: Optional[Path] = None,
+) -> Any:
     """An agent and its tool environment: the local tools, the web tools, a tool server's, or
     none (``env none``: the direct-answer baseline). Close the environment when done."""
     from websailor.agent import Agent, AgentConfig
@@ -324,8 +390,13 @@ def _build_agent(model: str, env: "Env", corpus: Optional[Path], max_calls: int 
         _fail("--temperature and --timeout must be finite numbers")
     extractor = load_model(summary_model) if summary_model else None
     tool_env = _open_tools(env, corpus, extractor, tools_url, web_config, tools, unsafe_python, files_dir)
-    cfg = AgentConfig(max_calls=max_calls, max_tokens_per_turn=max_tokens, timeout_s=timeout, seed=seed,
-                      sampling=SamplingParams(temperature=temperature))
+    cfg = AgentConfig(
+        max_calls=max_calls,
+        max_tokens_per_turn=max_tokens,
+        timeout_s=timeout,
+        seed=seed,
+        sampling=SamplingParams(temperature=temperature),
+    )
     try:
         agent = Agent(load_model(model), tool_env.tools, cfg, env=tool_env.name)
     except BaseException:
@@ -381,8 +452,9 @@ def run(
     seed: SeedOpt = 0,
     model: ModelOpt = "smollm2",
     summary_model: Annotated[Optional[str], typer.Option(help="Model for the LLM page extractor of visit.")] = None,
-    env: Annotated[Env, typer.Option(help="Environment (local: offline Wikipedia; web: real search and pages; "
-                                          "none: no tools).")] = Env.local,
+    env: Annotated[
+        Env, typer.Option(help="Environment (local: offline Wikipedia; web: real search and pages; none: no tools).")
+    ] = Env.local,
     corpus: CorpusOpt = None,
     tools_url: ToolsUrlOpt = None,
     web_config: WebConfigOpt = None,
@@ -406,8 +478,22 @@ def run(
     if out is not None:  # check the output before spending any model time
         out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out)
-    agent, tool_env = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed, summary_model,
-                                   tools_url, web_config, tools, unsafe_python, files_dir)
+    agent, tool_env = _build_agent(
+        model,
+        env,
+        corpus,
+        max_calls,
+        max_tokens,
+        timeout,
+        temperature,
+        seed,
+        summary_model,
+        tools_url,
+        web_config,
+        tools,
+        unsafe_python,
+        files_dir,
+    )
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
         _run_agent(agent, question, items, out, rollouts, concurrency)
@@ -415,7 +501,9 @@ def run(
         _finish_tools(tool_env, metrics_file)
 
 
-def _run_agent(agent: Any, question: Optional[str], items: Any, out: Optional[Path], rollouts: int, concurrency: int) -> None:
+def _run_agent(
+    agent: Any, question: Optional[str], items: Any, out: Optional[Path], rollouts: int, concurrency: int
+) -> None:
     from websailor.agent.runner import append_trajectory, run_questions
 
     if items is None:
@@ -424,18 +512,23 @@ def _run_agent(agent: Any, question: Optional[str], items: Any, out: Optional[Pa
             append_trajectory(out, traj)
         print(f"\nprediction: {traj.prediction}")
         print(f"termination: {traj.termination}" + (f" ({traj.error})" if traj.error else ""))
-        print(f"model calls {traj.num_model_calls}, tool calls {traj.num_tool_calls}, "
-              f"tokens {traj.tokens['prompt']} prompt / {traj.tokens['completion']} completion, "
-              f"time {traj.timings['total_s']:.1f} s (model {traj.timings['model_s']:.1f} s, tools {traj.timings['tools_s']:.2f} s)")
+        print(
+            f"model calls {traj.num_model_calls}, tool calls {traj.num_tool_calls}, "
+            f"tokens {traj.tokens['prompt']} prompt / {traj.tokens['completion']} completion, "
+            f"time {traj.timings['total_s']:.1f} s (model {traj.timings['model_s']:.1f} s, tools {traj.timings['tools_s']:.2f} s)"
+        )
         return
     summary = run_questions(agent, items, out, rollouts=rollouts, concurrency=concurrency)
     terms = ", ".join(f"{k} {v}" for k, v in summary.terminations.most_common()) or "none"
-    print(f"{summary.finished} trajectories written to {out} ({summary.skipped} already there) in {summary.seconds:.1f} s")
+    print(
+        f"{summary.finished} trajectories written to {out} ({summary.skipped} already there) in {summary.seconds:.1f} s"
+    )
     print(f"terminations: {terms}; tool calls {summary.tool_calls}, model calls {summary.model_calls}")
 
 
-synth_app = typer.Typer(help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items.",
-                        invoke_without_command=True)
+synth_app = typer.Typer(
+    help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items.", invoke_without_command=True
+)
 app.add_typer(synth_app, name="synth")
 
 
@@ -454,10 +547,14 @@ def synth(
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same items.")] = 0,
     test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
     llm: Annotated[Optional[str], typer.Option(help="Model spec for the optional fluent rewrite.")] = None,
-    filter_with: Annotated[Optional[str], typer.Option(
-        help="Model spec of a reference agent: rate each item with --k rollouts and keep --keep ones.")] = None,
+    filter_with: Annotated[
+        Optional[str],
+        typer.Option(help="Model spec of a reference agent: rate each item with --k rollouts and keep --keep ones."),
+    ] = None,
     k: Annotated[int, typer.Option("--k", min=1, help="Rollouts per item for --filter-with.")] = 8,
-    keep: Annotated[Keep, typer.Option(help="moderate: 0 < correct < k; hard: none correct; all: record only.")] = Keep.moderate,
+    keep: Annotated[
+        Keep, typer.Option(help="moderate: 0 < correct < k; hard: none correct; all: record only.")
+    ] = Keep.moderate,
     max_calls: Annotated[int, typer.Option(min=1, help="Model calls per rollout of the reference agent.")] = 100,
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts of the reference agent.")] = 8,
     corpus: CorpusOpt = None,
@@ -493,8 +590,9 @@ def synth(
 
             rollouts = out.with_name(out.stem + ".rollouts.jsonl")
             agent = Agent(load_model(filter_with), build_local_tools(c), AgentConfig(max_calls=max_calls, seed=seed))
-            rater = stack.enter_context(DifficultyFilter(agent, rollouts, DifficultyConfig(k=k, keep=keep.value,
-                                                                                          concurrency=concurrency)))
+            rater = stack.enter_context(
+                DifficultyFilter(agent, rollouts, DifficultyConfig(k=k, keep=keep.value, concurrency=concurrency))
+            )
             logger.info("difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts)
         kg = load_or_build(c)
         reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater)
@@ -502,15 +600,19 @@ def synth(
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
     if report["items"] < n:
         hint = "a larger corpus or another --seed" + (" or a looser --keep" if filter_with else "")
-        print(f"only {report['items']} of the {n} items asked for: the last candidates were all rejected "
-              f"(see the reasons above); {hint} gives more")
+        print(
+            f"only {report['items']} of the {n} items asked for: the last candidates were all rejected "
+            f"(see the reasons above); {hint} gives more"
+        )
 
 
 @synth_app.command("show")
 @handle_errors
-def synth_show(path: Annotated[Path, typer.Argument(help="QA items JSONL.")],
-               index: Annotated[int, typer.Option(min=0, help="Which item by position (0-based).")] = 0,
-               item_id: Annotated[Optional[str], typer.Option("--id", help="Which item by id (sf-SEED-N).")] = None) -> None:
+def synth_show(
+    path: Annotated[Path, typer.Argument(help="QA items JSONL.")],
+    index: Annotated[int, typer.Option(min=0, help="Which item by position (0-based).")] = 0,
+    item_id: Annotated[Optional[str], typer.Option("--id", help="Which item by id (sf-SEED-N).")] = None,
+) -> None:
     """Show one item in full: question, answer, subgraph, operators, constraints, solution path."""
     from websailor.synth.dataset import read_items
 
@@ -526,19 +628,29 @@ def synth_show(path: Annotated[Path, typer.Argument(help="QA items JSONL.")],
         _fail(f"{path} has {len(items)} items; --index {index} is out of range")
     else:
         it = items[index]
-    print(f"id: {it['id']} ({it.get('split')})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>")
-    print(f"subgraph: {len(it['subgraph']['nodes'])} nodes, {len(it['subgraph']['edges'])} edges, "
-          f"cycle: {it['has_cycle']}, topology {it['topology_hash'][:8]}")
+    print(
+        f"id: {it['id']} ({it.get('split')})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>"
+    )
+    print(
+        f"subgraph: {len(it['subgraph']['nodes'])} nodes, {len(it['subgraph']['edges'])} edges, "
+        f"cycle: {it['has_cycle']}, topology {it['topology_hash'][:8]}"
+    )
     for e in it["subgraph"]["edges"]:
         print(f"  {e['src']} -> {e['dst']}")
-    print("uncertainty: " + "; ".join(f"{o['op']} {json.dumps(o['params'], ensure_ascii=False)}" for o in it["uncertainty"]))
+    print(
+        "uncertainty: "
+        + "; ".join(f"{o['op']} {json.dumps(o['params'], ensure_ascii=False)}" for o in it["uncertainty"])
+    )
     print("constraints:")
     for c in it["constraints"]:
         print(f"  [{c['kind']}] {c['phrase']}")
     print("solution path:")
     for s in it["procedure"]:
-        print(f"  {s['action']} " + (repr(s['query']) if s['action'] == 'search' else s['url'])
-              + (f"  -> {s['evidence'][:140]}" if s.get("evidence") else ""))
+        print(
+            f"  {s['action']} "
+            + (repr(s["query"]) if s["action"] == "search" else s["url"])
+            + (f"  -> {s['evidence'][:140]}" if s.get("evidence") else "")
+        )
     print(f"verification: {it['verification']}")
 
 
@@ -567,13 +679,19 @@ def _print_summary(summary: dict) -> None:
 @app.command("eval")
 @handle_errors
 def eval_cmd(
-    bench: Annotated[str, typer.Option(help="Benchmark: a file (layout detected), FORMAT:PATH or a name (fanoutqa-dev).")],
+    bench: Annotated[
+        str, typer.Option(help="Benchmark: a file (layout detected), FORMAT:PATH or a name (fanoutqa-dev).")
+    ],
     out: Annotated[Path, typer.Option(help="Output directory (trajectories, scores, report; resumes).")],
     split: Annotated[Optional[Split], typer.Option(help="Split of synthesized QA items (default test).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
     model: ModelOpt = "smollm2",
-    env: Annotated[Env, typer.Option(help="local: offline Wikipedia tools; web: real search and pages; "
-                                          "none: no tools (direct answer).")] = Env.local,
+    env: Annotated[
+        Env,
+        typer.Option(
+            help="local: offline Wikipedia tools; web: real search and pages; none: no tools (direct answer)."
+        ),
+    ] = Env.local,
     rollouts: Annotated[int, typer.Option(min=1, help="k: rollouts per question.")] = 3,
     judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 8,
@@ -601,12 +719,26 @@ def eval_cmd(
     out.mkdir(parents=True, exist_ok=True)
     done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
-    agent, tool_env = _build_agent(model, env, corpus, max_calls, max_tokens, timeout, temperature, seed,
-                                   tools_url=tools_url, web_config=web_config, tools=tools, unsafe_python=unsafe_python,
-                                   files_dir=files_dir)
+    agent, tool_env = _build_agent(
+        model,
+        env,
+        corpus,
+        max_calls,
+        max_tokens,
+        timeout,
+        temperature,
+        seed,
+        tools_url=tools_url,
+        web_config=web_config,
+        tools=tools,
+        unsafe_python=unsafe_python,
+        files_dir=files_dir,
+    )
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
     try:
-        summary = evaluate(items, agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench)
+        summary = evaluate(
+            items, agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench
+        )
     finally:
         _finish_tools(tool_env, out / "tool_metrics.jsonl")
     _print_summary(summary)
@@ -618,7 +750,9 @@ def eval_cmd(
 def score(
     paths: Annotated[list[Path], typer.Argument(help="Trajectory JSONL files (one run, one k).")],
     judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
-    out: Annotated[Optional[Path], typer.Option(help="Also write scores.jsonl, summary.json, report.md, plots here.")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="Also write scores.jsonl, summary.json, report.md, plots here.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Grade existing trajectory files and print the report table."""
@@ -632,7 +766,9 @@ def score(
     for field in ("model", "env"):
         seen = sorted({str(r.get(field)) for r in records})
         if len(seen) > 1:
-            logger.warning("these trajectories come from different %ss (%s): the figures pool them", field, ", ".join(seen))
+            logger.warning(
+                "these trajectories come from different %ss (%s): the figures pool them", field, ", ".join(seen)
+            )
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -645,8 +781,9 @@ def score(
         _print_summary(summary)
 
 
-traj_app = typer.Typer(help="Training trajectories for SFT: constructive, expert (rejection sampling) or imported.",
-                       no_args_is_help=True)
+traj_app = typer.Typer(
+    help="Training trajectories for SFT: constructive, expert (rejection sampling) or imported.", no_args_is_help=True
+)
 app.add_typer(traj_app, name="traj")
 
 
@@ -660,25 +797,43 @@ class TrajSource(str, Enum):
 @handle_errors
 def traj_build(
     out: Annotated[Path, typer.Option(help="Trajectories JSONL (appended; resumes).")],
-    qa: Annotated[Optional[Path], typer.Option(help="QA items JSONL (websailor synth), for constructive and expert.")] = None,
-    source: Annotated[TrajSource, typer.Option(help="constructive: replay each item's solution path through the tools; "
-                                                    "expert: keep the correct rollouts of a strong model; "
-                                                    "import: convert ChatML (Tongyi / WebDancer) trajectories.")] = TrajSource.constructive,
+    qa: Annotated[
+        Optional[Path], typer.Option(help="QA items JSONL (websailor synth), for constructive and expert.")
+    ] = None,
+    source: Annotated[
+        TrajSource,
+        typer.Option(
+            help="constructive: replay each item's solution path through the tools; "
+            "expert: keep the correct rollouts of a strong model; "
+            "import: convert ChatML (Tongyi / WebDancer) trajectories."
+        ),
+    ] = TrajSource.constructive,
     from_: Annotated[Optional[Path], typer.Option("--from", help="ChatML JSONL to import.")] = None,
     split: Annotated[Split, typer.Option(help="Which items (never train on test).")] = Split.train,
-    expert: Annotated[Optional[str], typer.Option(help="Expert model for --source expert: openai:MODEL@URL, hf:DIR or smollm2.")] = None,
+    expert: Annotated[
+        Optional[str], typer.Option(help="Expert model for --source expert: openai:MODEL@URL, hf:DIR or smollm2.")
+    ] = None,
     k: Annotated[int, typer.Option("--k", min=1, help="Expert rollouts per item.")] = 4,
     judge: Annotated[str, typer.Option(help="Judge of the expert's answers: em, f1[:T] or llm:SPEC.")] = "em",
-    max_tokens: Annotated[int, typer.Option(min=16, help="Token budget of a kept expert trajectory (student's tokenizer).")] = 32768,
+    max_tokens: Annotated[
+        int, typer.Option(min=16, help="Token budget of a kept expert trajectory (student's tokenizer).")
+    ] = 32768,
     min_tool_calls: Annotated[int, typer.Option(min=0, help="Fewest tool calls of a kept expert trajectory.")] = 2,
-    tokenizer: Annotated[str, typer.Option(help="Student model whose tokenizer counts the budget: smollm2 or hf:DIR.")] = "smollm2",
+    tokenizer: Annotated[
+        str, typer.Option(help="Student model whose tokenizer counts the budget: smollm2 or hf:DIR.")
+    ] = "smollm2",
     max_calls: Annotated[int, typer.Option(min=1, help="Expert: model calls per question.")] = 100,
     max_turn_tokens: Annotated[int, typer.Option(min=1, help="Expert: completion tokens per model call.")] = 8192,
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Expert rollouts in flight.")] = 4,
-    rewrite_thoughts: Annotated[Optional[str], typer.Option(help="Model that rewrites every step's thought concisely "
-                                                                 "(short-CoT reconstruction): smollm2, hf:DIR or openai:MODEL@URL.")] = None,
+    rewrite_thoughts: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Model that rewrites every step's thought concisely "
+            "(short-CoT reconstruction): smollm2, hf:DIR or openai:MODEL@URL."
+        ),
+    ] = None,
     corpus: CorpusOpt = None,
 ) -> None:
     """Build SFT trajectories."""
@@ -691,6 +846,7 @@ def traj_build(
 
     def source_name(source: str) -> str:
         return transform.source(source) if transform else source
+
     if source == TrajSource.import_:
         from websailor.train.importer import import_chatml_file
 
@@ -713,19 +869,37 @@ def traj_build(
             _fail("--source expert needs --expert MODEL (the strong model that answers)")
         items = load_benchmark(qa, split=split.value)
         student = load_tokenizer(resolve_model_dir(tokenizer))
-        agent, tool_env = _build_agent(expert, Env.local, corpus, max_calls=max_calls, max_tokens=max_turn_tokens,
-                                       temperature=temperature, seed=seed)
+        agent, tool_env = _build_agent(
+            expert,
+            Env.local,
+            corpus,
+            max_calls=max_calls,
+            max_tokens=max_turn_tokens,
+            temperature=temperature,
+            seed=seed,
+        )
         counts: Counter = Counter()
         try:
-            counts = build_expert(items, agent, load_judge(judge), out, student, k=k,
-                                  flt=ExpertFilter(max_tokens=max_tokens, min_tool_calls=min_tool_calls),
-                                  concurrency=concurrency, rewrite=transform, counts=counts)
+            counts = build_expert(
+                items,
+                agent,
+                load_judge(judge),
+                out,
+                student,
+                k=k,
+                flt=ExpertFilter(max_tokens=max_tokens, min_tool_calls=min_tool_calls),
+                concurrency=concurrency,
+                rewrite=transform,
+                counts=counts,
+            )
         finally:
             tool_env.close()
             if counts:
                 rollouts_file, _ = side_files(out)
-                verdicts = ", ".join(f"{v} {counts[v]}" for v in ("kept", "wrong", "no_answer", "few_tool_calls",
-                                                                   "too_long", "ungraded", "model_error"))
+                verdicts = ", ".join(
+                    f"{v} {counts[v]}"
+                    for v in ("kept", "wrong", "no_answer", "few_tool_calls", "too_long", "ungraded", "model_error")
+                )
                 print(f"{len(items) * k} expert rollouts ({rollouts_file}): {verdicts}")
         print(f"{counts['written']} expert trajectories written to {out}")
         return
@@ -735,8 +909,14 @@ def traj_build(
     from websailor.train.constructive import build_constructive
 
     items = read_items(qa)
-    written, skipped = build_constructive(items, build_local_tools(Corpus.open(corpus)), out, split=split.value,
-                                          transform=transform, source=source_name("constructive"))
+    written, skipped = build_constructive(
+        items,
+        build_local_tools(Corpus.open(corpus)),
+        out,
+        split=split.value,
+        transform=transform,
+        source=source_name("constructive"),
+    )
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
 
 
@@ -766,36 +946,65 @@ def serve_tools_cmd(
     if env == Env.none:
         _fail("--env none has no tools to serve")
     extractor = load_model(summary_model) if summary_model else None
-    tool_env = _open_tools(env, corpus, extractor, web_config=web_config, tools=tools, unsafe_python=unsafe_python,
-                           files_root=files_dir)
+    tool_env = _open_tools(
+        env, corpus, extractor, web_config=web_config, tools=tools, unsafe_python=unsafe_python, files_root=files_dir
+    )
     try:
-        serve_tools(tool_env.tools, tool_env.name, host=host, port=port, metrics=tool_env.metrics.summary,
-                    max_workers=max_workers)
+        serve_tools(
+            tool_env.tools,
+            tool_env.name,
+            host=host,
+            port=port,
+            metrics=tool_env.metrics.summary,
+            max_workers=max_workers,
+        )
     except KeyboardInterrupt:
         pass  # a server's normal end
     finally:
         _finish_tools(tool_env, None)
 
 
-train_app = typer.Typer(help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True)
+train_app = typer.Typer(
+    help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True
+)
 app.add_typer(train_app, name="train")
 
 
 @train_app.command("sft")
 @handle_errors
 def train_sft_cmd(
-    data: Annotated[list[Path], typer.Option(help="Trajectories JSONL (websailor traj build); repeat to pool several files.")],
-    out: Annotated[Path, typer.Option(help="Output directory: the fine-tuned model (use as --model hf:DIR); "
-                                           "rerun the same command to resume from its checkpoints.")],
+    data: Annotated[
+        list[Path], typer.Option(help="Trajectories JSONL (websailor traj build); repeat to pool several files.")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Output directory: the fine-tuned model (use as --model hf:DIR); "
+            "rerun the same command to resume from its checkpoints."
+        ),
+    ],
     model: Annotated[str, typer.Option(help="Model to fine-tune: smollm2 or hf:DIR.")] = "smollm2",
-    config: Annotated[Optional[Path], typer.Option(help="YAML or JSON file of SFT settings (options below override it).")] = None,
-    lora: Annotated[Optional[bool], typer.Option("--lora/--full", help="LoRA adapters (merged on save) or all weights.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps (default: --epochs over the data).")] = None,
+    config: Annotated[
+        Optional[Path], typer.Option(help="YAML or JSON file of SFT settings (options below override it).")
+    ] = None,
+    lora: Annotated[
+        Optional[bool], typer.Option("--lora/--full", help="LoRA adapters (merged on save) or all weights.")
+    ] = None,
+    max_steps: Annotated[
+        Optional[int], typer.Option(min=1, help="Optimizer steps (default: --epochs over the data).")
+    ] = None,
     epochs: Annotated[Optional[float], typer.Option(min=0.0, help="Passes over the data (default 3).")] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", min=0.0, help="Peak learning rate (paper: 5e-6).")] = None,
-    warmup_ratio: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help="Share of steps warming up from 0 (default 0.1).")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(min=1, help="Trajectories per optimizer step (paper: 32).")] = None,
-    max_length: Annotated[Optional[int], typer.Option(min=16, help="Longest trajectory in tokens; longer ones are dropped (default 32768).")] = None,
+    warmup_ratio: Annotated[
+        Optional[float], typer.Option(min=0.0, max=0.99, help="Share of steps warming up from 0 (default 0.1).")
+    ] = None,
+    batch_size: Annotated[
+        Optional[int], typer.Option(min=1, help="Trajectories per optimizer step (paper: 32).")
+    ] = None,
+    max_length: Annotated[
+        Optional[int],
+        typer.Option(min=16, help="Longest trajectory in tokens; longer ones are dropped (default 32768)."),
+    ] = None,
     precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
     save_steps: Annotated[Optional[int], typer.Option(min=1, help="Steps between checkpoints (default 50).")] = None,
     seed: Annotated[Optional[int], typer.Option(min=0, help="Seed of data order and initialization.")] = None,
@@ -803,15 +1012,27 @@ def train_sft_cmd(
     """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
     from websailor.train.sft import load_settings, train_sft
 
-    settings = load_settings(config, lora=lora, max_steps=max_steps, epochs=epochs, learning_rate=lr,
-                             batch_size=batch_size, max_length=max_length, precision=precision, seed=seed,
-                             warmup_ratio=warmup_ratio, save_steps=save_steps)
+    settings = load_settings(
+        config,
+        lora=lora,
+        max_steps=max_steps,
+        epochs=epochs,
+        learning_rate=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        precision=precision,
+        seed=seed,
+        warmup_ratio=warmup_ratio,
+        save_steps=save_steps,
+    )
     s = train_sft(data, model, out, settings)
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
     print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
     last = s["loss_history"][-1]["loss"] if s["loss_history"] else float("nan")
-    print(f"{s['steps']} steps ({s['train_seconds']} s in this run); loss at the last step {last:.4f}, "
-          f"mean over this run's steps {s['train_loss']:.4f}")
+    print(
+        f"{s['steps']} steps ({s['train_seconds']} s in this run); loss at the last step {last:.4f}, "
+        f"mean over this run's steps {s['train_loss']:.4f}"
+    )
     print(f"model saved to {out}: use --model hf:{out}")
 
 
@@ -824,25 +1045,47 @@ class Algo(str, Enum):
 @handle_errors
 def train_rl_cmd(
     data: Annotated[Path, typer.Option(help="QA JSONL (websailor synth) or any benchmark file eval reads.")],
-    out: Annotated[Path, typer.Option(help="Output directory: the trained model (use as --model hf:DIR), rollouts, "
-                                           "step log; rerun the same command to resume from its checkpoints.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Output directory: the trained model (use as --model hf:DIR), rollouts, "
+            "step log; rerun the same command to resume from its checkpoints."
+        ),
+    ],
     model: Annotated[str, typer.Option(help="Starting model: smollm2 or hf:DIR (usually the SFT model).")] = "smollm2",
     algo: Annotated[Optional[Algo], typer.Option(help="v2 (leave-one-out, 0/1 reward) or dupo (default v2).")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="YAML or JSON file of RL settings (options below override it).")] = None,
-    split: Annotated[Optional[str], typer.Option(help="Split of a synth file to train on: train (default), test or all.")] = None,
+    config: Annotated[
+        Optional[Path], typer.Option(help="YAML or JSON file of RL settings (options below override it).")
+    ] = None,
+    split: Annotated[
+        Optional[str], typer.Option(help="Split of a synth file to train on: train (default), test or all.")
+    ] = None,
     group_size: Annotated[Optional[int], typer.Option(help="Rollouts per question (default 8).")] = None,
-    batch: Annotated[Optional[int], typer.Option(help="Rollouts per optimizer step, whole groups (default 128).")] = None,
+    batch: Annotated[
+        Optional[int], typer.Option(help="Rollouts per optimizer step, whole groups (default 128).")
+    ] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (paper V2: 1e-6).")] = None,
     max_calls: Annotated[Optional[int], typer.Option(help="Model calls per rollout (default 100).")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Tokens per model call (default 8192).")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (default: one pass over the questions).")] = None,
+    max_steps: Annotated[
+        Optional[int], typer.Option(help="Optimizer steps (default: one pass over the questions).")
+    ] = None,
     reward: Annotated[Optional[str], typer.Option(help="Judge: em, f1[:T] or llm:MODEL_SPEC (default em).")] = None,
-    prefilter: Annotated[Optional[int], typer.Option(help="Rollouts per item of the starting model before training; "
-                                                          "keeps items solved sometimes but not always (0: off).")] = None,
+    prefilter: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Rollouts per item of the starting model before training; "
+            "keeps items solved sometimes but not always (0: off)."
+        ),
+    ] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Rollouts run at once (default 8).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of sampling and data order.")] = None,
-    corpus: Annotated[Optional[Path], typer.Option(help="Corpus directory of the local tools (default: embedded).")] = None,
-    env: Annotated[Env, typer.Option(help="Environment of the rollouts: local (offline Wikipedia) or web.")] = Env.local,
+    corpus: Annotated[
+        Optional[Path], typer.Option(help="Corpus directory of the local tools (default: embedded).")
+    ] = None,
+    env: Annotated[
+        Env, typer.Option(help="Environment of the rollouts: local (offline Wikipedia) or web.")
+    ] = Env.local,
     tools_url: ToolsUrlOpt = None,
     web_config: WebConfigOpt = None,
     tools: ToolsOpt = None,
@@ -851,23 +1094,48 @@ def train_rl_cmd(
     environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
     from websailor.train.rl import load_settings, train_rl
 
-    settings = load_settings(config, algo=algo.value if algo else None, group_size=group_size, batch_size=batch,
-                             learning_rate=lr, max_calls=max_calls, max_tokens_per_turn=max_tokens,
-                             max_steps=max_steps, reward=reward, prefilter=prefilter, concurrency=concurrency, seed=seed)
+    settings = load_settings(
+        config,
+        algo=algo.value if algo else None,
+        group_size=group_size,
+        batch_size=batch,
+        learning_rate=lr,
+        max_calls=max_calls,
+        max_tokens_per_turn=max_tokens,
+        max_steps=max_steps,
+        reward=reward,
+        prefilter=prefilter,
+        concurrency=concurrency,
+        seed=seed,
+    )
     if env == Env.none:
         _fail("--env none has no tools to train with; use local or web")
-    s = train_rl(data, model, out, settings, split=split, corpus=corpus, env=env.value, tools_url=tools_url,
-                 web_config=web_config, tools=_tool_names(tools))
+    s = train_rl(
+        data,
+        model,
+        out,
+        settings,
+        split=split,
+        corpus=corpus,
+        env=env.value,
+        tools_url=tools_url,
+        web_config=web_config,
+        tools=_tool_names(tools),
+    )
     if s.get("prefilter"):
         p = s["prefilter"]
-        print(f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded")
+        print(
+            f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded"
+        )
     from websailor.train.rl_log import window_means
 
     n = min(10, len(s["log"]))
     first, last = window_means(s["log"], "reward/mean", n)
     if first is not None:
-        print(f"{s['steps']} steps on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
-              f"{first:.3f} over the first {n} steps, {last:.3f} over the last {n}")
+        print(
+            f"{s['steps']} steps on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
+            f"{first:.3f} over the first {n} steps, {last:.3f} over the last {n}"
+        )
     print(f"model saved to {out}: use --model hf:{out}; curves: websailor train plot {out}")
 
 
@@ -875,7 +1143,9 @@ def train_rl_cmd(
 @handle_errors
 def train_plot_cmd(
     run_dir: Annotated[Path, typer.Argument(help="RL output directory (or its rl_log.jsonl).")],
-    png: Annotated[Optional[Path], typer.Option("--out", help="Image to write (default RUN_DIR/rl_curves.png).")] = None,
+    png: Annotated[
+        Optional[Path], typer.Option("--out", help="Image to write (default RUN_DIR/rl_curves.png).")
+    ] = None,
     smooth: Annotated[int, typer.Option(min=1, help="Steps in the moving average.")] = 5,
 ) -> None:
     """Draw an RL run's curves: reward, accuracy, zero-spread groups, tool calls, response

@@ -61,8 +61,18 @@ def pip_download(requirement: str, filename: str, sha256: str, dest: Path, size:
 
     get_logger(__name__).info("downloading %s%s with pip", requirement, f" ({size})" if size else "")
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               "-d", tmp, requirement]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            requirement,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / filename
         if proc.returncode != 0 or not got.exists():

@@ -55,16 +55,16 @@ def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tup
     cut = len(data) if data.endswith(b"\n") else data.rfind(b"\n") + 1
     records = []
     lineno = 0
-    for lineno, raw in enumerate(data[start:max(cut, start)].split(b"\n"), start=1):
+    for lineno, raw in enumerate(data[start : max(cut, start)].split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:
             records.append((lineno, loads_object(raw.decode("utf-8"))))
         except (ValueError, UnicodeDecodeError):
             raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
-    tail = data[max(cut, start):]
+    tail = data[max(cut, start) :]
     if tail.strip():
-        lineno = data[start:max(cut, start)].count(b"\n") + 1
+        lineno = data[start : max(cut, start)].count(b"\n") + 1
         try:
             records.append((lineno, loads_object(tail.decode("utf-8"))))
             if repair:
@@ -73,8 +73,12 @@ def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tup
         except (ValueError, UnicodeDecodeError):
             if not tail.lstrip().startswith(b"{"):
                 raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
-            get_logger(__name__).warning("%s: %s an unfinished last line (%d bytes) left by an interrupted run",
-                                         path, "dropping" if repair else "skipping", len(tail))
+            get_logger(__name__).warning(
+                "%s: %s an unfinished last line (%d bytes) left by an interrupted run",
+                path,
+                "dropping" if repair else "skipping",
+                len(tail),
+            )
             if repair:
                 with path.open("r+b") as fh:
                     fh.truncate(cut)
@@ -102,6 +106,7 @@ def appending(path: Path, what: str) -> Iterator[tuple[TextIO, list[tuple[int, d
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise InvalidArgumentError(f"another process is writing to {path}; wait for it to finish or use another "
-                                       "output file") from None
+            raise InvalidArgumentError(
+                f"another process is writing to {path}; wait for it to finish or use another output file"
+            ) from None
         yield fh, read_appended_jsonl(path, what, repair=True)  # closing the file releases the lock

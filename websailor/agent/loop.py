@@ -58,8 +58,13 @@ class Agent:
         env: the environment's name, recorded in trajectories (``local``, ``web``).
     """
 
-    def __init__(self, model: ChatModel, tools: Mapping[str, Tool] | Sequence[Tool],
-                 config: AgentConfig | None = None, env: str = "local") -> None:
+    def __init__(
+        self,
+        model: ChatModel,
+        tools: Mapping[str, Tool] | Sequence[Tool],
+        config: AgentConfig | None = None,
+        env: str = "local",
+    ) -> None:
         self.model = model
         self.tools = dict(tools) if isinstance(tools, Mapping) else {t.name: t for t in tools}
         self.config = config or AgentConfig()
@@ -68,8 +73,9 @@ class Agent:
     def seed_for(self, qid: str, rollout: int) -> int:
         return (self.config.seed * 1_000_003 + zlib.crc32(f"{qid}/{rollout}".encode())) % 2**31
 
-    def run(self, question: str, id: str = "q", rollout: int = 0, answer: object = None,
-            on_step: StepCallback | None = None) -> Trajectory:
+    def run(
+        self, question: str, id: str = "q", rollout: int = 0, answer: object = None, on_step: StepCallback | None = None
+    ) -> Trajectory:
         """Answer ``question``; never raises for model, tool or format failures (they end the
         trajectory with a recorded ``termination``).
 
@@ -89,10 +95,20 @@ class Agent:
         t0 = time.perf_counter()
         seed = self.seed_for(id, rollout)
         question = clean_text(question)
-        traj = Trajectory(id=id, rollout=rollout, question=question, answer=answer, model=self.model.name,
-                          env=self.env, seed=seed, version=__version__)
-        traj.messages = [{"role": "system", "content": system_prompt(self.tools.values())},
-                         {"role": "user", "content": question}]
+        traj = Trajectory(
+            id=id,
+            rollout=rollout,
+            question=question,
+            answer=answer,
+            model=self.model.name,
+            env=self.env,
+            seed=seed,
+            version=__version__,
+        )
+        traj.messages = [
+            {"role": "system", "content": system_prompt(self.tools.values())},
+            {"role": "user", "content": question},
+        ]
         limit = min(cfg.max_context_tokens, self.model.max_context)
         nudge_at = limit * cfg.answer_nudge_tokens // cfg.max_context_tokens
         nudged = False
@@ -108,9 +124,12 @@ class Agent:
             if context >= limit:
                 traj.termination = "context"
                 break
-            params = replace(cfg.sampling, seed=seed + traj.num_model_calls,
-                             max_tokens=min(cfg.max_tokens_per_turn, limit - context),
-                             timeout_s=cfg.timeout_s - (time.perf_counter() - t0))
+            params = replace(
+                cfg.sampling,
+                seed=seed + traj.num_model_calls,
+                max_tokens=min(cfg.max_tokens_per_turn, limit - context),
+                timeout_s=cfg.timeout_s - (time.perf_counter() - t0),
+            )
             tm = time.perf_counter()
             try:
                 gen = self.model.chat(traj.messages, params)
@@ -172,7 +191,9 @@ class Agent:
         try:
             result = execute_tool(self.tools, call.name, args)
         except Exception as e:  # a tool bug becomes an observation, not a crash
-            result = ToolResult(f"[{call.name}] Error: the tool failed ({type(e).__name__}: {e})", f"{type(e).__name__}: {e}")
+            result = ToolResult(
+                f"[{call.name}] Error: the tool failed ({type(e).__name__}: {e})", f"{type(e).__name__}: {e}"
+            )
         latency = time.perf_counter() - tt
         traj.timings["tools_s"] += latency
         traj.num_tool_calls += 1

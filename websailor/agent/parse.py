@@ -78,13 +78,18 @@ def parse_turn(text: str, tools: bool = True) -> Action:
             action.answer, action.error = None, "The <answer></answer> is empty: write the final answer inside it."
         return action
     if not tools:
-        action.error = ("There are no tools here: give the final answer inside <answer></answer>." if call_at >= 0
-                        else "Your reply has no <answer>: give the final answer inside <answer></answer>.")
+        action.error = (
+            "There are no tools here: give the final answer inside <answer></answer>."
+            if call_at >= 0
+            else "Your reply has no <answer>: give the final answer inside <answer></answer>."
+        )
         return action
     if call_at < 0:
-        action.error = ("Your reply has neither a <tool_call> nor an <answer>. Call one tool as "
-                        '<tool_call>{"name": ..., "arguments": {...}}</tool_call>, or give the final answer '
-                        "inside <answer></answer>.")
+        action.error = (
+            "Your reply has neither a <tool_call> nor an <answer>. Call one tool as "
+            '<tool_call>{"name": ..., "arguments": {...}}</tool_call>, or give the final answer '
+            "inside <answer></answer>."
+        )
         return action
     calls = _CALL.findall(body)
     if len(calls) > 1:
@@ -94,8 +99,10 @@ def parse_turn(text: str, tools: bool = True) -> Action:
     code = code_match.group(1).strip() if code_match else None
     obj = load_lenient_json(_CODE.sub("", raw) if code_match else raw)
     if obj is None or not isinstance(obj.get("name"), str) or not obj["name"].strip():
-        action.error = ('The tool call is not valid: write a JSON object {"name": "<tool name>", '
-                        '"arguments": {...}} inside <tool_call></tool_call>.')
+        action.error = (
+            'The tool call is not valid: write a JSON object {"name": "<tool name>", '
+            '"arguments": {...}} inside <tool_call></tool_call>.'
+        )
         return action
     args = obj.get("arguments", {})
     if isinstance(args, str):

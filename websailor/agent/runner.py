@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -114,14 +114,20 @@ def check_source(out: Path, records: list[tuple[int, dict]], model: str) -> None
 
     others = sorted({str(rec.get("model")) for _, rec in records} - {model})
     if others:
-        raise InvalidArgumentError(f"{out} holds trajectories of {', '.join(map(repr, others))}; these would be of "
-                                   f"{model!r}: write them to another file (train sft reads several --data files)")
+        raise InvalidArgumentError(
+            f"{out} holds trajectories of {', '.join(map(repr, others))}; these would be of "
+            f"{model!r}: write them to another file (train sft reads several --data files)"
+        )
 
 
-def append_new_trajectories(out: Path, makers: list[tuple[str, Callable[[], Trajectory]]], desc: str,
-                            progress: bool = True,
-                            transform: Callable[[Trajectory], Trajectory] | None = None,
-                            model: str | None = None) -> tuple[int, int]:
+def append_new_trajectories(
+    out: Path,
+    makers: list[tuple[str, Callable[[], Trajectory]]],
+    desc: str,
+    progress: bool = True,
+    transform: Callable[[Trajectory], Trajectory] | None = None,
+    model: str | None = None,
+) -> tuple[int, int]:
     """Append one trajectory per id of ``makers`` that ``out`` does not hold yet, each made
     on demand by its function (then passed through ``transform``, if given) and flushed at
     once (the file is locked meanwhile, see :func:`websailor.jsonio.appending`). With
@@ -172,8 +178,9 @@ class RunSummary:
         self.model_calls += t.num_model_calls
 
 
-def stream_rollouts(agent: Agent, todo: list[tuple[Question, int]], fh: TextIO,
-                    concurrency: int = 4) -> Iterator[Trajectory]:
+def stream_rollouts(
+    agent: Agent, todo: list[tuple[Question, int]], fh: TextIO, concurrency: int = 4
+) -> Iterator[Trajectory]:
     """Run ``(question, rollout)`` pairs with ``concurrency`` threads; append each finished
     trajectory to the open file ``fh`` (flushed and fsynced; see
     :func:`websailor.jsonio.appending`) and yield it, in finishing order. Stopping early (an
@@ -206,8 +213,9 @@ def latest_rollouts(out: Path, records: list[tuple[int, dict]]) -> dict[tuple[st
                 raise TypeError
             done[(str(rec["id"]), rollout)] = rec
         except (KeyError, TypeError, ValueError):
-            raise InputFormatError(f"{out} line {lineno} is not a trajectory record; "
-                                   "use another --out or repair the file") from None
+            raise InputFormatError(
+                f"{out} line {lineno} is not a trajectory record; use another --out or repair the file"
+            ) from None
     return done
 
 
@@ -215,11 +223,21 @@ def finished(rec: dict | None, question: str | None = None) -> bool:
     """Whether a stored rollout counts as done: it did not end in a model error (the endpoint
     failed: rerun it), and it answered ``question`` when one is given (the same id may carry
     another question in an edited benchmark file: rerun it)."""
-    return rec is not None and rec.get("termination") != "model_error" and (question is None or rec.get("question") == question)
+    return (
+        rec is not None
+        and rec.get("termination") != "model_error"
+        and (question is None or rec.get("question") == question)
+    )
 
 
-def run_questions(agent: Agent, questions: list[Question], out: str | Path, rollouts: int = 1,
-                  concurrency: int = 4, progress: bool = True) -> RunSummary:
+def run_questions(
+    agent: Agent,
+    questions: list[Question],
+    out: str | Path,
+    rollouts: int = 1,
+    concurrency: int = 4,
+    progress: bool = True,
+) -> RunSummary:
     """Run every question ``rollouts`` times with ``concurrency`` threads, appending each
     finished trajectory to ``out``; resumes a previous run on the same file, rerunning the
     rollouts that :func:`finished` does not accept. The file is locked while the run writes
@@ -238,18 +256,31 @@ def run_questions(agent: Agent, questions: list[Question], out: str | Path, roll
         done = latest_rollouts(out, records)
         if records:
             first = records[0][1]
-            for what, theirs, ours in (("model", first.get("model"), agent.model.name), ("environment", first.get("env"), agent.env)):
+            for what, theirs, ours in (
+                ("model", first.get("model"), agent.model.name),
+                ("environment", first.get("env"), agent.env),
+            ):
                 if theirs != ours:
-                    logger.warning("%s holds trajectories of %s %r; this run uses %r. Resuming keeps every finished "
-                                   "(id, rollout) already there: use another output to compare", out, what, theirs, ours)
+                    logger.warning(
+                        "%s holds trajectories of %s %r; this run uses %r. Resuming keeps every finished "
+                        "(id, rollout) already there: use another output to compare",
+                        out,
+                        what,
+                        theirs,
+                        ours,
+                    )
         todo = [(q, r) for q in questions for r in range(rollouts) if not finished(done.get((q.id, r)), q.question)]
         redo = sum((q.id, r) in done for q, r in todo)
         summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
         if summary.skipped:
             logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
         if redo:
-            logger.warning("%s: %d stored rollouts are run again (they ended in a model error, or their id now has "
-                           "another question); the new records supersede them", out, redo)
+            logger.warning(
+                "%s: %d stored rollouts are run again (they ended in a model error, or their id now has "
+                "another question); the new records supersede them",
+                out,
+                redo,
+            )
         t0 = time.perf_counter()
         with tqdm(total=len(todo), desc="rollouts", unit="traj", disable=not progress) as bar:
             for traj in stream_rollouts(agent, todo, fh, concurrency):

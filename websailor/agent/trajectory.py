@@ -53,7 +53,7 @@ class Trajectory:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         kw["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]

@@ -8,6 +8,15 @@ from websailor.corpus.store import Document
 from websailor.corpus.urls import title_to_url, url_to_title
 
 __all__ = [
-    "FORMATS", "Corpus", "CorpusBuildConfig", "Document", "EntityLinker", "Mention", "SearchHit",
-    "build_corpus", "is_complete", "title_to_url", "url_to_title",
+    "FORMATS",
+    "Corpus",
+    "CorpusBuildConfig",
+    "Document",
+    "EntityLinker",
+    "Mention",
+    "SearchHit",
+    "build_corpus",
+    "is_complete",
+    "title_to_url",
+    "url_to_title",
 ]

@@ -118,8 +118,17 @@ def _write(tmp: Path, docs: list[RawDocument], cfg: CorpusBuildConfig) -> dict:
         passages = [normalize_space(p) for p in doc.passages] if doc.passages is not None else chunk_passages(body)
         if not passages:
             passages = [doc.title]  # a page with no text still exists and can be found by title
-        doc_rows.append((doc_id, doc.title, title_key(doc.title), title_to_url(doc.title),
-                         normalize_space(doc.description), normalize_space(doc.topic), "\n\n".join(paragraphs)))
+        doc_rows.append(
+            (
+                doc_id,
+                doc.title,
+                title_key(doc.title),
+                title_to_url(doc.title),
+                normalize_space(doc.description),
+                normalize_space(doc.topic),
+                "\n\n".join(paragraphs),
+            )
+        )
         for ord_, text in enumerate(passages):
             passage_rows.append((len(passage_texts), doc_id, ord_, text))
             passage_texts.append(f"{doc.title}. {text}")
@@ -148,8 +157,13 @@ def _write(tmp: Path, docs: list[RawDocument], cfg: CorpusBuildConfig) -> dict:
         linker_meta = {"max_common_df": linker.max_common_df}
         logger.info("linked %d mentions (%.1f s)", n_links, time.perf_counter() - t2)
     writer.close()
-    return {"n_docs": len(doc_rows), "n_passages": len(passage_rows), "n_links": n_links,
-            "links": cfg.links, "linker": linker_meta}
+    return {
+        "n_docs": len(doc_rows),
+        "n_passages": len(passage_rows),
+        "n_links": n_links,
+        "links": cfg.links,
+        "linker": linker_meta,
+    }
 
 
 def _looks_like_corpus(path: Path) -> bool:
@@ -195,16 +209,20 @@ def _reuse_or_check_target(out: Path, cfg: CorpusBuildConfig, source: Path | Non
             return False
         meta = json.loads((out / META_FILE).read_text(encoding="utf-8"))
         if source is not None and (meta.get("source") != str(source) or meta.get("format") != cfg.format):
-            raise CorpusError(f"{out} already holds a corpus built from {meta.get('source')} "
-                              f"(--format {meta.get('format')}); pass --force to rebuild it from {source}")
+            raise CorpusError(
+                f"{out} already holds a corpus built from {meta.get('source')} "
+                f"(--format {meta.get('format')}); pass --force to rebuild it from {source}"
+            )
         return True
     if _looks_like_corpus(out):
         if not cfg.force:
             raise CorpusError(f"{out} holds an incomplete corpus (an interrupted build?): pass --force to rebuild it")
         return False
     if any(out.iterdir()):
-        raise CorpusError(f"{out} exists and is not a websailor corpus: refusing to write there, even with --force; "
-                          "choose another --out or empty that directory")
+        raise CorpusError(
+            f"{out} exists and is not a websailor corpus: refusing to write there, even with --force; "
+            "choose another --out or empty that directory"
+        )
     return False
 
 
@@ -283,6 +301,12 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
             os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("corpus ready at %s: %d pages, %d passages, %d links (%.1f s)",
-                out, meta["n_docs"], meta["n_passages"], meta["n_links"], meta["build_seconds"])
+    logger.info(
+        "corpus ready at %s: %d pages, %d passages, %d links (%.1f s)",
+        out,
+        meta["n_docs"],
+        meta["n_passages"],
+        meta["n_links"],
+        meta["build_seconds"],
+    )
     return out

@@ -12,7 +12,7 @@ import networkx as nx
 from rapidfuzz import fuzz, process, utils
 
 from websailor.config import default_corpus_dir
-from websailor.corpus.build import INDEX_DIR, META_FILE, STORE_FILE, CORPUS_LAYOUT_VERSION
+from websailor.corpus.build import CORPUS_LAYOUT_VERSION, INDEX_DIR, META_FILE, STORE_FILE
 from websailor.corpus.index import BM25Index
 from websailor.corpus.linking import Mention
 from websailor.corpus.store import Document, Store
@@ -42,8 +42,15 @@ class SearchHit:
     passage_id: int
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "title": self.title, "url": self.url, "snippet": self.snippet,
-                "score": round(self.score, 4), "doc_id": self.doc_id, "passage_id": self.passage_id}
+        return {
+            "rank": self.rank,
+            "title": self.title,
+            "url": self.url,
+            "snippet": self.snippet,
+            "score": round(self.score, 4),
+            "doc_id": self.doc_id,
+            "passage_id": self.passage_id,
+        }
 
 
 def validate_queries(queries: object, k: object) -> tuple[list[str], int]:
@@ -82,7 +89,7 @@ class Corpus:
         self.index = index
 
     @classmethod
-    def open(cls, path: str | Path | None = None, mmap: bool = False, verify: bool | None = None) -> "Corpus":
+    def open(cls, path: str | Path | None = None, mmap: bool = False, verify: bool | None = None) -> Corpus:
         """Open the corpus at ``path`` (default: the embedded corpus under ``$WEBSAILOR_HOME``).
 
         Args:
@@ -111,10 +118,14 @@ class Corpus:
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CorpusError(f"{meta_path} is corrupt ({e}): rebuild with --force") from None
         if not isinstance(meta, dict) or meta.get("complete") is not True:
-            raise CorpusError(f"{p} is not a complete corpus ({META_FILE} lacks \"complete\": true): rebuild with --force")
+            raise CorpusError(
+                f'{p} is not a complete corpus ({META_FILE} lacks "complete": true): rebuild with --force'
+            )
         if meta.get("layout_version") != CORPUS_LAYOUT_VERSION:
-            raise CorpusError(f"{p} has corpus layout {meta.get('layout_version')!r}, this websailor reads "
-                              f"{CORPUS_LAYOUT_VERSION}: rebuild with --force")
+            raise CorpusError(
+                f"{p} has corpus layout {meta.get('layout_version')!r}, this websailor reads "
+                f"{CORPUS_LAYOUT_VERSION}: rebuild with --force"
+            )
         for key in ("n_docs", "n_passages", "n_links"):
             if not isinstance(meta.get(key), int) or isinstance(meta.get(key), bool):
                 raise CorpusError(f"{meta_path} is corrupt: {key!r} must be an integer, got {meta.get(key)!r}")
@@ -136,7 +147,9 @@ class Corpus:
         except Exception as e:  # bm25s raises OSError, ValueError or KeyError on damaged files
             raise CorpusError(f"{p / INDEX_DIR} is corrupt ({type(e).__name__}: {e}); rebuild with --force") from None
         if index.n_rows != meta.get("n_passages"):
-            raise CorpusError(f"{p} is corrupt: the index has {index.n_rows} rows for {meta.get('n_passages')} passages")
+            raise CorpusError(
+                f"{p} is corrupt: the index has {index.n_rows} rows for {meta.get('n_passages')} passages"
+            )
         return cls(p, meta, store, index)
 
     def __len__(self) -> int:
@@ -171,7 +184,9 @@ class Corpus:
         wanted = {r for hits in rows for r, _ in hits}
         passages = self.store.passages(sorted(wanted))
         if len(passages) != len(wanted):
-            raise CorpusError(f"{self.path} is inconsistent: the index names passages the store lacks; rebuild with --force")
+            raise CorpusError(
+                f"{self.path} is inconsistent: the index names passages the store lacks; rebuild with --force"
+            )
         out: list[list[SearchHit]] = []
         for query, hits in zip(cut, rows):
             seen: set[int] = set()
@@ -183,8 +198,9 @@ class Corpus:
                     continue
                 seen.add(doc_id)
                 if title is None:
-                    raise CorpusError(f"{self.path} is inconsistent: passage {row} belongs to a missing page; "
-                                      "rebuild with --force")
+                    raise CorpusError(
+                        f"{self.path} is inconsistent: passage {row} belongs to a missing page; rebuild with --force"
+                    )
                 results.append(SearchHit(len(results) + 1, title, url, self.snippet(text, terms), score, doc_id, row))
                 if len(results) == k:
                     break
@@ -197,8 +213,10 @@ class Corpus:
         spans = sentence_spans(passage)
         if len(spans) <= 1 or len(passage) <= max_chars:
             return truncate(passage, max_chars)
-        best = max(range(len(spans)), key=lambda i: (len(terms & set(self.index.analyzer(passage[slice(*spans[i])]))), -i))
-        return truncate(passage[spans[best][0]:].strip(), max_chars)
+        best = max(
+            range(len(spans)), key=lambda i: (len(terms & set(self.index.analyzer(passage[slice(*spans[i])]))), -i)
+        )
+        return truncate(passage[spans[best][0] :].strip(), max_chars)
 
     # -- pages ---------------------------------------------------------------------------
     def get(self, url_or_title: str) -> Document | None:

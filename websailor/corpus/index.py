@@ -56,7 +56,7 @@ class BM25Index:
         self.analyzer = analyzer or Analyzer()
 
     @classmethod
-    def build(cls, texts: Sequence[str], analyzer: Analyzer | None = None, show_progress: bool = False) -> "BM25Index":
+    def build(cls, texts: Sequence[str], analyzer: Analyzer | None = None, show_progress: bool = False) -> BM25Index:
         """Index ``texts`` (one string per passage) with BM25 (k1=1.5, b=0.75, Lucene IDF)."""
         analyzer = analyzer or Analyzer()
         tokens = [analyzer(t) or [EMPTY_TERM] for t in texts]
@@ -68,7 +68,7 @@ class BM25Index:
         self.model.save(str(path), show_progress=False)
 
     @classmethod
-    def load(cls, path: Path, mmap: bool = False) -> "BM25Index":
+    def load(cls, path: Path, mmap: bool = False) -> BM25Index:
         model = bm25s.BM25.load(str(path), mmap=mmap, show_progress=False)
         return cls(model)
 
@@ -110,6 +110,7 @@ class BM25Index:
             k: rows per query (positive).
             n_threads: worker threads for a batch (0 or 1 = in the caller's thread).
         """
+
         def one(query: str) -> list[tuple[int, float]]:
             terms = self.query_terms(query)
             return self.top_k(self.scores(terms), k) if terms else []

@@ -30,7 +30,6 @@ from websailor.errors import InputFormatError
 from websailor.files import pip_download
 from websailor.jsonio import loads_object
 
-
 CorpusFormat = Literal["vital", "jsonl", "wiki18", "kilt"]
 FORMATS: tuple[str, ...] = ("vital", "jsonl", "wiki18", "kilt")
 
@@ -91,9 +90,7 @@ def _require_str(obj: dict[str, Any], key: str, where: str, fmt: str, expected: 
     if not isinstance(value, str):
         got = "missing" if key not in obj else _kind(value)
         hint = sniff_hint(obj, fmt)
-        raise InputFormatError(
-            f"{where}: field '{key}' is {got}; --format {fmt} expects {expected}.{hint}"
-        )
+        raise InputFormatError(f"{where}: field '{key}' is {got}; --format {fmt} expects {expected}.{hint}")
     return value
 
 
@@ -174,10 +171,10 @@ def read_kilt(path: Path) -> Iterator[RawDocument]:
             if not para or (i == 0 and para == title.strip()):
                 continue
             if para.startswith("Section::::"):
-                heading = para[len("Section::::"):].split(":::")[-1].rstrip(".")
+                heading = para[len("Section::::") :].split(":::")[-1].rstrip(".")
                 paragraphs.append("## " + heading)
             elif para.startswith("BULLET::::"):
-                paragraphs.append("- " + para[len("BULLET::::"):].lstrip("- "))
+                paragraphs.append("- " + para[len("BULLET::::") :].lstrip("- "))
             else:
                 paragraphs.append(para)
         yield RawDocument(title=title, paragraphs=paragraphs, origin=where)
@@ -217,10 +214,14 @@ def read_vital(path: Path) -> Iterator[RawDocument]:
     for key, rec in data.items():
         where = f"{path} entry {key!r}"
         if not isinstance(rec, dict):
-            raise InputFormatError(f"{where}: expected an object, got {type(rec).__name__}; --format vital expects {expected}")
+            raise InputFormatError(
+                f"{where}: expected an object, got {type(rec).__name__}; --format vital expects {expected}"
+            )
         title = rec.get("title", key)
         if not isinstance(title, str):
-            raise InputFormatError(f"{where}: field 'title' must be a string, got {_kind(title)}; --format vital expects {expected}")
+            raise InputFormatError(
+                f"{where}: field 'title' must be a string, got {_kind(title)}; --format vital expects {expected}"
+            )
         extract = _require_str(rec, "extract", where, "vital", expected)
         yield RawDocument(
             title=str(title),

@@ -39,8 +39,7 @@ _STOP = frozenset(
 )
 # a lower-case single word after these is most likely a verb ("birds can fly", "to breed")
 _VERB_CONTEXT = frozenset(
-    "to can could will would shall should may might must cannot not also often then did does do "
-    "they we who".split()
+    "to can could will would shall should may might must cannot not also often then did does do they we who".split()
 )
 _NUMERIC = re.compile(r"^[\d\W_]+$")
 
@@ -202,8 +201,10 @@ class EntityLinker:
     @staticmethod
     def _glued(toks: Sequence[str], a: int, b: int, first: int) -> bool:
         """True when the mention touches another capitalised word (part of a longer name)."""
+
         def cap(j: int) -> bool:
             return 0 <= j < len(toks) and toks[j][:1].isupper() and toks[j].isalpha()
+
         return (cap(a - 1) and a - 1 != first) or cap(b)
 
     @staticmethod

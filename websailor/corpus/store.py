@@ -108,8 +108,11 @@ class Store:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = self._all("SELECT p.id, p.doc_id, p.text, d.title, d.url FROM passages p LEFT JOIN docs d "
-                         f"ON d.id = p.doc_id WHERE p.id IN ({marks})", tuple(ids))
+        rows = self._all(
+            "SELECT p.id, p.doc_id, p.text, d.title, d.url FROM passages p LEFT JOIN docs d "
+            f"ON d.id = p.doc_id WHERE p.id IN ({marks})",
+            tuple(ids),
+        )
         return {r[0]: r[1:] for r in rows}
 
     def titles(self) -> list[str]:
@@ -121,7 +124,7 @@ class Store:
 
     def _mentions(self, where: str, args: tuple) -> list[Mention]:
         rows = self._all(
-            "SELECT s.title, t.title, l.surface, l.sentence, l.start, l.\"end\" FROM links l "
+            'SELECT s.title, t.title, l.surface, l.sentence, l.start, l."end" FROM links l '
             f"JOIN docs s ON s.id = l.source JOIN docs t ON t.id = l.target {where} ORDER BY l.rowid",
             args,
         )

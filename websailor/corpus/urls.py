@@ -53,6 +53,6 @@ def url_to_title(url_or_title: str) -> str:
             path = "/wiki/" + q.get("title", path.rsplit("/", 1)[-1])
         s = path
     if s.startswith("/wiki/"):
-        s = s[len("/wiki/"):]
+        s = s[len("/wiki/") :]
     s = s.split("#", 1)[0]
     return " ".join(clean_text(unquote(s)).replace("_", " ").split())

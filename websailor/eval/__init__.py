@@ -7,6 +7,20 @@ from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_
 from websailor.eval.report import summarize, write_report
 from websailor.eval.scoring import Score, read_trajectories, rollouts_per_question, score_trajectories
 
-__all__ = ["EvalConfig", "EvalItem", "Score", "avg_at_k", "best_pass_at_1", "bootstrap_ci", "evaluate", "load_benchmark",
-           "pass_at_k", "per_run_accuracy", "read_trajectories", "rollouts_per_question", "score_trajectories",
-           "summarize", "write_report"]
+__all__ = [
+    "EvalConfig",
+    "EvalItem",
+    "Score",
+    "avg_at_k",
+    "best_pass_at_1",
+    "bootstrap_ci",
+    "evaluate",
+    "load_benchmark",
+    "pass_at_k",
+    "per_run_accuracy",
+    "read_trajectories",
+    "rollouts_per_question",
+    "score_trajectories",
+    "summarize",
+    "write_report",
+]

@@ -31,8 +31,15 @@ class EvalConfig:
             raise ValueError("rollouts and concurrency must be at least 1")
 
 
-def evaluate(items: list[EvalItem], agent: Agent, judge: Judge, out_dir: str | Path, cfg: EvalConfig | None = None,
-             bench: str = "", progress: bool = True) -> dict:
+def evaluate(
+    items: list[EvalItem],
+    agent: Agent,
+    judge: Judge,
+    out_dir: str | Path,
+    cfg: EvalConfig | None = None,
+    bench: str = "",
+    progress: bool = True,
+) -> dict:
     """Run, grade and report; returns the summary (see :func:`websailor.eval.report.summarize`).
 
     The gold answer travels in each trajectory (``answer``: ``{"answer", "aliases",
@@ -47,8 +54,9 @@ def evaluate(items: list[EvalItem], agent: Agent, judge: Judge, out_dir: str | P
     out.mkdir(parents=True, exist_ok=True)
     traj_path = out / "trajectories.jsonl"
     questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
-    summary = run_questions(agent, questions, traj_path, rollouts=cfg.rollouts, concurrency=cfg.concurrency,
-                            progress=progress)
+    summary = run_questions(
+        agent, questions, traj_path, rollouts=cfg.rollouts, concurrency=cfg.concurrency, progress=progress
+    )
     logger.info("%d rollouts run (%d already done) in %.1f s", summary.finished, summary.skipped, summary.seconds)
     by_id = {it.id: it for it in items}
     records = []
@@ -63,11 +71,17 @@ def evaluate(items: list[EvalItem], agent: Agent, judge: Judge, out_dir: str | P
             rec = {**rec, "answer": gold}
         records.append(rec)
     if changed:
-        logger.warning("%d stored rollouts carry another gold answer than the benchmark now has; they are graded "
-                       "against the benchmark's", changed)
+        logger.warning(
+            "%d stored rollouts carry another gold answer than the benchmark now has; they are graded "
+            "against the benchmark's",
+            changed,
+        )
     failed = sum(r["termination"] == "model_error" for r in records)
     if failed:
-        logger.warning("%d rollouts ended in a model error: they are ungraded (not counted wrong); rerun the same "
-                       "command once the model answers to run them again", failed)
+        logger.warning(
+            "%d rollouts ended in a model error: they are ungraded (not counted wrong); rerun the same "
+            "command once the model answers to run them again",
+            failed,
+        )
     scores = score_trajectories(records, judge, out / "scores.jsonl", progress=progress)
     return write_report(scores, out, bench)

@@ -160,8 +160,10 @@ def _column(rows: list[dict], path: Path, fmt: str, *names: str) -> str:
     for n in names:
         if n.lower() in keys:
             return keys[n.lower()]
-    raise InputFormatError(f"{path}: no {' or '.join(repr(n) for n in names)} column, which the {fmt} layout needs; "
-                           f"columns are {', '.join(map(repr, keys.values())) or 'none'}")
+    raise InputFormatError(
+        f"{path}: no {' or '.join(repr(n) for n in names)} column, which the {fmt} layout needs; "
+        f"columns are {', '.join(map(repr, keys.values())) or 'none'}"
+    )
 
 
 def _item(path: Path, i: int, qid: Any, question: Any, gold: Callable[[], Gold], meta: dict) -> EvalItem:
@@ -178,8 +180,10 @@ def _item(path: Path, i: int, qid: Any, question: Any, gold: Callable[[], Gold],
 def _plain(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
     qcol = _column(rows, path, fmt, "question")
     acol = _column(rows, path, fmt, *(("golden_answers", "answer") if fmt == "nq" else ("answer", "golden_answers")))
-    return [_item(path, i, r.get("id"), r.get(qcol), lambda r=r: Gold.parse(r.get(acol), r.get("aliases") or []), {})
-            for i, r in enumerate(rows)]
+    return [
+        _item(path, i, r.get("id"), r.get(qcol), lambda r=r: Gold.parse(r.get(acol), r.get("aliases") or []), {})
+        for i, r in enumerate(rows)
+    ]
 
 
 def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
@@ -187,10 +191,21 @@ def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
     chosen = [(i, r) for i, r in enumerate(rows) if split == "all" or r.get("split") == split]
     if not chosen:
         have = sorted({str(r.get("split")) for r in rows if r.get("split")})
-        raise InputFormatError(f"{path}: no items in split {split!r} (splits there: {', '.join(have) or 'none'}); "
-                               "pass --split train, test or all")
-    return [_item(path, i, r.get("id"), r.get("question"), lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
-                  {"split": r.get("split")}) for i, r in chosen]
+        raise InputFormatError(
+            f"{path}: no items in split {split!r} (splits there: {', '.join(have) or 'none'}); "
+            "pass --split train, test or all"
+        )
+    return [
+        _item(
+            path,
+            i,
+            r.get("id"),
+            r.get("question"),
+            lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
+            {"split": r.get("split")},
+        )
+        for i, r in chosen
+    ]
 
 
 def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
@@ -199,8 +214,10 @@ def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
     try:
         ccol = _column(rows, path, fmt, "canary")
     except InputFormatError:
-        raise InputFormatError(f"{path}: no 'canary' column; the {fmt} file is encrypted with each row's canary, so it "
-                               "cannot be read without it (use the file as distributed)") from None
+        raise InputFormatError(
+            f"{path}: no 'canary' column; the {fmt} file is encrypted with each row's canary, so it "
+            "cannot be read without it (use the file as distributed)"
+        ) from None
     decrypt = canary_xor_decrypt if fmt == "xbench" else sha256_xor_decrypt
     topic = next((k for k in (rows[0] if rows else {}) if str(k).lower() in ("problem_topic", "topic", "type")), None)
     out = []
@@ -209,8 +226,10 @@ def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
         try:
             q, a = decrypt(str(r.get(qcol) or ""), canary), decrypt(str(r.get(acol) or ""), canary)
         except ValueError as e:
-            raise InputFormatError(f"{path} row {i + 2}: cannot decrypt with its canary ({e}); is the canary "
-                                   f"column wrong, or the file not the {fmt} file as distributed?") from None
+            raise InputFormatError(
+                f"{path} row {i + 2}: cannot decrypt with its canary ({e}); is the canary "
+                f"column wrong, or the file not the {fmt} file as distributed?"
+            ) from None
         out.append(_item(path, i, r.get("id"), q, lambda a=a: Gold.parse(a), {"topic": r.get(topic)} if topic else {}))
     return out
 
@@ -219,24 +238,50 @@ def _gaia(path: Path, rows: list[dict]) -> list[EvalItem]:
     _column(rows, path, "gaia", "Question")
     _column(rows, path, "gaia", "Final answer")
     text_only = [(i, r) for i, r in enumerate(rows) if not r.get("file_name")]
-    return [_item(path, i, r.get("task_id"), r.get("Question"), lambda r=r: Gold.parse(r.get("Final answer")),
-                  {"level": r.get("Level")}) for i, r in text_only]
+    return [
+        _item(
+            path,
+            i,
+            r.get("task_id"),
+            r.get("Question"),
+            lambda r=r: Gold.parse(r.get("Final answer")),
+            {"level": r.get("Level")},
+        )
+        for i, r in text_only
+    ]
 
 
 def _hle(path: Path, rows: list[dict]) -> list[EvalItem]:
     _column(rows, path, "hle", "question")
     _column(rows, path, "hle", "answer")
     text_only = [(i, r) for i, r in enumerate(rows) if not r.get("image")]
-    return [_item(path, i, r.get("id"), r.get("question"), lambda r=r: Gold.parse(r.get("answer")),
-                  {"category": r.get("category"), "answer_type": r.get("answer_type")}) for i, r in text_only]
+    return [
+        _item(
+            path,
+            i,
+            r.get("id"),
+            r.get("question"),
+            lambda r=r: Gold.parse(r.get("answer")),
+            {"category": r.get("category"), "answer_type": r.get("answer_type")},
+        )
+        for i, r in text_only
+    ]
 
 
 def _fanoutqa(path: Path, rows: list[dict]) -> list[EvalItem]:
     _column(rows, path, "fanoutqa", "question")
     _column(rows, path, "fanoutqa", "answer")
-    return [_item(path, i, r.get("id"), r.get("question"),
-                  lambda r=r: Gold.parse(r.get("answer"), list_answer=isinstance(r.get("answer"), list)),
-                  {"categories": r.get("categories")}) for i, r in enumerate(rows)]
+    return [
+        _item(
+            path,
+            i,
+            r.get("id"),
+            r.get("question"),
+            lambda r=r: Gold.parse(r.get("answer"), list_answer=isinstance(r.get("answer"), list)),
+            {"categories": r.get("categories")},
+        )
+        for i, r in enumerate(rows)
+    ]
 
 
 def detect_format(path: Path, rows: list[dict]) -> str:
@@ -265,8 +310,10 @@ def detect_format(path: Path, rows: list[dict]) -> str:
         return "fanoutqa"
     if {"question", "answer"} <= keys:
         return "jsonl"
-    raise InputFormatError(f"{path}: cannot tell the benchmark layout (columns {', '.join(sorted(keys)) or 'none'}); "
-                           f"name it as FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}")
+    raise InputFormatError(
+        f"{path}: cannot tell the benchmark layout (columns {', '.join(sorted(keys)) or 'none'}); "
+        f"name it as FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}"
+    )
 
 
 def file_format(path: Path) -> str | None:
@@ -322,7 +369,9 @@ def load_benchmark(spec: str | Path, split: str | None = None, limit: int | None
         else:
             path = Path(spec)
     if not path.is_file():
-        raise InputFormatError(f"benchmark file {path} does not exist or is not a file (or use a name: {', '.join(NAMES)})")
+        raise InputFormatError(
+            f"benchmark file {path} does not exist or is not a file (or use a name: {', '.join(NAMES)})"
+        )
     try:
         rows = _rows(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error, zipfile.BadZipFile) as e:

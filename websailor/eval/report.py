@@ -63,13 +63,18 @@ def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> 
         "mean_model_calls": round(statistics.mean(s.num_model_calls for s in scores), 2),
         "terminations": dict(Counter(s.termination for s in scores).most_common()),
         "assistant_turns": sum(s.assistant_turns for s in scores),
-        "format_validity": r(sum(s.valid_turns for s in scores) / turns) if (turns := sum(s.assistant_turns for s in scores)) else None,
+        "format_validity": r(sum(s.valid_turns for s in scores) / turns)
+        if (turns := sum(s.assistant_turns for s in scores))
+        else None,
         "mean_prompt_tokens": round(statistics.mean(s.prompt_tokens for s in scores), 1),
         "mean_completion_tokens": round(statistics.mean(s.completion_tokens for s in scores), 1),
         "mean_wall_s": round(statistics.mean(s.wall_s for s in scores), 2),
         "total_wall_s": round(sum(s.wall_s for s in scores), 1),
-        "accuracy_by_tool_calls": {b: {"n": len(by_calls[b]), "accuracy": round(sum(by_calls[b]) / len(by_calls[b]), 4)}
-                                   for b in order if by_calls.get(b)},
+        "accuracy_by_tool_calls": {
+            b: {"n": len(by_calls[b]), "accuracy": round(sum(by_calls[b]) / len(by_calls[b]), 4)}
+            for b in order
+            if by_calls.get(b)
+        },
     }
 
 
@@ -117,12 +122,33 @@ def write_plots(s: dict, out_dir: Path) -> list[Path]:
     paths = []
     acc = s["accuracy_by_tool_calls"]
     figures = [
-        ("accuracy_by_tool_calls.png", "accuracy by tool calls", "tool calls (trajectories)", "accuracy (%)",
-         [f"{b}\n(n={v['n']})" for b, v in acc.items()], [100 * v["accuracy"] for v in acc.values()], True),
-        ("terminations.png", "termination reasons", "termination", "trajectories",
-         list(s["terminations"]), list(s["terminations"].values()), False),
-        ("pass_at_j.png", "Pass@j", "j (rollouts)", "Pass@j (%)",
-         [str(j) for j in s["pass_at_j"]], [100 * (v or 0) for v in s["pass_at_j"].values()], True),
+        (
+            "accuracy_by_tool_calls.png",
+            "accuracy by tool calls",
+            "tool calls (trajectories)",
+            "accuracy (%)",
+            [f"{b}\n(n={v['n']})" for b, v in acc.items()],
+            [100 * v["accuracy"] for v in acc.values()],
+            True,
+        ),
+        (
+            "terminations.png",
+            "termination reasons",
+            "termination",
+            "trajectories",
+            list(s["terminations"]),
+            list(s["terminations"].values()),
+            False,
+        ),
+        (
+            "pass_at_j.png",
+            "Pass@j",
+            "j (rollouts)",
+            "Pass@j (%)",
+            [str(j) for j in s["pass_at_j"]],
+            [100 * (v or 0) for v in s["pass_at_j"].values()],
+            True,
+        ),
     ]
     for name, title, xlabel, ylabel, xs, ys, percent in figures:
         fig, ax = plt.subplots(figsize=(5.5, 3.4))

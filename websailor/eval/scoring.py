@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from contextlib import ExitStack
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,13 +72,18 @@ def _check_record(path: Path, lineno: int, rec: dict) -> None:
             raise InputFormatError(f"{where}: {name!r} must be an integer, got {rec[name]!r}")
     for name, key in (("tokens", "prompt"), ("tokens", "completion"), ("timings", "total_s")):
         block = rec.get(name, {})
-        if not isinstance(block, dict) or not isinstance(block.get(key, 0), (int, float)) or isinstance(block.get(key, 0), bool):
+        if (
+            not isinstance(block, dict)
+            or not isinstance(block.get(key, 0), (int, float))
+            or isinstance(block.get(key, 0), bool)
+        ):
             raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
     try:
         Gold.parse(rec["answer"])
     except ValueError as e:
-        raise InputFormatError(f"{where}: the record has no usable gold answer ({e}); run with a questions file "
-                               "that has answers") from None
+        raise InputFormatError(
+            f"{where}: the record has no usable gold answer ({e}); run with a questions file that has answers"
+        ) from None
 
 
 def _turns(rec: dict) -> tuple[int, int]:
@@ -111,8 +116,10 @@ def read_trajectories(paths: list[Path]) -> list[dict]:
             if key in by_key:
                 where, earlier = by_key[key]
                 if finished(earlier, rec["question"]):
-                    raise InputFormatError(f"{path} line {lineno}: question {key[0]!r} rollout {key[1]} also appears in "
-                                           f"{where}; score each run separately")
+                    raise InputFormatError(
+                        f"{path} line {lineno}: question {key[0]!r} rollout {key[1]} also appears in "
+                        f"{where}; score each run separately"
+                    )
             by_key[key] = (f"{path} line {lineno}", rec)
     if not by_key:
         raise InputFormatError(f"no trajectories in {', '.join(map(str, paths))}")
@@ -133,13 +140,17 @@ def rollouts_per_question(records: list[dict]) -> int:
     if len(shapes) > 1:
         examples = {n: next(q for q, r in runs.items() if len(r) == n) for n in shapes}
         detail = "; ".join(f"{c} with {n} (e.g. {examples[n]!r})" for n, c in sorted(shapes.items()))
-        raise InputFormatError(f"the trajectories mix different numbers of rollouts per question: {detail}. Finish the "
-                               "run (rerun the same command: it resumes) or score files of one k")
+        raise InputFormatError(
+            f"the trajectories mix different numbers of rollouts per question: {detail}. Finish the "
+            "run (rerun the same command: it resumes) or score files of one k"
+        )
     k = next(iter(shapes))
     odd = next((q for q, r in runs.items() if r != set(range(k))), None)
     if odd is not None:
-        raise InputFormatError(f"question {odd!r} has rollout indices {sorted(runs[odd])}; every question needs 0..{k - 1} "
-                               "(an unfinished run? rerun the same command: it resumes)")
+        raise InputFormatError(
+            f"question {odd!r} has rollout indices {sorted(runs[odd])}; every question needs 0..{k - 1} "
+            "(an unfinished run? rerun the same command: it resumes)"
+        )
     return k
 
 
@@ -149,7 +160,7 @@ def _score_line(s: Score) -> str:
 
 def _chunks(items: list, n: int) -> Iterator[list]:
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 def case_key(rec: dict, gold: Gold | None = None) -> str:
@@ -160,8 +171,9 @@ def case_key(rec: dict, gold: Gold | None = None) -> str:
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
-def score_trajectories(records: list[dict], judge: Judge, out: Path | None = None, progress: bool = True,
-                       chunk: int = 2048) -> list[Score]:
+def score_trajectories(
+    records: list[dict], judge: Judge, out: Path | None = None, progress: bool = True, chunk: int = 2048
+) -> list[Score]:
     """Grade every record; with ``out``, append grades as they are made (the file is locked
     meanwhile) and reuse a grade already there only when it is by the same judge, for the
     same question, prediction and gold answer, and not ungraded (a resumed run retries those).
@@ -184,21 +196,44 @@ def score_trajectories(records: list[dict], judge: Judge, out: Path | None = Non
                 if s.judge == judge.name and s.correct is not None:
                     done[(s.id, s.rollout)] = s
         todo = [r for r in records if not ((k := done.get((str(r["id"]), r["rollout"]))) and k.key == case_key(r))]
-        with tqdm(total=len(todo), desc=f"grading ({judge.name})", unit="traj", disable=not progress or not todo) as bar:
+        with tqdm(
+            total=len(todo), desc=f"grading ({judge.name})", unit="traj", disable=not progress or not todo
+        ) as bar:
             for part in _chunks(todo, chunk):
                 golds = {id(r): Gold.parse(r["answer"]) for r in part}
                 answered = [r for r in part if r["termination"] != "model_error"]
-                grades = dict(zip((id(r) for r in answered), judge.grade(
-                    [Case(r["question"], r["prediction"], golds[id(r)]) for r in answered])))
+                grades = dict(
+                    zip(
+                        (id(r) for r in answered),
+                        judge.grade([Case(r["question"], r["prediction"], golds[id(r)]) for r in answered]),
+                    )
+                )
                 for r in part:
-                    g = grades.get(id(r)) or Grade(None, None, error=f"the rollout ended in a model error: {r.get('error')}")
+                    g = grades.get(id(r)) or Grade(
+                        None, None, error=f"the rollout ended in a model error: {r.get('error')}"
+                    )
                     tokens = r.get("tokens") or {}
-                    s = Score(str(r["id"]), r["rollout"], judge.name, g.correct, g.score, g.extracted, g.reasoning,
-                              g.confidence, g.error, r["termination"], int(r.get("num_tool_calls", 0)),
-                              int(r.get("num_model_calls", 0)), int(tokens.get("prompt", 0)),
-                              int(tokens.get("completion", 0)), float((r.get("timings") or {}).get("total_s", 0.0)),
-                              str(r.get("model", "")), str(r.get("env", "")), case_key(r, golds[id(r)]),
-                              *_turns(r))
+                    s = Score(
+                        str(r["id"]),
+                        r["rollout"],
+                        judge.name,
+                        g.correct,
+                        g.score,
+                        g.extracted,
+                        g.reasoning,
+                        g.confidence,
+                        g.error,
+                        r["termination"],
+                        int(r.get("num_tool_calls", 0)),
+                        int(r.get("num_model_calls", 0)),
+                        int(tokens.get("prompt", 0)),
+                        int(tokens.get("completion", 0)),
+                        float((r.get("timings") or {}).get("total_s", 0.0)),
+                        str(r.get("model", "")),
+                        str(r.get("env", "")),
+                        case_key(r, golds[id(r)]),
+                        *_turns(r),
+                    )
                     done[(s.id, s.rollout)] = s
                     if fh is not None:
                         fh.write(_score_line(s))

@@ -31,6 +31,8 @@ def _tokens(text: str) -> list[str]:
     for word in normalize_answer(text).split():
         out.extend(_CJK.sub(lambda m: f" {m.group(0)} ", word).split() if _CJK.search(word) else [word])
     return out
+
+
 _PUNCT = frozenset(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014"}
 
 

@@ -49,7 +49,7 @@ class Gold:
         return {"answer": self.answer, "aliases": list(self.aliases), "parts": list(self.parts) if self.parts else None}
 
     @classmethod
-    def parse(cls, answer: Any, aliases: Iterable[Any] = (), list_answer: bool = False) -> "Gold":
+    def parse(cls, answer: Any, aliases: Iterable[Any] = (), list_answer: bool = False) -> Gold:
         """Build a gold answer.
 
         Args:
@@ -88,7 +88,7 @@ class Gold:
         return cls(forms[0], tuple(dict.fromkeys(f for f in forms[1:] if f != forms[0])))
 
     @classmethod
-    def _of_parts(cls, parts: list[str], aliases: list[str], raw: Any) -> "Gold":
+    def _of_parts(cls, parts: list[str], aliases: list[str], raw: Any) -> Gold:
         parts = [p for p in parts if p.strip()]
         if not parts:
             raise ValueError(f"no gold answer to grade against (answer {raw!r})")

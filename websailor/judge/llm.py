@@ -43,7 +43,9 @@ Reply with a single JSON object and nothing else, with these keys:
 
 #: wall-clock budget of one verdict (HTTP retries included): a hanging judge costs at most this per try
 JUDGE_TIMEOUT_S = 120.0
-_PARAMS = SamplingParams(temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=1024, stop=[], timeout_s=JUDGE_TIMEOUT_S)
+_PARAMS = SamplingParams(
+    temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=1024, stop=[], timeout_s=JUDGE_TIMEOUT_S
+)
 
 
 def parse_verdict(text: str) -> Grade | None:
@@ -61,8 +63,13 @@ def parse_verdict(text: str) -> Grade | None:
         confidence = None
     extracted = obj.get("extracted_final_answer")
     reasoning = obj.get("reasoning")
-    return Grade(ok, float(ok), extracted=None if extracted in (None, "None") else str(extracted),
-                 reasoning=str(reasoning) if reasoning not in (None, "") else None, confidence=confidence)
+    return Grade(
+        ok,
+        float(ok),
+        extracted=None if extracted in (None, "None") else str(extracted),
+        reasoning=str(reasoning) if reasoning not in (None, "") else None,
+        confidence=confidence,
+    )
 
 
 class LLMJudge:
@@ -75,8 +82,9 @@ class LLMJudge:
         concurrency: cases graded at once.
     """
 
-    def __init__(self, model: ChatModel, cache: Path | None = None, max_attempts: int = 3,
-                 concurrency: int = 8) -> None:
+    def __init__(
+        self, model: ChatModel, cache: Path | None = None, max_attempts: int = 3, concurrency: int = 8
+    ) -> None:
         if max_attempts < 1 or concurrency < 1:
             raise ValueError("max_attempts and concurrency must be at least 1")
         self.model = model
@@ -127,8 +135,11 @@ class LLMJudge:
         cached = self._cached(key)
         if cached is not None:
             return cached
-        gold = case.gold.answer if not case.gold.aliases else \
-            f"{case.gold.answer} (also accepted: {'; '.join(case.gold.aliases)})"
+        gold = (
+            case.gold.answer
+            if not case.gold.aliases
+            else f"{case.gold.answer} (also accepted: {'; '.join(case.gold.aliases)})"
+        )
         prompt = GRADER_PROMPT.format(question=case.question, response=case.prediction, correct_answer=gold)
         error = ""
         for _ in range(self.max_attempts):

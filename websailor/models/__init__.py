@@ -49,7 +49,7 @@ def load_model(spec: str, **kwargs) -> ChatModel:
     if spec.startswith("openai:"):
         from websailor.models.openai_compat import OpenAIModel
 
-        model, sep, base_url = spec[len("openai:"):].rpartition("@")
+        model, sep, base_url = spec[len("openai:") :].rpartition("@")
         if not sep or not model or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model spec {spec!r}: expected openai:MODEL@http(s)://HOST[:PORT]/v1")
         return OpenAIModel(model, base_url, **kwargs)

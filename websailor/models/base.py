@@ -53,7 +53,7 @@ class ChatModel(ABC):
         """Reply to one conversation (a batch of one)."""
         return self.generate([messages], params)[0]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op by default; backends with threads override it
         """Release resources (threads, connections)."""
 
 

@@ -38,8 +38,9 @@ class BatchedChat(ChatModel):
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def generate(self, conversations: list[list[Message]], params: SamplingParams,
-                 limits: list[int] | None = None) -> list[Generation]:  # pragma: no cover - abstract
+    def generate(
+        self, conversations: list[list[Message]], params: SamplingParams, limits: list[int] | None = None
+    ) -> list[Generation]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def chat(self, messages: list[Message], params: SamplingParams) -> Generation:
@@ -84,8 +85,11 @@ class BatchedChat(ChatModel):
             pending = [p for p in pending if p not in batch]
             try:
                 seeds = [b[1].seed for b in batch if b[1].seed is not None]
-                params = replace(batch[0][1], max_tokens=max(b[1].max_tokens for b in batch),
-                                 seed=(sum(seeds) % 2**31) if seeds else None)
+                params = replace(
+                    batch[0][1],
+                    max_tokens=max(b[1].max_tokens for b in batch),
+                    seed=(sum(seeds) % 2**31) if seeds else None,
+                )
                 gens = self.generate([b[0] for b in batch], params, [b[1].max_tokens for b in batch])
                 for (_, _, fut), gen in zip(batch, gens):
                     fut.set_result(gen)

@@ -29,8 +29,14 @@ class TransformersModel(BatchedChat):
     applied here (HTTP backends apply it).
     """
 
-    def __init__(self, path: str | Path, device: str = "cpu", max_batch: int = 8, batch_wait_s: float = 0.02,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        max_batch: int = 8,
+        batch_wait_s: float = 0.02,
+        name: str | None = None,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = Path(path)
@@ -43,8 +49,9 @@ class TransformersModel(BatchedChat):
         self._setup(model, tokenizer, name or f"hf:{path}", device, max_batch, batch_wait_s)
 
     @classmethod
-    def from_loaded(cls, model: Any, tokenizer: Any, name: str, max_batch: int = 8,
-                    batch_wait_s: float = 0.02) -> "TransformersModel":
+    def from_loaded(
+        cls, model: Any, tokenizer: Any, name: str, max_batch: int = 8, batch_wait_s: float = 0.02
+    ) -> TransformersModel:
         """Serve an already loaded model (for example the policy being trained by RL) on the
         device it sits on. The tokenizer is copied (generation pads on the left) and the model
         is used as it is: the caller sets eval mode and gradients.
@@ -82,8 +89,9 @@ class TransformersModel(BatchedChat):
     def count_tokens(self, messages: list[Message]) -> int:
         return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
 
-    def generate(self, conversations: list[list[Message]], params: SamplingParams,
-                 limits: list[int] | None = None) -> list[Generation]:
+    def generate(
+        self, conversations: list[list[Message]], params: SamplingParams, limits: list[int] | None = None
+    ) -> list[Generation]:
         """Reply to each conversation in one left-padded ``generate`` call; ``limits``
         (optional) caps each reply's tokens below ``params.max_tokens``."""
         torch = self._torch

@@ -37,8 +37,15 @@ class OpenAIModel(ChatModel):
         max_context: the served context length in tokens.
     """
 
-    def __init__(self, model: str, base_url: str, timeout_s: float = 600.0, max_attempts: int = 5,
-                 backoff_s: float = 1.0, max_context: int = 131072) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        timeout_s: float = 600.0,
+        max_attempts: int = 5,
+        backoff_s: float = 1.0,
+        max_context: int = 131072,
+    ) -> None:
         key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "EMPTY")
         self.client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s)
         self.timeout_s = timeout_s
@@ -50,9 +57,15 @@ class OpenAIModel(ChatModel):
         self.backoff_s = backoff_s
 
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
-        kwargs = dict(model=self.model, messages=messages, temperature=params.temperature, top_p=params.top_p,
-                      presence_penalty=params.presence_penalty, max_tokens=params.max_tokens,
-                      stop=params.stop[:4] or None)
+        kwargs = dict(
+            model=self.model,
+            messages=messages,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            presence_penalty=params.presence_penalty,
+            max_tokens=params.max_tokens,
+            stop=params.stop[:4] or None,
+        )
         if params.seed is not None:
             kwargs["seed"] = params.seed
         client, stop = self.client, stop_after_attempt(self.max_attempts)
@@ -60,16 +73,21 @@ class OpenAIModel(ChatModel):
             budget = max(0.1, params.timeout_s)
             client = client.with_options(timeout=min(self.timeout_s, budget))
             stop = stop | stop_after_delay(budget)
-        retrying = Retrying(stop=stop, reraise=True,
-                            wait=wait_exponential_jitter(multiplier=self.backoff_s, max=30),
-                            retry=retry_if_exception(_transient))
+        retrying = Retrying(
+            stop=stop,
+            reraise=True,
+            wait=wait_exponential_jitter(multiplier=self.backoff_s, max=30),
+            retry=retry_if_exception(_transient),
+        )
         try:
             resp = retrying(client.chat.completions.create, **kwargs)
         except openai.OpenAIError as e:
             tries = f" after {self.max_attempts} attempts" if _transient(e) else ""
             raise ModelError(f"{self.name}: {type(e).__name__}{tries}: {e}") from e
         except (ValueError, TypeError, AttributeError) as e:  # a body that is not an OpenAI-style JSON reply
-            raise ModelError(f"{self.name}: the server's reply is not a chat completion ({type(e).__name__}: {e})") from e
+            raise ModelError(
+                f"{self.name}: the server's reply is not a chat completion ({type(e).__name__}: {e})"
+            ) from e
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
             raise ModelError(f"{self.name}: the server's reply is not a chat completion (no choices)")

@@ -34,17 +34,22 @@ class TRLVLLMModel(BatchedChat):
     def __init__(self, trainer: Any, name: str, max_batch: int = 64, batch_wait_s: float = 0.05) -> None:
         gen = getattr(trainer, "vllm_generation", None)
         if gen is None or getattr(gen, "mode", None) != "colocate" or getattr(gen, "tensor_parallel_size", 1) != 1:
-            raise ConfigError("RL with vLLM needs vllm_mode colocate and tensor parallel size 1 (multi-turn rollouts "
-                              "cannot keep server mode's lock-step across processes)")
+            raise ConfigError(
+                "RL with vLLM needs vllm_mode colocate and tensor parallel size 1 (multi-turn rollouts "
+                "cannot keep server mode's lock-step across processes)"
+            )
         self.gen = gen
         self.tokenizer = trainer.processing_class
         self.name = name
         self.max_context = int(getattr(trainer.model.config, "max_position_embeddings", 131072))
         self.start_batching(max_batch, batch_wait_s)
 
-    def generate(self, conversations: list[list[Message]], params: SamplingParams,
-                 limits: list[int] | None = None) -> list[Generation]:
-        prompts = [self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in conversations]
+    def generate(
+        self, conversations: list[list[Message]], params: SamplingParams, limits: list[int] | None = None
+    ) -> list[Generation]:
+        prompts = [
+            self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in conversations
+        ]
         prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p) for p in prompts]
         try:
             _, completions, *_ = self.gen.generate(prompts, None, 1)

@@ -74,8 +74,9 @@ def run_tool(tool: Tool, arguments: object) -> ToolResult:
         return ToolResult(f"[{tool.name}] Error: the tool failed ({type(e).__name__}: {e})", f"{type(e).__name__}: {e}")
     if not isinstance(result, ToolResult) or not isinstance(result.observation, str):
         kind = type(result).__name__
-        return ToolResult(f"[{tool.name}] Error: the tool failed (it returned a {kind}, not a ToolResult)",
-                          f"tool returned a {kind}")
+        return ToolResult(
+            f"[{tool.name}] Error: the tool failed (it returned a {kind}, not a ToolResult)", f"tool returned a {kind}"
+        )
     return result
 
 
@@ -141,8 +142,12 @@ class _BodyLimit:
         await reply(scope, receive, send)
 
 
-def create_app(tools: Mapping[str, Tool], env: str, metrics: Callable[[], dict] | None = None,
-               max_workers: int = DEFAULT_MAX_WORKERS) -> FastAPI:
+def create_app(
+    tools: Mapping[str, Tool],
+    env: str,
+    metrics: Callable[[], dict] | None = None,
+    max_workers: int = DEFAULT_MAX_WORKERS,
+) -> FastAPI:
     """The FastAPI application serving ``tools``.
 
     Args:
@@ -186,8 +191,10 @@ def create_app(tools: Mapping[str, Tool], env: str, metrics: Callable[[], dict] 
         """Run tool ``name`` on the model's raw arguments (in the thread pool)."""
         tool = tools.get(name)
         if tool is None:
-            return _json({"detail": f"there is no tool named {name!r}; available tools: {', '.join(names)}",
-                          "available": names}, status_code=404)
+            return _json(
+                {"detail": f"there is no tool named {name!r}; available tools: {', '.join(names)}", "available": names},
+                status_code=404,
+            )
         result = await asyncio.get_running_loop().run_in_executor(pool, run_tool, tool, body.arguments)
         return _json({"observation": result.observation, "error": result.error, "kind": result.kind})
 
@@ -217,8 +224,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(f"the port must be an integer in 0..65535, got {port!r}")
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             proto=socket.IPPROTO_TCP)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )[0]
     except (socket.gaierror, UnicodeError) as e:
         raise ConfigError(f"cannot resolve the host {host!r} ({e})") from None
     # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY on accepted connections only
@@ -229,13 +237,21 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as e:
         sock.close()
-        raise ConfigError(f"cannot serve on {host}:{port} ({e.strerror or e}); is another server using the port?") from None
+        raise ConfigError(
+            f"cannot serve on {host}:{port} ({e.strerror or e}); is another server using the port?"
+        ) from None
     return sock
 
 
-def serve_tools(tools: Mapping[str, Tool], env: str, host: str = "127.0.0.1", port: int = 8000,
-                metrics: Callable[[], dict] | None = None, log_level: str = "warning",
-                max_workers: int = DEFAULT_MAX_WORKERS) -> None:
+def serve_tools(
+    tools: Mapping[str, Tool],
+    env: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    metrics: Callable[[], dict] | None = None,
+    log_level: str = "warning",
+    max_workers: int = DEFAULT_MAX_WORKERS,
+) -> None:
     """Serve ``tools`` over HTTP (one uvicorn process) until interrupted (Ctrl-C / SIGTERM).
 
     Args:

@@ -47,10 +47,12 @@ class RetryPolicy:
 
     def retrying(self) -> Retrying:
         """A tenacity ``Retrying`` that retries :func:`is_transient` failures and re-raises the last."""
-        return Retrying(stop=stop_after_attempt(self.max_attempts), reraise=True,
-                        wait=wait_exponential_jitter(multiplier=self.backoff_s, max=self.max_backoff_s,
-                                                     jitter=self.backoff_s),
-                        retry=retry_if_exception(is_transient))
+        return Retrying(
+            stop=stop_after_attempt(self.max_attempts),
+            reraise=True,
+            wait=wait_exponential_jitter(multiplier=self.backoff_s, max=self.max_backoff_s, jitter=self.backoff_s),
+            retry=retry_if_exception(is_transient),
+        )
 
 
 class ServerStatusError(Exception):
@@ -90,6 +92,7 @@ def _request(client: httpx.Client, retry: RetryPolicy, method: str, path: str, *
         httpx.HTTPError: the last transport failure, once the retries are spent.
         ServerStatusError: an HTTP error status (4xx at once; 5xx once the retries are spent).
     """
+
     def once() -> httpx.Response:
         response = client.request(method, path, **kwargs)
         if response.status_code >= 400:
@@ -158,17 +161,29 @@ class RemoteTool(Tool):
         try:
             body = json.dumps({"arguments": arguments}, default=_jsonable)
         except (TypeError, ValueError) as e:
-            return ToolResult(f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
-                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}",
-                              INVALID_ARGUMENTS)
+            return ToolResult(
+                f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
+                f"{json.dumps(self.parameters, ensure_ascii=False)}",
+                f"invalid arguments: {e}",
+                INVALID_ARGUMENTS,
+            )
         try:
-            response = _request(self.client, self.retry, "POST", f"/tools/{self.name}", content=body,
-                                headers={"Content-Type": "application/json"})
+            response = _request(
+                self.client,
+                self.retry,
+                "POST",
+                f"/tools/{self.name}",
+                content=body,
+                headers={"Content-Type": "application/json"},
+            )
         except ServerStatusError as e:
             if is_transient(e):
                 return self._unavailable(e)
-            return ToolResult(f"[{self.name}] Error: the tool server at {self.url} refused the call ({e})",
-                              f"tool server refused the call ({e})", TOOL_SERVER)
+            return ToolResult(
+                f"[{self.name}] Error: the tool server at {self.url} refused the call ({e})",
+                f"tool server refused the call ({e})",
+                TOOL_SERVER,
+            )
         except httpx.HTTPError as e:
             return self._unavailable(e)
         return self._result(response)
@@ -178,8 +193,11 @@ class RemoteTool(Tool):
         n = self.retry.max_attempts
         what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         tries = f" after {n} attempt{'s' * (n > 1)}"
-        return ToolResult(f"[{self.name}] Error: the tool server at {self.url} did not answer ({what}){tries}. "
-                          "Try again later.", f"tool server unavailable ({what}){tries}", TOOL_SERVER)
+        return ToolResult(
+            f"[{self.name}] Error: the tool server at {self.url} did not answer ({what}){tries}. Try again later.",
+            f"tool server unavailable ({what}){tries}",
+            TOOL_SERVER,
+        )
 
     def _result(self, response: httpx.Response) -> ToolResult:
         """The server's tool result, or an error result if the reply is not one."""
@@ -187,10 +205,17 @@ class RemoteTool(Tool):
             body = response.json()
         except ValueError:
             body = None
-        if (not isinstance(body, dict) or not isinstance(body.get("observation"), str)
-                or not isinstance(body.get("error"), (str, type(None)))):
-            return ToolResult(f"[{self.name}] Error: the tool server at {self.url} sent a reply that is not a "
-                              f"tool result: {response.text[:200]!r}", "malformed tool server reply", TOOL_SERVER)
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("observation"), str)
+            or not isinstance(body.get("error"), (str, type(None)))
+        ):
+            return ToolResult(
+                f"[{self.name}] Error: the tool server at {self.url} sent a reply that is not a "
+                f"tool result: {response.text[:200]!r}",
+                "malformed tool server reply",
+                TOOL_SERVER,
+            )
         kind = body.get("kind") if body["error"] is not None else None
         if kind is not None and kind not in ERROR_KINDS:
             kind = TOOL_ERROR  # a newer server's kind this client does not know
@@ -229,8 +254,10 @@ def _get_json(client: httpx.Client, retry: RetryPolicy, path: str, url: str) -> 
     except ServerStatusError as e:
         raise ConfigError(f"{url} does not look like a websailor tool server (GET {path} gave {e})") from None
     except httpx.HTTPError as e:
-        raise ConfigError(f"cannot reach the tool server at {url} ({type(e).__name__}: {e}; "
-                          f"{retry.max_attempts} attempts); start one with `websailor serve tools`") from None
+        raise ConfigError(
+            f"cannot reach the tool server at {url} ({type(e).__name__}: {e}; "
+            f"{retry.max_attempts} attempts); start one with `websailor serve tools`"
+        ) from None
     try:
         return response.json()
     except ValueError:
@@ -243,15 +270,20 @@ def _check_health(health: object, url: str) -> str:
     Raises:
         ConfigError: the body is not a websailor tool server's health reply.
     """
-    if (not isinstance(health, dict) or health.get("status") != "ok" or not isinstance(health.get("env"), str)
-            or not isinstance(health.get("tools"), list)):
-        raise ConfigError(f"{url} does not look like a websailor tool server (GET /health gave "
-                          f"{json.dumps(health, default=str)[:200]})")
+    if (
+        not isinstance(health, dict)
+        or health.get("status") != "ok"
+        or not isinstance(health.get("env"), str)
+        or not isinstance(health.get("tools"), list)
+    ):
+        raise ConfigError(
+            f"{url} does not look like a websailor tool server (GET /health gave "
+            f"{json.dumps(health, default=str)[:200]})"
+        )
     return health["env"]
 
 
-def connect_tools(url: str, timeout_s: float = 60.0,
-                  retry: RetryPolicy | None = None) -> tuple[dict[str, Tool], str]:
+def connect_tools(url: str, timeout_s: float = 60.0, retry: RetryPolicy | None = None) -> tuple[dict[str, Tool], str]:
     """Connect to the tool server at ``url``: check ``/health``, read ``/tools``.
 
     Args:
@@ -273,14 +305,19 @@ def connect_tools(url: str, timeout_s: float = 60.0,
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
         raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     retry = retry or RetryPolicy()
-    client = httpx.Client(base_url=base, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-                          trust_env=False)
+    client = httpx.Client(
+        base_url=base,
+        timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        trust_env=False,
+    )
     try:
         env = _check_health(_get_json(client, retry, "/health", base), base)
         schemas = _get_json(client, retry, "/tools", base)
         if not isinstance(schemas, list) or not schemas:
-            raise ConfigError(f"{base} does not look like a websailor tool server (GET /tools is not a list of schemas)")
+            raise ConfigError(
+                f"{base} does not look like a websailor tool server (GET /tools is not a list of schemas)"
+            )
         tools: dict[str, Tool] = {}
         for schema in schemas:
             try:

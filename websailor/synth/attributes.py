@@ -25,8 +25,10 @@ _YEAR = re.compile(
 # "a length of about 2,850 km", "an area of 1,000 km2", "covers 9.8 million km2" is not taken
 # (no scale words for areas), "8,849 m (29,032 ft) above sea level", "a population of over 14
 # million"; a distance ("187 km northwest of Tartu") or a rank ("the 12th largest") is not
-_Q = r"(?:(?:about|approximately|around|over|nearly|roughly|some|almost|more than|less than|just over|just under|" \
-     r"an estimated|estimated at|estimated|c\.|ca\.)\s+)?"
+_Q = (
+    r"(?:(?:about|approximately|around|over|nearly|roughly|some|almost|more than|less than|just over|just under|"
+    r"an estimated|estimated at|estimated|c\.|ca\.)\s+)?"
+)
 _PAREN = r"(?:\s*\([^)]{0,40}\))?"
 _KM, _MI = r"(?:km|kilomet(?:re|er)s)(?![2²\w])", r"(?:mi|miles)(?![2²\w])"
 _KM2, _MI2 = r"(?:km2|km²|square kilomet(?:re|er)s)", r"(?:sq mi|mi2|square miles)"
@@ -34,27 +36,100 @@ _M = r"(?:m|metres|meters)(?![\w²2])"
 _FLOWS = r"\b(?:flows|runs|stretches|extends|winds)(?:\s+[a-z]+){0,2}\s+for\s+"
 _HEIGHT_WORDS = re.compile(r"\b(height|tall|high|elevation|summit|altitude)\b", re.I)
 _QUANTITIES = [
-    ("length", re.compile(_NUM + r"\s*" + _KM + _PAREN + r"\s+(?:long|in length)\b|\blength of " + _Q + _NUM + r"\s*" + _KM
-                          + r"|" + _FLOWS + _Q + _NUM + r"\s*" + _KM), 1.0),
-    ("length", re.compile(_NUM + r"\s*" + _MI + _PAREN + r"\s+(?:long|in length)\b|\blength of " + _Q + _NUM + r"\s*" + _MI
-                          + r"|" + _FLOWS + _Q + _NUM + r"\s*" + _MI), 1.60934),
-    ("area", re.compile(r"\b(?:area of|covers|covering|spans|spanning|occupies|occupying) (?:an area of )?" + _Q + _NUM
-                        + r"\s*" + _KM2 + "|" + _NUM + r"\s*" + _KM2 + _PAREN + r"\s+in area\b"), 1.0),
-    ("area", re.compile(r"\b(?:area of|covers|covering|spans|spanning|occupies|occupying) (?:an area of )?" + _Q + _NUM
-                        + r"\s*" + _MI2 + "|" + _NUM + r"\s*" + _MI2 + _PAREN + r"\s+in area\b"), 2.58999),
+    (
+        "length",
+        re.compile(
+            _NUM
+            + r"\s*"
+            + _KM
+            + _PAREN
+            + r"\s+(?:long|in length)\b|\blength of "
+            + _Q
+            + _NUM
+            + r"\s*"
+            + _KM
+            + r"|"
+            + _FLOWS
+            + _Q
+            + _NUM
+            + r"\s*"
+            + _KM
+        ),
+        1.0,
+    ),
+    (
+        "length",
+        re.compile(
+            _NUM
+            + r"\s*"
+            + _MI
+            + _PAREN
+            + r"\s+(?:long|in length)\b|\blength of "
+            + _Q
+            + _NUM
+            + r"\s*"
+            + _MI
+            + r"|"
+            + _FLOWS
+            + _Q
+            + _NUM
+            + r"\s*"
+            + _MI
+        ),
+        1.60934,
+    ),
+    (
+        "area",
+        re.compile(
+            r"\b(?:area of|covers|covering|spans|spanning|occupies|occupying) (?:an area of )?"
+            + _Q
+            + _NUM
+            + r"\s*"
+            + _KM2
+            + "|"
+            + _NUM
+            + r"\s*"
+            + _KM2
+            + _PAREN
+            + r"\s+in area\b"
+        ),
+        1.0,
+    ),
+    (
+        "area",
+        re.compile(
+            r"\b(?:area of|covers|covering|spans|spanning|occupies|occupying) (?:an area of )?"
+            + _Q
+            + _NUM
+            + r"\s*"
+            + _MI2
+            + "|"
+            + _NUM
+            + r"\s*"
+            + _MI2
+            + _PAREN
+            + r"\s+in area\b"
+        ),
+        2.58999,
+    ),
     ("height", re.compile(_NUM + r"\s*" + _M), 1.0),  # only in a sentence about height (_HEIGHT_WORDS)
 ]
 _POPULATION = re.compile(
     r"\bpopulation(?:\s+(?:of|was|is|were|at|stood|totals?|totalled|totaled|reached|exceeding|exceeds|exceeded|around|"
-    r"about|approximately|over|nearly|roughly|some|almost|more|than|an|estimated|just))*\s+" + _NUM
-    + r"(?:\s*(million|billion))?(?!\d|,\d|st\b|nd\b|rd\b|th\b|\s*%|\s*(?:and|to|–|-)\s*\d)")
+    r"about|approximately|over|nearly|roughly|some|almost|more|than|an|estimated|just))*\s+"
+    + _NUM
+    + r"(?:\s*(million|billion))?(?!\d|,\d|st\b|nd\b|rd\b|th\b|\s*%|\s*(?:and|to|–|-)\s*\d)"
+)
 _SCALE = {"million": 1e6, "billion": 1e9, None: 1.0}
 # projections and forecasts are not the entity's size
 _NOT_NOW = re.compile(r"\b(projected|projection|expected to|forecast|predicted|will|by 2[01]\d\d)\b", re.I)
 # sentences whose length or area is not the entity's own size (a river's basin, a country's
 # coastline or border): their km and km2 are not read
-_NOT_OWN_SIZE = re.compile(r"\b(basin|drainage|catchment|watershed|coast(?:line)?s?|borders?|shoreline|exclusive economic zone|"
-                           r"radius|diameter|orbit|distance|depth|deep)\b", re.I)
+_NOT_OWN_SIZE = re.compile(
+    r"\b(basin|drainage|catchment|watershed|coast(?:line)?s?|borders?|shoreline|exclusive economic zone|"
+    r"radius|diameter|orbit|distance|depth|deep)\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +156,7 @@ class Attributes:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Attributes":
+    def from_dict(cls, d: dict) -> Attributes:
         d = dict(d)
         d["span"] = tuple(d["span"]) if d.get("span") else None
         d["quantities"] = [Quantity(**q) for q in d.get("quantities", [])]
@@ -128,8 +203,11 @@ def parse_quantities(text: str) -> list[Quantity]:
             continue
         kinds: set[str] = set()
         for kind, pattern, factor in _QUANTITIES:
-            if kind in kinds or (kind in ("length", "area") and _NOT_OWN_SIZE.search(sentence)) \
-                    or (kind == "height" and not _HEIGHT_WORDS.search(sentence)):
+            if (
+                kind in kinds
+                or (kind in ("length", "area") and _NOT_OWN_SIZE.search(sentence))
+                or (kind == "height" and not _HEIGHT_WORDS.search(sentence))
+            ):
                 continue
             m = pattern.search(sentence)
             if m:
@@ -146,5 +224,10 @@ def parse_quantities(text: str) -> list[Quantity]:
 
 def parse_attributes(description: str, topic: str, text: str) -> Attributes:
     """All attributes of one page."""
-    return Attributes(description=description, topic=topic, span=parse_span(description),
-                      years=parse_years(text), quantities=parse_quantities(text))
+    return Attributes(
+        description=description,
+        topic=topic,
+        span=parse_span(description),
+        years=parse_years(text),
+        quantities=parse_quantities(text),
+    )

@@ -61,7 +61,7 @@ class Constraint:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Constraint":
+    def from_dict(cls, d: dict) -> Constraint:
         return cls(d["kind"], d["params"], d["phrase"], tuple(d.get("evidence", ())))
 
     def matches(self, kg: KnowledgeGraph, node: str) -> bool:
@@ -93,8 +93,11 @@ class Constraint:
             return False
         if self.kind == "relative_start":
             return attrs.span is not None and any(
-                o != node and kg.attributes(o).span is not None and p["lo"] <= attrs.span[0] - kg.attributes(o).span[0] <= p["hi"]
-                for o in others)
+                o != node
+                and kg.attributes(o).span is not None
+                and p["lo"] <= attrs.span[0] - kg.attributes(o).span[0] <= p["hi"]
+                for o in others
+            )
         raise ValueError(f"unknown constraint kind {self.kind!r}; one of {', '.join(KINDS)}")
 
 

@@ -26,8 +26,8 @@ from tqdm import tqdm
 from websailor.errors import CorpusError, InputFormatError, InvalidArgumentError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
-from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.constraints import Constraint
+from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.items import ItemConfig, build_item
 from websailor.synth.rewrite import rewrite_question
 
@@ -74,8 +74,18 @@ def item_key(item: dict) -> str:
 
 #: fields every QA item has, with their types (checked when a file is read)
 ITEM_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "id": str, "question": str, "answer": str, "topology_hash": str, "has_cycle": bool, "constraints": list,
-    "uncertainty": list, "subgraph": dict, "procedure": list, "seed": int, "attempt": int}
+    "id": str,
+    "question": str,
+    "answer": str,
+    "topology_hash": str,
+    "has_cycle": bool,
+    "constraints": list,
+    "uncertainty": list,
+    "subgraph": dict,
+    "procedure": list,
+    "seed": int,
+    "attempt": int,
+}
 
 
 def question_key(question: str) -> str:
@@ -88,9 +98,14 @@ def _check_items(path: Path, records: list[tuple[int, dict]]) -> list[dict]:
         for name, kind in ITEM_FIELDS.items():
             value = rec.get(name)
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                what = "missing" if name not in rec else f"a {type(value).__name__}, expected {getattr(kind, '__name__', kind)}"
-                raise InputFormatError(f"{path} line {lineno} is not a QA item: field {name!r} is {what}; "
-                                       "use another file or repair it")
+                what = (
+                    "missing"
+                    if name not in rec
+                    else f"a {type(value).__name__}, expected {getattr(kind, '__name__', kind)}"
+                )
+                raise InputFormatError(
+                    f"{path} line {lineno} is not a QA item: field {name!r} is {what}; use another file or repair it"
+                )
     return [rec for _, rec in records]
 
 
@@ -117,11 +132,18 @@ def check_graph(kg: KnowledgeGraph, cfg: SynthConfig) -> None:
             f"the corpus's link graph is too small to synthesize from: {kg.graph.number_of_nodes()} pages, "
             f"{kg.graph.number_of_edges()} links, largest group of linked pages {largest}; items need at least "
             f"{need} pages linked together (one of them linked to two others). Build a larger corpus "
-            "(the embedded vital corpus gives a graph of 10,033 pages and 27,455 links)")
+            "(the embedded vital corpus gives a graph of 10,033 pages and 27,455 links)"
+        )
 
 
-def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: bool = True,
-               llm: "ChatModel | None" = None, difficulty: "DifficultyFilter | None" = None) -> Counter:
+def synthesize(
+    kg: KnowledgeGraph,
+    out: str | Path,
+    cfg: SynthConfig,
+    progress: bool = True,
+    llm: ChatModel | None = None,
+    difficulty: DifficultyFilter | None = None,
+) -> Counter:
     """Append accepted items to ``out`` until it holds ``cfg.n``; returns the reasons of every
     candidate (``accepted``, ``not_unique``, ``leak``, ``topology_cap``, ...). Each item also
     records, in ``rejected_before``, the candidates rejected since the item before it, so the
@@ -147,17 +169,28 @@ def synthesize(kg: KnowledgeGraph, out: str | Path, cfg: SynthConfig, progress: 
         return _synthesize(kg, out, fh, _check_items(out, records), cfg, progress, llm, difficulty)
 
 
-def _synthesize(kg: KnowledgeGraph, out: Path, fh: TextIO, items: list[dict], cfg: SynthConfig, progress: bool,
-                llm: "ChatModel | None", difficulty: "DifficultyFilter | None") -> Counter:
+def _synthesize(
+    kg: KnowledgeGraph,
+    out: Path,
+    fh: TextIO,
+    items: list[dict],
+    cfg: SynthConfig,
+    progress: bool,
+    llm: ChatModel | None,
+    difficulty: DifficultyFilter | None,
+) -> Counter:
     seeds = sorted({it["seed"] for it in items} - {cfg.seed})
     if seeds:
         raise InvalidArgumentError(
             f"{out} holds items synthesized with seed {seeds[0]}; this run uses seed {cfg.seed}. Resuming would "
-            f"mix two streams: pass --seed {seeds[0]} to continue that file, or use another --out")
+            f"mix two streams: pass --seed {seeds[0]} to continue that file, or use another --out"
+        )
     odd = next((it for it in items if it.get("split") != _split(it["id"], cfg.test_fraction)), None)
     if odd is not None:
-        raise InvalidArgumentError(f"{out} was made with another --test-fraction (item {odd['id']} is in split "
-                                   f"{odd.get('split')!r}); pass the same fraction to continue it, or use another --out")
+        raise InvalidArgumentError(
+            f"{out} was made with another --test-fraction (item {odd['id']} is in split "
+            f"{odd.get('split')!r}); pass the same fraction to continue it, or use another --out"
+        )
     topo = Counter(it["topology_hash"] for it in items)
     keys = {item_key(it) for it in items} | {question_key(it["question"]) for it in items}
     cycles = sum(it["has_cycle"] for it in items)
@@ -169,8 +202,13 @@ def _synthesize(kg: KnowledgeGraph, out: Path, fh: TextIO, items: list[dict], cf
     with tqdm(total=cfg.n, initial=min(len(items), cfg.n), desc="items", unit="item", disable=not progress) as bar:
         while len(items) < cfg.n:
             if misses >= cfg.max_attempts_per_item:
-                logger.warning("stopping at %d items: the last %d candidates were all rejected (%s); the graph "
-                               "gives no more items that pass under these settings", len(items), misses, dict(reasons))
+                logger.warning(
+                    "stopping at %d items: the last %d candidates were all rejected (%s); the graph "
+                    "gives no more items that pass under these settings",
+                    len(items),
+                    misses,
+                    dict(reasons),
+                )
                 break
             rng = random.Random(f"{cfg.seed}/{attempt}")
             item, why = build_item(kg, rng, cfg.item)
@@ -196,15 +234,23 @@ def _synthesize(kg: KnowledgeGraph, out: Path, fh: TextIO, items: list[dict], cf
                     llm_failures += 1
                     logger.warning("LLM rewrite failed, kept the template question: %s", rendering["reason"])
                     if llm_failures >= cfg.max_llm_failures:
-                        logger.warning("the rewrite model failed %d times in a row: the rest of this run keeps the "
-                                       "template questions (rerun with --llm into another file once it works)", llm_failures)
+                        logger.warning(
+                            "the rewrite model failed %d times in a row: the rest of this run keeps the "
+                            "template questions (rerun with --llm into another file once it works)",
+                            llm_failures,
+                        )
                         llm = None
                 else:
                     llm_failures = 0
             item["rendering"] = rendering
             item_id = f"sf-{cfg.seed}-{attempt - 1}"
-            item = {"id": item_id, **item, "split": _split(item_id, cfg.test_fraction), "seed": cfg.seed,
-                    "attempt": attempt - 1}
+            item = {
+                "id": item_id,
+                **item,
+                "split": _split(item_id, cfg.test_fraction),
+                "seed": cfg.seed,
+                "attempt": attempt - 1,
+            }
             if difficulty is not None:
                 item["difficulty"] = difficulty.rate(item)
                 why = difficulty.keeps(item["difficulty"])
@@ -254,7 +300,14 @@ def dataset_report(items: list[dict]) -> dict:
         "candidates": n_candidates,
         "rejected_share": {k: round(v / n_candidates, 3) for k, v in rejected.most_common()},
         "with_aliases": sum(bool(it.get("aliases")) for it in items),
-        "difficulty": ({"rated": len(rated), "mean_correct": round(statistics.mean(d["correct"] for d in rated), 2),
-                        "k": sorted({d["k"] for d in rated})} if rated else None),
+        "difficulty": (
+            {
+                "rated": len(rated),
+                "mean_correct": round(statistics.mean(d["correct"] for d in rated), 2),
+                "k": sorted({d["k"] for d in rated}),
+            }
+            if rated
+            else None
+        ),
         "rendering": dict(Counter((it.get("rendering") or {}).get("mode", "template") for it in items)),
     }

@@ -77,8 +77,13 @@ class DifficultyFilter:
         InvalidArgumentError: another process is writing ``rollouts_path``.
     """
 
-    def __init__(self, agent: Agent, rollouts_path: str | Path, config: DifficultyConfig | None = None,
-                 judge: Judge = exact_match) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        rollouts_path: str | Path,
+        config: DifficultyConfig | None = None,
+        judge: Judge = exact_match,
+    ) -> None:
         self.agent = agent
         self.path = Path(rollouts_path)
         self.config = config or DifficultyConfig()
@@ -97,7 +102,7 @@ class DifficultyFilter:
         """Release the rollouts file."""
         self._stack.close()
 
-    def __enter__(self) -> "DifficultyFilter":
+    def __enter__(self) -> DifficultyFilter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -124,12 +129,17 @@ class DifficultyFilter:
             if traj.termination == "model_error":
                 errors.append(traj.error or "model error")
             else:
-                self._done[(traj.id, traj.rollout)] = {"question": traj.question, "prediction": traj.prediction,
-                                                       "model": traj.model}
+                self._done[(traj.id, traj.rollout)] = {
+                    "question": traj.question,
+                    "prediction": traj.prediction,
+                    "model": traj.model,
+                }
         if errors:
-            raise ModelError(f"the reference agent's model failed on {len(errors)} of {len(todo)} rollouts of item "
-                             f"{q.id} ({errors[0]}); no item can be rated until it answers. Rerun the same command "
-                             "once it works: finished items and rollouts are kept")
+            raise ModelError(
+                f"the reference agent's model failed on {len(errors)} of {len(todo)} rollouts of item "
+                f"{q.id} ({errors[0]}); no item can be rated until it answers. Rerun the same command "
+                "once it works: finished items and rollouts are kept"
+            )
         aliases = list(item.get("aliases") or [])
         correct = sum(bool(self.judge(self._done[(q.id, r)]["prediction"], item["answer"], aliases)) for r in range(k))
         return {"k": k, "correct": correct, "model": self.agent.model.name}

@@ -100,8 +100,10 @@ class KnowledgeGraph:
     def save(self, path: Path) -> None:
         """Write node-link JSON atomically."""
         data = {
-            "nodes": [{"id": n, "url": d["url"], "attributes": d["attributes"].to_dict(), "findable": d["findable"]}
-                      for n, d in self.graph.nodes(data=True)],
+            "nodes": [
+                {"id": n, "url": d["url"], "attributes": d["attributes"].to_dict(), "findable": d["findable"]}
+                for n, d in self.graph.nodes(data=True)
+            ],
             "edges": [{"a": a, "b": b, "evidence": d["evidence"]} for a, b, d in self.graph.edges(data=True)],
         }
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -109,12 +111,16 @@ class KnowledgeGraph:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "KnowledgeGraph":
+    def load(cls, path: Path) -> KnowledgeGraph:
         data = json.loads(path.read_text(encoding="utf-8"))
         g = nx.Graph()
         for n in data["nodes"]:
-            g.add_node(n["id"], url=n["url"], attributes=Attributes.from_dict(n["attributes"]),
-                       findable=bool(n.get("findable")))
+            g.add_node(
+                n["id"],
+                url=n["url"],
+                attributes=Attributes.from_dict(n["attributes"]),
+                findable=bool(n.get("findable")),
+            )
         for e in data["edges"]:
             g.add_edge(e["a"], e["b"], evidence=e["evidence"])
         return cls(g)
@@ -137,8 +143,12 @@ def build_knowledge_graph(corpus: Corpus) -> KnowledgeGraph:
                 evidence.append(ev)
         else:
             g.add_edge(m.source, m.target, evidence=[ev])
-    logger.info("knowledge graph: %d nodes, %d edges (%.1f s)", g.number_of_nodes(), g.number_of_edges(),
-                time.perf_counter() - t0)
+    logger.info(
+        "knowledge graph: %d nodes, %d edges (%.1f s)",
+        g.number_of_nodes(),
+        g.number_of_edges(),
+        time.perf_counter() - t0,
+    )
     return KnowledgeGraph(g)
 
 
@@ -166,8 +176,9 @@ def load_or_build(corpus: Corpus) -> KnowledgeGraph:
         try:
             return KnowledgeGraph.load(cache)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            logger.warning("the cached knowledge graph %s is unreadable (%s: %s); building it again", cache,
-                           type(e).__name__, e)
+            logger.warning(
+                "the cached knowledge graph %s is unreadable (%s: %s); building it again", cache, type(e).__name__, e
+            )
     kg = build_knowledge_graph(corpus)
     try:
         cache.parent.mkdir(exist_ok=True)

@@ -36,13 +36,26 @@ from websailor.synth.graph import SPAN_IN_DESC, KnowledgeGraph
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
 from websailor.synth.vague import bare_name, mask_name, vague_number, vague_period
 
-_TYPE_WORD = {"People": "person", "Geography": "place", "Arts": "work or artist", "History": "historical subject",
-              "Biology and health sciences": "living thing or health topic", "Physical sciences": "subject of physical science",
-              "Technology": "technology", "Mathematics": "mathematical subject", "Philosophy and religion": "subject of thought or faith",
-              "Society and social sciences": "social subject", "Everyday life": "everyday subject"}
+_TYPE_WORD = {
+    "People": "person",
+    "Geography": "place",
+    "Arts": "work or artist",
+    "History": "historical subject",
+    "Biology and health sciences": "living thing or health topic",
+    "Physical sciences": "subject of physical science",
+    "Technology": "technology",
+    "Mathematics": "mathematical subject",
+    "Philosophy and religion": "subject of thought or faith",
+    "Society and social sciences": "social subject",
+    "Everyday life": "everyday subject",
+}
 _QUANTITY_VERB = {"length": "is", "area": "covers", "height": "rises", "population": "has a population of"}
-_COMPARE = {"length": ("is longer than", "is shorter than"), "area": ("covers a larger area than", "covers a smaller area than"),
-            "height": ("rises higher than", "is lower than"), "population": ("is more populous than", "is less populous than")}
+_COMPARE = {
+    "length": ("is longer than", "is shorter than"),
+    "area": ("covers a larger area than", "covers a smaller area than"),
+    "height": ("rises higher than", "is lower than"),
+    "population": ("is more populous than", "is less populous than"),
+}
 
 
 @dataclass
@@ -61,7 +74,9 @@ class ItemConfig:
         if not self.n_nodes or min(self.n_nodes) < 2:
             raise ValueError(f"n_nodes must be sizes of at least 2, got {self.n_nodes}")
         if not 1 <= self.min_constraints <= self.max_constraints:
-            raise ValueError(f"need 1 <= min_constraints <= max_constraints, got {self.min_constraints}, {self.max_constraints}")
+            raise ValueError(
+                f"need 1 <= min_constraints <= max_constraints, got {self.min_constraints}, {self.max_constraints}"
+            )
         if not 0.0 <= self.backtrack_p <= 1.0:
             raise ValueError(f"backtrack_p must be in [0, 1], got {self.backtrack_p}")
 
@@ -79,8 +94,11 @@ def _lower_first(desc: str, common: dict[str, bool] | None = None) -> str:
     if common and first.lower() in common:
         proper = not common[first.lower()] or re.search(r"-[A-Z]", first)
     else:
-        proper = (len(words) > 1 and words[1][:1].isupper()) or re.search(r"-[A-Z]", first) \
+        proper = (
+            (len(words) > 1 and words[1][:1].isupper())
+            or re.search(r"-[A-Z]", first)
             or first.endswith(("an", "ese", "ish", "ch"))
+        )
     return desc if proper else first[0].lower() + desc[1:]
 
 
@@ -97,10 +115,12 @@ def aliases_of(title: str) -> list[str]:
 
 
 _COUNT_WORDS = frozenset("two three four five six seven eight nine ten several many various multiple".split())
-_SINGULAR_S = frozenset("""series species means news physics mathematics economics politics linguistics ethics genetics
+_SINGULAR_S = frozenset(
+    """series species means news physics mathematics economics politics linguistics ethics genetics
     statistics aesthetics electronics mechanics athletics gymnastics acoustics optics logistics lens bus gas atlas canvas
     chaos class glass grass process status virus bonus campus census corpus genus apparatus analysis thesis basis crisis
-    axis iris tennis diabetes measles rabies herpes billiards darts checkers draughts""".split())
+    axis iris tennis diabetes measles rabies herpes billiards darts checkers draughts""".split()
+)
 
 
 def _plural(word: str) -> bool:
@@ -132,7 +152,9 @@ _NOT_A_LIFE = re.compile(
     r"sultanate|civilization|culture|crisis|rebellion|uprising|pandemic|epidemic|expedition|siege|conflict|treaty|"
     r"council|union|confederation|khanate|shogunate|principality|duchy|colony|regime|government|occupation|invasion|"
     r"campaign|crusade|schism|reformation|renaissance|depression|famine|plague|genocide|series|band|group|company|"
-    r"party|league|club|team|magazine|newspaper|journal|building|church|cathedral|temple|bridge|ship)\b", re.I)
+    r"party|league|club|team|magazine|newspaper|journal|building|church|cathedral|temple|bridge|ship)\b",
+    re.I,
+)
 
 
 def is_person(kg: KnowledgeGraph, node: str) -> bool:
@@ -142,8 +164,12 @@ def is_person(kg: KnowledgeGraph, node: str) -> bool:
     a = kg.attributes(node)
     if a.topic == "People":
         return True
-    return a.topic in ("", "Uncategorized") and a.span is not None and 15 <= a.span[1] - a.span[0] <= 110 \
+    return (
+        a.topic in ("", "Uncategorized")
+        and a.span is not None
+        and 15 <= a.span[1] - a.span[0] <= 110
         and not _NOT_A_LIFE.search(a.description)
+    )
 
 
 def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> tuple[Constraint, list[dict]] | None:
@@ -170,23 +196,41 @@ def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) 
         else:
             verb = "began" if which == "span_start" else "ended"
         ev = ({"sentence": attrs.description, "url": url},)
-        out.append((Constraint(which, {"lo": v.lo, "hi": v.hi}, f"{verb} {v.phrase}", ev),
-                    {"op": "vague_period", "params": {"year": year, **v.params}}))
+        out.append(
+            (
+                Constraint(which, {"lo": v.lo, "hi": v.hi}, f"{verb} {v.phrase}", ev),
+                {"op": "vague_period", "params": {"year": year, **v.params}},
+            )
+        )
     for q in attrs.quantities[:2]:
         if q.value >= 1:
             v = vague_number(q.value, q.kind, rng)
-            out.append((Constraint("quantity", {"kind": q.kind, "lo": v.lo, "hi": v.hi},
-                                   f"{_QUANTITY_VERB[q.kind]} {v.phrase}" + (" long" if q.kind == "length" else ""),
-                                   ({"sentence": q.sentence, "url": url},)),
-                        {"op": "vague_number", "params": {"kind": q.kind, "value": q.value, **v.params}}))
+            out.append(
+                (
+                    Constraint(
+                        "quantity",
+                        {"kind": q.kind, "lo": v.lo, "hi": v.hi},
+                        f"{_QUANTITY_VERB[q.kind]} {v.phrase}" + (" long" if q.kind == "length" else ""),
+                        ({"sentence": q.sentence, "url": url},),
+                    ),
+                    {"op": "vague_number", "params": {"kind": q.kind, "value": q.value, **v.params}},
+                )
+            )
     m = mask_name(target, rng)
-    out.append((Constraint("name", {"style": m.style, "pattern": list(m.pattern)}, m.phrase,
-                           ({"sentence": target, "url": url},)), {"op": "mask_name", "params": {"style": m.style}}))
+    out.append(
+        (
+            Constraint(
+                "name", {"style": m.style, "pattern": list(m.pattern)}, m.phrase, ({"sentence": target, "url": url},)
+            ),
+            {"op": "mask_name", "params": {"style": m.style}},
+        )
+    )
     return out
 
 
-def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[str],
-                            rng: random.Random) -> list[tuple[Constraint, dict]]:
+def _relational_constraints(
+    kg: KnowledgeGraph, target: str, neighbours: list[str], rng: random.Random
+) -> list[tuple[Constraint, dict]]:
     """Comparisons on a shared quantity kind, and dates relative to a neighbour's."""
     mine = kg.attributes(target)
     url = kg.graph.nodes[target]["url"]
@@ -203,9 +247,17 @@ def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[st
                 continue
             more = q.value > oq.value
             ev = ({"sentence": q.sentence, "url": url}, {"sentence": oq.sentence, "url": other_url})
-            out.append((Constraint("compare", {"kind": q.kind, "other": other, "others": kg.referents(other), "more": more},
-                                   f"{_COMPARE[q.kind][0 if more else 1]} {phrase}", ev),
-                        {"op": "comparison", "params": {"kind": q.kind, "entity": other, "more": more}}))
+            out.append(
+                (
+                    Constraint(
+                        "compare",
+                        {"kind": q.kind, "other": other, "others": kg.referents(other), "more": more},
+                        f"{_COMPARE[q.kind][0 if more else 1]} {phrase}",
+                        ev,
+                    ),
+                    {"op": "comparison", "params": {"kind": q.kind, "entity": other, "more": more}},
+                )
+            )
         if mine.span and theirs.span:
             delta = mine.span[0] - theirs.span[0]
             decades = round(abs(delta) / 10)
@@ -223,9 +275,17 @@ def _relational_constraints(kg: KnowledgeGraph, target: str, neighbours: list[st
                 ev = ({"sentence": mine.description, "url": url}, {"sentence": theirs.description, "url": other_url})
                 mine_verb = "was born" if is_person(kg, target) else "began"
                 their_verb = "was born" if is_person(kg, other) else "began"
-                out.append((Constraint("relative_start", {"other": other, "others": kg.referents(other), "lo": lo, "hi": hi},
-                                       f"{mine_verb} about {gap} {side} {phrase} {their_verb}", ev),
-                            {"op": "relative_time", "params": {"entity": other, "delta_years": delta}}))
+                out.append(
+                    (
+                        Constraint(
+                            "relative_start",
+                            {"other": other, "others": kg.referents(other), "lo": lo, "hi": hi},
+                            f"{mine_verb} about {gap} {side} {phrase} {their_verb}",
+                            ev,
+                        ),
+                        {"op": "relative_time", "params": {"entity": other, "delta_years": delta}},
+                    )
+                )
     return out
 
 
@@ -258,8 +318,9 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     """One item, or ``(None, reason)`` with reason ``no_subgraph``, ``not_unique``, ``leak`` or
     ``unsupported``."""
     cfg = cfg or ItemConfig()
-    sub = sample_subgraph(kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p,
-                          starts=kg.walk_starts)
+    sub = sample_subgraph(
+        kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p, starts=kg.walk_starts
+    )
     if sub is None:
         return None, "no_subgraph"
     roles = structural_roles(sub)
@@ -277,16 +338,21 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     rng.shuffle(pool)
     # the first hop must be findable by its description and its own page must mention the
     # target, so that the solution procedure (search it, read its page) leads to the answer
-    forward = [i for i, (c, _) in enumerate(pool)
-               if kg.graph.nodes[c.params["other"]].get("findable")
-               and any(e["url"] != kg.graph.nodes[target]["url"] for e in c.evidence)]
+    forward = [
+        i
+        for i, (c, _) in enumerate(pool)
+        if kg.graph.nodes[c.params["other"]].get("findable")
+        and any(e["url"] != kg.graph.nodes[target]["url"] for e in c.evidence)
+    ]
     if not forward:
         return None, "no_forward_hop"
     pool.insert(0, pool.pop(forward[0]))
     # one hop first (every item is multi-hop), then a blurred value when the target has one
     # (values are rarer than links, so they would otherwise seldom be drawn), then links and
     # the other blurred attributes in random order
-    attrs = _attribute_constraints(kg, target, rng) + _relational_constraints(kg, target, sorted(sub.neighbors(target)), rng)
+    attrs = _attribute_constraints(kg, target, rng) + _relational_constraints(
+        kg, target, sorted(sub.neighbors(target)), rng
+    )
     rest = pool[1:] + [(c, [op]) for c, op in attrs]
     rng.shuffle(rest)
     values = [i for i, (c, _) in enumerate(rest) if c.kind not in ("linked", "name")]
@@ -306,7 +372,12 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     ops = [op for _, o in chosen for op in o]
     n_linked = sum(c.kind == "linked" for c in constraints)
     if n_linked >= 2:
-        ops.append({"op": "intersection", "params": {"entities": [c.params["other"] for c in constraints if c.kind == "linked"]}})
+        ops.append(
+            {
+                "op": "intersection",
+                "params": {"entities": [c.params["other"] for c in constraints if c.kind == "linked"]},
+            }
+        )
     question = render(kg, target, constraints)
     aliases = aliases_of(target)
     if not is_leak_free(question, target, aliases):
@@ -318,8 +389,10 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         "answer": target,
         "aliases": aliases,
         "target_url": kg.graph.nodes[target]["url"],
-        "subgraph": {"nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
-                     "edges": _edges(kg, sub)},
+        "subgraph": {
+            "nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
+            "edges": _edges(kg, sub),
+        },
         "topology_hash": topology_hash(sub),
         "has_cycle": has_cycle(sub),
         "target_role_size": len(role),

@@ -21,11 +21,14 @@ Question: {question}"""
 
 _CONTENT = re.compile(r"[^\W_]{4,}")
 _TOKENS = re.compile(r"\d[\d,]*s?|\b[A-Z]\.")
-_STOP = frozenset("which with that from this have their about associated whose name word words first letters starting".split())
+_STOP = frozenset(
+    "which with that from this have their about associated whose name word words first letters starting".split()
+)
 
 
 #: wall-clock budget of one rewrite, retries included: a hanging endpoint costs at most this per item
 REWRITE_TIMEOUT_S = 60.0
+
 
 def _must_keep(c: Constraint) -> tuple[list[str], list[str]]:
     """(tokens that must all appear, content words of which most must appear)."""
@@ -50,8 +53,10 @@ def rewrite_question(model: ChatModel, question: str, constraints: list[Constrai
     """Returns ``(question, rendering)``: the rewrite if it passed the checks, else the
     template text; ``rendering`` is ``{"mode": "llm" | "template", "reason": ...}``."""
     try:
-        gen = model.chat([{"role": "user", "content": REWRITE_PROMPT.format(question=question)}],
-                         SamplingParams(temperature=0.7, max_tokens=256, stop=[], timeout_s=REWRITE_TIMEOUT_S))
+        gen = model.chat(
+            [{"role": "user", "content": REWRITE_PROMPT.format(question=question)}],
+            SamplingParams(temperature=0.7, max_tokens=256, stop=[], timeout_s=REWRITE_TIMEOUT_S),
+        )
     except ModelError as e:
         return question, {"mode": "template", "reason": f"model error: {e}"}
     text = " ".join(gen.text.strip().strip('"').split())

@@ -25,8 +25,14 @@ def walk_starts(graph: nx.Graph) -> list:
     return [n for n, d in graph.degree() if d >= 2]
 
 
-def sample_subgraph(graph: nx.Graph, rng: random.Random, n_nodes: int = 4, backtrack_p: float = 0.3,
-                    max_tries: int = 50, starts: list | None = None) -> nx.Graph | None:
+def sample_subgraph(
+    graph: nx.Graph,
+    rng: random.Random,
+    n_nodes: int = 4,
+    backtrack_p: float = 0.3,
+    max_tries: int = 50,
+    starts: list | None = None,
+) -> nx.Graph | None:
     """A connected induced subgraph of ``n_nodes`` nodes, or ``None`` if ``max_tries`` walks
     all got stuck (a small or sparse graph). ``starts``: :func:`walk_starts` of the graph,
     when the caller samples many times (computed here otherwise).

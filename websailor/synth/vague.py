@@ -16,8 +16,8 @@ Examples (all tested):
 from __future__ import annotations
 
 import math
-import re
 import random
+import re
 from dataclasses import dataclass, field
 
 
@@ -96,11 +96,17 @@ def vague_number(value: float, kind: str, rng: random.Random, style: str | None 
     if s == "bound":  # the largest of 1, 2, 5 x 10^k below the value: 7,088 -> 5,000; 2.04M -> 2 million
         bound = max(m * lo for m in (1, 2, 5) if m * lo <= value)
         phrase = f"{'at least' if bound == value else 'more than'} {_fmt(bound, kind)}{' ' + unit if unit else ''}"
-        return Vague(phrase.replace("more than 1 million", "more than a million"), bound, math.inf,
-                     {"style": "bound", "bound": bound})
+        return Vague(
+            phrase.replace("more than 1 million", "more than a million"),
+            bound,
+            math.inf,
+            {"style": "bound", "bound": bound},
+        )
     if kind == "population" and lo >= 1e6:
         lo_s, hi_s = _fmt(lo, kind), _fmt(hi, kind)
-        same_scale = lo_s.split()[-1] == hi_s.split()[-1]  # "between 1 and 10 million", not "between 100 million and 1 billion"
+        same_scale = (
+            lo_s.split()[-1] == hi_s.split()[-1]
+        )  # "between 1 and 10 million", not "between 100 million and 1 billion"
         phrase = f"between {lo_s.split()[0] if same_scale else lo_s} and {hi_s}"
     else:
         phrase = f"between {_fmt(lo, kind)} and {_fmt(hi, kind)}{' ' + unit if unit else ''}"

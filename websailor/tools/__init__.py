@@ -27,12 +27,18 @@ def execute_tool(tools: Mapping[str, Tool], name: str, arguments: str | Mapping[
     available = ", ".join(sorted(tools))
     if not isinstance(name, str):
         kind = type(name).__name__
-        return ToolResult(f"Error: the tool name must be a string, got {kind}. Available tools: {available}.",
-                          f"tool name is a {kind}", UNKNOWN_TOOL)
+        return ToolResult(
+            f"Error: the tool name must be a string, got {kind}. Available tools: {available}.",
+            f"tool name is a {kind}",
+            UNKNOWN_TOOL,
+        )
     tool = tools.get(name)
     if tool is None:
-        return ToolResult(f"Error: there is no tool named {name!r}. Available tools: {available}.", f"unknown tool {name!r}",
-                          UNKNOWN_TOOL)
+        return ToolResult(
+            f"Error: there is no tool named {name!r}. Available tools: {available}.",
+            f"unknown tool {name!r}",
+            UNKNOWN_TOOL,
+        )
     return tool.execute(arguments)
 
 
@@ -41,5 +47,13 @@ def call_tool(tools: Mapping[str, Tool], name: str, arguments: str | Mapping[str
     return execute_tool(tools, name, arguments).observation
 
 
-__all__ = ["SearchTool", "Tool", "ToolArgumentError", "ToolResult", "VisitTool", "build_local_tools", "call_tool",
-           "execute_tool"]
+__all__ = [
+    "SearchTool",
+    "Tool",
+    "ToolArgumentError",
+    "ToolResult",
+    "VisitTool",
+    "build_local_tools",
+    "call_tool",
+    "execute_tool",
+]

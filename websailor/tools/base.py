@@ -20,7 +20,6 @@ from websailor.corpus.text import clean_strings
 from websailor.errors import WebsailorError
 from websailor.jsonio import loads_object
 
-
 #: Kinds of failed tool calls, as :class:`ToolResult` ``kind`` and in the tool metrics.
 INVALID_ARGUMENTS = "invalid_arguments"  # not JSON, not an object, or not matching the schema
 UNKNOWN_TOOL = "unknown_tool"  # no tool of that name (or a name that is not a string)
@@ -103,9 +102,9 @@ class Tool(ABC):
         args = self.coerce(self._wrap_lone_strings(clean_strings(dict(arguments))))
         errors = sorted(Draft202012Validator(self.parameters).iter_errors(args), key=lambda e: list(e.path))
         if errors:
-            raise ToolArgumentError("; ".join(
-                ("/".join(str(p) for p in e.path) + ": " if e.path else "") + e.message for e in errors[:3]
-            ))
+            raise ToolArgumentError(
+                "; ".join(("/".join(str(p) for p in e.path) + ": " if e.path else "") + e.message for e in errors[:3])
+            )
         return args
 
     def execute(self, arguments: str | Mapping[str, Any] | None = None) -> ToolResult:
@@ -116,9 +115,12 @@ class Tool(ABC):
         try:
             args = self.parse_arguments(arguments)
         except ToolArgumentError as e:
-            return ToolResult(f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
-                              f"{json.dumps(self.parameters, ensure_ascii=False)}", f"invalid arguments: {e}",
-                              INVALID_ARGUMENTS)
+            return ToolResult(
+                f"[{self.name}] Invalid arguments: {e}. Expected a JSON object matching "
+                f"{json.dumps(self.parameters, ensure_ascii=False)}",
+                f"invalid arguments: {e}",
+                INVALID_ARGUMENTS,
+            )
         known = self.parameters.get("properties", {})
         unknown = sorted(k for k in args if k not in known)
         note = f"Note: ignored unknown argument(s) {', '.join(map(repr, unknown))}.\n" if unknown else ""

@@ -44,15 +44,19 @@ class ResultCache:
             self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, tool TEXT NOT NULL, "
-                             "value TEXT NOT NULL, created REAL NOT NULL)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, tool TEXT NOT NULL, "
+                "value TEXT NOT NULL, created REAL NOT NULL)"
+            )
             columns = [row[1] for row in self._db.execute("PRAGMA table_info(results)")]
         except (sqlite3.Error, OSError) as e:
             raise ConfigError(f"tool cache {self.path}: cannot be opened as a SQLite cache ({e})") from None
         if columns != ["key", "tool", "value", "created"]:
             self._db.close()
-            raise ConfigError(f"tool cache {self.path}: its 'results' table has columns {columns}, not a websailor "
-                              "tool cache; give another cache_path (WEBSAILOR_WEB_CACHE)")
+            raise ConfigError(
+                f"tool cache {self.path}: its 'results' table has columns {columns}, not a websailor "
+                "tool cache; give another cache_path (WEBSAILOR_WEB_CACHE)"
+            )
 
     def get(self, key: str, ttl_s: float | None = None) -> Any | None:
         """The cached value, or ``None`` when absent or older than ``ttl_s`` (default: the
@@ -67,8 +71,10 @@ class ResultCache:
         """Store a JSON-serializable ``value`` (replacing an older one)."""
         blob = json.dumps(value, ensure_ascii=False)
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO results (key, tool, value, created) VALUES (?, ?, ?, ?)",
-                             (key, tool, blob, time.time()))
+            self._db.execute(
+                "INSERT OR REPLACE INTO results (key, tool, value, created) VALUES (?, ?, ?, ?)",
+                (key, tool, blob, time.time()),
+            )
 
     def __len__(self) -> int:
         with self._lock:

@@ -12,13 +12,32 @@ import re
 
 #: Legacy multi-byte encodings accepted from charset detection; other non-UTF-8 text is read as
 #: Windows-1252 (what browsers do), because detection is unreliable on short Western text.
-CJK_ENCODINGS = frozenset({"gb18030", "gbk", "gb2312", "big5", "big5hkscs", "cp932", "shift_jis",
-                           "euc_jp", "iso2022_jp", "cp949", "euc_kr", "cp950"})
+CJK_ENCODINGS = frozenset(
+    {
+        "gb18030",
+        "gbk",
+        "gb2312",
+        "big5",
+        "big5hkscs",
+        "cp932",
+        "shift_jis",
+        "euc_jp",
+        "iso2022_jp",
+        "cp949",
+        "euc_kr",
+        "cp950",
+    }
+)
 #: Fewest non-ASCII bytes for which a detected CJK encoding is trusted (three characters).
 MIN_CJK_BYTES = 6
 #: Byte-order marks and the codec each announces (UTF-32 before UTF-16: they share a prefix).
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 _CHARSET_RE = re.compile(r"""\bcharset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 
 

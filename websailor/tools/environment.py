@@ -64,17 +64,24 @@ class ToolEnvironment:
             close()
         self._closers.clear()
 
-    def __enter__(self) -> "ToolEnvironment":
+    def __enter__(self) -> ToolEnvironment:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_environment(env: str = "local", *, corpus: str | Path | None = None, summary_model: Any = None,
-                     web_config: str | Path | None = None, tools_url: str | None = None,
-                     tools: Sequence[str] | None = None, files_root: Path | None = None,
-                     allow_unsafe_python: bool = False) -> ToolEnvironment:
+def open_environment(
+    env: str = "local",
+    *,
+    corpus: str | Path | None = None,
+    summary_model: Any = None,
+    web_config: str | Path | None = None,
+    tools_url: str | None = None,
+    tools: Sequence[str] | None = None,
+    files_root: Path | None = None,
+    allow_unsafe_python: bool = False,
+) -> ToolEnvironment:
     """Build the tool set of a run.
 
     Args:
@@ -108,8 +115,9 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
     known = DEFAULT_TOOLS[env] + EXTRA_TOOLS[env]
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise ConfigError(f"the {env} environment has no tool {', '.join(map(repr, unknown))}; "
-                          f"it offers {', '.join(known) or 'none'}")
+        raise ConfigError(
+            f"the {env} environment has no tool {', '.join(map(repr, unknown))}; it offers {', '.join(known) or 'none'}"
+        )
     closers: list[Any] = []
     built: dict[str, Tool] = {}
     if env == "local":
@@ -124,12 +132,16 @@ def open_environment(env: str = "local", *, corpus: str | Path | None = None, su
         from websailor.tools.web.tools import WEB_TOOLS, executor_fetch
 
         settings = load_web_settings(web_config)
-        web_tools, executor = build_web_tools(settings, summary_model, metrics,
-                                              names=[n for n in wanted if n in WEB_TOOLS])
+        web_tools, executor = build_web_tools(
+            settings, summary_model, metrics, names=[n for n in wanted if n in WEB_TOOLS]
+        )
         closers.append(executor.close)
         built.update(web_tools)
-        built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python,
-                                      fetch=executor_fetch(executor, settings.allow_private_urls)))
+        built.update(
+            _sandboxed_tools(
+                wanted, files_root, allow_unsafe_python, fetch=executor_fetch(executor, settings.allow_private_urls)
+            )
+        )
     chosen = {n: built[n] for n in wanted}
     metrics.register(chosen)
     return ToolEnvironment(env, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, _closers=closers)
@@ -145,8 +157,10 @@ def _sandboxed_tools(wanted: Sequence[str], files_root: Path | None, allow_unsaf
         from websailor.tools.parse_file import ParseFileTool
 
         if files_root is None and fetch is None:
-            raise ConfigError("parse_file in the local environment reads local files only: give the folder it may "
-                              "read (--files-dir DIR)")
+            raise ConfigError(
+                "parse_file in the local environment reads local files only: give the folder it may "
+                "read (--files-dir DIR)"
+            )
         out["parse_file"] = ParseFileTool(files_root=files_root, fetch=fetch)
     return out
 

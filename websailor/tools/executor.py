@@ -37,8 +37,8 @@ from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from websailor.log import get_logger
-from websailor.tools.charset import charset_of, decode_text
 from websailor.tools.cache import ResultCache, cache_key
+from websailor.tools.charset import charset_of, decode_text
 from websailor.tools.metrics import ToolMetrics
 
 logger = get_logger(__name__)
@@ -166,8 +166,14 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-async def http_request(client: httpx.AsyncClient, method: str, url: str, max_bytes: int,
-                       check_peer: Callable[[tuple | None], None] | None = None, **kwargs: Any) -> HttpReply:
+async def http_request(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    max_bytes: int,
+    check_peer: Callable[[tuple | None], None] | None = None,
+    **kwargs: Any,
+) -> HttpReply:
     """Send one request and read at most ``max_bytes`` of the body. ``check_peer``, if given,
     sees the server's ``(address, port)`` before the body is read, and may raise
     :class:`ProviderFailure` to refuse it.
@@ -288,9 +294,14 @@ class ToolExecutor:
     executor's own. :meth:`close` stops the loop thread and closes the connection pool.
     """
 
-    def __init__(self, policies: dict[str, ToolPolicy] | None = None, default: ToolPolicy | None = None,
-                 cache: ResultCache | None = None, metrics: ToolMetrics | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        policies: dict[str, ToolPolicy] | None = None,
+        default: ToolPolicy | None = None,
+        cache: ResultCache | None = None,
+        metrics: ToolMetrics | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.policies = dict(policies or {})
         self.default = default or ToolPolicy()
         self.cache = cache
@@ -358,15 +369,16 @@ class ToolExecutor:
             thread.join()
         loop.close()
 
-    def __enter__(self) -> "ToolExecutor":
+    def __enter__(self) -> ToolExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- operations -----------------------------------------------------------------------
-    def call(self, tool: str, request: dict[str, Any], providers: Sequence[Provider],
-             key: dict[str, Any] | None = None) -> Outcome:
+    def call(
+        self, tool: str, request: dict[str, Any], providers: Sequence[Provider], key: dict[str, Any] | None = None
+    ) -> Outcome:
         """Run one operation: ``request`` goes to the providers; ``key`` (its normalized form,
         default ``request``) identifies it in the cache."""
         try:
@@ -374,20 +386,27 @@ class ToolExecutor:
         except concurrent.futures.CancelledError:
             return Outcome(failures=[("executor", "cancelled: the tool environment was closed")])
 
-    def call_many(self, tool: str, requests: Sequence[dict[str, Any]], providers: Sequence[Provider],
-                  keys: Sequence[dict[str, Any]] | None = None) -> list[Outcome]:
+    def call_many(
+        self,
+        tool: str,
+        requests: Sequence[dict[str, Any]],
+        providers: Sequence[Provider],
+        keys: Sequence[dict[str, Any]] | None = None,
+    ) -> list[Outcome]:
         """Run several operations of one tool concurrently (within its limits); outcomes in order."""
         keys = list(keys) if keys is not None else [None] * len(requests)
 
         async def gather() -> list[Outcome]:
             return list(await asyncio.gather(*(self.acall(tool, r, providers, k) for r, k in zip(requests, keys))))
+
         try:
             return self._run(gather())
         except concurrent.futures.CancelledError:
             return [Outcome(failures=[("executor", "cancelled: the tool environment was closed")]) for _ in requests]
 
-    async def acall(self, tool: str, request: dict[str, Any], providers: Sequence[Provider],
-                    key: dict[str, Any] | None = None) -> Outcome:
+    async def acall(
+        self, tool: str, request: dict[str, Any], providers: Sequence[Provider], key: dict[str, Any] | None = None
+    ) -> Outcome:
         """:meth:`call` for code already on the executor's loop."""
         policy = self.policy(tool)
         t0 = time.perf_counter()
@@ -404,8 +423,9 @@ class ToolExecutor:
                 self.metrics.record_failover(tool)
             breaker = None if getattr(provider, "per_target", False) else self.breaker(tool, provider.name)
             if breaker is not None and not breaker.allow():
-                outcome.failures.append((provider.name, f"skipped, its circuit is open after {breaker.failures} "
-                                                        "failed operations in a row"))
+                outcome.failures.append(
+                    (provider.name, f"skipped, its circuit is open after {breaker.failures} failed operations in a row")
+                )
                 self.metrics.record_attempt_error(tool, "circuit_open")
                 continue
             try:
@@ -446,18 +466,19 @@ class ToolExecutor:
         except Exception as e:
             logger.warning("tool cache %s: write failed (%s); the result is used uncached", self.cache.path, e)  # type: ignore[union-attr]
 
-    async def _with_retries(self, tool: str, provider: Provider, request: dict[str, Any],
-                            policy: ToolPolicy) -> Any:
+    async def _with_retries(self, tool: str, provider: Provider, request: dict[str, Any], policy: ToolPolicy) -> Any:
 
         def wait(state: Any) -> float:
             exc = state.outcome.exception()
             if isinstance(exc, ProviderFailure) and exc.retry_after is not None:
                 return min(exc.retry_after, policy.retry_after_max_s)
             n = state.attempt_number - 1
-            return min(policy.backoff_max_s, policy.backoff_s * 2 ** n + random.uniform(0, policy.backoff_s))
+            return min(policy.backoff_max_s, policy.backoff_s * 2**n + random.uniform(0, policy.backoff_s))
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.retries + 1), wait=wait, reraise=True,
+            stop=stop_after_attempt(policy.retries + 1),
+            wait=wait,
+            reraise=True,
             retry=retry_if_exception(lambda e: isinstance(e, ProviderFailure) and e.retryable),
             before_sleep=lambda state: self.metrics.record_retry(tool),
         )
@@ -503,9 +524,10 @@ class ToolExecutor:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                follow_redirects=True, max_redirects=5, headers=self.headers,
+                follow_redirects=True,
+                max_redirects=5,
+                headers=self.headers,
                 timeout=httpx.Timeout(30.0, connect=10.0),
                 limits=httpx.Limits(max_connections=self.pool_size, max_keepalive_connections=self.pool_size),
             )
         return self._client
-

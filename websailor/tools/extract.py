@@ -37,8 +37,14 @@ def _units(doc: Document) -> list[str]:
     return [s for p in paragraphs for s in split_sentences(p)] or [doc.title]
 
 
-def extract(doc: Document, goal: str, index: BM25Index, max_evidence_chars: int = 4000,
-            summary_sentences: int = 3, max_summary_chars: int = 600) -> Extraction:
+def extract(
+    doc: Document,
+    goal: str,
+    index: BM25Index,
+    max_evidence_chars: int = 4000,
+    summary_sentences: int = 3,
+    max_summary_chars: int = 600,
+) -> Extraction:
     """Rank ``doc``'s passages by relevance to ``goal``.
 
     Args:
@@ -96,7 +102,9 @@ EXTRACTOR_PROMPT = """Read the page below for a reader who has one goal, and rep
 Answer with one JSON object with exactly these three keys."""
 
 
-def llm_extract(model: "ChatModel", doc: Document, goal: str, max_chars: int = 24000, attempts: int = 3) -> Extraction | None:
+def llm_extract(
+    model: ChatModel, doc: Document, goal: str, max_chars: int = 24000, attempts: int = 3
+) -> Extraction | None:
     """LLM page extraction, as the web ``visit`` tool of Tongyi DeepResearch does it: the
     model reads the page and the goal and answers JSON with rationale, evidence and summary.
     An empty or unparsable answer is retried with the page cut to half its length.

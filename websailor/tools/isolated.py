@@ -58,8 +58,7 @@ def call_isolated(fn: Callable, *args: Any, timeout_s: float = 30.0, memory_mb: 
     """
     ctx = _context()
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(sender, fn, args, memory_mb << 20, max(1, int(timeout_s) + 1)),
-                       daemon=True)
+    proc = ctx.Process(target=_child, args=(sender, fn, args, memory_mb << 20, max(1, int(timeout_s) + 1)), daemon=True)
     proc.start()
     sender.close()
     try:

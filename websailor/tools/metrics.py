@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-
 #: Latencies kept per tool for the percentiles (the latest ones; older ones drop out).
 LATENCY_WINDOW = 100_000
 
@@ -41,9 +40,15 @@ class ToolStats:
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures; latencies in milliseconds (``None`` with no samples)."""
         return {
-            "calls": self.calls, "errors": dict(self.errors), "p50_ms": _percentile(self.latencies_s, 50),
-            "p99_ms": _percentile(self.latencies_s, 99), "requests": self.requests, "cache_hits": self.cache_hits,
-            "retries": self.retries, "failovers": self.failovers, "degraded": self.degraded,
+            "calls": self.calls,
+            "errors": dict(self.errors),
+            "p50_ms": _percentile(self.latencies_s, 50),
+            "p99_ms": _percentile(self.latencies_s, 99),
+            "requests": self.requests,
+            "cache_hits": self.cache_hits,
+            "retries": self.retries,
+            "failovers": self.failovers,
+            "degraded": self.degraded,
             "request_errors": dict(self.request_errors),
             "request_p50_ms": _percentile(self.request_latencies_s, 50),
             "request_p99_ms": _percentile(self.request_latencies_s, 99),
@@ -114,14 +119,32 @@ def metrics_table(summary: dict[str, dict[str, Any]]) -> Any:
     from rich.table import Table
 
     table = Table(title="Tool metrics")
-    for col in ("tool", "calls", "errors", "requests", "cache hits", "retries", "failovers", "degraded",
-                "p50 ms", "p99 ms"):
+    for col in (
+        "tool",
+        "calls",
+        "errors",
+        "requests",
+        "cache hits",
+        "retries",
+        "failovers",
+        "degraded",
+        "p50 ms",
+        "p99 ms",
+    ):
         table.add_column(col, justify="left" if col == "tool" else "right")
     for name, s in summary.items():
         errors = ", ".join(f"{k} {v}" for k, v in sorted(s["errors"].items())) or "0"
-        table.add_row(name, str(s["calls"]), errors, str(s["requests"]), str(s["cache_hits"]), str(s["retries"]),
-                      str(s["failovers"]), str(s["degraded"]),
-                      *("-" if s[k] is None else f"{s[k]:.1f}" for k in ("p50_ms", "p99_ms")))
+        table.add_row(
+            name,
+            str(s["calls"]),
+            errors,
+            str(s["requests"]),
+            str(s["cache_hits"]),
+            str(s["retries"]),
+            str(s["failovers"]),
+            str(s["degraded"]),
+            *("-" if s[k] is None else f"{s[k]:.1f}" for k in ("p50_ms", "p99_ms")),
+        )
     return table
 
 

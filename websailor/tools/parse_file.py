@@ -45,13 +45,26 @@ MAX_LISTED_FILES = 20
 EXTENSION_KINDS: dict[str, str] = {
     ".pdf": "pdf",
     ".docx": "docx",
-    ".xlsx": "xlsx", ".xlsm": "xlsx",
+    ".xlsx": "xlsx",
+    ".xlsm": "xlsx",
     ".csv": "csv",
-    ".tsv": "tsv", ".tab": "tsv",
-    ".html": "html", ".htm": "html", ".xhtml": "html",
-    ".txt": "text", ".text": "text", ".md": "text", ".markdown": "text", ".rst": "text",
-    ".json": "text", ".jsonl": "text", ".ndjson": "text", ".xml": "text",
-    ".yaml": "text", ".yml": "text", ".log": "text",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+    ".markdown": "text",
+    ".rst": "text",
+    ".json": "text",
+    ".jsonl": "text",
+    ".ndjson": "text",
+    ".xml": "text",
+    ".yaml": "text",
+    ".yml": "text",
+    ".log": "text",
 }
 
 #: MIME type (without parameters) -> kind.
@@ -72,7 +85,13 @@ CONTENT_TYPE_KINDS: dict[str, str] = {
 
 #: Kind -> how error messages name it.
 KIND_LABELS: dict[str, str] = {
-    "pdf": "PDF", "docx": "DOCX", "xlsx": "XLSX", "csv": "CSV", "tsv": "TSV", "html": "HTML", "text": "text",
+    "pdf": "PDF",
+    "docx": "DOCX",
+    "xlsx": "XLSX",
+    "csv": "CSV",
+    "tsv": "TSV",
+    "html": "HTML",
+    "text": "text",
 }
 
 #: Kinds whose magic bytes identify them for sure (so they win over a wrong extension).
@@ -104,6 +123,7 @@ def supported_types() -> str:
 
 
 # --- type detection ----------------------------------------------------------------------------
+
 
 def _extension(name: str) -> str:
     """Lower-case extension of a file name or of a URL's path ('' if none)."""
@@ -186,11 +206,13 @@ def detect_kind(data: bytes, name: str, content_type: str | None = None) -> str 
 
 # --- text ---------------------------------------------------------------------------------------
 
+
 def _parse_text(data: bytes, name: str, content_type: str | None) -> Extracted:
     return Extracted(decode_text(data, charset_of(content_type)))
 
 
 # --- tables -------------------------------------------------------------------------------------
+
 
 def _cell(value: Any) -> str:
     """One table cell as markdown: numbers without a spurious '.0', dates in ISO form, pipes
@@ -208,8 +230,9 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
 
 
-def markdown_table(rows: Iterable[Sequence[Any]], max_rows: int = MAX_TABLE_ROWS,
-                   max_cols: int = MAX_TABLE_COLS) -> tuple[str, str]:
+def markdown_table(
+    rows: Iterable[Sequence[Any]], max_rows: int = MAX_TABLE_ROWS, max_cols: int = MAX_TABLE_COLS
+) -> tuple[str, str]:
     """Rows (the first one is the header) -> (markdown table, note on what was cut).
 
     Empty rows are skipped and empty trailing columns dropped. At most ``max_rows`` data rows
@@ -266,13 +289,16 @@ def _parse_delimited(data: bytes, name: str, content_type: str | None, delimiter
 
 # --- office documents ---------------------------------------------------------------------------
 
+
 def _check_zip_size(data: bytes, name: str) -> None:
     """Refuse archives whose content would expand past :data:`MAX_UNZIPPED_BYTES`."""
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         total = sum(info.file_size for info in zf.infolist())
     if total > MAX_UNZIPPED_BYTES:
-        raise FileParseError(f"{name}: the archive would expand to {total / 2**20:,.0f} MB, "
-                             f"more than the limit of {MAX_UNZIPPED_BYTES / 2**20:,.0f} MB")
+        raise FileParseError(
+            f"{name}: the archive would expand to {total / 2**20:,.0f} MB, "
+            f"more than the limit of {MAX_UNZIPPED_BYTES / 2**20:,.0f} MB"
+        )
 
 
 def _heading_level(style_name: str) -> int:
@@ -331,6 +357,7 @@ def _parse_xlsx(data: bytes, name: str, content_type: str | None) -> Extracted:
 
 # --- PDF ----------------------------------------------------------------------------------------
 
+
 def _parse_pdf(data: bytes, name: str, content_type: str | None, budget: int | None = None) -> Extracted:
     """PDF -> the text of each page under '## Page N'.
 
@@ -376,8 +403,30 @@ def _parse_pdf(data: bytes, name: str, content_type: str | None, budget: int | N
 
 # --- HTML ---------------------------------------------------------------------------------------
 
-_BLOCK_TAGS = ("p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
-               "header", "footer", "table", "ul", "ol", "pre", "blockquote", "dd", "dt")
+_BLOCK_TAGS = (
+    "p",
+    "div",
+    "br",
+    "li",
+    "tr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "section",
+    "article",
+    "header",
+    "footer",
+    "table",
+    "ul",
+    "ol",
+    "pre",
+    "blockquote",
+    "dd",
+    "dt",
+)
 
 
 def _html_text_fallback(html: str) -> str:
@@ -393,8 +442,9 @@ def _html_text_fallback(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def html_markdown(data: bytes, content_type: str | None = None, url: str | None = None,
-                  favor_recall: bool = False) -> tuple[str, str]:
+def html_markdown(
+    data: bytes, content_type: str | None = None, url: str | None = None, favor_recall: bool = False
+) -> tuple[str, str]:
     """``(title, markdown)`` of an HTML page: the main content by trafilatura (navigation, ads
     and footers left out, tables kept), or the whole visible text when trafilatura finds no main
     content. The charset comes from ``content_type``, else the page's own meta tag.
@@ -406,8 +456,15 @@ def html_markdown(data: bytes, content_type: str | None = None, url: str | None 
     html = _XML_DECL_RE.sub("", decode_text(data, declared), count=1)
     if not html.strip():
         return "", ""
-    text = trafilatura.extract(html, url=url, output_format="markdown", include_tables=True, include_comments=False,
-                               include_links=False, favor_recall=favor_recall)
+    text = trafilatura.extract(
+        html,
+        url=url,
+        output_format="markdown",
+        include_tables=True,
+        include_comments=False,
+        include_links=False,
+        favor_recall=favor_recall,
+    )
     if not text or not text.strip():
         text = _html_text_fallback(html)
     return _html_title(html), text
@@ -482,13 +539,17 @@ def parse_bytes(data: bytes, name: str, content_type: str | None = None, *, max_
     notes = [found.note] if found.note else []
     if max_chars is not None and len(text) > max_chars:
         kept = truncate(text, max_chars).removesuffix("...")
-        notes.insert(0, f"[Truncated: showing the first {len(kept):,} characters; "
-                        f"{len(text) - len(kept):,} more characters were cut.]")
+        notes.insert(
+            0,
+            f"[Truncated: showing the first {len(kept):,} characters; "
+            f"{len(text) - len(kept):,} more characters were cut.]",
+        )
         text = kept.rstrip() + " ..."
     return "\n\n".join([text, *notes])
 
 
 # --- the tool -----------------------------------------------------------------------------------
+
 
 def _is_url(spec: str) -> bool:
     return "://" in spec and not spec.lower().startswith("file://")
@@ -536,9 +597,15 @@ class ParseFileTool(Tool):
         "required": ["files"],
     }
 
-    def __init__(self, files_root: Path | None = None, fetch: Callable[[str], tuple[bytes, str | None]] | None = None,
-                 max_bytes: int = MAX_FILE_BYTES, max_files: int = 5, max_chars: int = 20_000,
-                 parse_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        files_root: Path | None = None,
+        fetch: Callable[[str], tuple[bytes, str | None]] | None = None,
+        max_bytes: int = MAX_FILE_BYTES,
+        max_files: int = 5,
+        max_chars: int = 20_000,
+        parse_timeout_s: float = 30.0,
+    ) -> None:
         self.files_root = Path(files_root).resolve() if files_root is not None else None
         self.parse_timeout_s = parse_timeout_s
         self.fetch = fetch
@@ -547,8 +614,9 @@ class ParseFileTool(Tool):
         self.max_chars = max_chars
 
     def _too_large(self, spec: str, size: int) -> FileParseError:
-        return FileParseError(f"{spec}: the file is {size / 2**20:,.1f} MB, larger than the limit of "
-                              f"{self.max_bytes / 2**20:,.1f} MB")
+        return FileParseError(
+            f"{spec}: the file is {size / 2**20:,.1f} MB, larger than the limit of {self.max_bytes / 2**20:,.1f} MB"
+        )
 
     def _available(self) -> str:
         """A short list of the files under the files directory, for 'not found' messages."""
@@ -571,16 +639,18 @@ class ParseFileTool(Tool):
                 unreadable, or larger than ``max_bytes``.
         """
         if self.files_root is None:
-            raise FileParseError(f"{spec}: no local files are available in this environment; "
-                                 "give the URL of the file instead")
-        raw = spec[len("file://"):] if spec.lower().startswith("file://") else spec
+            raise FileParseError(
+                f"{spec}: no local files are available in this environment; give the URL of the file instead"
+            )
+        raw = spec[len("file://") :] if spec.lower().startswith("file://") else spec
         try:
             target = (self.files_root / raw).resolve()
         except (OSError, RuntimeError, ValueError) as e:  # RuntimeError: symlink loop; ValueError: NUL byte
             raise FileParseError(f"{spec[:300]}: the path cannot be resolved ({e})") from None
         if not target.is_relative_to(self.files_root):
-            raise FileParseError(f"{spec}: the path is outside the available files; only files in the "
-                                 "files directory can be read")
+            raise FileParseError(
+                f"{spec}: the path is outside the available files; only files in the files directory can be read"
+            )
         try:
             exists, is_file = target.exists(), target.is_file()
         except OSError as e:  # a name too long for the file system
@@ -615,8 +685,9 @@ class ParseFileTool(Tool):
         if scheme not in ("http", "https"):
             raise FileParseError(f"{url}: only http:// and https:// URLs can be downloaded")
         if self.fetch is None:
-            raise FileParseError(f"{url}: URLs cannot be downloaded in this environment; "
-                                 "only local files can be parsed here")
+            raise FileParseError(
+                f"{url}: URLs cannot be downloaded in this environment; only local files can be parsed here"
+            )
         try:
             data, content_type = self.fetch(url)
         except (WebsailorError, OSError) as e:
@@ -632,8 +703,9 @@ class ParseFileTool(Tool):
             if not spec:
                 raise FileParseError("empty file name: give a file name or URL")
             data, content_type = self.download(spec) if _is_url(spec) else (self.read_local(spec), None)
-            body = call_isolated(_parse_limited, data, spec, content_type, self.max_chars,
-                                 timeout_s=self.parse_timeout_s)
+            body = call_isolated(
+                _parse_limited, data, spec, content_type, self.max_chars, timeout_s=self.parse_timeout_s
+            )
         except FileParseError as e:
             body = f"[{self.name}] Error: {e}"
         except IsolatedCallError as e:  # the parser's own message, or why it was stopped

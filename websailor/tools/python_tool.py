@@ -37,7 +37,7 @@ def _shorten(text: str, limit: int) -> str:
     head = limit * 2 // 3
     tail = limit - head
     cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail :]}"
 
 
 def format_result(result: SandboxResult, limits: SandboxLimits, max_chars: int) -> str:
@@ -51,12 +51,17 @@ def format_result(result: SandboxResult, limits: SandboxLimits, max_chars: int) 
         parts.append(f"stderr:\n{result.stderr}")
     text = "\n".join(p.rstrip("\n") for p in parts)
     if not text:
-        text = ("The code printed nothing before it was stopped." if result.killed
-                else "The code printed nothing. Use print() to show the values you need.")
+        text = (
+            "The code printed nothing before it was stopped."
+            if result.killed
+            else "The code printed nothing. Use print() to show the values you need."
+        )
     notes = []
     if len(text) > max_chars:
-        notes.append(f"Note: the output was {len(text)} characters long; {len(text) - max_chars} characters "
-                     f"in the middle were cut.")
+        notes.append(
+            f"Note: the output was {len(text)} characters long; {len(text) - max_chars} characters "
+            f"in the middle were cut."
+        )
         text = _shorten(text, max_chars)
     if result.truncated:
         notes.append(f"Note: the program printed more than {limits.output_bytes} bytes; the rest was discarded.")
@@ -67,8 +72,15 @@ def format_result(result: SandboxResult, limits: SandboxLimits, max_chars: int) 
     elif result.exit_code:
         notes.append(f"Exit code: {result.exit_code}")
     stderr = result.stderr
-    if any(m in stderr for m in ("Network is unreachable", "Connection refused", "Name or service not known",
-                                 "Temporary failure in name resolution")):
+    if any(
+        m in stderr
+        for m in (
+            "Network is unreachable",
+            "Connection refused",
+            "Name or service not known",
+            "Temporary failure in name resolution",
+        )
+    ):
         notes.append("Note: the sandbox has no network; fetch pages with the visit tool instead.")
     if "Resource temporarily unavailable" in stderr and ("fork" in stderr or "Popen" in stderr or "Thread" in stderr):
         notes.append(f"Note: the sandbox allows at most {limits.processes} processes.")
@@ -114,8 +126,9 @@ class PythonInterpreterTool(Tool):
         "required": ["code"],
     }
 
-    def __init__(self, limits: SandboxLimits = SandboxLimits(), allow_unsafe: bool = False,
-                 max_observation_chars: int = 10_000) -> None:
+    def __init__(
+        self, limits: SandboxLimits = SandboxLimits(), allow_unsafe: bool = False, max_observation_chars: int = 10_000
+    ) -> None:
         if max_observation_chars <= 0:
             raise InvalidArgumentError(f"max_observation_chars must be positive, got {max_observation_chars}")
         ensure_sandbox(allow_unsafe)  # fail now, not at the first call

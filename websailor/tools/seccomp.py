@@ -39,10 +39,20 @@ CLONE_NEW_FLAGS = 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
 #: io_uring_setup, bpf, keyctl, add_key, request_key, userfaultfd, perf_event_open,
 #: memfd_create, memfd_secret, shmget).
 _ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, 56, 435,
-               (272, 308, 165, 166, 155, 430, 432, 428, 429, 425, 321, 250, 248, 249, 323, 298, 319, 447, 29)),
-    "aarch64": (0xC00000B7, None, 220, 435,
-                (97, 268, 40, 39, 41, 430, 432, 428, 429, 425, 280, 219, 217, 218, 282, 241, 279, 447, 194)),
+    "x86_64": (
+        0xC000003E,
+        0x40000000,
+        56,
+        435,
+        (272, 308, 165, 166, 155, 430, 432, 428, 429, 425, 321, 250, 248, 249, 323, 298, 319, 447, 29),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        None,
+        220,
+        435,
+        (97, 268, 40, 39, 41, 430, 432, 428, 429, 425, 280, 219, 217, 218, 282, 241, 279, 447, 194),
+    ),
 }
 
 
@@ -64,7 +74,11 @@ def sandbox_filter(machine: str | None = None) -> bytes | None:
     for nr in denied:
         prog += [_ins(_JEQ_K, nr, jf=1), _ins(_RET_K, eperm)]
     prog += [_ins(_JEQ_K, clone3, jf=1), _ins(_RET_K, enosys)]
-    prog += [_ins(_JEQ_K, clone, jf=3), _ins(_LD_W_ABS, _ARG0), _ins(_JSET_K, CLONE_NEW_FLAGS, jf=1),
-             _ins(_RET_K, eperm)]
+    prog += [
+        _ins(_JEQ_K, clone, jf=3),
+        _ins(_LD_W_ABS, _ARG0),
+        _ins(_JSET_K, CLONE_NEW_FLAGS, jf=1),
+        _ins(_RET_K, eperm),
+    ]
     prog += [_ins(_RET_K, _ALLOW)]
     return b"".join(prog)

@@ -11,7 +11,6 @@ from websailor.tools.base import Tool
 from websailor.tools.extract import Extraction, extract, llm_extract
 from websailor.tools.search import BLOCK_SEPARATOR
 
-
 #: Longest goal or URL echoed back in an observation (characters).
 MAX_ECHO_CHARS = 500
 
@@ -21,8 +20,10 @@ def page_not_found(corpus: Corpus, url: str) -> str:
     if not url.strip():
         return "Empty URL: give the URL of a page."
     close = corpus.closest_titles(url)
-    text = (f"The page {truncate(url, MAX_ECHO_CHARS)} could not be found: it is not in the offline Wikipedia, or the URL is wrong. "
-            "Use search to find pages, then visit the URLs it returns.")
+    text = (
+        f"The page {truncate(url, MAX_ECHO_CHARS)} could not be found: it is not in the offline Wikipedia, or the URL is wrong. "
+        "Use search to find pages, then visit the URLs it returns."
+    )
     if close:
         text += "\nClosest pages:\n" + "\n".join(f"{i}. [{t}]({title_to_url(t)})" for i, t in enumerate(close, 1))
     return text
@@ -31,9 +32,11 @@ def page_not_found(corpus: Corpus, url: str) -> str:
 def format_visit(url: str, goal: str, found: Extraction) -> str:
     """A visited page as the Tongyi DeepResearch visit tool lays it out: evidence, then summary."""
     goal = truncate(" ".join(goal.split()), MAX_ECHO_CHARS)
-    return (f"Page {url}, read for the goal: {goal}\n\n"
-            "Evidence in page:\n" + "\n".join(found.evidence) + "\n\n"
-            f"Summary:\n{found.summary}\n")
+    return (
+        f"Page {url}, read for the goal: {goal}\n\n"
+        "Evidence in page:\n" + "\n".join(found.evidence) + "\n\n"
+        f"Summary:\n{found.summary}\n"
+    )
 
 
 class VisitTool(Tool):
@@ -66,8 +69,9 @@ class VisitTool(Tool):
         "required": ["url", "goal"],
     }
 
-    def __init__(self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000,
-                 summary_model: Any = None) -> None:
+    def __init__(
+        self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000, summary_model: Any = None
+    ) -> None:
         self.corpus = corpus
         self.summary_model = summary_model
         self.max_urls = max_urls

@@ -28,7 +28,7 @@ def _groups(values: Sequence, group_size: int) -> list[list]:
         raise ValueError(f"group size must be at least 2 for a group baseline, got {group_size}")
     if len(values) % group_size:
         raise ValueError(f"{len(values)} rewards do not split into groups of {group_size}")
-    return [list(values[i:i + group_size]) for i in range(0, len(values), group_size)]
+    return [list(values[i : i + group_size]) for i in range(0, len(values), group_size)]
 
 
 def leave_one_out_advantages(rewards: Sequence[float | None], group_size: int) -> list[float | None]:
@@ -54,8 +54,9 @@ def leave_one_out_advantages(rewards: Sequence[float | None], group_size: int) -
     return out
 
 
-def group_normalized_advantages(rewards: Sequence[float | None], group_size: int,
-                                eps: float = 1e-4) -> list[float | None]:
+def group_normalized_advantages(
+    rewards: Sequence[float | None], group_size: int, eps: float = 1e-4
+) -> list[float | None]:
     """DUPO advantages: ``(R - mean) / (std + eps)`` within each group, with the sample
     standard deviation (n - 1), as TRL's GRPO computes it. A zero-spread group gets zeros.
 
@@ -108,8 +109,9 @@ class BatchPlan:
     duplicated_groups: int = 0
 
 
-def plan_batch(rewards: Sequence[float | None], terminations: Sequence[str], group_size: int, algo: str,
-               rng: random.Random) -> BatchPlan:
+def plan_batch(
+    rewards: Sequence[float | None], terminations: Sequence[str], group_size: int, algo: str, rng: random.Random
+) -> BatchPlan:
     """Turn one batch of group rewards into slots, advantages and loss membership.
 
     - ``v2``: every rollout keeps its slot; leave-one-out advantages; :func:`v2_loss_mask`

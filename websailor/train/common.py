@@ -69,8 +69,10 @@ def read_settings(cls: type[S], what: str, config: str | Path | None = None, **o
     try:
         return cls(**values)
     except ValidationError as e:
-        problems = "; ".join((f"{'.'.join(map(str, err['loc']))}: " if err["loc"] else "")
-                             + err["msg"].removeprefix("Value error, ") for err in e.errors())
+        problems = "; ".join(
+            (f"{'.'.join(map(str, err['loc']))}: " if err["loc"] else "") + err["msg"].removeprefix("Value error, ")
+            for err in e.errors()
+        )
         raise ConfigError(f"{what} settings: {problems}") from e
 
 
@@ -97,8 +99,10 @@ def load_tokenizer(model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     if not any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise ConfigError(f"{model_dir} has no tokenizer (tokenizer.json or tokenizer_config.json): "
-                          "save the tokenizer beside the weights")
+        raise ConfigError(
+            f"{model_dir} has no tokenizer (tokenizer.json or tokenizer_config.json): "
+            "save the tokenizer beside the weights"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
     except Exception as e:  # a broken config.json or tokenizer file: transformers raises several types
@@ -121,14 +125,20 @@ def wrap_lora(model: Any, settings: Any) -> Any:
     """
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-                     target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
+    cfg = LoraConfig(
+        r=settings.lora_r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=settings.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
     try:
         return get_peft_model(model, cfg)
     except (ValueError, TypeError, NotImplementedError, KeyError, AttributeError) as e:
         kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise ConfigError(f"--lora: PEFT cannot wrap model type {kind!r} "
-                          f"(target modules {settings.lora_target_modules!r}): {e}") from e
+        raise ConfigError(
+            f"--lora: PEFT cannot wrap model type {kind!r} (target modules {settings.lora_target_modules!r}): {e}"
+        ) from e
 
 
 def load_trainable_model(model_dir: Path, settings: Any) -> Any:
@@ -156,8 +166,9 @@ def use_bf16(precision: str) -> bool:
     return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def check_resume(out: Path, record: dict, settings_file: str, summary_file: str, kind: str,
-                 ignore: tuple[str, ...] = ()) -> Path | None:
+def check_resume(
+    out: Path, record: dict, settings_file: str, summary_file: str, kind: str, ignore: tuple[str, ...] = ()
+) -> Path | None:
     """The checkpoint to resume from when ``out`` holds this very run (``None``: start); the
     run is identified by ``record`` less the ``ignore`` keys (settings that may change between
     a run and its continuation), saved in ``settings_file``; ``summary_file`` marks a finished
@@ -188,8 +199,10 @@ def check_resume(out: Path, record: dict, settings_file: str, summary_file: str,
             logger.info("%s holds the settings of a run that never trained: starting over", out)
             return None
         changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
-        raise ConfigError(f"--out {out} holds an {kind} run with other {', '.join(changed)}: "
-                          "rerun with the same settings to resume, or choose a new directory")
+        raise ConfigError(
+            f"--out {out} holds an {kind} run with other {', '.join(changed)}: "
+            "rerun with the same settings to resume, or choose a new directory"
+        )
     return checkpoint
 
 
@@ -200,12 +213,17 @@ def latest_checkpoint(folder: Path) -> Path | None:
     before."""
     import shutil
 
-    found = sorted((p for p in folder.glob("checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
-                   key=lambda p: int(p.name.rpartition("-")[2]))
+    found = sorted(
+        (p for p in folder.glob("checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
+        key=lambda p: int(p.name.rpartition("-")[2]),
+    )
     while found and not (found[-1] / "trainer_state.json").is_file():
         broken = found.pop()
-        logger.warning("%s is incomplete (a save was interrupted): removed; resuming from %s", broken,
-                       found[-1].name if found else "the start")
+        logger.warning(
+            "%s is incomplete (a save was interrupted): removed; resuming from %s",
+            broken,
+            found[-1].name if found else "the start",
+        )
         shutil.rmtree(broken, ignore_errors=True)
     return found[-1] if found else None
 

@@ -50,11 +50,19 @@ def constructive_trajectory(item: dict, tools: Mapping[str, Tool], rollout: int 
     if not steps:
         raise InputFormatError(f"item {item.get('id')!r} has no solution procedure to replay")
     t0 = time.perf_counter()
-    traj = Trajectory(id=str(item["id"]), rollout=rollout, question=item["question"],
-                      answer={"answer": item["answer"], "aliases": list(item.get("aliases") or []), "parts": None},
-                      model="constructive", env="local", version=__version__)
-    traj.messages = [{"role": "system", "content": system_prompt(tools.values())},
-                     {"role": "user", "content": item["question"]}]
+    traj = Trajectory(
+        id=str(item["id"]),
+        rollout=rollout,
+        question=item["question"],
+        answer={"answer": item["answer"], "aliases": list(item.get("aliases") or []), "parts": None},
+        model="constructive",
+        env="local",
+        version=__version__,
+    )
+    traj.messages = [
+        {"role": "system", "content": system_prompt(tools.values())},
+        {"role": "user", "content": item["question"]},
+    ]
     goal = f"what links this page to the entity asked about: {item['question']}"
     for i, step in enumerate(steps):
         if step.get("action") == "search":
@@ -66,22 +74,36 @@ def constructive_trajectory(item: dict, tools: Mapping[str, Tool], rollout: int 
         t = time.perf_counter()
         result = execute_tool(tools, name, arguments)
         traj.tool_calls.append(ToolCallRecord(name, arguments, time.perf_counter() - t, result.error))
-        traj.messages.append({"role": "assistant", "content": _turn(_thought(step, i, item["answer"]), name, arguments)})
+        traj.messages.append(
+            {"role": "assistant", "content": _turn(_thought(step, i, item["answer"]), name, arguments)}
+        )
         traj.messages.append({"role": "user", "content": tool_response(result.observation)})
-    conclusion = (f"<think>\nEvery condition of the question fits {item['answer']}, and no other candidate meets "
-                  f"them all.\n</think>\n<answer>{item['answer']}</answer>")
+    conclusion = (
+        f"<think>\nEvery condition of the question fits {item['answer']}, and no other candidate meets "
+        f"them all.\n</think>\n<answer>{item['answer']}</answer>"
+    )
     traj.messages.append({"role": "assistant", "content": conclusion})
     traj.prediction = item["answer"]
     traj.termination = "answer"
     traj.num_tool_calls = len(traj.tool_calls)
     traj.num_model_calls = len(steps) + 1
-    traj.timings = {"total_s": time.perf_counter() - t0, "model_s": 0.0,
-                    "tools_s": sum(c.latency_s for c in traj.tool_calls)}
+    traj.timings = {
+        "total_s": time.perf_counter() - t0,
+        "model_s": 0.0,
+        "tools_s": sum(c.latency_s for c in traj.tool_calls),
+    }
     return traj
 
 
-def build_constructive(items: list[dict], tools: Mapping[str, Tool], out, split: str = "train",
-                       progress: bool = True, transform=None, source: str = "constructive") -> tuple[int, int]:
+def build_constructive(
+    items: list[dict],
+    tools: Mapping[str, Tool],
+    out,
+    split: str = "train",
+    progress: bool = True,
+    transform=None,
+    source: str = "constructive",
+) -> tuple[int, int]:
     """Append a constructive trajectory for every item of ``split`` (``train``, ``test`` or
     ``all``) to ``out``, skipping items already there (resumable; the file is locked while
     written). ``transform`` (optional) edits each trajectory before it is written, e.g.
@@ -101,5 +123,11 @@ def build_constructive(items: list[dict], tools: Mapping[str, Tool], out, split:
     chosen = [it for it in items if split == "all" or it.get("split") == split]
     if not chosen:
         raise InputFormatError(f"no QA items in split {split!r}")
-    return append_new_trajectories(Path(out), [(str(it["id"]), partial(constructive_trajectory, it, tools)) for it in chosen],
-                                   "constructive trajectories", progress, transform, source)
+    return append_new_trajectories(
+        Path(out),
+        [(str(it["id"]), partial(constructive_trajectory, it, tools)) for it in chosen],
+        "constructive trajectories",
+        progress,
+        transform,
+        source,
+    )

@@ -19,9 +19,9 @@ from typing import Any
 from websailor.agent.loop import Agent
 from websailor.agent.runner import Question, check_source, latest_rollouts, run_questions, trajectory_line
 from websailor.agent.trajectory import Trajectory
+from websailor.errors import InvalidArgumentError, ModelError
 from websailor.eval.loaders import EvalItem
 from websailor.eval.scoring import Score, read_trajectories, score_trajectories
-from websailor.errors import InvalidArgumentError, ModelError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.judge.base import Judge
 
@@ -69,9 +69,19 @@ def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
     return "kept"
 
 
-def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | Path, tokenizer: Any,
-                 k: int = 4, flt: ExpertFilter | None = None, concurrency: int = 4, rewrite=None,
-                 progress: bool = True, counts: Counter | None = None) -> Counter:
+def build_expert(
+    items: list[EvalItem],
+    agent: Agent,
+    judge: Judge,
+    out: str | Path,
+    tokenizer: Any,
+    k: int = 4,
+    flt: ExpertFilter | None = None,
+    concurrency: int = 4,
+    rewrite=None,
+    progress: bool = True,
+    counts: Counter | None = None,
+) -> Counter:
     """Sample ``k`` rollouts per item with ``agent``, grade them with ``judge`` and append the
     accepted ones (:func:`verdict`) to ``out`` (each ``(id, rollout)`` once; resumable).
 
@@ -105,13 +115,18 @@ def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | P
     check_source(out, read_appended_jsonl(out, "a trajectory record"), source)  # before any model time
     sampled = {str(rec.get("model")) for _, rec in read_appended_jsonl(rollouts_path, "a trajectory record")}
     if sampled - {agent.model.name}:
-        raise InvalidArgumentError(f"{rollouts_path} holds rollouts of {', '.join(map(repr, sorted(sampled)))}, not of "
-                                   f"{agent.model.name!r}: use another --out for another expert")
+        raise InvalidArgumentError(
+            f"{rollouts_path} holds rollouts of {', '.join(map(repr, sorted(sampled)))}, not of "
+            f"{agent.model.name!r}: use another --out for another expert"
+        )
     questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
     run_questions(agent, questions, rollouts_path, rollouts=k, concurrency=concurrency, progress=progress)
     wanted = {(q.id, r): q for q in questions for r in range(k)}
-    records = [rec for rec in read_trajectories([rollouts_path])
-               if (q := wanted.get((str(rec["id"]), rec["rollout"]))) is not None and rec["question"] == q.question]
+    records = [
+        rec
+        for rec in read_trajectories([rollouts_path])
+        if (q := wanted.get((str(rec["id"]), rec["rollout"]))) is not None and rec["question"] == q.question
+    ]
     scores = score_trajectories(records, judge, scores_path, progress=progress)
     counts = Counter() if counts is None else counts
     accepted = []
@@ -136,7 +151,11 @@ def build_expert(items: list[EvalItem], agent: Agent, judge: Judge, out: str | P
         first = next((rec.get("error") for rec in records if rec["termination"] == "model_error"), None)
         raise ModelError(
             f"{counts['written']} expert trajectories written to {out}, but "
-            + " and ".join(f"{n} rollouts {'ended in a model error' if v == 'model_error' else 'could not be graded (judge errors)'}"
-                           for v, n in failed)
-            + (f" (first: {first})" if first else "") + "; rerun the same command to retry them")
+            + " and ".join(
+                f"{n} rollouts {'ended in a model error' if v == 'model_error' else 'could not be graded (judge errors)'}"
+                for v, n in failed
+            )
+            + (f" (first: {first})" if first else "")
+            + "; rerun the same command to retry them"
+        )
     return counts

@@ -27,9 +27,16 @@ def _schemas(functions: list) -> str:
     out = []
     for f in functions or []:
         if isinstance(f, dict):
-            out.append(json.dumps({"name": f.get("name_for_model") or f.get("name"),
-                                   "description": f.get("description_for_model") or f.get("description", ""),
-                                   "parameters": f.get("parameters", {})}, ensure_ascii=False))
+            out.append(
+                json.dumps(
+                    {
+                        "name": f.get("name_for_model") or f.get("name"),
+                        "description": f.get("description_for_model") or f.get("description", ""),
+                        "parameters": f.get("parameters", {}),
+                    },
+                    ensure_ascii=False,
+                )
+            )
     return "\n".join(out)
 
 
@@ -58,8 +65,10 @@ def import_chatml(rec: dict, where: str, id: str) -> Trajectory:
     roles = [m.get("role") for m in msgs]
     expected = ["system", "user"] + ["assistant" if i % 2 == 0 else "user" for i in range(len(msgs) - 2)]
     if roles != expected or roles[-1] != "assistant":
-        raise InputFormatError(f"{where}: the messages do not alternate as system, user, assistant, user, ..., "
-                               f"assistant (got {', '.join(map(str, roles[:8]))}{' ...' if len(roles) > 8 else ''})")
+        raise InputFormatError(
+            f"{where}: the messages do not alternate as system, user, assistant, user, ..., "
+            f"assistant (got {', '.join(map(str, roles[:8]))}{' ...' if len(roles) > 8 else ''})"
+        )
     m = _QUESTION.search(str(msgs[1].get("content", "")))
     if not m or not m.group(1).strip():
         raise InputFormatError(f"{where}: the first user turn has no 'User: <question>' at its end")
@@ -112,8 +121,9 @@ def read_chatml(path: str | Path) -> list[Trajectory]:
     return out
 
 
-def import_chatml_file(path: str | Path, out: str | Path, progress: bool = True, transform=None,
-                       source: str = "imported") -> tuple[int, int]:
+def import_chatml_file(
+    path: str | Path, out: str | Path, progress: bool = True, transform=None, source: str = "imported"
+) -> tuple[int, int]:
     """Convert a ChatML file (:func:`read_chatml`) and append the trajectories ``out`` does
     not hold yet, each through ``transform`` if given (``source``: their ``model`` field
     after it; ``out`` must hold no other source's). Returns ``(written, skipped)``.
@@ -124,4 +134,6 @@ def import_chatml_file(path: str | Path, out: str | Path, progress: bool = True,
     from websailor.agent.runner import append_new_trajectories
 
     trajs = read_chatml(path)
-    return append_new_trajectories(Path(out), [(t.id, lambda t=t: t) for t in trajs], "imported trajectories", progress, transform, source)
+    return append_new_trajectories(
+        Path(out), [(t.id, lambda t=t: t) for t in trajs], "imported trajectories", progress, transform, source
+    )

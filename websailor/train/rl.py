@@ -26,8 +26,17 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
-from websailor.train.common import (TrainSettings, check_resume, load_tokenizer, load_trainable_model, read_settings,
-                                    release_memory, resolve_model_dir, save_model, use_bf16)
+from websailor.train.common import (
+    TrainSettings,
+    check_resume,
+    load_tokenizer,
+    load_trainable_model,
+    read_settings,
+    release_memory,
+    resolve_model_dir,
+    save_model,
+    use_bf16,
+)
 
 logger = get_logger(__name__)
 
@@ -96,15 +105,21 @@ class RLSettings(TrainSettings):
     seed: int = Field(0, ge=0, lt=2**32)
 
     @model_validator(mode="after")
-    def _groups_fit(self) -> "RLSettings":
+    def _groups_fit(self) -> RLSettings:
         if self.group_size < 2:
-            raise ValueError(f"group_size {self.group_size}: a group of one rollout has no baseline (every advantage "
-                             "would be 0); use 2 or more (paper: 8)")
+            raise ValueError(
+                f"group_size {self.group_size}: a group of one rollout has no baseline (every advantage "
+                "would be 0); use 2 or more (paper: 8)"
+            )
         if self.batch_size % self.group_size:
-            raise ValueError(f"batch_size {self.batch_size} is not a multiple of group_size {self.group_size}: "
-                             "a batch holds whole groups")
+            raise ValueError(
+                f"batch_size {self.batch_size} is not a multiple of group_size {self.group_size}: "
+                "a batch holds whole groups"
+            )
         if self.micro_batch_size > self.batch_size:
-            raise ValueError(f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})")
+            raise ValueError(
+                f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})"
+            )
         if self.prefilter == 1:
             raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")
         return self
@@ -130,11 +145,15 @@ def accumulation_steps(settings: RLSettings, world: int) -> int:
     """
     per_process, rest = divmod(settings.batch_size, world)
     if rest or per_process % settings.micro_batch_size:
-        raise ConfigError(f"batch_size {settings.batch_size} does not split into {world} processes x micro-batches "
-                          f"of {settings.micro_batch_size}")
+        raise ConfigError(
+            f"batch_size {settings.batch_size} does not split into {world} processes x micro-batches "
+            f"of {settings.micro_batch_size}"
+        )
     if per_process % settings.group_size:
-        raise ConfigError(f"each of the {world} processes gets {per_process} rollouts, not whole groups of "
-                          f"{settings.group_size}: raise batch_size to a multiple of {world * settings.group_size}")
+        raise ConfigError(
+            f"each of the {world} processes gets {per_process} rollouts, not whole groups of "
+            f"{settings.group_size}: raise batch_size to a multiple of {world * settings.group_size}"
+        )
     return per_process // settings.micro_batch_size
 
 
@@ -143,12 +162,15 @@ def build_agent_config(settings: RLSettings) -> Any:
     from websailor.agent.loop import AgentConfig
     from websailor.models.base import SamplingParams
 
-    return AgentConfig(max_calls=settings.max_calls, max_context_tokens=settings.max_context_tokens,
-                       answer_nudge_tokens=settings.max_context_tokens * 110 // 128,
-                       timeout_s=settings.timeout_s, max_tokens_per_turn=settings.max_tokens_per_turn,
-                       sampling=SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
-                                               presence_penalty=0.0),
-                       seed=settings.seed)
+    return AgentConfig(
+        max_calls=settings.max_calls,
+        max_context_tokens=settings.max_context_tokens,
+        answer_nudge_tokens=settings.max_context_tokens * 110 // 128,
+        timeout_s=settings.timeout_s,
+        max_tokens_per_turn=settings.max_tokens_per_turn,
+        sampling=SamplingParams(temperature=settings.temperature, top_p=settings.top_p, presence_penalty=0.0),
+        seed=settings.seed,
+    )
 
 
 def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
@@ -169,13 +191,23 @@ def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
     for it in items:
         other = seen.setdefault(it.question, it)
         if other.gold != it.gold:
-            raise InputFormatError(f"{path}: items {other.id} and {it.id} ask the same question with different gold "
-                                   "answers or aliases; remove one or merge them")
+            raise InputFormatError(
+                f"{path}: items {other.id} and {it.id} ask the same question with different gold "
+                "answers or aliases; remove one or merge them"
+            )
     return list(seen.values())
 
 
-def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path, concurrency: int,
-                    progress: bool = True, record: Path | None = None) -> tuple[list[Any], dict[str, int]]:
+def prefilter_items(
+    items: list[Any],
+    agent: Any,
+    judge: Any,
+    k: int,
+    out: Path,
+    concurrency: int,
+    progress: bool = True,
+    record: Path | None = None,
+) -> tuple[list[Any], dict[str, int]]:
     """Keep the items the starting model solves sometimes but not always (``0 < correct < k``;
     DUPO's pre-training filter, WebSailor V1 Sec. 4, and SailorFog-QA-V2's moderate band).
 
@@ -218,14 +250,24 @@ def prefilter_items(items: list[Any], agent: Any, judge: Any, k: int, out: Path,
         counts[v] += 1
         if v == "kept":
             kept.append(it)
-    logger.info("prefilter (%d rollouts per item): %d kept, %d too easy, %d too hard, %d ungraded", k, counts["kept"],
-                counts["too_easy"], counts["too_hard"], counts["ungraded"])
+    logger.info(
+        "prefilter (%d rollouts per item): %d kept, %d too easy, %d too hard, %d ungraded",
+        k,
+        counts["kept"],
+        counts["too_easy"],
+        counts["too_hard"],
+        counts["ungraded"],
+    )
     if record is not None:
-        record.write_text(json.dumps({"k": k, **counts, "kept_ids": [it.id for it in kept]}, indent=2), encoding="utf-8")
+        record.write_text(
+            json.dumps({"k": k, **counts, "kept_ids": [it.id for it in kept]}, indent=2), encoding="utf-8"
+        )
     if not kept:
-        raise ConfigError(f"no moderate items left after the prefilter ({k} rollouts per item: {counts['too_easy']} "
-                          f"too easy, {counts['too_hard']} too hard, {counts['ungraded']} ungraded out of {len(items)}): "
-                          "start from a stronger model, use other items, or train without --prefilter")
+        raise ConfigError(
+            f"no moderate items left after the prefilter ({k} rollouts per item: {counts['too_easy']} "
+            f"too easy, {counts['too_hard']} too hard, {counts['ungraded']} ungraded out of {len(items)}): "
+            "start from a stronger model, use other items, or train without --prefilter"
+        )
     return kept, counts
 
 
@@ -272,8 +314,10 @@ def _check_enough(items: list[Any], settings: RLSettings, what: str) -> None:
     """
     need = settings.batch_size // settings.group_size
     if len(items) < need:
-        raise ConfigError(f"a batch of {settings.batch_size} rollouts in groups of {settings.group_size} needs {need} "
-                          f"questions, {what} has {len(items)}: lower batch_size or add questions")
+        raise ConfigError(
+            f"a batch of {settings.batch_size} rollouts in groups of {settings.group_size} needs {need} "
+            f"questions, {what} has {len(items)}: lower batch_size or add questions"
+        )
 
 
 def _holds_other_run(out: Path, record: dict) -> bool:
@@ -286,12 +330,14 @@ def _holds_other_run(out: Path, record: dict) -> bool:
         return False
     if not isinstance(before, dict):
         return False
-    return ({k: v for k, v in before.items() if k not in CONTINUABLE}
-            != {k: v for k, v in record.items() if k not in CONTINUABLE})
+    return {k: v for k, v in before.items() if k not in CONTINUABLE} != {
+        k: v for k, v in record.items() if k not in CONTINUABLE
+    }
 
 
-def _finish_from_checkpoint(checkpoint: Path, out: Path, base_dir: Path, tokenizer: Any, settings: RLSettings,
-                            record_summary: dict) -> dict:
+def _finish_from_checkpoint(
+    checkpoint: Path, out: Path, base_dir: Path, tokenizer: Any, settings: RLSettings, record_summary: dict
+) -> dict:
     """Save the model of ``checkpoint`` (LoRA adapters merged) as the run's model and write
     its summary; returns the summary."""
     import torch
@@ -339,16 +385,23 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
             if not state.is_world_process_zero or not logs or "loss" not in logs:
                 return
             step_s = time.perf_counter() - self.t0
-            trainer_figures = {k: v for k, v in logs.items()
-                               if not k.startswith(("reward", "rewards/", "frac_reward")) and isinstance(v, (int, float))}
+            trainer_figures = {
+                k: v
+                for k, v in logs.items()
+                if not k.startswith(("reward", "rewards/", "frac_reward")) and isinstance(v, (int, float))
+            }
             share = rollouts.last.get("rollouts/in_loss_share", 1.0)
             if micro_batch_size == 1 and share < 1.0:
                 # the trainer averages these over micro-batches; one without loss tokens counts as 0
                 for key in ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
                     if key in trainer_figures:
                         trainer_figures[key] = trainer_figures[key] / share if share > 0 else None
-            record = {**trainer_figures, **rollouts.last, "time/step_s": step_s,
-                      "time/update_s": max(0.0, step_s - rollouts.last.get("time/rollout_s", 0.0))}
+            record = {
+                **trainer_figures,
+                **rollouts.last,
+                "time/step_s": step_s,
+                "time/update_s": max(0.0, step_s - rollouts.last.get("time/rollout_s", 0.0)),
+            }
             self.log.write(state.global_step, record)
 
         def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
@@ -357,10 +410,19 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
     return _Log()
 
 
-def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSettings | None = None,
-             split: str | None = None, corpus: str | Path | None = None, progress: bool = True,
-             env: str = "local", tools_url: str | None = None, web_config: str | Path | None = None,
-             tools: list[str] | None = None) -> dict:
+def train_rl(
+    data_path: str | Path,
+    model: str,
+    out: str | Path,
+    settings: RLSettings | None = None,
+    split: str | None = None,
+    corpus: str | Path | None = None,
+    progress: bool = True,
+    env: str = "local",
+    tools_url: str | None = None,
+    web_config: str | Path | None = None,
+    tools: list[str] | None = None,
+) -> dict:
     """Train ``model`` with RL on the questions of ``data_path`` in the local environment
     (offline Wikipedia), the real web, or a tool server's.
 
@@ -447,15 +509,24 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         elif settings.prefilter:
             start = Agent(load_model(model), tools, build_agent_config(settings), env=tool_env.name)
             try:
-                items, prefilter_counts = prefilter_items(items, start, judge, settings.prefilter,
-                                                          out / "prefilter_rollouts.jsonl", settings.concurrency, progress,
-                                                          record=out / PREFILTER_FILE)
+                items, prefilter_counts = prefilter_items(
+                    items,
+                    start,
+                    judge,
+                    settings.prefilter,
+                    out / "prefilter_rollouts.jsonl",
+                    settings.concurrency,
+                    progress,
+                    record=out / PREFILTER_FILE,
+                )
             finally:
                 start.model.close()
         if settings.prefilter:
             if not items:
-                raise ConfigError(f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
-                                  "stronger model, use other items, or train without --prefilter")
+                raise ConfigError(
+                    f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
+                    "stronger model, use other items, or train without --prefilter"
+                )
             _check_enough(items, settings, "the prefilter's moderate items")
 
         bf16 = use_bf16(settings.precision)
@@ -466,16 +537,40 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         if resume is not None and settings.max_steps is not None and step0 >= settings.max_steps:
             # the trainer would still sample one more batch: take the model of that checkpoint as it is
             logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, step0, settings.max_steps)
-            return _finish_from_checkpoint(resume, out, model_dir, tokenizer, settings, record_summary={
-                "model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
-                "questions": len(items), "prefilter": prefilter_counts, "steps": step0,
-                "gradient_accumulation": accumulation, "bf16": use_bf16(settings.precision)})
+            return _finish_from_checkpoint(
+                resume,
+                out,
+                model_dir,
+                tokenizer,
+                settings,
+                record_summary={
+                    "model": model,
+                    "data": str(data_path),
+                    "split": split,
+                    "settings": settings.model_dump(),
+                    "questions": len(items),
+                    "prefilter": prefilter_counts,
+                    "steps": step0,
+                    "gradient_accumulation": accumulation,
+                    "bf16": use_bf16(settings.precision),
+                },
+            )
 
-        rollouts = AgentRollouts({it.question: it for it in items}, tools, judge,
-                                 RolloutSettings(settings.group_size, settings.algo, build_agent_config(settings),
-                                                 settings.concurrency, settings.seed,
-                                                 skip_zero_advantage=settings.skip_zero_advantage),
-                                 out / ROLLOUTS_FILE, env=tool_env.name)
+        rollouts = AgentRollouts(
+            {it.question: it for it in items},
+            tools,
+            judge,
+            RolloutSettings(
+                settings.group_size,
+                settings.algo,
+                build_agent_config(settings),
+                settings.concurrency,
+                settings.seed,
+                skip_zero_advantage=settings.skip_zero_advantage,
+            ),
+            out / ROLLOUTS_FILE,
+            env=tool_env.name,
+        )
 
         def advantage(prompts: list, completions: list, advantage: list, **kw: Any) -> list[float]:
             """The advantage computed by the rollout function, passed through as the reward."""
@@ -519,18 +614,34 @@ def train_rl(data_path: str | Path, model: str, out: str | Path, settings: RLSet
         )
         dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in items])
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        trainer = GRPOTrainer(model=net, reward_funcs=[advantage], args=args, train_dataset=dataset,
-                              processing_class=tokenizer, rollout_func=rollouts, callbacks=[_callback(out, rollouts, settings.micro_batch_size, resume is not None)])
+        trainer = GRPOTrainer(
+            model=net,
+            reward_funcs=[advantage],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=rollouts,
+            callbacks=[_callback(out, rollouts, settings.micro_batch_size, resume is not None)],
+        )
         t0 = time.perf_counter()
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         seconds = time.perf_counter() - t0
         save_model(trainer, out, model_dir, settings.lora)
         from websailor.train.rl_log import read_log
 
-        summary = {"model": model, "data": str(data_path), "split": split, "settings": settings.model_dump(),
-                   "questions": len(items), "prefilter": prefilter_counts, "steps": trainer.state.global_step,
-                   "gradient_accumulation": accumulation, "bf16": bf16, "train_seconds": round(seconds, 1),
-                   "log": read_log(out)}
+        summary = {
+            "model": model,
+            "data": str(data_path),
+            "split": split,
+            "settings": settings.model_dump(),
+            "questions": len(items),
+            "prefilter": prefilter_counts,
+            "steps": trainer.state.global_step,
+            "gradient_accumulation": accumulation,
+            "bf16": bf16,
+            "train_seconds": round(seconds, 1),
+            "log": read_log(out),
+        }
         if trainer.is_world_process_zero():
             (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
         return summary

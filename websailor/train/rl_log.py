@@ -27,9 +27,16 @@ LOG_FILE = "rl_log.jsonl"
 TB_DIR = "tensorboard"
 
 #: curves drawn by :func:`plot_log`, in panel order
-PLOTTED = (("reward/mean", "mean reward"), ("reward/accuracy", "accuracy"), ("groups/zero_spread_share", "zero-spread groups"),
-           ("rollouts/tool_calls", "tool calls per rollout"), ("rollouts/response_tokens", "model tokens per rollout"),
-           ("entropy", "entropy"), ("clip_ratio/region_mean", "clip fraction"), ("time/step_s", "seconds per step"))
+PLOTTED = (
+    ("reward/mean", "mean reward"),
+    ("reward/accuracy", "accuracy"),
+    ("groups/zero_spread_share", "zero-spread groups"),
+    ("rollouts/tool_calls", "tool calls per rollout"),
+    ("rollouts/response_tokens", "model tokens per rollout"),
+    ("entropy", "entropy"),
+    ("clip_ratio/region_mean", "clip fraction"),
+    ("time/step_s", "seconds per step"),
+)
 
 
 class StepLogger:
@@ -134,8 +141,8 @@ def plot_log(out: str | Path, png: str | Path | None = None, smooth: int = 5) ->
         xs, ys = zip(*pts)
         ax.plot(xs, ys, ".", alpha=0.5)
         if len(ys) >= smooth > 1:
-            avg = [sum(ys[i - smooth + 1:i + 1]) / smooth for i in range(smooth - 1, len(ys))]
-            ax.plot(xs[smooth - 1:], avg, "-", label=f"{smooth}-step mean")
+            avg = [sum(ys[i - smooth + 1 : i + 1]) / smooth for i in range(smooth - 1, len(ys))]
+            ax.plot(xs[smooth - 1 :], avg, "-", label=f"{smooth}-step mean")
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=100)

@@ -26,7 +26,7 @@ import random
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,15 @@ class AgentRollouts:
         ModelError: ``max_failed_steps`` batches in a row without a single graded rollout.
     """
 
-    def __init__(self, items: dict[str, EvalItem], tools: dict[str, Any], judge: Judge,
-                 settings: RolloutSettings, rollouts_path: Path, env: str = "local") -> None:
+    def __init__(
+        self,
+        items: dict[str, EvalItem],
+        tools: dict[str, Any],
+        judge: Judge,
+        settings: RolloutSettings,
+        rollouts_path: Path,
+        env: str = "local",
+    ) -> None:
         self.items = items
         self.tools = tools
         self.env = env
@@ -102,7 +109,7 @@ class AgentRollouts:
             raise ValueError(f"{len(texts)} prompts do not split into groups of {G}")
         out = []
         for g in range(0, len(texts), G):
-            if len(set(texts[g:g + G])) != 1:
+            if len(set(texts[g : g + G])) != 1:
                 raise ValueError(f"prompts {g}..{g + G - 1} are not one question repeated {G} times")
             item = self.items.get(texts[g])
             if item is None:
@@ -113,8 +120,9 @@ class AgentRollouts:
     def _run(self, agent: Agent, items: list[EvalItem], step: int) -> list[Trajectory]:
         n = len(items)
         with ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout") as pool:
-            futures = [pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer)
-                       for i, it in enumerate(items)]
+            futures = [
+                pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer) for i, it in enumerate(items)
+            ]
             return [f.result() for f in futures]
 
     def _grade(self, items: list[EvalItem], trajs: list[Trajectory]) -> list[bool | None]:
@@ -155,8 +163,9 @@ class AgentRollouts:
                 was_training = policy.training
                 policy.eval()
                 try:
-                    chat = TransformersModel.from_loaded(policy, tokenizer, name=f"policy@step{step}",
-                                                         max_batch=s.concurrency)
+                    chat = TransformersModel.from_loaded(
+                        policy, tokenizer, name=f"policy@step{step}", max_batch=s.concurrency
+                    )
                     trajs = self._run(Agent(chat, self.tools, config, env=self.env), items, step)
                     chat.close()
                 finally:
@@ -164,8 +173,9 @@ class AgentRollouts:
         release_memory()  # the generation's caches, before the update allocates its own
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
 
-    def batch(self, items: list[EvalItem], trajs: list[Trajectory], step: int, tokenizer: Any,
-              rollout_s: float = 0.0) -> dict[str, Any]:
+    def batch(
+        self, items: list[EvalItem], trajs: list[Trajectory], step: int, tokenizer: Any, rollout_s: float = 0.0
+    ) -> dict[str, Any]:
         """Grade finished rollouts (``trajs[i]`` answers ``items[i]``; groups contiguous) and
         build the trainer's batch: ``prompt_ids``, ``completion_ids``, ``env_mask``,
         ``logprobs`` (``None``: recomputed by the trainer) and ``advantage`` per slot. Appends
@@ -181,13 +191,20 @@ class AgentRollouts:
         if plan.skipped_groups == len(trajs) // s.group_size:  # not one group could be graded
             self._failed_steps += 1
             if self._failed_steps >= s.max_failed_steps:
-                raise ModelError(f"no group could be graded in {self._failed_steps} batches in a row: the judge "
-                                 "or the policy keeps failing; fix it and rerun the same command to resume")
+                raise ModelError(
+                    f"no group could be graded in {self._failed_steps} batches in a row: the judge "
+                    "or the policy keeps failing; fix it and rerun the same command to resume"
+                )
         else:
             self._failed_steps = 0
         tokens = [rollout_tokens(t, tokenizer) for t in trajs]
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": None,
-                                "advantage": []}
+        out: dict[str, list] = {
+            "prompt_ids": [],
+            "completion_ids": [],
+            "env_mask": [],
+            "logprobs": None,
+            "advantage": [],
+        }
         used = []
         for slot, src in enumerate(plan.slots):
             tk = tokens[src]
@@ -207,23 +224,41 @@ class AgentRollouts:
         return out
 
     # -- records --------------------------------------------------------------------------
-    def _log_rollouts(self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any,
-                      used_slots: list[bool]) -> None:
+    def _log_rollouts(
+        self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, used_slots: list[bool]
+    ) -> None:
         """One record per rollout: the trajectory, its step, ``correct``, ``reward``,
         ``advantage`` (``null`` when its group was skipped or replaced) and ``in_loss`` (its
         tokens entered the loss). ``rollout`` numbers the rollouts of the whole batch."""
         G = self.settings.group_size
-        adv = {src: a for src, a in zip(plan.slots, plan.advantages)
-               if all(r is not None for r in rewards[src // G * G:src // G * G + G])}
+        adv = {
+            src: a
+            for src, a in zip(plan.slots, plan.advantages)
+            if all(r is not None for r in rewards[src // G * G : src // G * G + G])
+        }
         used = {src for src, keep in zip(plan.slots, used_slots) if keep}
         with self.rollouts_path.open("a", encoding="utf-8") as fh:
             for i, t in enumerate(trajs):
-                rec = {"step": step + 1, **t.to_dict(), "correct": correct[i], "reward": rewards[i],
-                       "advantage": adv.get(i), "in_loss": i in used}
+                rec = {
+                    "step": step + 1,
+                    **t.to_dict(),
+                    "correct": correct[i],
+                    "reward": rewards[i],
+                    "advantage": adv.get(i),
+                    "in_loss": i in used,
+                }
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
-    def _stats(self, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, tokens: list,
-               rollout_s: float, used: list[bool]) -> dict[str, float]:
+    def _stats(
+        self,
+        trajs: list[Trajectory],
+        correct: list,
+        rewards: list,
+        plan: Any,
+        tokens: list,
+        rollout_s: float,
+        used: list[bool],
+    ) -> dict[str, float]:
         n = len(trajs)
         known = [r for r in rewards if r is not None]
         graded = [c for c in correct if c is not None]

@@ -63,9 +63,11 @@ def rollout_tokens(traj: Trajectory, tokenizer: Any) -> RolloutTokens:
     ids, mask = traj.token_view(tokenizer)
     n = len(prompt_ids)
     if ids[:n] != list(prompt_ids):
-        raise ValueError(f"rollout {traj.id}/{traj.rollout}: the template tokenizes the prompt differently "
-                         "inside the conversation; this tokenizer cannot be trained with multi-turn RL here")
+        raise ValueError(
+            f"rollout {traj.id}/{traj.rollout}: the template tokenizes the prompt differently "
+            "inside the conversation; this tokenizer cannot be trained with multi-turn RL here"
+        )
     last = max((i for i, m in enumerate(mask) if m), default=-1)
     if last < n:  # no assistant token after the prompt
         return RolloutTokens(list(prompt_ids), [tokenizer.eos_token_id], [0])
-    return RolloutTokens(list(prompt_ids), ids[n:last + 1], mask[n:last + 1])
+    return RolloutTokens(list(prompt_ids), ids[n : last + 1], mask[n : last + 1])

@@ -25,9 +25,18 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
-from websailor.train.common import (TrainSettings, check_resume, latest_checkpoint, load_tokenizer,  # noqa: F401
-                                    load_trainable_model, read_settings, resolve_model_dir, save_model, use_bf16,
-                                    wrap_lora)
+from websailor.train.common import (  # noqa: F401
+    TrainSettings,
+    check_resume,
+    latest_checkpoint,
+    load_tokenizer,
+    load_trainable_model,
+    read_settings,
+    resolve_model_dir,
+    save_model,
+    use_bf16,
+    wrap_lora,
+)
 
 logger = get_logger(__name__)
 
@@ -67,9 +76,11 @@ class SFTSettings(TrainSettings):
     seed: int = Field(0, ge=0, lt=2**32)
 
     @model_validator(mode="after")
-    def _micro_within_batch(self) -> "SFTSettings":
+    def _micro_within_batch(self) -> SFTSettings:
         if self.micro_batch_size > self.batch_size:
-            raise ValueError(f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})")
+            raise ValueError(
+                f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})"
+            )
         return self
 
 
@@ -90,12 +101,19 @@ def _check_warmup(settings: SFTSettings, n_examples: int, world: int, accumulati
     total = settings.max_steps or max(1, math.ceil(per_epoch * settings.epochs))
     warmup = math.ceil(total * settings.warmup_ratio)
     if warmup and warmup >= total:
-        raise ConfigError(f"all {total} steps of this run are warm-up (warmup_ratio {settings.warmup_ratio}): the first "
-                          "has learning rate 0 and none reaches the peak; pass --warmup-ratio 0 or train more steps")
+        raise ConfigError(
+            f"all {total} steps of this run are warm-up (warmup_ratio {settings.warmup_ratio}): the first "
+            "has learning rate 0 and none reaches the peak; pass --warmup-ratio 0 or train more steps"
+        )
 
 
-def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | Path,
-              settings: SFTSettings | None = None, progress: bool = True) -> dict:
+def train_sft(
+    data_path: str | Path | list[str | Path],
+    model: str,
+    out: str | Path,
+    settings: SFTSettings | None = None,
+    progress: bool = True,
+) -> dict:
     """Fine-tune ``model`` on the trajectories of ``data_path`` and save it to ``out``.
 
     Args:
@@ -174,20 +192,31 @@ def train_sft(data_path: str | Path | list[str | Path], model: str, out: str | P
         dataset_num_proc=None,
         use_cpu=not torch.cuda.is_available(),
     )
-    trainer = SFTTrainer(model=net, args=args, train_dataset=Dataset.from_list(data.examples),
-                         processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=net, args=args, train_dataset=Dataset.from_list(data.examples), processing_class=tokenizer
+    )
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - t0
 
     save_model(trainer, out, model_dir, settings.lora)
-    history = [{k: h[k] for k in ("step", "loss", "learning_rate") if k in h}
-               for h in trainer.state.log_history if "loss" in h]
-    summary = {"model": model, "data": [str(p) for p in paths], "settings": settings.model_dump(),
-               "max_length": max_length, "counts": dict(data.counts), "tokens": data.tokens,
-               "steps": trainer.state.global_step, "gradient_accumulation": accumulation,
-               "bf16": bf16, "train_loss": result.training_loss, "train_seconds": round(seconds, 1),
-               "loss_history": history}
+    history = [
+        {k: h[k] for k in ("step", "loss", "learning_rate") if k in h} for h in trainer.state.log_history if "loss" in h
+    ]
+    summary = {
+        "model": model,
+        "data": [str(p) for p in paths],
+        "settings": settings.model_dump(),
+        "max_length": max_length,
+        "counts": dict(data.counts),
+        "tokens": data.tokens,
+        "steps": trainer.state.global_step,
+        "gradient_accumulation": accumulation,
+        "bf16": bf16,
+        "train_loss": result.training_loss,
+        "train_seconds": round(seconds, 1),
+        "loss_history": history,
+    }
     if trainer.is_world_process_zero():
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary

@@ -64,14 +64,17 @@ def check_messages(messages: Any, where: str) -> None:
         if role != expected:
             raise InputFormatError(
                 f"{where}: messages do not alternate: message {i + 1} is {role!r} where {expected!r} was due "
-                f"(expected [system,] user, assistant, user, ..., assistant)")
+                f"(expected [system,] user, assistant, user, ..., assistant)"
+            )
     if roles[-1] != "assistant":
-        raise InputFormatError(f"{where}: the last message is {roles[-1]!r}; a training trajectory ends with the "
-                               "assistant's final turn")
+        raise InputFormatError(
+            f"{where}: the last message is {roles[-1]!r}; a training trajectory ends with the assistant's final turn"
+        )
 
 
-def load_sft_data(paths: str | Path | list[str | Path], tokenizer: Any, max_length: int,
-                  limit_name: str = "--max-length") -> SFTData:
+def load_sft_data(
+    paths: str | Path | list[str | Path], tokenizer: Any, max_length: int, limit_name: str = "--max-length"
+) -> SFTData:
     """Read trajectory JSONL files (``websailor traj build``, ``run`` or ``eval`` output) and
     tokenize every finished trajectory with ``tokenizer``'s chat template.
 
@@ -97,8 +100,10 @@ def load_sft_data(paths: str | Path | list[str | Path], tokenizer: Any, max_leng
     total = loss = 0
     for path in paths:
         if not path.is_file():
-            raise InputFormatError(f"--data {path}: {'not a file' if path.exists() else 'no such file'} "
-                                   "(make one with `websailor traj build`)")
+            raise InputFormatError(
+                f"--data {path}: {'not a file' if path.exists() else 'no such file'} "
+                "(make one with `websailor traj build`)"
+            )
         records = read_appended_jsonl(path, "a trajectory record")
         if not records:
             raise InputFormatError(f"--data {path} holds no trajectories (the file is empty)")
@@ -109,7 +114,10 @@ def load_sft_data(paths: str | Path | list[str | Path], tokenizer: Any, max_leng
                 raise InputFormatError(f"{where}: not a trajectory record (no 'messages')")
             check_messages(rec["messages"], where)
             data.counts["read"] += 1
-            if rec.get("termination", "answer") != "answer" or parse_turn(rec["messages"][-1]["content"]).answer is None:
+            if (
+                rec.get("termination", "answer") != "answer"
+                or parse_turn(rec["messages"][-1]["content"]).answer is None
+            ):
                 data.counts["unfinished"] += 1
                 continue
             traj = Trajectory(id=str(rec.get("id", line)), rollout=0, question="", messages=rec["messages"])
@@ -127,12 +135,19 @@ def load_sft_data(paths: str | Path | list[str | Path], tokenizer: Any, max_leng
     data.sha256 = digest.hexdigest()
     data.tokens = {"total": total, "loss": loss}
     if data.counts["too_long"]:
-        logger.warning("%d of %d trajectories are longer than %d tokens (%s): dropped (never cut)",
-                       data.counts["too_long"], data.counts["read"], max_length, limit_name)
+        logger.warning(
+            "%d of %d trajectories are longer than %d tokens (%s): dropped (never cut)",
+            data.counts["too_long"],
+            data.counts["read"],
+            max_length,
+            limit_name,
+        )
     if data.counts["unfinished"]:
         logger.warning("%d trajectories did not end with an answer: dropped", data.counts["unfinished"])
     if not data.examples:
         hint = "raise --max-length" if limit_name == "--max-length" else f"the limit is {limit_name}"
-        raise InputFormatError(f"--data {', '.join(map(str, paths))}: no trajectory left to train on "
-                               f"({dict(data.counts)}; {hint}, or check the terminations)")
+        raise InputFormatError(
+            f"--data {', '.join(map(str, paths))}: no trajectory left to train on "
+            f"({dict(data.counts)}; {hint}, or check the terminations)"
+        )
     return data

@@ -92,8 +92,9 @@ def rewrite_thoughts(traj: Trajectory, model: ChatModel, cfg: ThoughtSettings | 
             trajectory, so a rerun picks it up again.
     """
     cfg = cfg or ThoughtSettings()
-    turns = [i for i, m in enumerate(traj.messages) if m["role"] == "assistant"
-             and parse_turn(m["content"]).error is None]
+    turns = [
+        i for i, m in enumerate(traj.messages) if m["role"] == "assistant" and parse_turn(m["content"]).error is None
+    ]
     if not turns:
         return traj, 0
     params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=[])

@@ -90,8 +90,9 @@ class FaultServer:
         api_key: the key Serper routes require.
     """
 
-    def __init__(self, plan: FaultPlan | None = None, api_key: str = "test-key", host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(
+        self, plan: FaultPlan | None = None, api_key: str = "test-key", host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.plan = plan or FaultPlan()
         self.api_key = api_key
         self.host = host
@@ -112,13 +113,15 @@ class FaultServer:
         self.files[name] = (data, content_type)
         return f"{self.url}/file/{name}"
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         ready = threading.Event()
 
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._server = loop.run_until_complete(asyncio.start_server(self._handle, self.host, self.port, limit=2**20))
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._handle, self.host, self.port, limit=2**20)
+            )
             self.port = self._server.sockets[0].getsockname()[1]
             ready.set()
             loop.run_forever()
@@ -140,7 +143,7 @@ class FaultServer:
             self._thread.join(timeout=10)
             self._loop = None
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -165,8 +168,9 @@ class FaultServer:
         finally:
             writer.close()
 
-    async def _respond(self, method: str, target: str, headers: dict[str, str], body: bytes,
-                       writer: asyncio.StreamWriter) -> bool:
+    async def _respond(
+        self, method: str, target: str, headers: dict[str, str], body: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
         route, status, ctype, payload = self._route(method, target, headers, body)
         fault = self.plan.next_fault(route) if status == 200 and route != "stats" else "ok"
         if route != "stats":
@@ -184,7 +188,7 @@ class FaultServer:
         if fault == "drip":
             writer.write(self._head(200, ctype, len(payload)))
             for i in range(len(payload)):
-                writer.write(payload[i:i + 1])
+                writer.write(payload[i : i + 1])
                 await writer.drain()
                 await asyncio.sleep(self.plan.drip_interval_s)
             return False
@@ -215,34 +219,51 @@ class FaultServer:
                 q = str(json.loads(body or b"{}").get("q", ""))
             except ValueError:
                 return "serper", 400, "application/json", b'{"message": "bad request"}'
-            hits = [{"title": f"Result {i} for {q}", "link": f"{self.url}/page/{i}-{q.replace(' ', '_')}",
-                     "snippet": f"Snippet {i} about {q}.", "position": i,
-                     **({"publicationInfo": f"J Doe - Journal {i}", "year": 2020 + i % 5, "citedBy": 10 * i}
-                        if path == "/scholar" else {})} for i in range(1, 11)]
+            hits = [
+                {
+                    "title": f"Result {i} for {q}",
+                    "link": f"{self.url}/page/{i}-{q.replace(' ', '_')}",
+                    "snippet": f"Snippet {i} about {q}.",
+                    "position": i,
+                    **(
+                        {"publicationInfo": f"J Doe - Journal {i}", "year": 2020 + i % 5, "citedBy": 10 * i}
+                        if path == "/scholar"
+                        else {}
+                    ),
+                }
+                for i in range(1, 11)
+            ]
             return "serper", 200, "application/json", json.dumps({"organic": hits}).encode()
         if method == "GET" and path == "/searxng/search":
             q = parse_qs(parts.query).get("q", [""])[0]
-            hits = [{"title": f"Result {i} for {q}", "url": f"{self.url}/page/{i}-{q.replace(' ', '_')}",
-                     "content": f"Snippet {i} about {q}."} for i in range(1, 11)]
+            hits = [
+                {
+                    "title": f"Result {i} for {q}",
+                    "url": f"{self.url}/page/{i}-{q.replace(' ', '_')}",
+                    "content": f"Snippet {i} about {q}.",
+                }
+                for i in range(1, 11)
+            ]
             return "searxng", 200, "application/json", json.dumps({"results": hits}).encode()
         if method == "GET" and path.startswith("/jina/"):
-            page = path[len("/jina/"):]
+            page = path[len("/jina/") :]
             if "/page/" not in page:  # the reader could not fetch the target
                 return "jina", 404, "text/plain", b"target page not found"
             name = page.rstrip("/").rsplit("/", 1)[-1]
-            text = (f"Title: Page {name}\nURL Source: {page}\n\nMarkdown Content:\n# Page {name}\n\n"
-                    f"{_article(name)}")
+            text = f"Title: Page {name}\nURL Source: {page}\n\nMarkdown Content:\n# Page {name}\n\n{_article(name)}"
             return "jina", 200, "text/plain; charset=utf-8", text.encode()
         if method == "GET" and path.startswith("/page/"):
-            name = path[len("/page/"):]
-            html = (f"<!doctype html><html><head><title>Page {name}</title></head><body>"
-                    "<nav><a href='/'>Home</a> | <a href='/about'>About us</a> | Sign in</nav>"
-                    f"<article><h1>Page {name}</h1>"
-                    + "".join(f"<p>{p}</p>" for p in _article(name).split("\n\n"))
-                    + "</article><footer>Copyright footer text</footer></body></html>")
+            name = path[len("/page/") :]
+            html = (
+                f"<!doctype html><html><head><title>Page {name}</title></head><body>"
+                "<nav><a href='/'>Home</a> | <a href='/about'>About us</a> | Sign in</nav>"
+                f"<article><h1>Page {name}</h1>"
+                + "".join(f"<p>{p}</p>" for p in _article(name).split("\n\n"))
+                + "</article><footer>Copyright footer text</footer></body></html>"
+            )
             return "page", 200, "text/html; charset=utf-8", html.encode()
-        if method == "GET" and path.startswith("/file/") and path[len("/file/"):] in self.files:
-            data, ctype = self.files[path[len("/file/"):]]
+        if method == "GET" and path.startswith("/file/") and path[len("/file/") :] in self.files:
+            data, ctype = self.files[path[len("/file/") :]]
             return "file", 200, ctype, data
         return "page", 404, "text/plain", b"not found"
 
@@ -274,14 +295,22 @@ class FaultServer:
 
     @staticmethod
     def _head(status: int, ctype: str, length: int, extra: dict[str, str] | None = None) -> bytes:
-        reason = {200: "OK", 302: "Found", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-                  429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "Status")
+        reason = {
+            200: "OK",
+            302: "Found",
+            400: "Bad Request",
+            403: "Forbidden",
+            404: "Not Found",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+        }.get(status, "Status")
         lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {ctype}", f"Content-Length: {length}"]
         lines += [f"{k}: {v}" for k, v in (extra or {}).items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    async def _send(self, writer: asyncio.StreamWriter, status: int, ctype: str, payload: bytes,
-                    extra: dict[str, str] | None = None) -> bool:
+    async def _send(
+        self, writer: asyncio.StreamWriter, status: int, ctype: str, payload: bytes, extra: dict[str, str] | None = None
+    ) -> bool:
         writer.write(self._head(status, ctype, len(payload), extra) + payload)
         await writer.drain()
         return True
@@ -289,9 +318,11 @@ class FaultServer:
 
 def _article(name: str) -> str:
     topic = name.replace("_", " ")
-    return (f"{topic} is the subject of this page. It was founded in 1901 by Ada Example.\n\n"
-            f"The population of {topic} was 12,345 in the 2020 census.\n\n"
-            f"{topic} is known for its river, its bridges and a yearly festival in May.")
+    return (
+        f"{topic} is the subject of this page. It was founded in 1901 by Ada Example.\n\n"
+        f"The population of {topic} was 12,345 in the 2020 census.\n\n"
+        f"{topic} is known for its river, its bridges and a yearly festival in May."
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -315,8 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(kinds) - set(FAULTS))
     if unknown:
         ap.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
-    plan = FaultPlan(rate=args.rate, kinds=kinds, seed=args.seed, retry_after=args.retry_after,
-                     drip_interval_s=args.drip_interval)
+    plan = FaultPlan(
+        rate=args.rate, kinds=kinds, seed=args.seed, retry_after=args.retry_after, drip_interval_s=args.drip_interval
+    )
     import logging
 
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # clients dropping faulted connections is the point

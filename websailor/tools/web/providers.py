@@ -81,15 +81,21 @@ class SerperSearch:
     name: str = "serper"
 
     async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
-        reply = await http_request(client, "POST", f"{self.base_url.rstrip('/')}/{self.endpoint}", policy.max_bytes,
-                                   json={"q": request["q"], "num": self.top_k},
-                                   headers={"X-API-KEY": self.api_key})
+        reply = await http_request(
+            client,
+            "POST",
+            f"{self.base_url.rstrip('/')}/{self.endpoint}",
+            policy.max_bytes,
+            json={"q": request["q"], "num": self.top_k},
+            headers={"X-API-KEY": self.api_key},
+        )
         hits = []
         for r in _results(reply.json(), "organic", "Serper")[: self.top_k]:
             hit = {"title": _text(r.get("title")), "url": _link(r.get("link")), "snippet": _text(r.get("snippet"))}
             if self.endpoint == "scholar":
-                hit.update(publication=_text(r.get("publicationInfo")), year=_text(r.get("year")),
-                           cited_by=r.get("citedBy"))
+                hit.update(
+                    publication=_text(r.get("publicationInfo")), year=_text(r.get("year")), cited_by=r.get("citedBy")
+                )
             hits.append(hit)
         return hits
 
@@ -108,11 +114,20 @@ class SearxngSearch:
         params = {"q": request["q"], "format": "json"}
         if self.category:
             params["categories"] = self.category
-        reply = await http_request(client, "GET", f"{self.base_url.rstrip('/')}/search", policy.max_bytes, params=params)
-        return [{"title": _text(r.get("title")), "url": _link(r.get("url")), "snippet": _text(r.get("content")),
-                 "publication": _text(r.get("journal") or r.get("publisher")), "year": _text(r.get("publishedDate"))[:4],
-                 "cited_by": None}
-                for r in _results(reply.json(), "results", "SearXNG")[: self.top_k]]
+        reply = await http_request(
+            client, "GET", f"{self.base_url.rstrip('/')}/search", policy.max_bytes, params=params
+        )
+        return [
+            {
+                "title": _text(r.get("title")),
+                "url": _link(r.get("url")),
+                "snippet": _text(r.get("content")),
+                "publication": _text(r.get("journal") or r.get("publisher")),
+                "year": _text(r.get("publishedDate"))[:4],
+                "cited_by": None,
+            }
+            for r in _results(reply.json(), "results", "SearXNG")[: self.top_k]
+        ]
 
 
 def _page(url: str, title: str, text: str, truncated: bool, provider: str) -> dict[str, Any]:
@@ -135,15 +150,16 @@ class JinaReader:
         headers = {"X-Return-Format": "markdown"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        reply = await http_request(client, "GET", f"{self.base_url.rstrip('/')}/{request['url']}", policy.max_bytes,
-                                   headers=headers)
+        reply = await http_request(
+            client, "GET", f"{self.base_url.rstrip('/')}/{request['url']}", policy.max_bytes, headers=headers
+        )
         text = reply.text()
         title = ""
         head, sep, body = text.partition("Markdown Content:")
         if sep:
             for line in head.splitlines():
                 if line.startswith("Title:"):
-                    title = line[len("Title:"):].strip()
+                    title = line[len("Title:") :].strip()
             text = body
         return _page(request["url"], title, text.strip(), reply.truncated, self.name)
 
@@ -172,8 +188,9 @@ def is_public_address(address: str) -> bool:
 
 
 def _blocked(host: str) -> ProviderFailure:
-    return ProviderFailure("blocked", f"{host[:100]} is a private or local address "
-                                      "(allow_private_urls: true lets visit read it)")
+    return ProviderFailure(
+        "blocked", f"{host[:100]} is a private or local address (allow_private_urls: true lets visit read it)"
+    )
 
 
 async def check_public(url: str) -> None:
@@ -194,7 +211,9 @@ async def check_public(url: str) -> None:
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as e:
-            raise ProviderFailure("connection", f"the host {host[:100]!r} does not resolve ({type(e).__name__})") from None
+            raise ProviderFailure(
+                "connection", f"the host {host[:100]!r} does not resolve ({type(e).__name__})"
+            ) from None
         addresses = [info[4][0] for info in infos]
     if not all(is_public_address(a) for a in addresses):
         raise _blocked(host)
@@ -203,9 +222,11 @@ async def check_public(url: str) -> None:
 def _check_peer(url: str) -> Any:
     """A check of the address a response actually came from (a second DNS answer may differ
     from the one :func:`check_public` saw: DNS rebinding)."""
+
     def check(server_addr: tuple | None) -> None:
         if server_addr is not None and not is_public_address(str(server_addr[0])):
             raise _blocked(urlsplit(url).hostname or "")
+
     return check
 
 
@@ -244,8 +265,9 @@ class DirectFetch:
         reply = await fetch_target(client, request["url"], policy, self.allow_private)
         ctype = reply.headers.get("content-type", "")
         try:  # in a child process with a time limit: a hostile document cannot hold up the others
-            title, text = await asyncio.to_thread(call_isolated, document_text, reply.body, ctype, reply.url,
-                                                  timeout_s=policy.timeout_s)
+            title, text = await asyncio.to_thread(
+                call_isolated, document_text, reply.body, ctype, reply.url, timeout_s=policy.timeout_s
+            )
         except IsolatedCallError as e:
             raise ProviderFailure("unparsable", f"the page could not be read ({e})") from None
         return _page(reply.url, title, text, reply.truncated, self.name)

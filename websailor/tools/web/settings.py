@@ -131,16 +131,19 @@ class WebSettings(BaseModel):
         try:
             policy = TypeAdapter(ToolPolicy).validate_python(merged)
         except ValidationError as e:
-            raise ConfigError(f"web settings, policies.{tool}: {e.errors()[0]['msg']} "
-                              f"({'.'.join(map(str, e.errors()[0]['loc']))})") from None
+            raise ConfigError(
+                f"web settings, policies.{tool}: {e.errors()[0]['msg']} ({'.'.join(map(str, e.errors()[0]['loc']))})"
+            ) from None
         import math
 
         numbers = {k: v for k, v in policy.__dict__.items()}
         bad = [k for k, v in numbers.items() if isinstance(v, bool) or not math.isfinite(v) or v < 0]
         if bad or policy.concurrency < 1 or policy.timeout_s <= 0 or policy.max_bytes < 1:
-            raise ConfigError(f"web settings, policies.{tool}: every field must be a finite number, none negative; "
-                              f"concurrency and max_bytes at least 1, timeout_s above 0"
-                              + (f" (check {', '.join(bad)})" if bad else ""))
+            raise ConfigError(
+                f"web settings, policies.{tool}: every field must be a finite number, none negative; "
+                f"concurrency and max_bytes at least 1, timeout_s above 0"
+                + (f" (check {', '.join(bad)})" if bad else "")
+            )
         return policy
 
     def resolved_cache_path(self) -> Path:
@@ -150,9 +153,11 @@ class WebSettings(BaseModel):
     def require_search(self, tool: str = "search") -> None:
         """Raises :class:`ConfigError` naming the variables when no search provider is set."""
         if self.serper_api_key is None and self.searxng_base_url is None:
-            raise ConfigError(f"--env web: the {tool} tool has no provider: set SERPER_API_KEY (the Serper API, "
-                              "as the released Tongyi DeepResearch code) or SEARXNG_BASE_URL (a SearXNG instance "
-                              "with format=json enabled), in the environment or the web config file")
+            raise ConfigError(
+                f"--env web: the {tool} tool has no provider: set SERPER_API_KEY (the Serper API, "
+                "as the released Tongyi DeepResearch code) or SEARXNG_BASE_URL (a SearXNG instance "
+                "with format=json enabled), in the environment or the web config file"
+            )
 
 
 def load_web_settings(config: str | Path | None = None, environ: Mapping[str, str] | None = None) -> WebSettings:

@@ -20,8 +20,16 @@ from websailor.tools.extract import extract, llm_extract
 from websailor.tools.metrics import ToolMetrics
 from websailor.tools.search import BLOCK_SEPARATOR, SearchTool, format_search_results
 from websailor.tools.visit import MAX_ECHO_CHARS, VisitTool, format_visit
-from websailor.tools.web.providers import (DirectFetch, JinaReader, RawDownload, SearxngSearch, SerperSearch,
-                                           clean_markdown, normalize_query, normalize_url)
+from websailor.tools.web.providers import (
+    DirectFetch,
+    JinaReader,
+    RawDownload,
+    SearxngSearch,
+    SerperSearch,
+    clean_markdown,
+    normalize_query,
+    normalize_url,
+)
 from websailor.tools.web.settings import WebSettings
 
 
@@ -54,24 +62,35 @@ class WebSearchTool(SearchTool):
     label = "search"
     hint = "Try again, or rephrase the query."
 
-    def __init__(self, executor: ToolExecutor, providers: Sequence[Provider], max_queries: int = 10,
-                 max_query_chars: int = 500) -> None:
+    def __init__(
+        self, executor: ToolExecutor, providers: Sequence[Provider], max_queries: int = 10, max_query_chars: int = 500
+    ) -> None:
         self.executor = executor
         self.providers = list(providers)
         self.max_queries = max_queries
         self.max_query_chars = max_query_chars
 
     def search_blocks(self, queries: list[str]) -> list[str]:
-        outcomes = self.executor.call_many(self.tool_key, [{"q": q} for q in queries], self.providers,
-                                           keys=[{"q": normalize_query(q)} for q in queries])
+        outcomes = self.executor.call_many(
+            self.tool_key,
+            [{"q": q} for q in queries],
+            self.providers,
+            keys=[{"q": normalize_query(q)} for q in queries],
+        )
         if all(not o.ok for o in outcomes):
-            what = f"The {self.label}" + (f" for '{queries[0]}'" if len(queries) == 1 else f" for all {len(queries)} queries")
+            what = f"The {self.label}" + (
+                f" for '{queries[0]}'" if len(queries) == 1 else f" for all {len(queries)} queries"
+            )
             raise ToolUnavailableError(failed_block(what, outcomes[0], self.hint))
-        return [self.format_hits(q, o.value) if o.ok else failed_block(f"The {self.label} for '{q}'", o, self.hint)
-                for q, o in zip(queries, outcomes)]
+        return [
+            self.format_hits(q, o.value) if o.ok else failed_block(f"The {self.label} for '{q}'", o, self.hint)
+            for q, o in zip(queries, outcomes)
+        ]
 
     def format_hits(self, query: str, hits: list[dict[str, Any]]) -> str:
-        return format_search_results(query, [WebHit(i, h["title"], h["url"], h["snippet"]) for i, h in enumerate(hits, 1)])
+        return format_search_results(
+            query, [WebHit(i, h["title"], h["url"], h["snippet"]) for i, h in enumerate(hits, 1)]
+        )
 
 
 class WebScholarTool(WebSearchTool):
@@ -81,8 +100,10 @@ class WebScholarTool(WebSearchTool):
     name = "google_scholar"
     tool_key = "google_scholar"
     label = "Google Scholar search"
-    description = ("Search Google Scholar for academic publications. Give one or more queries in the array "
-                   "'query'; each returns its best results (title, URL, publication, year, citations, snippet).")
+    description = (
+        "Search Google Scholar for academic publications. Give one or more queries in the array "
+        "'query'; each returns its best results (title, URL, publication, year, citations, snippet)."
+    )
 
     def format_hits(self, query: str, hits: list[dict[str, Any]]) -> str:
         if not hits:
@@ -92,7 +113,10 @@ class WebScholarTool(WebSearchTool):
             meta = ", ".join(x for x in (h.get("publication"), h.get("year")) if x)
             cited = f" Cited by {h['cited_by']}." if h.get("cited_by") is not None else ""
             lines.append(f"{i}. [{h['title']}]({h['url']})\n{meta + '.' if meta else ''}{cited}\n{h['snippet']}")
-        return f"A Google Scholar search for '{query}' found {len(hits)} results:\n\n## Scholar Results\n" + "\n\n".join(lines)
+        return (
+            f"A Google Scholar search for '{query}' found {len(hits)} results:\n\n## Scholar Results\n"
+            + "\n\n".join(lines)
+        )
 
 
 class WebVisitTool(VisitTool):
@@ -101,8 +125,15 @@ class WebVisitTool(VisitTool):
     given (retried on a shrunk page when its output is empty or unparsable), else the
     goal-ranked passage extractor."""
 
-    def __init__(self, executor: ToolExecutor, providers: Sequence[Provider], summary_model: Any = None,
-                 max_urls: int = 5, max_evidence_chars: int = 4000, allow_private: bool = False) -> None:
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        providers: Sequence[Provider],
+        summary_model: Any = None,
+        max_urls: int = 5,
+        max_evidence_chars: int = 4000,
+        allow_private: bool = False,
+    ) -> None:
         self.executor = executor
         self.allow_private = allow_private
         self.providers = list(providers)
@@ -120,8 +151,11 @@ class WebVisitTool(VisitTool):
         key = {"url": clean, "private": True} if self.allow_private else None
         outcome = self.executor.call("visit", {"url": clean}, self.providers, key=key)
         if not outcome.ok:
-            return failed_block(f"Reading {truncate(url, MAX_ECHO_CHARS)}", outcome,
-                                "Try another page with the same information, or search for it.")
+            return failed_block(
+                f"Reading {truncate(url, MAX_ECHO_CHARS)}",
+                outcome,
+                "Try another page with the same information, or search for it.",
+            )
         page = outcome.value
         doc = Document(id=0, title=page["title"] or clean, url=page["url"], text=clean_markdown(page["text"]))
         found = llm_extract(self.summary_model, doc, goal) if self.summary_model is not None else None
@@ -138,8 +172,12 @@ class WebVisitTool(VisitTool):
 WEB_TOOLS = ("search", "visit", "google_scholar")
 
 
-def build_web_tools(settings: WebSettings, summary_model: Any = None, metrics: ToolMetrics | None = None,
-                    names: Sequence[str] = WEB_TOOLS) -> tuple[dict[str, Tool], ToolExecutor]:
+def build_web_tools(
+    settings: WebSettings,
+    summary_model: Any = None,
+    metrics: ToolMetrics | None = None,
+    names: Sequence[str] = WEB_TOOLS,
+) -> tuple[dict[str, Tool], ToolExecutor]:
     """The web tools named in ``names`` and the executor they share (close it when done; give
     it to :func:`executor_fetch` for ``parse_file``).
 
@@ -200,6 +238,7 @@ def executor_fetch(executor: ToolExecutor, allow_private: bool = False) -> Any:
     Raises:
         ToolUnavailableError: the download failed after retries (the message says why).
     """
+
     def fetch(url: str) -> tuple[bytes, str | None]:
         try:
             clean = normalize_url(url)
@@ -207,12 +246,26 @@ def executor_fetch(executor: ToolExecutor, allow_private: bool = False) -> Any:
             raise ToolUnavailableError(str(e)) from None
         outcome = executor.call("parse_file", {"url": clean}, [RawDownload(allow_private)])
         if not outcome.ok:
-            raise ToolUnavailableError(failed_block(f"Downloading {truncate(url, MAX_ECHO_CHARS)}", outcome,
-                                                    "Check the URL, or look for another copy of the file."))
+            raise ToolUnavailableError(
+                failed_block(
+                    f"Downloading {truncate(url, MAX_ECHO_CHARS)}",
+                    outcome,
+                    "Check the URL, or look for another copy of the file.",
+                )
+            )
         return outcome.value
 
     return fetch
 
 
-__all__ = ["BLOCK_SEPARATOR", "WEB_TOOLS", "ToolUnavailableError", "WebHit", "WebScholarTool", "WebSearchTool", "WebVisitTool",
-           "build_web_tools", "executor_fetch"]
+__all__ = [
+    "BLOCK_SEPARATOR",
+    "WEB_TOOLS",
+    "ToolUnavailableError",
+    "WebHit",
+    "WebScholarTool",
+    "WebSearchTool",
+    "WebVisitTool",
+    "build_web_tools",
+    "executor_fetch",
+]
