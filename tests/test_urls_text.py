@@ -1,5 +1,6 @@
-from websailor.corpus.text import chunk_passages, split_sentences, truncate
+from websailor.corpus.text import chunk_passages, split_sentences
 from websailor.corpus.urls import title_key, title_to_url, url_to_title
+from websailor.text import truncate
 
 
 def test_title_to_url_uses_real_wikipedia_form():

@@ -20,9 +20,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.corpus.text import clean_strings
 from websailor.errors import WebsailorError
 from websailor.log import get_logger, setup_logging
+from websailor.text import clean_strings
 
 logger = get_logger(__name__)
 
@@ -422,7 +422,7 @@ def _finish_tools(tool_env: Any, metrics_file: Optional[Path]) -> None:
 
 
 def _print_step(turn: int, action: Any, result: Any) -> None:
-    from websailor.corpus.text import truncate
+    from websailor.text import truncate
 
     if action.thought:
         print(f"[{turn}] think: {truncate(' '.join(action.thought.split()), 300)}")

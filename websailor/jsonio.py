@@ -1,12 +1,18 @@
-"""Parsing JSON objects with readable reasons, shared by file readers and tool-argument parsing."""
+"""Parsing JSON objects with readable reasons (file readers, tool arguments) or leniently (model output),
+and the locked append-and-resume JSONL files every long run writes."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
+
+from json_repair import repair_json
+
+_FENCE = re.compile(r"^\s*```[a-zA-Z0-9]*\s*\n?|\n?\s*```\s*$")
 
 
 def loads_object(text: str) -> dict[str, Any]:
@@ -25,6 +31,20 @@ def loads_object(text: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+def load_lenient_json(raw: str) -> dict[str, Any] | None:
+    """A JSON object from model output: strict first, then repaired (fences, trailing commas,
+    single quotes, unclosed brackets); ``None`` if no object comes out."""
+    text = _FENCE.sub("", raw.strip()).strip()
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        try:
+            obj = repair_json(text, return_objects=True)
+        except Exception:  # json_repair can raise on pathological input
+            return None
+    return obj if isinstance(obj, dict) else None
 
 
 def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:

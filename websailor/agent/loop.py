@@ -11,9 +11,9 @@ from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
-from websailor.corpus.text import clean_text
 from websailor.errors import InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, SamplingParams
+from websailor.text import clean_text
 from websailor.tools import Tool, execute_tool
 from websailor.tools.base import FORMAT_ERROR, ToolResult
 

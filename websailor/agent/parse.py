@@ -9,18 +9,16 @@ string ``name`` counts as a call.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from json_repair import repair_json
+from websailor.jsonio import load_lenient_json
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S)
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 _CODE = re.compile(r"<code>(.*?)(?:</code>|$)", re.S)
-_FENCE = re.compile(r"^\s*```[a-zA-Z0-9]*\s*\n?|\n?\s*```\s*$")
 
 
 @dataclass
@@ -43,20 +41,6 @@ class Action:
     answer: str | None = None
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
-
-
-def load_lenient_json(raw: str) -> dict[str, Any] | None:
-    """A JSON object from model output: strict first, then repaired (fences, trailing commas,
-    single quotes, unclosed brackets); ``None`` if no object comes out."""
-    text = _FENCE.sub("", raw.strip()).strip()
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        try:
-            obj = repair_json(text, return_objects=True)
-        except Exception:  # json_repair can raise on pathological input
-            return None
-    return obj if isinstance(obj, dict) else None
 
 
 def parse_turn(text: str, tools: bool = True) -> Action:

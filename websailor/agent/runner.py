@@ -20,10 +20,10 @@ from tqdm import tqdm
 
 from websailor.agent.loop import Agent
 from websailor.agent.trajectory import Trajectory
-from websailor.corpus.text import clean_text
 from websailor.errors import InputFormatError
 from websailor.jsonio import appending, loads_object, read_appended_jsonl
 from websailor.log import get_logger
+from websailor.text import clean_text
 
 logger = get_logger(__name__)
 

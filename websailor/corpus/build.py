@@ -24,11 +24,12 @@ from websailor.corpus.index import BM25Index
 from websailor.corpus.ingest import FORMATS, RawDocument, fetch_vital_wheel, read_source
 from websailor.corpus.linking import EntityLinker
 from websailor.corpus.store import StoreWriter
-from websailor.corpus.text import chunk_passages, normalize_space
+from websailor.corpus.text import chunk_passages
 from websailor.corpus.urls import title_key, title_to_url
 from websailor.errors import ConfigError, CorpusError, InputFormatError
 from websailor.files import manifest
 from websailor.log import get_logger
+from websailor.text import normalize_space
 
 logger = get_logger(__name__)
 

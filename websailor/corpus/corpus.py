@@ -16,10 +16,11 @@ from websailor.corpus.build import CORPUS_LAYOUT_VERSION, INDEX_DIR, META_FILE, 
 from websailor.corpus.index import BM25Index
 from websailor.corpus.linking import Mention
 from websailor.corpus.store import Document, Store
-from websailor.corpus.text import sentence_spans, truncate
+from websailor.corpus.text import sentence_spans
 from websailor.corpus.urls import title_key, url_to_title
 from websailor.errors import CorpusError, InvalidArgumentError
 from websailor.files import check_manifest
+from websailor.text import truncate
 
 #: Longest query (characters) that is analyzed; longer ones are cut (BM25 gains nothing from more).
 MAX_QUERY_CHARS = 2000

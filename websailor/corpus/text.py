@@ -1,4 +1,4 @@
-"""Text utilities: sentence splitting, word offsets and passage chunking.
+"""Corpus text: sentence splitting, word offsets and passage chunking.
 
 Sentence boundaries come from blingfire (a finite-state segmenter that knows abbreviations
 such as "A. J. P. Taylor" or "c. 1500"); everything else is plain Python.
@@ -7,40 +7,12 @@ such as "A. J. P. Taylor" or "c. 1500"); everything else is plain Python.
 from __future__ import annotations
 
 import re
-import unicodedata
-from typing import Any
 
 import blingfire
 
+from websailor.text import normalize_space
+
 _WORD = re.compile(r"\w+|[^\w\s]")
-_SPACE = re.compile(r"\s+")
-
-
-def clean_text(text: str) -> str:
-    """Replace what cannot be encoded as UTF-8 (lone surrogates from JSON escapes such as
-    ``"\\ud800"`` or from undecodable command-line bytes) with U+FFFD, then apply NFC."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
-    return unicodedata.normalize("NFC", text)
-
-
-def clean_strings(value: Any) -> Any:
-    """:func:`clean_text` applied to every string inside lists and dicts (parsed tool
-    arguments, command-line values); other values are returned as they are."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [clean_strings(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): clean_strings(v) for k, v in value.items()}
-    return value
-
-
-def normalize_space(text: str) -> str:
-    """:func:`clean_text`, whitespace runs collapsed, ends stripped."""
-    return _SPACE.sub(" ", clean_text(text)).strip()
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -92,11 +64,3 @@ def chunk_passages(paragraphs: list[str], max_words: int = 150, target_words: in
         if current:
             passages.append(" ".join(current))
     return passages
-
-
-def truncate(text: str, max_chars: int) -> str:
-    """Cut ``text`` at a word boundary so that it has at most ``max_chars`` characters (adds "...")."""
-    if len(text) <= max_chars:
-        return text
-    cut = text[: max(0, max_chars - 3)].rsplit(" ", 1)[0]
-    return cut + "..."

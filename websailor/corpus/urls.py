@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote, urlsplit
 
-from websailor.corpus.text import clean_text
+from websailor.text import clean_text
 
 WIKI_PREFIX = "https://en.wikipedia.org/wiki/"
 # Characters that Wikipedia leaves unescaped in article paths.

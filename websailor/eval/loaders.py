@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from websailor.corpus.text import clean_text
 from websailor.errors import InputFormatError
 from websailor.judge.gold import Gold
 from websailor.log import get_logger
+from websailor.text import clean_text
 
 logger = get_logger(__name__)
 

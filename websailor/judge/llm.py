@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from websailor.agent.parse import load_lenient_json
 from websailor.errors import ModelError
+from websailor.jsonio import load_lenient_json
 from websailor.judge.base import Case, Grade
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, SamplingParams

@@ -16,9 +16,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from websailor.corpus.text import clean_strings
 from websailor.errors import WebsailorError
 from websailor.jsonio import loads_object
+from websailor.text import clean_strings
 
 #: Kinds of failed tool calls, as :class:`ToolResult` ``kind`` and in the tool metrics.
 INVALID_ARGUMENTS = "invalid_arguments"  # not JSON, not an object, or not matching the schema

@@ -15,7 +15,8 @@ import numpy as np
 
 from websailor.corpus.index import BM25Index
 from websailor.corpus.store import Document
-from websailor.corpus.text import split_sentences, truncate
+from websailor.corpus.text import split_sentences
+from websailor.text import truncate
 
 if TYPE_CHECKING:
     from websailor.models.base import ChatModel
@@ -112,7 +113,7 @@ def llm_extract(
     Returns ``None`` when every attempt fails (the caller falls back to :func:`extract`).
     Raises :class:`websailor.errors.ModelError` only through the model.
     """
-    from websailor.agent.parse import load_lenient_json
+    from websailor.jsonio import load_lenient_json
     from websailor.models.base import SamplingParams
 
     content = doc.text[:max_chars]

@@ -23,8 +23,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from websailor.corpus.text import truncate
 from websailor.errors import InputFormatError, WebsailorError
+from websailor.text import truncate
 from websailor.tools.base import Tool
 from websailor.tools.charset import BOMS, charset_of, decode_text
 from websailor.tools.isolated import IsolatedCallError, call_isolated

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from websailor.corpus.corpus import Corpus, SearchHit
-from websailor.corpus.text import truncate
+from websailor.text import truncate
 from websailor.tools.base import Tool
 
 #: Separator between the results of several queries (or pages), as in the Tongyi tools.

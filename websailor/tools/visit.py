@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from websailor.corpus.corpus import MAX_QUERY_CHARS, Corpus
-from websailor.corpus.text import truncate
 from websailor.corpus.urls import title_to_url
+from websailor.text import truncate
 from websailor.tools.base import Tool
 from websailor.tools.extract import Extraction, extract, llm_extract
 from websailor.tools.search import BLOCK_SEPARATOR

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 
 from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import Trajectory
-from websailor.corpus.text import truncate
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, SamplingParams
+from websailor.text import truncate
 
 logger = get_logger(__name__)
 

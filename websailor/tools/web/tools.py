@@ -11,8 +11,8 @@ import bm25s
 
 from websailor.corpus.index import BM25Index
 from websailor.corpus.store import Document
-from websailor.corpus.text import truncate
 from websailor.errors import WebsailorError
+from websailor.text import truncate
 from websailor.tools.base import Tool
 from websailor.tools.cache import ResultCache
 from websailor.tools.executor import Outcome, Provider, ToolExecutor
