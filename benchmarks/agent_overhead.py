@@ -71,7 +71,7 @@ def local_throughput() -> tuple[float, float]:
 
 
 def http_rollouts(corpus: Corpus) -> tuple[int, int, float]:
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     def reply(messages):
         return (

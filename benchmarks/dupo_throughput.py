@@ -94,7 +94,7 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
     from websailor.corpus import Corpus
     from websailor.judge.base import Case, load_judge
     from websailor.models import load_model
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
     from websailor.train.rewards import reward
     from websailor.train.rl import RLSettings, build_agent_config, load_questions
 

@@ -99,7 +99,7 @@ def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
     from websailor.models import SamplingParams, load_model
     from websailor.synth.dataset import SynthConfig, synthesize
     from websailor.synth.graph import build_knowledge_graph
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.open(

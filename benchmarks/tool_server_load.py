@@ -45,7 +45,7 @@ _SERVER = """
 import sys
 from websailor.corpus import Corpus
 from websailor.server.app import serve_tools
-from websailor.tools import build_local_tools
+from websailor.tools.local import build_local_tools
 corpus = None if sys.argv[1] == "-" else sys.argv[1]
 serve_tools(build_local_tools(Corpus.open(corpus)), "local", port=int(sys.argv[2]), max_workers=int(sys.argv[3]))
 """

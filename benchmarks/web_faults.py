@@ -30,8 +30,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from websailor.tools.cache import ResultCache
-from websailor.tools.executor import ToolExecutor, ToolPolicy
+from websailor.tools.web.cache import ResultCache
+from websailor.tools.web.executor import ToolExecutor, ToolPolicy
 from websailor.tools.web.providers import SearxngSearch, SerperSearch
 
 

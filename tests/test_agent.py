@@ -11,7 +11,7 @@ from websailor.agent.prompt import FINAL_ANSWER_NUDGE
 from websailor.agent.runner import done_rollouts, load_questions, run_questions
 from websailor.corpus import Corpus
 from websailor.errors import InputFormatError, ModelError
-from websailor.tools import build_local_tools
+from websailor.tools.local import build_local_tools
 
 
 @pytest.fixture(scope="module")

@@ -380,7 +380,7 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
     from websailor.agent import Agent, AgentConfig
     from websailor.eval.harness import EvalConfig, evaluate
     from websailor.eval.loaders import EvalItem
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     items = [
         EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile")),

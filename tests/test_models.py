@@ -10,7 +10,7 @@ from websailor.models import SamplingParams
 
 
 def test_token_view_masks_exactly_the_assistant_replies(smollm2, vital):
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     model = ScriptedModel([call("search", query=["Nile"]), "<think>Done.</think>\n<answer>Nile</answer>"])
     traj = Agent(model, build_local_tools(vital)).run("Which river flows through Egypt?")

@@ -15,15 +15,9 @@ from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen import canvas
 
 from websailor.errors import DownloadError, InputFormatError
-from websailor.tools.charset import charset_of
-from websailor.tools.parse_file import (
-    FileParseError,
-    ParseFileTool,
-    decode_text,
-    detect_kind,
-    markdown_table,
-    parse_bytes,
-)
+from websailor.tools.documents.charset import charset_of, decode_text
+from websailor.tools.documents.parse_file import ParseFileTool
+from websailor.tools.documents.parsers import FileParseError, detect_kind, markdown_table, parse_bytes
 from websailor.tools.search import BLOCK_SEPARATOR
 
 PAGE_TEXTS = [
@@ -361,7 +355,7 @@ def test_a_hostile_spreadsheet_is_stopped_at_the_time_limit(tmp_path):
 def test_isolated_calls_are_limited():
     import time
 
-    from websailor.tools.isolated import IsolatedCallError, call_isolated
+    from websailor.tools.documents.isolated import IsolatedCallError, call_isolated
 
     assert call_isolated(sorted, [3, 1, 2]) == [1, 2, 3]
     with pytest.raises(IsolatedCallError, match="took longer than 1 s"):

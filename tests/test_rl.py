@@ -73,7 +73,7 @@ def test_v2_plan_skips_a_group_with_a_missing_reward():
 
 # -- rollout tokens ------------------------------------------------------------------------
 def _trajectory(vital, replies: list[str], max_calls: int = 10, rollout: int = 0):
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     agent = Agent(ScriptedModel(replies), build_local_tools(vital), AgentConfig(max_calls=max_calls))
     return agent.run("Which city is the capital of France?", "q1", rollout, "Paris")

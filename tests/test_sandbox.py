@@ -15,9 +15,8 @@ import pytest
 
 import websailor
 from websailor.errors import InvalidArgumentError
-from websailor.tools import sandbox
-from websailor.tools.python_tool import PythonInterpreterTool
-from websailor.tools.sandbox import (
+from websailor.sandbox import bubblewrap as sandbox
+from websailor.sandbox.bubblewrap import (
     UID_BASE,
     UID_SPAN,
     UNSAFE_ENV,
@@ -27,6 +26,7 @@ from websailor.tools.sandbox import (
     run_python,
     sandbox_status,
 )
+from websailor.tools.python_interpreter import PythonInterpreterTool
 
 _why = sandbox_status()  # None when bubblewrap is found and its probe run works
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"no working sandbox here: {_why}")
@@ -285,7 +285,7 @@ def test_unsafe_mode_runs_with_limits_and_warns(
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     monkeypatch.setattr(sandbox, "_warned_unsafe", False)
     monkeypatch.delenv(UNSAFE_ENV, raising=False)
-    logger = logging.getLogger("websailor.tools.sandbox")
+    logger = logging.getLogger("websailor.sandbox.bubblewrap")
     logger.addHandler(caplog.handler)
     try:
         result = run_python("print('unsafe ok')", FAST, allow_unsafe=True)
@@ -350,7 +350,7 @@ def test_namespaces_and_mounts_are_refused() -> None:
 
 
 def test_seccomp_program_shape() -> None:
-    from websailor.tools.seccomp import sandbox_filter
+    from websailor.sandbox.seccomp import sandbox_filter
 
     program = sandbox_filter("x86_64")
     assert program is not None and len(program) % 8 == 0

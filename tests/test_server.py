@@ -17,7 +17,8 @@ from websailor.corpus import Corpus
 from websailor.errors import ConfigError
 from websailor.server import RemoteTool, RetryPolicy, connect_tools, create_app, serve_tools
 from websailor.server.app import bind_socket
-from websailor.tools import Tool, ToolResult, build_local_tools, execute_tool
+from websailor.tools import Tool, ToolResult, execute_tool
+from websailor.tools.local import build_local_tools
 from websailor.tools.metered import MeteredTool
 from websailor.tools.metrics import ToolMetrics
 

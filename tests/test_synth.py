@@ -382,7 +382,7 @@ def test_comparison_and_relative_time_constraints(kg: KnowledgeGraph):
 def test_solution_procedures_replay_through_the_real_tools(kg: KnowledgeGraph, vital: Corpus, tmp_path):
     """Search the first hop's description, visit its page: the page names the answer, whose page
     the last step opens. The issue's target: the answer's page is reached for at least 90%."""
-    from websailor.tools import SearchTool, VisitTool
+    from websailor.tools.local import SearchTool, VisitTool
 
     out = tmp_path / "qa.jsonl"
     synthesize(kg, out, SynthConfig(n=40, seed=1), progress=False)
@@ -475,7 +475,7 @@ def _reference_agent(vital: Corpus, answers: dict[str, str], solve_first: int):
     from fakes import ScriptedModel
 
     from websailor.agent import Agent, AgentConfig
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     seen: Counter = Counter()
     lock = threading.Lock()
@@ -529,7 +529,7 @@ def test_difficulty_filter_stops_when_the_model_fails(kg: KnowledgeGraph, vital:
 
     from websailor.agent import Agent, AgentConfig
     from websailor.errors import ModelError
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
 
     out = tmp_path / "qa.jsonl"
     dead = Agent(ScriptedModel([ModelError("HTTP 503")]), build_local_tools(vital), AgentConfig(max_calls=2))

@@ -4,7 +4,8 @@ import re
 import pytest
 
 from websailor.corpus import Corpus
-from websailor.tools import SearchTool, VisitTool, build_local_tools, call_tool
+from websailor.tools import call_tool
+from websailor.tools.local import SearchTool, VisitTool, build_local_tools
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import Trajectory
 from websailor.corpus import Corpus
 from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
-from websailor.tools import build_local_tools
+from websailor.tools.local import build_local_tools
 from websailor.train.constructive import build_constructive
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from websailor.errors import ConfigError
 from websailor.tools.environment import open_environment
-from websailor.tools.executor import CircuitBreaker, HttpReply, ProviderFailure, parse_retry_after
 from websailor.tools.web import build_web_tools, load_web_settings
+from websailor.tools.web.executor import CircuitBreaker, HttpReply, ProviderFailure, parse_retry_after
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
 from websailor.tools.web.providers import clean_markdown, normalize_query, normalize_url
 
@@ -332,7 +332,7 @@ def test_dns_rebinding_is_caught_at_the_connection(server, tmp_path, monkeypatch
 
 
 def test_provider_bugs_become_observations_and_free_the_half_open_trial(server, tmp_path):
-    from websailor.tools.executor import ToolExecutor, ToolPolicy
+    from websailor.tools.web.executor import ToolExecutor, ToolPolicy
 
     class Broken:
         name = "broken"
@@ -397,7 +397,7 @@ def test_keys_are_cleaned_and_never_echoed(tmp_path):
 def test_a_foreign_sqlite_file_is_not_taken_for_a_cache(tmp_path):
     import sqlite3
 
-    from websailor.tools.cache import ResultCache
+    from websailor.tools.web.cache import ResultCache
 
     db = sqlite3.connect(tmp_path / "other.sqlite")
     db.execute("CREATE TABLE results (id INTEGER, score REAL)")

@@ -227,32 +227,15 @@ def visit(
     """Print pages; with --goal, what the agent's visit tool returns: the passages most relevant
     to the goal first, then a short summary."""
     from websailor.corpus import Corpus
-    from websailor.tools.extract import extract
+    from websailor.tools.local import VisitTool
     from websailor.tools.search import BLOCK_SEPARATOR
-    from websailor.tools.visit import format_visit, page_not_found
 
-    c = Corpus.open(corpus)
-    records, blocks = [], []
-    for url in urls:
-        doc = c.get(url)
-        if doc is None:
-            records.append({"url": url, "found": False, "closest": c.closest_titles(url)})
-            blocks.append(page_not_found(c, url))
-            continue
-        rec: dict[str, Any] = {"url": doc.url, "found": True, "title": doc.title, "description": doc.description}
-        if goal is None:
-            rec["text"] = doc.text
-            head = f"# {doc.title}\n{doc.url}" + (f"\n{doc.description}" if doc.description else "")
-            blocks.append(f"{head}\n\n{doc.text}")
-        else:
-            found = extract(doc, goal, c.index)
-            rec.update(goal=goal, evidence=found.evidence, summary=found.summary)
-            blocks.append(format_visit(doc.url, goal, found))
-        records.append(rec)
+    tool = VisitTool(Corpus.open(corpus))
+    views = [tool.view(url, goal) for url in urls]
     if as_json:
-        _print_json(records)
+        _print_json([v.record for v in views])
     else:
-        print(BLOCK_SEPARATOR.join(blocks))
+        print(BLOCK_SEPARATOR.join(v.block for v in views))
 
 
 @app.command()
@@ -586,7 +569,7 @@ def synth(
         if filter_with:
             from websailor.agent import Agent, AgentConfig
             from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
-            from websailor.tools import build_local_tools
+            from websailor.tools.local import build_local_tools
 
             rollouts = out.with_name(out.stem + ".rollouts.jsonl")
             agent = Agent(load_model(filter_with), build_local_tools(c), AgentConfig(max_calls=max_calls, seed=seed))
@@ -905,7 +888,7 @@ def traj_build(
         return
     from websailor.corpus import Corpus
     from websailor.synth.dataset import read_items
-    from websailor.tools import build_local_tools
+    from websailor.tools.local import build_local_tools
     from websailor.train.constructive import build_constructive
 
     items = read_items(qa)

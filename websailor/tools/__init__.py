@@ -1,50 +1,31 @@
-"""Agent tools: the :class:`Tool` protocol and the local (offline Wikipedia) back ends."""
+"""Agent tools: the :class:`Tool` protocol, :class:`ToolResult` and calling tools by name.
+
+The back ends live in sub-packages: :mod:`websailor.tools.local` (the offline corpus),
+:mod:`websailor.tools.web` (providers behind the execution layer),
+:mod:`websailor.tools.documents` (``parse_file``), and
+:mod:`websailor.tools.python_interpreter` over :mod:`websailor.sandbox`;
+:mod:`websailor.tools.environment` assembles a run's tool set from an
+:class:`~websailor.tools.environment.EnvSpec`. Importing this package loads none of them:
+``SearchTool``, ``VisitTool`` and ``build_local_tools`` are still importable from here (they
+come from :mod:`websailor.tools.local` on first use).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from websailor.corpus.corpus import Corpus
-from websailor.tools.base import UNKNOWN_TOOL, Tool, ToolArgumentError, ToolResult
-from websailor.tools.search import SearchTool
-from websailor.tools.visit import VisitTool
+from websailor.tools.base import Tool, ToolArgumentError, ToolResult
+from websailor.tools.registry import call_tool, execute_tool
+
+_LOCAL = ("SearchTool", "VisitTool", "build_local_tools")
 
 
-def build_local_tools(corpus: Corpus, summary_model: Any = None) -> dict[str, Tool]:
-    """The tools of the simulated environment over ``corpus``, by name.
+def __getattr__(name: str) -> Any:
+    if name in _LOCAL:
+        from websailor.tools import local
 
-    ``summary_model`` (a :class:`websailor.models.ChatModel`) switches ``visit`` to the LLM
-    page extractor; by default it uses the goal-ranked passage extractor.
-    """
-    tools: list[Tool] = [SearchTool(corpus), VisitTool(corpus, summary_model=summary_model)]
-    return {t.name: t for t in tools}
-
-
-def execute_tool(tools: Mapping[str, Tool], name: str, arguments: str | Mapping[str, Any] | None) -> ToolResult:
-    """Run tool ``name`` on raw ``arguments``. An unknown tool name gives an error observation
-    listing the available tools."""
-    available = ", ".join(sorted(tools))
-    if not isinstance(name, str):
-        kind = type(name).__name__
-        return ToolResult(
-            f"Error: the tool name must be a string, got {kind}. Available tools: {available}.",
-            f"tool name is a {kind}",
-            UNKNOWN_TOOL,
-        )
-    tool = tools.get(name)
-    if tool is None:
-        return ToolResult(
-            f"Error: there is no tool named {name!r}. Available tools: {available}.",
-            f"unknown tool {name!r}",
-            UNKNOWN_TOOL,
-        )
-    return tool.execute(arguments)
-
-
-def call_tool(tools: Mapping[str, Tool], name: str, arguments: str | Mapping[str, Any] | None) -> str:
-    """Run tool ``name`` on raw ``arguments``; returns the observation the agent sees."""
-    return execute_tool(tools, name, arguments).observation
+        return getattr(local, name)
+    raise AttributeError(f"module 'websailor.tools' has no attribute {name!r}")
 
 
 __all__ = [

@@ -122,7 +122,7 @@ def open_environment(
     built: dict[str, Tool] = {}
     if env == "local":
         from websailor.corpus import Corpus
-        from websailor.tools import build_local_tools
+        from websailor.tools.local import build_local_tools
 
         if {"search", "visit"} & set(wanted):
             built.update(build_local_tools(Corpus.open(corpus), summary_model=summary_model))
@@ -150,11 +150,11 @@ def open_environment(
 def _sandboxed_tools(wanted: Sequence[str], files_root: Path | None, allow_unsafe: bool, fetch: Any) -> dict[str, Tool]:
     out: dict[str, Tool] = {}
     if "PythonInterpreter" in wanted:
-        from websailor.tools.python_tool import PythonInterpreterTool
+        from websailor.tools.python_interpreter import PythonInterpreterTool
 
         out["PythonInterpreter"] = PythonInterpreterTool(allow_unsafe=allow_unsafe)
     if "parse_file" in wanted:
-        from websailor.tools.parse_file import ParseFileTool
+        from websailor.tools.documents.parse_file import ParseFileTool
 
         if files_root is None and fetch is None:
             raise ConfigError(

@@ -1,4 +1,5 @@
-"""Goal-ranked passage extraction: the offline default behind ``visit``.
+"""Page extraction for ``visit`` in every environment: the goal-ranked passage extractor
+(the offline default) and the LLM extractor.
 
 On the real web an LLM reads the page and writes evidence and a summary for the goal
 (WebSailor-V2 / Tongyi DeepResearch ``visit``). Offline, this extractor does the same job
@@ -8,7 +9,6 @@ relevant first, and builds a short extractive summary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,17 +17,10 @@ from websailor.corpus.index import BM25Index
 from websailor.corpus.store import Document
 from websailor.corpus.text import split_sentences
 from websailor.text import truncate
+from websailor.tools.visit import Extraction
 
 if TYPE_CHECKING:
     from websailor.models.base import ChatModel
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """Evidence (passages, most relevant to the goal first) and a short summary."""
-
-    evidence: list[str]
-    summary: str
 
 
 def _units(doc: Document) -> list[str]:

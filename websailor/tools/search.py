@@ -1,11 +1,18 @@
-"""``search``: batched web-style search over the local corpus (BM25)."""
+"""``search``: the schema, argument handling and observation layout that every back end shares.
+
+:class:`BaseSearchTool` cleans the queries the model wrote (whitespace, length, count) and
+lays out the results as the released Tongyi DeepResearch search tool does; a back end
+implements :meth:`BaseSearchTool.search_blocks`: the offline corpus
+(:class:`websailor.tools.local.SearchTool`) or the web providers
+(:class:`websailor.tools.web.WebSearchTool`).
+"""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from websailor.corpus.corpus import Corpus, SearchHit
 from websailor.text import truncate
 from websailor.tools.base import Tool
 
@@ -13,7 +20,16 @@ from websailor.tools.base import Tool
 BLOCK_SEPARATOR = "\n=======\n"
 
 
-def format_search_results(query: str, hits: Sequence[SearchHit]) -> str:
+class Hit(Protocol):
+    """What :func:`format_search_results` reads of a search result."""
+
+    rank: int
+    title: str
+    url: str
+    snippet: str
+
+
+def format_search_results(query: str, hits: Sequence[Hit]) -> str:
     """One query's results laid out like the released Tongyi DeepResearch search tool:
     a header, then numbered ``[title](url)`` lines each followed by the snippet (any objects
     with ``rank``, ``title``, ``url`` and ``snippet`` will do)."""
@@ -24,12 +40,11 @@ def format_search_results(query: str, hits: Sequence[SearchHit]) -> str:
     return f"A search for '{query}' found {len(hits)} {noun}:\n\n## Web Results\n" + "\n\n".join(lines)
 
 
-class SearchTool(Tool):
-    """Search the offline Wikipedia: top ``top_k`` pages per query (paper: 10).
+class BaseSearchTool(Tool):
+    """The ``search`` tool of the paper: ``query`` is an array of strings, each answered with
+    its best results (paper: 10).
 
-    Args:
-        corpus: the corpus to search.
-        top_k: results per query.
+    Attributes:
         max_queries: queries per call; extra ones are dropped with a note.
         max_query_chars: longer queries are cut (with a note) before searching.
     """
@@ -51,16 +66,12 @@ class SearchTool(Tool):
         },
         "required": ["query"],
     }
+    max_queries: int = 10
+    max_query_chars: int = 500
 
-    def __init__(self, corpus: Corpus, top_k: int = 10, max_queries: int = 10, max_query_chars: int = 500) -> None:
-        self.corpus = corpus
-        self.top_k = top_k
-        self.max_queries = max_queries
-        self.max_query_chars = max_query_chars
-
+    @abstractmethod
     def search_blocks(self, queries: list[str]) -> list[str]:
-        """The result block of each cleaned, non-empty query (the back end: override per environment)."""
-        return [format_search_results(q, hits) for q, hits in zip(queries, self.corpus.search(queries, k=self.top_k))]
+        """The result block of each cleaned, non-empty query, in order (the back end)."""
 
     def forward(self, query: list[str]) -> str:
         notes: list[str] = []

@@ -1,32 +1,32 @@
-"""``visit``: read pages of the offline Wikipedia with a goal."""
+"""``visit``: the schema, argument handling and observation layout that every back end shares.
+
+:class:`BaseVisitTool` takes one URL or several and a goal, and lays out each page as the
+released Tongyi DeepResearch visit tool does (evidence in page, then a summary); a back end
+implements :meth:`BaseVisitTool.visit_one`: the offline corpus
+(:class:`websailor.tools.local.VisitTool`) or the web readers
+(:class:`websailor.tools.web.WebVisitTool`).
+"""
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
-from websailor.corpus.corpus import MAX_QUERY_CHARS, Corpus
-from websailor.corpus.urls import title_to_url
 from websailor.text import truncate
 from websailor.tools.base import Tool
-from websailor.tools.extract import Extraction, extract, llm_extract
 from websailor.tools.search import BLOCK_SEPARATOR
 
 #: Longest goal or URL echoed back in an observation (characters).
 MAX_ECHO_CHARS = 500
 
 
-def page_not_found(corpus: Corpus, url: str) -> str:
-    """Observation for a URL that is not in the corpus, with the closest titles."""
-    if not url.strip():
-        return "Empty URL: give the URL of a page."
-    close = corpus.closest_titles(url)
-    text = (
-        f"The page {truncate(url, MAX_ECHO_CHARS)} could not be found: it is not in the offline Wikipedia, or the URL is wrong. "
-        "Use search to find pages, then visit the URLs it returns."
-    )
-    if close:
-        text += "\nClosest pages:\n" + "\n".join(f"{i}. [{t}]({title_to_url(t)})" for i, t in enumerate(close, 1))
-    return text
+@dataclass(frozen=True)
+class Extraction:
+    """Evidence (passages, most relevant to the goal first) and a short summary."""
+
+    evidence: list[str]
+    summary: str
 
 
 def format_visit(url: str, goal: str, found: Extraction) -> str:
@@ -39,18 +39,12 @@ def format_visit(url: str, goal: str, found: Extraction) -> str:
     )
 
 
-class VisitTool(Tool):
-    """Visit pages: evidence for the goal (most relevant passages first) and a summary.
+class BaseVisitTool(Tool):
+    """The ``visit`` tool of the paper: ``url`` (a string or an array) and ``goal``, both
+    required; each page gives the evidence that serves the goal and a short summary.
 
-    The observation is laid out like the released Tongyi DeepResearch visit tool. Unknown
-    URLs give a "could not be found" observation with the closest titles.
-
-    Args:
-        corpus: the corpus pages come from.
-        summary_model: a chat model for LLM extraction (``--summary-model``); the goal-ranked
-            passage extractor is used without it, or when the model's output is unusable.
+    Attributes:
         max_urls: pages per call; extra ones are dropped with a note.
-        max_evidence_chars: evidence budget per page.
     """
 
     name = "visit"
@@ -68,25 +62,11 @@ class VisitTool(Tool):
         },
         "required": ["url", "goal"],
     }
+    max_urls: int = 5
 
-    def __init__(
-        self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000, summary_model: Any = None
-    ) -> None:
-        self.corpus = corpus
-        self.summary_model = summary_model
-        self.max_urls = max_urls
-        self.max_evidence_chars = max_evidence_chars
-
+    @abstractmethod
     def visit_one(self, url: str, goal: str) -> str:
-        doc = self.corpus.get(url)
-        if doc is None:
-            return page_not_found(self.corpus, url)
-        found = None
-        if self.summary_model is not None:
-            found = llm_extract(self.summary_model, doc, goal[:MAX_QUERY_CHARS])
-        if found is None:  # no extractor model, or it gave no usable JSON
-            found = extract(doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.max_evidence_chars)
-        return format_visit(doc.url, goal, found)
+        """The observation block of one page (the back end)."""
 
     def forward(self, url: str | list[str], goal: str) -> str:
         urls = [url] if isinstance(url, str) else list(url)

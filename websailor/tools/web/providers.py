@@ -1,5 +1,5 @@
 """Web providers: each turns one normalized request into a JSON-ready result or raises
-:class:`~websailor.tools.executor.ProviderFailure`.
+:class:`~websailor.tools.web.executor.ProviderFailure`.
 
 - search: the Serper API (Google results, as the released Tongyi DeepResearch code) and a
   SearXNG instance's JSON API as the backup;
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from websailor.tools.executor import HttpReply, ProviderFailure, ToolPolicy, http_request
+from websailor.tools.web.executor import HttpReply, ProviderFailure, ToolPolicy, http_request
 
 
 def normalize_query(query: str) -> str:
@@ -260,7 +260,7 @@ class DirectFetch:
     async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
         import asyncio
 
-        from websailor.tools.isolated import IsolatedCallError, call_isolated
+        from websailor.tools.documents.isolated import IsolatedCallError, call_isolated
 
         reply = await fetch_target(client, request["url"], policy, self.allow_private)
         ctype = reply.headers.get("content-type", "")
@@ -294,13 +294,13 @@ class RawDownload:
 def document_text(body: bytes, content_type: str, url: str) -> tuple[str, str]:
     """``(title, text)`` of a fetched document, its type found as ``parse_file`` finds it
     (extension, content type, magic bytes): HTML through
-    :func:`~websailor.tools.parse_file.html_markdown`, text as is, PDF, DOCX, XLSX and CSV
+    :func:`~websailor.tools.documents.parsers.html_markdown`, text as is, PDF, DOCX, XLSX and CSV
     through the other parsers (titled by the file name).
 
     Raises:
-        websailor.tools.parse_file.FileParseError: an unsupported or corrupt file.
+        websailor.tools.documents.parse_file.FileParseError: an unsupported or corrupt file.
     """
-    from websailor.tools.parse_file import detect_kind, html_markdown, parse_bytes
+    from websailor.tools.documents.parsers import detect_kind, html_markdown, parse_bytes
 
     name = urlsplit(url).path.rsplit("/", 1)[-1] or "document"
     kind = detect_kind(body, name, content_type or None) if body.strip() else "text"

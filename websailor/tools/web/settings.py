@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError, field_va
 
 from websailor.config import websailor_home
 from websailor.errors import ConfigError
-from websailor.tools.executor import ToolPolicy
+from websailor.tools.web.executor import ToolPolicy
 
 #: Environment variable -> setting.
 ENV_VARS = {
@@ -57,7 +57,7 @@ class WebSettings(BaseModel):
         allow_private_urls: let ``visit`` and ``parse_file`` fetch loopback, private and
             link-local addresses (``WEBSAILOR_WEB_ALLOW_PRIVATE=1``); off by default, so the
             agent cannot reach the machine's own network or a cloud metadata service.
-        policies: per-tool overrides of :class:`~websailor.tools.executor.ToolPolicy` fields.
+        policies: per-tool overrides of :class:`~websailor.tools.web.executor.ToolPolicy` fields.
     """
 
     model_config = ConfigDict(extra="forbid")

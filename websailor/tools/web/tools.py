@@ -1,5 +1,5 @@
 """The web environment's tools: the same names, schemas and observation layout as the local
-ones, backed by providers through the :class:`~websailor.tools.executor.ToolExecutor`."""
+ones, backed by providers through the :class:`~websailor.tools.web.executor.ToolExecutor`."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from websailor.corpus.store import Document
 from websailor.errors import WebsailorError
 from websailor.text import truncate
 from websailor.tools.base import Tool
-from websailor.tools.cache import ResultCache
-from websailor.tools.executor import Outcome, Provider, ToolExecutor
 from websailor.tools.extract import extract, llm_extract
 from websailor.tools.metrics import ToolMetrics
-from websailor.tools.search import BLOCK_SEPARATOR, SearchTool, format_search_results
-from websailor.tools.visit import MAX_ECHO_CHARS, VisitTool, format_visit
+from websailor.tools.search import BLOCK_SEPARATOR, BaseSearchTool, format_search_results
+from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, format_visit
+from websailor.tools.web.cache import ResultCache
+from websailor.tools.web.executor import Outcome, Provider, ToolExecutor
 from websailor.tools.web.providers import (
     DirectFetch,
     JinaReader,
@@ -53,7 +53,7 @@ def failed_block(what: str, outcome: Outcome, hint: str) -> str:
     return f"{what} failed ({outcome.failure_text()}). {hint}"
 
 
-class WebSearchTool(SearchTool):
+class WebSearchTool(BaseSearchTool):
     """``search`` on the web: each query through the providers in order (Serper, then the
     backup), with the executor's cache, limits, retries and failover. A query every provider
     failed gets a block saying why; if all failed, the call is an error observation."""
@@ -119,7 +119,7 @@ class WebScholarTool(WebSearchTool):
         )
 
 
-class WebVisitTool(VisitTool):
+class WebVisitTool(BaseVisitTool):
     """``visit`` on the web: the page through the reader providers (Jina, then a direct
     fetch), then evidence and summary for the goal: the LLM extractor when a summary model is
     given (retried on a shrunk page when its output is empty or unparsable), else the

@@ -37,9 +37,9 @@ from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from websailor.log import get_logger
-from websailor.tools.cache import ResultCache, cache_key
-from websailor.tools.charset import charset_of, decode_text
+from websailor.tools.documents.charset import charset_of, decode_text
 from websailor.tools.metrics import ToolMetrics
+from websailor.tools.web.cache import ResultCache, cache_key
 
 logger = get_logger(__name__)
 
@@ -130,7 +130,7 @@ class HttpReply:
     url: str
 
     def text(self) -> str:
-        """The body as text (:func:`~websailor.tools.charset.decode_text`: a byte-order mark,
+        """The body as text (:func:`~websailor.tools.documents.charset.decode_text`: a byte-order mark,
         valid UTF-8, the declared charset, a detected CJK encoding, else Windows-1252)."""
         return decode_text(self.body, charset_of(self.headers.get("content-type")))
 

@@ -2,7 +2,7 @@
 
 The agent passes the code written between ``<code>`` and ``</code>`` in its tool call as
 ``arguments["code"]`` (see :mod:`websailor.agent.parse`); the code runs in
-:func:`websailor.tools.sandbox.run_python`, isolated from the host and the network.
+:func:`websailor.sandbox.bubblewrap.run_python`, isolated from the host and the network.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import re
 from typing import Any
 
 from websailor.errors import InvalidArgumentError
+from websailor.sandbox import SandboxLimits, SandboxResult, ensure_sandbox, run_python
 from websailor.tools.base import Tool
-from websailor.tools.sandbox import SandboxLimits, SandboxResult, ensure_sandbox, run_python
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.S)
 
@@ -91,7 +91,7 @@ class PythonInterpreterTool(Tool):
     """Run Python code in the sandbox; the observation is what it printed.
 
     Args:
-        limits: resource limits of each run (see :class:`~websailor.tools.sandbox.SandboxLimits`).
+        limits: resource limits of each run (see :class:`~websailor.sandbox.bubblewrap.SandboxLimits`).
         allow_unsafe: without a working bubblewrap, run the code with resource limits only
             (``WEBSAILOR_UNSAFE_PYTHON=1`` does the same).
         max_observation_chars: longer observations are cut in the middle, with a note.

@@ -19,7 +19,7 @@ from typing import Any
 from websailor.errors import WebsailorError
 
 #: Modules the fork server imports once, so that children start with the parsers loaded.
-PRELOAD = ["websailor.tools.parse_file", "websailor.tools.web.providers"]
+PRELOAD = ["websailor.tools.documents.parse_file", "websailor.tools.documents.parsers", "websailor.tools.web.providers"]
 
 
 class IsolatedCallError(WebsailorError):

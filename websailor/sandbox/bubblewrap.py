@@ -2,7 +2,7 @@
 
 The code runs in ``/sandbox``, a size-capped tmpfs of its own (nothing it writes reaches the
 host's disk), under a seccomp filter that refuses namespaces, mounts and similar calls
-(:mod:`websailor.tools.seccomp`), with the real binary
+(:mod:`websailor.sandbox.seccomp`), with the real binary
 of the current interpreter, in its own network, PID, IPC and UTS namespaces (so no network
 and no view of host processes), and sees only ``/usr``, the Python installation, the
 environment's site-packages (at a neutral path, so numpy, scipy and sympy import but the
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from websailor.errors import ConfigError, InvalidArgumentError
 from websailor.log import get_logger
-from websailor.tools.seccomp import sandbox_filter
+from websailor.sandbox.seccomp import sandbox_filter
 
 log = get_logger(__name__)
 
