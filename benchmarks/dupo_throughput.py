@@ -96,12 +96,12 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
     from websailor.models import load_model
     from websailor.tools.local import build_local_tools
     from websailor.train.rewards import reward
-    from websailor.train.rl import RLSettings, build_agent_config, load_questions
+    from websailor.train.rl import RLSettings, build_agent_config, training_questions
 
     stream = [json.loads(x) for x in a.stream.read_text().splitlines() if x.strip()] if a.stream.exists() else []
     if len(stream) >= needed:
         return stream
-    items = load_questions(a.qa, "train")
+    items = training_questions(a.qa, "train")
     random.Random(a.seed).shuffle(items)
     cfg = build_agent_config(
         RLSettings(

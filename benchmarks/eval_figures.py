@@ -95,8 +95,8 @@ def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
     from websailor.agent import Agent, AgentConfig
     from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
     from websailor.eval.harness import EvalConfig, evaluate
-    from websailor.eval.loaders import load_benchmark
     from websailor.models import SamplingParams, load_model
+    from websailor.questions import load_questions
     from websailor.synth.dataset import SynthConfig, synthesize
     from websailor.synth.graph import build_knowledge_graph
     from websailor.tools.local import build_local_tools
@@ -109,7 +109,7 @@ def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
         )
         qa = Path(tmp) / "qa.jsonl"
         synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=questions * 12, seed=0), progress=False)
-        items = load_benchmark(qa, split="test", limit=questions)
+        items = load_questions(qa, split="test", limit=questions)
         model = load_model("smollm2")
         cfg = AgentConfig(
             max_calls=max_calls, max_tokens_per_turn=max_tokens, sampling=SamplingParams(temperature=0.85)

@@ -8,9 +8,10 @@ from fakes import FakeOpenAIServer, ScriptedModel, call
 from websailor.agent import Agent, AgentConfig
 from websailor.agent.parse import parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE
-from websailor.agent.runner import done_rollouts, load_questions, run_questions
+from websailor.agent.runner import done_rollouts, run_questions
 from websailor.corpus import Corpus
 from websailor.errors import InputFormatError, ModelError
+from websailor.questions import load_questions
 from websailor.tools.local import build_local_tools
 
 
@@ -213,12 +214,12 @@ def test_questions_file_errors_name_the_line(tmp_path: Path, content: str, messa
     p = tmp_path / "q.jsonl"
     p.write_text(content)
     with pytest.raises(InputFormatError, match=message):
-        load_questions(p)
+        load_questions(p, require_answer=False)
 
 
 def test_nq_sample_loads_golden_answers(shared_data: Path):
     path = shared_data / "nq_test_sample.jsonl"
-    qs = load_questions(path)
+    qs = load_questions(path, require_answer=False)
     assert (
         len(qs) == len(path.read_text().split("\n")) - path.read_text().split("\n").count("")
         and qs[0].id == "test_0"

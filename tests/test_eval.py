@@ -8,20 +8,20 @@ from pathlib import Path
 import pytest
 
 from websailor.errors import InputFormatError
-from websailor.eval.loaders import (
+from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_at_k, per_run_accuracy
+from websailor.judge import Case, Gold, load_judge
+from websailor.questions import (
     canary_xor_encrypt,
     detect_format,
-    load_benchmark,
+    load_questions,
     sha256_xor_decrypt,
     sha256_xor_encrypt,
 )
-from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_at_k, per_run_accuracy
-from websailor.judge import Case, Gold, load_judge
 
 
 # -- loaders ------------------------------------------------------------------------------------
 def test_nq_sample_in_place(shared_data: Path):
-    items = load_benchmark(shared_data / "nq_test_sample.jsonl")
+    items = load_questions(shared_data / "nq_test_sample.jsonl")
     assert len(items) == 17 and items[0].id == "test_0"
     assert items[2].gold.forms == ("Olivia", "MFSK")  # golden_answers are alternatives
 
@@ -43,7 +43,7 @@ def test_browsecomp_csv_is_decrypted_with_each_rows_canary(tmp_path: Path):
         ]
     ]
     path = _write_csv(tmp_path / "browse_comp_test_set.csv", ["problem", "answer", "problem_topic", "canary"], rows)
-    items = load_benchmark(path)
+    items = load_questions(path)
     assert [(it.question, it.gold.answer, it.meta["topic"]) for it in items] == [
         ("Which river flows through Khartoum and Cairo?", "Nile", "Art"),
         ("Which painter made the Mona Lisa?", "Leonardo da Vinci", "Art"),
@@ -52,14 +52,14 @@ def test_browsecomp_csv_is_decrypted_with_each_rows_canary(tmp_path: Path):
 
     no_canary = _write_csv(tmp_path / "nc.csv", ["problem", "answer"], [r[:2] for r in rows])
     with pytest.raises(InputFormatError, match="cannot tell the benchmark layout"):
-        load_benchmark(no_canary)
+        load_questions(no_canary)
     with pytest.raises(InputFormatError, match="no 'canary' column"):
-        load_benchmark(f"browsecomp:{no_canary}")
+        load_questions(f"browsecomp:{no_canary}")
     wrong = _write_csv(
         tmp_path / "wrong.csv", ["problem", "answer", "canary"], [[r[0], r[1], "not-the-canary"] for r in rows]
     )
     with pytest.raises(InputFormatError, match="row 2: cannot decrypt with its canary"):
-        load_benchmark(wrong)
+        load_questions(wrong)
 
 
 def test_browsecomp_zh_xlsx_and_xbench_csv(tmp_path: Path):
@@ -77,7 +77,7 @@ def test_browsecomp_zh_xlsx_and_xbench_csv(tmp_path: Path):
         ]
     )
     wb.save(tmp_path / "browsecomp-zh-encrypted.xlsx")
-    items = load_benchmark(tmp_path / "browsecomp-zh-encrypted.xlsx")
+    items = load_questions(tmp_path / "browsecomp-zh-encrypted.xlsx")
     assert items[0].question == "哪位皇帝修建了长城的大部分？" and items[0].gold.answer == "秦始皇"
 
     path = _write_csv(
@@ -94,7 +94,7 @@ def test_browsecomp_zh_xlsx_and_xbench_csv(tmp_path: Path):
         ],
     )
     assert detect_format(path, [{"id": 1, "prompt": "", "answer": "", "canary": ""}]) == "xbench"
-    items = load_benchmark(path)
+    items = load_questions(path)
     assert (items[0].id, items[0].question, items[0].gold.answer) == ("7", "2024年奥运会在哪座城市举办？", "巴黎")
 
 
@@ -122,7 +122,7 @@ def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path, shared_data: Path):
         )
         + "\n"
     )
-    items = load_benchmark(gaia)
+    items = load_questions(gaia)
     assert [(it.id, it.gold.answer, it.meta["level"]) for it in items] == [("a1", "2", 1)]  # text only
 
     import pyarrow as pa
@@ -151,7 +151,7 @@ def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path, shared_data: Path):
         ),
         tmp_path / "test-00000-of-00001.parquet",
     )
-    items = load_benchmark(tmp_path / "test-00000-of-00001.parquet")
+    items = load_questions(tmp_path / "test-00000-of-00001.parquet")
     assert [it.id for it in items] == ["h1"] and items[0].meta["category"] == "Math"
 
     fan = tmp_path / "fanout-final-dev.json"
@@ -169,7 +169,7 @@ def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path, shared_data: Path):
             ]
         )
     )
-    f1, f2, f3 = load_benchmark(fan)
+    f1, f2, f3 = load_questions(fan)
     assert f1.gold.parts == ("Pat Burrell", "Right", "Mark Mulder", "Left") and f2.gold.parts == ("Paris", "Rome")
     assert f3.gold.answer == "12" and f3.gold.parts is None
 
@@ -191,30 +191,30 @@ def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path, shared_data: Path):
         )
         + "\n"
     )
-    assert [it.id for it in load_benchmark(synth)] == ["sf-1", "sf-2"]
-    assert [it.id for it in load_benchmark(synth, split="all", limit=2)] == ["sf-0", "sf-1"]
-    assert load_benchmark(synth)[0].gold.forms == ("Nile", "The Nile")
+    assert [it.id for it in load_questions(synth)] == ["sf-1", "sf-2"]
+    assert [it.id for it in load_questions(synth, split="all", limit=2)] == ["sf-0", "sf-1"]
+    assert load_questions(synth)[0].gold.forms == ("Nile", "The Nile")
     with pytest.raises(InputFormatError, match="no items in split 'dev'"):
-        load_benchmark(synth, split="dev")
+        load_questions(synth, split="dev")
 
 
 def test_bad_benchmark_files(tmp_path: Path):
     no_answer = tmp_path / "q.jsonl"
     no_answer.write_text('{"question": "Which river?", "id": 1}\n')
     with pytest.raises(InputFormatError, match="cannot tell the benchmark layout"):
-        load_benchmark(no_answer)
+        load_questions(no_answer)
     with pytest.raises(InputFormatError, match="no 'answer' or 'golden_answers' column, which the jsonl layout needs"):
-        load_benchmark(f"jsonl:{no_answer}")
+        load_questions(f"jsonl:{no_answer}")
     empty_answer = tmp_path / "e.jsonl"
     empty_answer.write_text('{"question": "Which river?", "answer": "  "}\n')
     with pytest.raises(InputFormatError, match="record 1: no gold answer"):
-        load_benchmark(empty_answer)
+        load_questions(empty_answer)
     with pytest.raises(InputFormatError, match="does not exist"):
-        load_benchmark(tmp_path / "missing.csv")
+        load_questions(tmp_path / "missing.csv")
     garbage = tmp_path / "g.xlsx"
     garbage.write_text("not a workbook")
     with pytest.raises(InputFormatError, match="cannot read it"):
-        load_benchmark(garbage)
+        load_questions(garbage)
 
 
 # -- metrics (hand-computed) ------------------------------------------------------------------------
@@ -379,12 +379,12 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
 
     from websailor.agent import Agent, AgentConfig
     from websailor.eval.harness import EvalConfig, evaluate
-    from websailor.eval.loaders import EvalItem
+    from websailor.questions import Question
     from websailor.tools.local import build_local_tools
 
     items = [
-        EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
-        EvalItem("mona", "Who painted the Mona Lisa?", Gold.parse("Leonardo da Vinci", ["Leonardo"])),
+        Question("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
+        Question("mona", "Who painted the Mona Lisa?", Gold.parse("Leonardo da Vinci", ["Leonardo"])),
     ]
 
     def reply(msgs):  # (mona: one reply off the protocol first) search once, then answer ("Leonardo" is an alias)
@@ -523,9 +523,9 @@ def test_loader_messages_count_records_of_the_file(tmp_path: Path):
         + "\n"
     )
     with pytest.raises(InputFormatError, match="record 3: no gold answer"):
-        load_benchmark(gaia)
+        load_questions(gaia)
     with pytest.raises(InputFormatError, match="--split applies to synthesized QA items only"):
-        load_benchmark(tmp_path / "metadata.jsonl", split="test")
+        load_questions(tmp_path / "metadata.jsonl", split="test")
 
 
 def test_em_normalizes_every_script():
@@ -541,9 +541,9 @@ def test_eval_reruns_rollouts_that_hit_model_errors(tmp_path: Path):
     from websailor.agent import Agent
     from websailor.errors import ModelError
     from websailor.eval.harness import EvalConfig, evaluate
-    from websailor.eval.loaders import EvalItem
+    from websailor.questions import Question
 
-    items = [EvalItem("nile", "Which river flows through Cairo?", Gold.parse("Nile"))]
+    items = [Question("nile", "Which river flows through Cairo?", Gold.parse("Nile"))]
     down = Agent(ScriptedModel([ModelError("HTTP 503")]), [], env="none")
     s = evaluate(items, down, load_judge("em"), tmp_path, EvalConfig(rollouts=2), progress=False)
     assert s["ungraded"] == 2 and s["avg_at_k"] is None and s["terminations"] == {"model_error": 2}

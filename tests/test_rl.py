@@ -13,9 +13,9 @@ import pytest
 from tests.fakes import ScriptedModel, call
 from websailor.agent.loop import Agent, AgentConfig
 from websailor.errors import ConfigError, InputFormatError, ModelError
-from websailor.eval.loaders import EvalItem
 from websailor.judge.base import Grade
 from websailor.judge.gold import Gold
+from websailor.questions import Question
 from websailor.train.advantages import plan_batch
 from websailor.train.rl import RLSettings, accumulation_steps, load_settings, train_rl
 from websailor.train.rl_log import plot_log, read_log, window_means
@@ -134,7 +134,7 @@ def _scripted_group(vital, outcomes: list[str]):
 
 
 def _rollouts(tmp_path: Path, algo: str, judge, group_size: int = 4) -> AgentRollouts:
-    item = EvalItem("q1", "Which city is the capital of France?", Gold.parse("Paris"))
+    item = Question("q1", "Which city is the capital of France?", Gold.parse("Paris"))
     settings = RolloutSettings(group_size, algo, AgentConfig(max_calls=4), concurrency=1)
     return AgentRollouts({item.question: item}, {}, judge, settings, tmp_path / "rollouts.jsonl")
 
@@ -389,7 +389,7 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
 
 
 def test_synth_files_train_on_their_train_split(tmp_path: Path):
-    from websailor.train.rl import load_questions
+    from websailor.train.rl import training_questions
 
     rows = [
         {
@@ -404,11 +404,11 @@ def test_synth_files_train_on_their_train_split(tmp_path: Path):
     ]
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert [it.id for it in load_questions(qa)] == ["s0", "s2"]
-    assert [it.id for it in load_questions(qa, "all")] == ["s0", "s1", "s2"]
+    assert [it.id for it in training_questions(qa)] == ["s0", "s2"]
+    assert [it.id for it in training_questions(qa, "all")] == ["s0", "s1", "s2"]
     plain = _qa(tmp_path / "plain.jsonl")
     with pytest.raises(InputFormatError, match="--split applies to synthesized QA items only"):
-        load_questions(plain, "train")
+        training_questions(plain, "train")
 
 
 def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):

@@ -88,13 +88,13 @@ def test_expert_rejection_sampling_keeps_only_correct_tool_using_rollouts(vital:
     from fakes import ScriptedModel, call
 
     from websailor.agent import Agent, AgentConfig
-    from websailor.eval.loaders import load_benchmark
     from websailor.judge import load_judge
+    from websailor.questions import load_questions
     from websailor.train.expert import ExpertFilter, build_expert
     from websailor.train.sft import load_tokenizer
 
     qa = _qa(vital, tmp_path)
-    items = load_benchmark(qa, split="train")
+    items = load_questions(qa, split="train")
     gold = {it.question: it.gold.answer for it in items}
     order = {it.question: i for i, it in enumerate(items)}
 

@@ -447,7 +447,8 @@ def run(
 ) -> None:
     """Run the ReAct agent on one question (steps shown live) or on a questions file. Tool
     metrics are printed at the end and appended to OUT.tool_metrics.jsonl."""
-    from websailor.agent.runner import done_rollouts, load_questions
+    from websailor.agent.runner import done_rollouts
+    from websailor.questions import load_questions, resolve_split
 
     if (question is None) == (questions is None):
         _fail("give either a QUESTION or --questions FILE")
@@ -457,7 +458,9 @@ def run(
         _fail("--questions needs --out TRAJ.jsonl")
     if not math.isfinite(temperature) or not math.isfinite(timeout):
         _fail("--temperature and --timeout must be finite numbers")
-    items = load_questions(questions) if questions is not None else None
+    items = None
+    if questions is not None:  # every layout eval reads; all items of a synth file
+        items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
     if out is not None:  # check the output before spending any model time
         out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out)
@@ -695,10 +698,10 @@ def eval_cmd(
     from websailor.agent.runner import done_rollouts
     from websailor.config import websailor_home
     from websailor.eval.harness import EvalConfig, evaluate
-    from websailor.eval.loaders import load_benchmark
     from websailor.judge import load_judge
+    from websailor.questions import load_questions
 
-    items = load_benchmark(bench, split=split.value if split else None, limit=limit)
+    items = load_questions(bench, split=split.value if split else None, limit=limit)
     out.mkdir(parents=True, exist_ok=True)
     done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
@@ -843,14 +846,14 @@ def traj_build(
     if source == TrajSource.expert:
         from collections import Counter
 
-        from websailor.eval.loaders import load_benchmark
         from websailor.judge import load_judge
+        from websailor.questions import load_questions
         from websailor.train.expert import ExpertFilter, build_expert, side_files
         from websailor.train.sft import load_tokenizer, resolve_model_dir
 
         if not expert:
             _fail("--source expert needs --expert MODEL (the strong model that answers)")
-        items = load_benchmark(qa, split=split.value)
+        items = load_questions(qa, split=split.value)
         student = load_tokenizer(resolve_model_dir(tokenizer))
         agent, tool_env = _build_agent(
             expert,

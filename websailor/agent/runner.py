@@ -14,78 +14,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
 
 from websailor.agent.loop import Agent
 from websailor.agent.trajectory import Trajectory
 from websailor.errors import InputFormatError
-from websailor.jsonio import appending, loads_object, read_appended_jsonl
+from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
-from websailor.text import clean_text
+from websailor.questions import Question
 
 logger = get_logger(__name__)
-
-
-@dataclass
-class Question:
-    """One item of a questions file: ``question``, optional gold ``answer`` and ``id``."""
-
-    id: str
-    question: str
-    answer: Any = None
-
-
-def load_questions(path: str | Path) -> list[Question]:
-    """Read a questions JSONL (``question``, optional ``answer``/``golden_answers``, ``id``).
-
-    Every line is checked before anything runs.
-
-    Raises:
-        InputFormatError: missing or empty file, or lines that are not JSON objects with a
-            non-empty string ``question``; the message lists up to 5 bad line numbers.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputFormatError(f"questions file {p} does not exist or is not a file")
-    items: list[Question] = []
-    problems: list[str] = []
-    seen: set[str] = set()
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError:
-                problems.append(f"line {lineno}: not valid UTF-8")
-                continue
-            if not line.strip():
-                continue
-            try:
-                obj = loads_object(line)
-            except ValueError as e:
-                problems.append(f"line {lineno}: {e}")
-                continue
-            q = obj.get("question")
-            if not isinstance(q, str) or not q.strip():
-                problems.append(f"line {lineno}: 'question' must be a non-empty string")
-                continue
-            raw_id = obj.get("id")
-            if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int))):
-                problems.append(f"line {lineno}: 'id' must be a string or an integer")
-                continue
-            qid = clean_text(str(raw_id)) if raw_id is not None else f"line{lineno}"
-            if qid in seen:
-                problems.append(f"line {lineno}: duplicate id {qid!r}")
-                continue
-            seen.add(qid)
-            items.append(Question(qid, clean_text(q), obj.get("answer", obj.get("golden_answers"))))
-    if problems:
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise InputFormatError(f"{p}: " + "; ".join(problems[:5]) + more)
-    if not items:
-        raise InputFormatError(f"{p}: no questions (the file is empty)")
-    return items
 
 
 def trajectory_line(traj: Trajectory) -> str:

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from websailor.agent.loop import Agent
-from websailor.agent.runner import Question, run_questions
-from websailor.eval.loaders import EvalItem
+from websailor.agent.runner import run_questions
 from websailor.eval.report import write_report
 from websailor.eval.scoring import read_trajectories, score_trajectories
 from websailor.judge import Judge
 from websailor.log import get_logger
+from websailor.questions import Question
 
 logger = get_logger(__name__)
 
@@ -32,7 +32,7 @@ class EvalConfig:
 
 
 def evaluate(
-    items: list[EvalItem],
+    items: list[Question],
     agent: Agent,
     judge: Judge,
     out_dir: str | Path,
@@ -53,7 +53,7 @@ def evaluate(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     traj_path = out / "trajectories.jsonl"
-    questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
+    questions = [it.with_gold_record() for it in items]
     summary = run_questions(
         agent, questions, traj_path, rollouts=cfg.rollouts, concurrency=cfg.concurrency, progress=progress
     )

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from websailor.agent.loop import Agent
-from websailor.agent.runner import Question, stream_rollouts
+from websailor.agent.runner import stream_rollouts
 from websailor.errors import InputFormatError, ModelError
 from websailor.jsonio import appending
 from websailor.judge import exact_match
+from websailor.questions import Question
 
 KEEP = ("moderate", "hard", "all")
 #: grades a prediction against the item's answer and aliases
@@ -122,7 +123,7 @@ class DifficultyFilter:
                 failing); they are recorded but not counted, and are rerun on resume.
         """
         k = self.config.k
-        q = Question(str(item["id"]), item["question"], item["answer"])
+        q = Question(str(item["id"]), item["question"], answer=item["answer"])
         todo = [(q, r) for r in range(k) if not self._reusable(q.id, r, q.question)]
         errors = []
         for traj in stream_rollouts(self.agent, todo, self._fh, self.config.concurrency):

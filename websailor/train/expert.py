@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from websailor.agent.loop import Agent
-from websailor.agent.runner import Question, check_source, latest_rollouts, run_questions, trajectory_line
+from websailor.agent.runner import check_source, latest_rollouts, run_questions, trajectory_line
 from websailor.agent.trajectory import Trajectory
 from websailor.errors import InvalidArgumentError, ModelError
-from websailor.eval.loaders import EvalItem
 from websailor.eval.scoring import Score, read_trajectories, score_trajectories
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.judge.base import Judge
+from websailor.questions import Question
 
 
 @dataclass
@@ -70,7 +70,7 @@ def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
 
 
 def build_expert(
-    items: list[EvalItem],
+    items: list[Question],
     agent: Agent,
     judge: Judge,
     out: str | Path,
@@ -86,7 +86,7 @@ def build_expert(
     accepted ones (:func:`verdict`) to ``out`` (each ``(id, rollout)`` once; resumable).
 
     Args:
-        items: questions with gold answers (``websailor.eval.loaders.load_benchmark``).
+        items: questions with gold answers (``websailor.questions.load_questions``).
         agent: the expert agent (a strong model and the tools).
         judge: grades predictions against the gold answers.
         out: accepted trajectories, JSONL; the rollouts and scores files sit beside it.
@@ -119,7 +119,7 @@ def build_expert(
             f"{rollouts_path} holds rollouts of {', '.join(map(repr, sorted(sampled)))}, not of "
             f"{agent.model.name!r}: use another --out for another expert"
         )
-    questions = [Question(it.id, it.question, it.gold.to_dict()) for it in items]
+    questions = [it.with_gold_record() for it in items]
     run_questions(agent, questions, rollouts_path, rollouts=k, concurrency=concurrency, progress=progress)
     wanted = {(q.id, r): q for q in questions for r in range(k)}
     records = [

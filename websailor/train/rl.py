@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
+from websailor.questions import Question, load_questions, resolve_split
 from websailor.train.common import (
     TrainSettings,
     check_resume,
@@ -173,21 +174,20 @@ def build_agent_config(settings: RLSettings) -> Any:
     )
 
 
-def load_questions(path: str | Path, split: str | None = None) -> list[Any]:
-    """The training questions of a QA file: a ``synth`` file's ``split`` (default ``train``),
-    or every item of any other format ``eval`` reads.
+def training_questions(path: str | Path, split: str | None = None) -> list[Question]:
+    """The training questions of a QA file, read by :func:`websailor.questions.load_questions`:
+    a ``synth`` file's ``split`` (default ``train``), or every item of any other layout; one
+    record per question text.
 
     Raises:
         InputFormatError: an unreadable file, no items, ``split`` on a file without splits,
             or one question text with two different gold answers (TRL hands prompts back as
             text only).
     """
-    from websailor.eval.loaders import load_benchmark
-
-    items = load_benchmark(str(path), split=_resolve_split(path, split))
+    items = load_questions(str(path), split=resolve_split(path, split, "train"))
     if not items:
         raise InputFormatError(f"{path}: no questions to train on")
-    seen: dict[str, Any] = {}
+    seen: dict[str, Question] = {}
     for it in items:
         other = seen.setdefault(it.question, it)
         if other.gold != it.gold:
@@ -220,12 +220,14 @@ def prefilter_items(
     Raises:
         ConfigError: no item is left (the message gives the counts).
     """
-    from websailor.agent.runner import Question, finished, latest_rollouts, run_questions
+    from dataclasses import replace
+
+    from websailor.agent.runner import finished, latest_rollouts, run_questions
     from websailor.jsonio import read_appended_jsonl
     from websailor.judge.base import Case
     from websailor.synth.difficulty import verdict
 
-    questions = [Question(it.id, it.question, it.gold.answer) for it in items]
+    questions = [replace(it, answer=it.gold.answer) for it in items]
     run_questions(agent, questions, out, rollouts=k, concurrency=concurrency, progress=progress)
     done = latest_rollouts(out, read_appended_jsonl(out, "a trajectory record"))
     cases, owners = [], []
@@ -283,15 +285,6 @@ def _trim_jsonl(path: Path, max_step: int) -> None:
         except ValueError:
             continue  # an unfinished last line of a killed run
     path.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
-
-
-def _resolve_split(data_path: str | Path, split: str | None) -> str | None:
-    """``train`` for a ``synth`` file given no split; otherwise ``split`` as given."""
-    from websailor.eval.loaders import file_format
-
-    if split is None and Path(str(data_path)).is_file() and file_format(Path(str(data_path))) == "synth":
-        return "train"
-    return split
 
 
 def _digest(data_path: str | Path, items: list[Any]) -> str:
@@ -473,8 +466,8 @@ def train_rl(
     load_judge(settings.reward)  # a bad spec is refused before anything is written
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
-    split = _resolve_split(data_path, split)
-    items = load_questions(data_path, split)
+    split = resolve_split(data_path, split, "train")
+    items = training_questions(data_path, split)
     _check_enough(items, settings, "the data")
     record = {"model": model, "data_sha256": _digest(data_path, items), "split": split, **settings.model_dump()}
     if corpus is not None:
@@ -650,4 +643,4 @@ def train_rl(
         tool_env.record_metrics(out / "tool_metrics.jsonl")
 
 
-__all__ = ["RLSettings", "accumulation_steps", "load_questions", "load_settings", "prefilter_items", "train_rl"]
+__all__ = ["RLSettings", "accumulation_steps", "load_settings", "prefilter_items", "train_rl", "training_questions"]

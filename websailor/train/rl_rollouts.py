@@ -33,9 +33,9 @@ from typing import Any
 from websailor.agent.loop import Agent, AgentConfig
 from websailor.agent.trajectory import Trajectory
 from websailor.errors import ModelError
-from websailor.eval.loaders import EvalItem
 from websailor.judge.base import Case, Judge
 from websailor.log import get_logger
+from websailor.questions import Question
 from websailor.train.advantages import plan_batch
 from websailor.train.common import release_memory
 from websailor.train.rewards import reward
@@ -83,7 +83,7 @@ class AgentRollouts:
 
     def __init__(
         self,
-        items: dict[str, EvalItem],
+        items: dict[str, Question],
         tools: dict[str, Any],
         judge: Judge,
         settings: RolloutSettings,
@@ -102,7 +102,7 @@ class AgentRollouts:
         self._calls = 0
 
     # -- the steps of one batch -------------------------------------------------------
-    def _questions(self, prompts: list) -> list[EvalItem]:
+    def _questions(self, prompts: list) -> list[Question]:
         G = self.settings.group_size
         texts = [p[-1]["content"] if isinstance(p, list) else str(p) for p in prompts]
         if len(texts) % G:
@@ -117,7 +117,7 @@ class AgentRollouts:
             out += [item] * G
         return out
 
-    def _run(self, agent: Agent, items: list[EvalItem], step: int) -> list[Trajectory]:
+    def _run(self, agent: Agent, items: list[Question], step: int) -> list[Trajectory]:
         n = len(items)
         with ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout") as pool:
             futures = [
@@ -125,7 +125,7 @@ class AgentRollouts:
             ]
             return [f.result() for f in futures]
 
-    def _grade(self, items: list[EvalItem], trajs: list[Trajectory]) -> list[bool | None]:
+    def _grade(self, items: list[Question], trajs: list[Trajectory]) -> list[bool | None]:
         graded = [i for i, t in enumerate(trajs) if t.termination != "model_error"]
         correct: list[bool | None] = [None] * len(trajs)
         if not graded:
@@ -174,7 +174,7 @@ class AgentRollouts:
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
 
     def batch(
-        self, items: list[EvalItem], trajs: list[Trajectory], step: int, tokenizer: Any, rollout_s: float = 0.0
+        self, items: list[Question], trajs: list[Trajectory], step: int, tokenizer: Any, rollout_s: float = 0.0
     ) -> dict[str, Any]:
         """Grade finished rollouts (``trajs[i]`` answers ``items[i]``; groups contiguous) and
         build the trainer's batch: ``prompt_ids``, ``completion_ids``, ``env_mask``,

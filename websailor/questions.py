@@ -1,8 +1,12 @@
-"""Benchmark loaders: every layout becomes a list of :class:`EvalItem` (id, question, gold).
+"""Question files, the one loader for every command: each layout becomes a list of
+:class:`Question` (id, question, gold answer). ``run --questions``, ``eval --bench``,
+``traj build --source expert`` and ``train rl --data`` all read through :func:`load_questions`.
 
-Layouts (``--bench FORMAT:PATH``, or a path whose layout is recognised, or a name):
+Layouts (``FORMAT:PATH``, or a path whose layout is recognised, or a name):
 
-* ``jsonl``: generic JSONL with ``question`` and ``answer`` (optional ``aliases``, ``id``).
+* ``jsonl``: generic JSONL with ``question`` and ``answer`` (optional ``aliases``, ``id``);
+  ``run`` also takes it without answers. Every line is checked before anything runs; a record
+  without an ``id`` is named ``line<N>`` after its line.
 * ``nq``: Natural-Questions style JSONL, ``question`` and ``golden_answers`` (alternatives).
 * ``synth``: our SailorFog-QA-V2 items (``split`` selects train or test; default test).
 * ``browsecomp``: OpenAI's BrowseComp CSV (``problem``, ``answer``, ``canary``, base64 of the
@@ -28,11 +32,12 @@ import hashlib
 import json
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from websailor.errors import InputFormatError
+from websailor.jsonio import loads_object
 from websailor.judge.gold import Gold
 from websailor.log import get_logger
 from websailor.text import clean_text
@@ -45,15 +50,35 @@ FANOUTQA_WHEEL_FILE = "fanoutqa-1.1.1-py3-none-any.whl"
 FANOUTQA_WHEEL_SHA256 = "1d97c901e62e90507ac0c039a357895308bed1c6a5b49207ae81d81eac6fd795"
 
 
+#: Problems listed in one error message about a file's lines.
+MAX_LISTED_PROBLEMS = 5
+
+
 @dataclass
-class EvalItem:
-    """One benchmark question with its gold answer; ``meta`` keeps what else the source has
-    (topic, level, category)."""
+class Question:
+    """One question of a questions file or benchmark.
+
+    Attributes:
+        id: the record's id (``line<N>`` for a JSONL record without one, ``<file stem>-<i>``
+            for a table row without one).
+        question: the text (NFC, lone surrogates replaced).
+        gold: the gold answer every judge reads; ``None`` only for a file read with
+            ``require_answer=False`` whose record has no usable answer.
+        meta: what else the source has (split, topic, level, category).
+        answer: the gold answer as trajectory records carry it: as the file gives it (``run``);
+            callers that grade set it to ``gold.to_dict()`` (:meth:`with_gold_record`).
+    """
 
     id: str
     question: str
-    gold: Gold
+    gold: Gold | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    answer: Any = None
+
+    def with_gold_record(self) -> Question:
+        """This question with ``answer`` set to the gold record ``{"answer", "aliases",
+        "parts"}``, so a trajectory can be regraded on its own."""
+        return replace(self, answer=self.gold.to_dict() if self.gold is not None else None)
 
 
 # -- decryption ---------------------------------------------------------------------------------
@@ -113,23 +138,42 @@ def _rows_xlsx(path: Path) -> list[dict[str, Any]]:
     return [dict(zip(header, r)) for r in rows if any(v is not None for v in r)]
 
 
-def _rows_jsonl(path: Path) -> list[dict]:
-    out = []
-    lines = path.read_text(encoding="utf-8-sig").split("\n")
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
+def _problems(path: Path, problems: list[str]) -> InputFormatError:
+    more = f" (and {len(problems) - MAX_LISTED_PROBLEMS} more)" if len(problems) > MAX_LISTED_PROBLEMS else ""
+    return InputFormatError(f"{path}: " + "; ".join(problems[:MAX_LISTED_PROBLEMS]) + more)
+
+
+def _rows_jsonl(path: Path) -> tuple[list[dict], list[int]]:
+    """The records of a JSONL file and their line numbers. Every line is checked and up to
+    :data:`MAX_LISTED_PROBLEMS` problems are reported at once; a last line without its
+    newline that is not JSON (a file still being written) is skipped with a warning."""
+    lines = path.read_bytes().split(b"\n")
+    rows: list[dict] = []
+    numbers: list[int] = []
+    problems: list[str] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        if not raw.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            if lineno == len(lines):  # no newline after it: a file still being written
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            problems.append(f"line {lineno}: not valid UTF-8 (byte {raw[e.start]:#04x})")
+            continue
+        try:
+            obj = loads_object(line)
+        except ValueError as e:
+            if lineno == len(lines) and str(e).startswith("not valid JSON"):
                 logger.warning("%s: skipping an unfinished last line", path)
                 continue
-            raise InputFormatError(f"{path} line {lineno}: not JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise InputFormatError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
-        out.append(obj)
-    return out
+            problems.append(f"line {lineno}: {e}")
+            continue
+        rows.append(obj)
+        numbers.append(lineno)
+    if problems:
+        raise _problems(path, problems)
+    return rows, numbers
 
 
 def _rows_parquet(path: Path) -> list[dict]:
@@ -138,19 +182,20 @@ def _rows_parquet(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
-def _rows(path: Path) -> list[dict]:
+def _rows(path: Path) -> tuple[list[dict], list[int] | None]:
+    """The records of a question file, with their line numbers when it is JSONL."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _rows_csv(path)
+        return _rows_csv(path), None
     if suffix == ".xlsx":
-        return _rows_xlsx(path)
+        return _rows_xlsx(path), None
     if suffix == ".parquet":
-        return _rows_parquet(path)
+        return _rows_parquet(path), None
     if suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8-sig"))
         if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise InputFormatError(f"{path}: expected a JSON list of objects")
-        return data
+        return data, None
     return _rows_jsonl(path)
 
 
@@ -166,27 +211,65 @@ def _column(rows: list[dict], path: Path, fmt: str, *names: str) -> str:
     )
 
 
-def _item(path: Path, i: int, qid: Any, question: Any, gold: Callable[[], Gold], meta: dict) -> EvalItem:
-    """``i``: the record's position in the file (0-based), for messages."""
+def _item(path: Path, i: int, qid: Any, question: Any, answer: Any, gold: Callable[[], Gold], meta: dict) -> Question:
+    """``i``: the record's position in the file (0-based), for messages; ``answer``: the
+    answer as the file gives it (after decryption)."""
     if not isinstance(question, str) or not question.strip():
         raise InputFormatError(f"{path} record {i + 1}: the question is empty or not text")
     try:
         g = gold()
     except ValueError as e:
         raise InputFormatError(f"{path} record {i + 1}: {e}") from None
-    return EvalItem(str(qid) if qid not in (None, "") else f"{path.stem}-{i}", clean_text(question), g, meta)
+    return Question(str(qid) if qid not in (None, "") else f"{path.stem}-{i}", clean_text(question), g, meta, answer)
 
 
-def _plain(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
+def _plain(path: Path, rows: list[dict], lines: list[int] | None, fmt: str, require_answer: bool) -> list[Question]:
+    """The ``jsonl`` and ``nq`` layouts: every record's question and id are checked first (up
+    to :data:`MAX_LISTED_PROBLEMS` problems, by line), then the gold answers (the first bad
+    one, by record)."""
     qcol = _column(rows, path, fmt, "question")
-    acol = _column(rows, path, fmt, *(("golden_answers", "answer") if fmt == "nq" else ("answer", "golden_answers")))
-    return [
-        _item(path, i, r.get("id"), r.get(qcol), lambda r=r: Gold.parse(r.get(acol), r.get("aliases") or []), {})
-        for i, r in enumerate(rows)
-    ]
+    names = ("golden_answers", "answer") if fmt == "nq" else ("answer", "golden_answers")
+    try:
+        acol: str | None = _column(rows, path, fmt, *names)
+    except InputFormatError:
+        if require_answer:
+            raise
+        acol = None
+    lines = lines or list(range(1, len(rows) + 1))
+    problems: list[str] = []
+    seen: set[str] = set()
+    checked: list[tuple[int, str, dict]] = []
+    for i, (r, lineno) in enumerate(zip(rows, lines)):
+        q = r.get(qcol)
+        if not isinstance(q, str) or not q.strip():
+            problems.append(f"line {lineno}: '{qcol}' must be a non-empty string")
+            continue
+        raw_id = r.get("id")
+        if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int))):
+            problems.append(f"line {lineno}: 'id' must be a string or an integer")
+            continue
+        qid = clean_text(str(raw_id)) if raw_id not in (None, "") else f"line{lineno}"
+        if qid in seen:
+            problems.append(f"line {lineno}: duplicate id {qid!r}")
+            continue
+        seen.add(qid)
+        checked.append((i, qid, r))
+    if problems:
+        raise _problems(path, problems)
+    items = []
+    for i, qid, r in checked:
+        answer = r.get(acol) if acol is not None else None
+        try:
+            gold: Gold | None = Gold.parse(answer, r.get("aliases") or [])
+        except ValueError as e:
+            if require_answer:
+                raise InputFormatError(f"{path} record {i + 1}: {e}") from None
+            gold = None
+        items.append(Question(qid, clean_text(r[qcol]), gold, {}, answer))
+    return items
 
 
-def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
+def _synth(path: Path, rows: list[dict], split: str | None) -> list[Question]:
     split = split or "test"
     chosen = [(i, r) for i, r in enumerate(rows) if split == "all" or r.get("split") == split]
     if not chosen:
@@ -201,6 +284,7 @@ def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
             i,
             r.get("id"),
             r.get("question"),
+            r.get("answer"),
             lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
             {"split": r.get("split")},
         )
@@ -208,7 +292,7 @@ def _synth(path: Path, rows: list[dict], split: str | None) -> list[EvalItem]:
     ]
 
 
-def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
+def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[Question]:
     qcol = _column(rows, path, fmt, "problem", "question", "prompt")
     acol = _column(rows, path, fmt, "answer")
     try:
@@ -230,11 +314,12 @@ def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[EvalItem]:
                 f"{path} row {i + 2}: cannot decrypt with its canary ({e}); is the canary "
                 f"column wrong, or the file not the {fmt} file as distributed?"
             ) from None
-        out.append(_item(path, i, r.get("id"), q, lambda a=a: Gold.parse(a), {"topic": r.get(topic)} if topic else {}))
+        meta = {"topic": r.get(topic)} if topic else {}
+        out.append(_item(path, i, r.get("id"), q, a, lambda a=a: Gold.parse(a), meta))
     return out
 
 
-def _gaia(path: Path, rows: list[dict]) -> list[EvalItem]:
+def _gaia(path: Path, rows: list[dict]) -> list[Question]:
     _column(rows, path, "gaia", "Question")
     _column(rows, path, "gaia", "Final answer")
     text_only = [(i, r) for i, r in enumerate(rows) if not r.get("file_name")]
@@ -244,6 +329,7 @@ def _gaia(path: Path, rows: list[dict]) -> list[EvalItem]:
             i,
             r.get("task_id"),
             r.get("Question"),
+            r.get("Final answer"),
             lambda r=r: Gold.parse(r.get("Final answer")),
             {"level": r.get("Level")},
         )
@@ -251,7 +337,7 @@ def _gaia(path: Path, rows: list[dict]) -> list[EvalItem]:
     ]
 
 
-def _hle(path: Path, rows: list[dict]) -> list[EvalItem]:
+def _hle(path: Path, rows: list[dict]) -> list[Question]:
     _column(rows, path, "hle", "question")
     _column(rows, path, "hle", "answer")
     text_only = [(i, r) for i, r in enumerate(rows) if not r.get("image")]
@@ -261,6 +347,7 @@ def _hle(path: Path, rows: list[dict]) -> list[EvalItem]:
             i,
             r.get("id"),
             r.get("question"),
+            r.get("answer"),
             lambda r=r: Gold.parse(r.get("answer")),
             {"category": r.get("category"), "answer_type": r.get("answer_type")},
         )
@@ -268,7 +355,7 @@ def _hle(path: Path, rows: list[dict]) -> list[EvalItem]:
     ]
 
 
-def _fanoutqa(path: Path, rows: list[dict]) -> list[EvalItem]:
+def _fanoutqa(path: Path, rows: list[dict]) -> list[Question]:
     _column(rows, path, "fanoutqa", "question")
     _column(rows, path, "fanoutqa", "answer")
     return [
@@ -277,6 +364,7 @@ def _fanoutqa(path: Path, rows: list[dict]) -> list[EvalItem]:
             i,
             r.get("id"),
             r.get("question"),
+            r.get("answer"),
             lambda r=r: Gold.parse(r.get("answer"), list_answer=isinstance(r.get("answer"), list)),
             {"categories": r.get("categories")},
         )
@@ -284,8 +372,9 @@ def _fanoutqa(path: Path, rows: list[dict]) -> list[EvalItem]:
     ]
 
 
-def detect_format(path: Path, rows: list[dict]) -> str:
-    """Guess the layout from the file's type and first record.
+def detect_format(path: Path, rows: list[dict], require_answer: bool = True) -> str:
+    """Guess the layout from the file's type and first record; without ``require_answer``, a
+    JSONL file of questions alone is ``jsonl``.
 
     Raises:
         InputFormatError: nothing matches; the message lists the layouts.
@@ -308,7 +397,7 @@ def detect_format(path: Path, rows: list[dict]) -> str:
         return "nq"
     if suffix == ".json" and "decomposition" in keys:
         return "fanoutqa"
-    if {"question", "answer"} <= keys:
+    if {"question", "answer"} <= keys or ("question" in keys and not require_answer):
         return "jsonl"
     raise InputFormatError(
         f"{path}: cannot tell the benchmark layout (columns {', '.join(sorted(keys)) or 'none'}); "
@@ -318,11 +407,19 @@ def detect_format(path: Path, rows: list[dict]) -> str:
 
 def file_format(path: Path) -> str | None:
     """The layout :func:`detect_format` sees in the file at ``path``; ``None`` when the file
-    cannot be read or matches nothing (:func:`load_benchmark` then says why)."""
+    cannot be read or matches nothing (:func:`load_questions` then says why)."""
     try:
-        return detect_format(path, _rows(path))
+        return detect_format(path, _rows(path)[0])
     except Exception:  # unreadable or unknown: the loader reports it with the details
         return None
+
+
+def resolve_split(spec: str | Path, split: str | None, synth_default: str) -> str | None:
+    """``split`` as given, or ``synth_default`` when none is given and ``spec`` is a file of
+    synthesized items (``train`` for training, ``all`` for ``run``; ``eval`` keeps ``test``)."""
+    if split is None and Path(str(spec)).is_file() and file_format(Path(str(spec))) == "synth":
+        return synth_default
+    return split
 
 
 def fetch_fanoutqa_dev() -> Path:
@@ -343,19 +440,24 @@ def fetch_fanoutqa_dev() -> Path:
 NAMES = {"fanoutqa-dev": ("fanoutqa", fetch_fanoutqa_dev)}
 
 
-def load_benchmark(spec: str | Path, split: str | None = None, limit: int | None = None) -> list[EvalItem]:
-    """Load a benchmark: ``FORMAT:PATH``, a ``PATH`` (layout detected), or a name in
-    :data:`NAMES`.
+def load_questions(
+    spec: str | Path, split: str | None = None, limit: int | None = None, *, require_answer: bool = True
+) -> list[Question]:
+    """Load a questions file or benchmark: ``FORMAT:PATH``, a ``PATH`` (layout detected), or a
+    name in :data:`NAMES`.
 
     Args:
         spec: what to load.
         split: for our synthesized items, ``train``, ``test`` (default) or ``all``.
         limit: keep the first ``limit`` items.
+        require_answer: every question must have a gold answer (``eval``, training); without
+            it (``run``) a JSONL file of questions alone is accepted and ``gold`` may be None.
 
     Raises:
         InputFormatError: a missing file, an unknown layout, a missing column (answer,
-            canary, ...), a row that cannot be decrypted, an empty question or answer, or no
-            items; each message names the file and the row.
+            canary, ...), a line that is not a JSON object, a row that cannot be decrypted, an
+            empty question or answer, a duplicate id, or no items; each message names the
+            file and the line, row or record.
     """
     spec = str(spec)
     fmt: str | None = None
@@ -370,10 +472,10 @@ def load_benchmark(spec: str | Path, split: str | None = None, limit: int | None
             path = Path(spec)
     if not path.is_file():
         raise InputFormatError(
-            f"benchmark file {path} does not exist or is not a file (or use a name: {', '.join(NAMES)})"
+            f"questions file {path} does not exist or is not a file (or use a name: {', '.join(NAMES)})"
         )
     try:
-        rows = _rows(path)
+        rows, lines = _rows(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error, zipfile.BadZipFile) as e:
         raise InputFormatError(f"{path}: cannot read it as {path.suffix or 'JSONL'}: {e}") from None
     except Exception as e:  # parquet and xlsx readers raise their own types
@@ -381,12 +483,12 @@ def load_benchmark(spec: str | Path, split: str | None = None, limit: int | None
             raise
         raise InputFormatError(f"{path}: cannot read it: {type(e).__name__}: {e}") from None
     if not rows:
-        raise InputFormatError(f"{path}: no records")
-    fmt = fmt or detect_format(path, rows)
+        raise InputFormatError(f"{path}: no questions (the file holds no records)")
+    fmt = fmt or detect_format(path, rows, require_answer)
     if split is not None and fmt != "synth":
         raise InputFormatError(f"{path} is a {fmt} file: --split applies to synthesized QA items only")
     if fmt in ("jsonl", "nq"):
-        items = _plain(path, rows, fmt)
+        items = _plain(path, rows, lines, fmt, require_answer)
     elif fmt == "synth":
         items = _synth(path, rows, split)
     elif fmt in ("browsecomp", "browsecomp-zh", "xbench"):
