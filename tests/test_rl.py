@@ -16,6 +16,7 @@ from websailor.errors import ConfigError, InputFormatError, ModelError
 from websailor.judge.base import Grade
 from websailor.judge.gold import Gold
 from websailor.questions import Question
+from websailor.tools.environment import EnvSpec
 from websailor.train.advantages import plan_batch
 from websailor.train.rl import RLSettings, accumulation_steps, load_settings, train_rl
 from websailor.train.rl_log import plot_log, read_log, window_means
@@ -287,7 +288,7 @@ def tiny_rl(smollm2_path: Path, vital_dir: Path, tmp_path_factory: pytest.TempPa
         save_steps=1,
         skip_zero_advantage=False,
     )
-    summary = train_rl(qa, f"hf:{tiny}", root / "out", settings, corpus=vital_dir, progress=False)
+    summary = train_rl(qa, f"hf:{tiny}", root / "out", settings, env=EnvSpec(corpus=vital_dir), progress=False)
     return root, tiny, qa, settings, summary
 
 
@@ -321,12 +322,19 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     # the saved directory is a model for run and eval
     assert load_model(f"hf:{out}").name == f"hf:{out}"
     # rerunning the same command returns the finished run; other settings are refused
-    assert train_rl(qa, f"hf:{tiny}", out, settings, corpus=vital_dir, progress=False)["steps"] == 2
+    assert train_rl(qa, f"hf:{tiny}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)["steps"] == 2
     with pytest.raises(ConfigError, match="holds an RL run with other learning_rate"):
-        train_rl(qa, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 1e-3}), corpus=vital_dir)
+        train_rl(
+            qa, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 1e-3}), env=EnvSpec(corpus=vital_dir)
+        )
     # a larger --max-steps continues the finished run from its last checkpoint
     more = train_rl(
-        qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir, progress=False
+        qa,
+        f"hf:{tiny}",
+        out,
+        settings.model_copy(update={"max_steps": 3}),
+        env=EnvSpec(corpus=vital_dir),
+        progress=False,
     )
     assert more["steps"] == 3 and [r["step"] for r in read_log(out)] == [1, 2, 3]
     assert len((out / "rollouts.jsonl").read_text().splitlines()) == 6
@@ -334,7 +342,12 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     (out / "rl_summary.json").unlink()
     (out / "model.safetensors").unlink()
     again = train_rl(
-        qa, f"hf:{tiny}", out, settings.model_copy(update={"max_steps": 3}), corpus=vital_dir, progress=False
+        qa,
+        f"hf:{tiny}",
+        out,
+        settings.model_copy(update={"max_steps": 3}),
+        env=EnvSpec(corpus=vital_dir),
+        progress=False,
     )
     assert again["steps"] == 3 and len((out / "rollouts.jsonl").read_text().splitlines()) == 6
     assert load_model(f"hf:{out}").name == f"hf:{out}"
@@ -358,7 +371,7 @@ def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch
 
     monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
     s = settings.model_copy(update={"max_steps": 1})
-    train_rl(qa, f"hf:{tiny}", root / "spread", s, corpus=vital_dir, progress=False)
+    train_rl(qa, f"hf:{tiny}", root / "spread", s, env=EnvSpec(corpus=vital_dir), progress=False)
     log = read_log(root / "spread")
     assert log[0]["groups/zero_spread_share"] == 0.0 and log[0]["reward/mean"] == 0.5
     assert log[0]["grad_norm"] > 0
@@ -374,7 +387,7 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
         match=r"no moderate items left after the prefilter \(2 rollouts per item: "
         r"0 too easy, 2 too hard",
     ):
-        train_rl(qa, f"hf:{tiny}", root / "prefiltered", s, corpus=vital_dir, progress=False)
+        train_rl(qa, f"hf:{tiny}", root / "prefiltered", s, env=EnvSpec(corpus=vital_dir), progress=False)
     counts = json.loads((root / "prefiltered" / "prefilter.json").read_text())
     assert (counts["kept"], counts["too_hard"], counts["kept_ids"]) == (0, 2, [])
     first = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
@@ -382,7 +395,12 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
     # another run in the same directory (it never trained) does not reuse those rollouts
     with pytest.raises(ConfigError, match="no moderate items"):
         train_rl(
-            qa, f"hf:{tiny}", root / "prefiltered", s.model_copy(update={"seed": 1}), corpus=vital_dir, progress=False
+            qa,
+            f"hf:{tiny}",
+            root / "prefiltered",
+            s.model_copy(update={"seed": 1}),
+            env=EnvSpec(corpus=vital_dir),
+            progress=False,
         )
     again = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
     assert len(again) == 4 and {r["seed"] for r in again}.isdisjoint({r["seed"] for r in first})
@@ -416,7 +434,7 @@ def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(InputFormatError):
-        train_rl(empty, f"hf:{tiny}", tmp_path / "o1", settings, corpus=vital_dir)
+        train_rl(empty, f"hf:{tiny}", tmp_path / "o1", settings, env=EnvSpec(corpus=vital_dir))
     dup = tmp_path / "dup.jsonl"
     dup.write_text(
         json.dumps({"id": "a", "question": "Q?", "answer": "x"})
@@ -425,13 +443,13 @@ def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
         + "\n"
     )
     with pytest.raises(InputFormatError, match="items a and b ask the same question with different gold answers"):
-        train_rl(dup, f"hf:{tiny}", tmp_path / "o2", settings, corpus=vital_dir)
+        train_rl(dup, f"hf:{tiny}", tmp_path / "o2", settings, env=EnvSpec(corpus=vital_dir))
     big = settings.model_copy(update={"batch_size": 6, "group_size": 2})
     with pytest.raises(ConfigError, match="needs 3 questions, the data has 2"):
-        train_rl(qa, f"hf:{tiny}", tmp_path / "o4", big, corpus=vital_dir)
+        train_rl(qa, f"hf:{tiny}", tmp_path / "o4", big, env=EnvSpec(corpus=vital_dir))
     assert not (tmp_path / "o4").exists()
     with pytest.raises(ConfigError, match="training needs local weights"):
-        train_rl(qa, "openai:m@http://localhost:1/v1", tmp_path / "o3", settings, corpus=vital_dir)
+        train_rl(qa, "openai:m@http://localhost:1/v1", tmp_path / "o3", settings, env=EnvSpec(corpus=vital_dir))
 
 
 # -- the vLLM backend and the CLI ------------------------------------------------------
@@ -490,7 +508,7 @@ def test_cli_names_bad_rl_settings(tmp_path: Path):
 
 
 def test_rl_in_the_web_environment(tiny_rl, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """``env="web"``: missing provider settings are refused before anything is written; with
+    """``env=EnvSpec(kind="web")``: missing provider settings are refused before anything is written; with
     the provider imitation the rollouts run with the web tools and say so."""
     from websailor.tools.web.fault_server import FaultServer
 
@@ -499,13 +517,13 @@ def test_rl_in_the_web_environment(tiny_rl, monkeypatch: pytest.MonkeyPatch, tmp
         monkeypatch.delenv(var, raising=False)
     s = settings.model_copy(update={"max_steps": 1})
     with pytest.raises(ConfigError, match="SERPER_API_KEY"):
-        train_rl(qa, f"hf:{tiny}", tmp_path / "web", s, env="web", progress=False)
+        train_rl(qa, f"hf:{tiny}", tmp_path / "web", s, env=EnvSpec(kind="web"), progress=False)
     assert not (tmp_path / "web").exists()
     with FaultServer() as server:
         monkeypatch.setenv("SERPER_API_KEY", server.api_key)
         monkeypatch.setenv("SERPER_BASE_URL", server.url)
         monkeypatch.setenv("WEBSAILOR_WEB_CACHE", str(tmp_path / "cache.sqlite"))
-        summary = train_rl(qa, f"hf:{tiny}", tmp_path / "web", s, env="web", progress=False)
+        summary = train_rl(qa, f"hf:{tiny}", tmp_path / "web", s, env=EnvSpec(kind="web"), progress=False)
     assert summary["steps"] == 1
     assert json.loads((tmp_path / "web" / "rl_settings.json").read_text())["env"] == "web"
     rollouts = [json.loads(x) for x in (tmp_path / "web" / "rollouts.jsonl").read_text().splitlines()]

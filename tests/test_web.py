@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from websailor.errors import ConfigError
-from websailor.tools.environment import open_environment
+from websailor.tools.environment import EnvSpec, open_environment
 from websailor.tools.web import build_web_tools, load_web_settings
 from websailor.tools.web.executor import CircuitBreaker, HttpReply, ProviderFailure, parse_retry_after
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
@@ -262,7 +262,7 @@ def test_missing_provider_settings_name_the_variables(monkeypatch):
     for var in ("SERPER_API_KEY", "SEARXNG_BASE_URL", "WEBSAILOR_WEB_CONFIG"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ConfigError, match="SERPER_API_KEY.*SEARXNG_BASE_URL"):
-        open_environment("web")
+        open_environment(EnvSpec(kind="web"))
 
 
 def test_bad_web_config_is_refused(tmp_path):

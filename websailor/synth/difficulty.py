@@ -11,11 +11,11 @@ run resumes without repeating a rollout.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websailor.agent.loop import Agent
 from websailor.agent.runner import stream_rollouts
@@ -23,6 +23,10 @@ from websailor.errors import InputFormatError, ModelError
 from websailor.jsonio import appending
 from websailor.judge import exact_match
 from websailor.questions import Question
+
+if TYPE_CHECKING:
+    from websailor.agent.loop import AgentConfig
+    from websailor.tools.environment import EnvSpec
 
 KEEP = ("moderate", "hard", "all")
 #: grades a prediction against the item's answer and aliases
@@ -148,3 +152,35 @@ class DifficultyFilter:
     def keeps(self, difficulty: dict) -> str:
         """:func:`verdict` of a record returned by :meth:`rate` under this filter's ``keep``."""
         return verdict(difficulty["correct"], difficulty["k"], self.config.keep)
+
+
+def rollouts_file(out: str | Path) -> Path:
+    """Where ``synth --filter-with`` keeps the reference agent's rollouts: ``qa.jsonl`` ->
+    ``qa.rollouts.jsonl``."""
+    out = Path(out)
+    return out.with_name(out.stem + ".rollouts.jsonl")
+
+
+@contextmanager
+def open_difficulty_filter(
+    out: str | Path,
+    model: str,
+    env: EnvSpec | None = None,
+    config: DifficultyConfig | None = None,
+    agent_config: AgentConfig | None = None,
+) -> Iterator[DifficultyFilter]:
+    """The difficulty filter of ``synth --filter-with``: a reference agent of ``model`` (a
+    spec) with the tools of ``env`` (default: local), rolling out into :func:`rollouts_file`
+    of ``out``; the model, the tools and the rollouts file are closed on exit.
+
+    Raises:
+        ConfigError: a bad model spec or environment.
+        InvalidArgumentError: another process is writing the rollouts file.
+    """
+    from websailor.agent.session import open_agent
+
+    with (
+        open_agent(model, env, agent_config) as session,
+        DifficultyFilter(session.agent, rollouts_file(out), config) as rater,
+    ):
+        yield rater

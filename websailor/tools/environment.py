@@ -1,10 +1,16 @@
 """One entry point for the agent's tool set: the simulated environment (offline Wikipedia),
 the real web, or a shared tool server; every tool is metered.
 
-``open_environment("local")`` gives ``search`` and ``visit`` over the corpus;
-``open_environment("web")`` gives ``search``, ``visit``, ``google_scholar``,
-``PythonInterpreter`` and ``parse_file`` through the execution layer;
-``open_environment(tools_url=URL)`` uses the tools a ``websailor serve tools`` process exposes.
+An :class:`EnvSpec` holds every environment option of a run (the ``--env``, ``--corpus``,
+``--tools-url``, ``--web-config``, ``--tools``, ``--files-dir``, ``--unsafe-python`` and
+``--summary-model`` of every command that runs the agent); :func:`open_environment` builds the
+tools from it:
+
+- ``EnvSpec(kind="local")``: ``search`` and ``visit`` over the corpus (``PythonInterpreter`` and
+  ``parse_file`` on request);
+- ``EnvSpec(kind="web")``: ``search``, ``visit``, ``google_scholar``, ``PythonInterpreter`` and
+  ``parse_file`` through the execution layer;
+- ``EnvSpec(tools_url=URL)``: the tools a ``websailor serve tools`` process exposes.
 """
 
 from __future__ import annotations
@@ -12,9 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from websailor.errors import ConfigError
+from websailor.log import get_logger
 from websailor.tools.base import Tool
 from websailor.tools.metered import MeteredTool
 from websailor.tools.metrics import ToolMetrics
@@ -29,6 +38,135 @@ EXTRA_TOOLS = {"local": ("PythonInterpreter", "parse_file"), "web": (), "none": 
 #: How long a client waits for a tool server's answer to one call (seconds): a web call may
 #: spend several attempts and a failover on the server.
 REMOTE_TIMEOUT_S = 600.0
+
+logger = get_logger(__name__)
+
+#: The command-line option of each :class:`EnvSpec` field.
+OPTIONS = {
+    "kind": "--env",
+    "corpus": "--corpus",
+    "tools_url": "--tools-url",
+    "web_config": "--web-config",
+    "tools": "--tools",
+    "files_dir": "--files-dir",
+    "unsafe_python": "--unsafe-python",
+    "summary_model": "--summary-model",
+}
+
+
+class EnvSpec(BaseModel):
+    """Every option that decides a run's tools, built once from the command line (or in code)
+    and given to :func:`open_environment`; the same fields in every command that runs the
+    agent (``run``, ``eval``, ``synth --filter-with``, ``traj build --source expert``,
+    ``train rl``) and in ``tool`` and ``serve tools``.
+
+    Attributes:
+        kind: ``local`` (offline Wikipedia), ``web`` (real providers) or ``none`` (no tools:
+            the direct-answer baseline).
+        corpus: the local environment's corpus directory (default: the embedded one).
+        tools_url: a ``websailor serve tools`` address; its tools replace ``kind``'s.
+        web_config: the web settings file (see :func:`~websailor.tools.web.load_web_settings`;
+            default ``$WEBSAILOR_WEB_CONFIG``).
+        tools: tool names to offer instead of the environment's defaults (:data:`DEFAULT_TOOLS`;
+            the local environment also has ``PythonInterpreter`` and ``parse_file`` on request);
+            a comma-separated string is split.
+        files_dir: the folder ``parse_file`` may read local files from (the local environment's
+            ``parse_file`` needs one).
+        unsafe_python: run ``PythonInterpreter`` without isolation where bubblewrap cannot run.
+        summary_model: model spec of ``visit``'s LLM extractor (``smollm2``, ``hf:PATH`` or
+            ``openai:MODEL@URL``); default: the goal-ranked passage extractor.
+
+    Unknown fields are refused; :meth:`ignored` names the options given that the chosen
+    environment does not use.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["local", "web", "none"] = "local"
+    corpus: Path | None = None
+    tools_url: str | None = None
+    web_config: Path | None = None
+    tools: tuple[str, ...] | None = None
+    files_dir: Path | None = None
+    unsafe_python: bool = False
+    summary_model: str | None = None
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _split_tools(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [n.strip() for n in value.split(",") if n.strip()]
+            if not value:
+                raise ValueError("is empty: give comma-separated tool names")
+        return value
+
+    @field_validator("tools_url", "summary_model")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is empty")
+        return value
+
+    @classmethod
+    def from_options(cls, **options: Any) -> EnvSpec:
+        """An :class:`EnvSpec` from option values (``None`` for options not given).
+
+        Raises:
+            ConfigError: a value that is not valid, naming its option (``--tools is empty: ...``).
+        """
+        try:
+            return cls(**{k: v for k, v in options.items() if v is not None})
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else ""
+            message = err["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"{OPTIONS.get(field, field)} {message}") from None
+
+    def offered(self) -> tuple[str, ...]:
+        """The tools the run asks for: :attr:`tools`, or the environment's defaults."""
+        return self.tools if self.tools is not None else DEFAULT_TOOLS[self.kind]
+
+    def ignored(self) -> list[str]:
+        """One line for each option given that the chosen environment does not use (``--web-config``
+        with ``--env local``, ``--corpus`` with a tool server, ``--files-dir`` without
+        ``parse_file``, ...); :func:`open_environment` logs them as warnings."""
+        given = [f for f in ("corpus", "web_config", "files_dir", "unsafe_python", "summary_model") if getattr(self, f)]
+        if self.tools_url is not None:
+            where = f"the tools are the tool server's at {self.tools_url}"
+            lines = [f"--env {self.kind} is ignored: {where}"] if self.kind != "local" else []
+            return lines + [f"{OPTIONS[f]} is ignored: {where} (give it to `websailor serve tools`)" for f in given]
+        if self.kind == "none":
+            return [f"{OPTIONS[f]} is ignored: --env none has no tools" for f in given]
+        lines = []
+        if self.web_config is not None and self.kind != "web":
+            lines.append("--web-config is ignored: it configures --env web")
+        if self.corpus is not None and self.kind == "web":
+            lines.append("--corpus is ignored: --env web searches and reads the real web")
+        offered = self.offered()
+        for f, tool in (
+            ("files_dir", "parse_file"),
+            ("unsafe_python", "PythonInterpreter"),
+            ("summary_model", "visit"),
+        ):
+            if getattr(self, f) and tool not in offered:
+                lines.append(f"{OPTIONS[f]} is ignored: {tool} is not among the tools ({', '.join(offered) or 'none'})")
+        return lines
+
+    def record(self) -> dict[str, Any]:
+        """What identifies the environment of a run that resumes (``train rl``): the corpus (as
+        an absolute path), and the kind, tools URL, tool list and summary model when they are
+        not the defaults. Operational options (web settings file, files folder, unsafe Python)
+        are left out."""
+        out: dict[str, Any] = {}
+        if self.corpus is not None:
+            out["corpus"] = str(Path(self.corpus).resolve())
+        if self.kind != "local" or self.tools_url is not None or self.tools is not None:
+            out.update(
+                env=self.kind, tools_url=self.tools_url, tools=list(self.tools) if self.tools is not None else None
+            )
+        if self.summary_model is not None:
+            out["summary_model"] = self.summary_model
+        return out
 
 
 @dataclass
@@ -71,47 +209,35 @@ class ToolEnvironment:
         self.close()
 
 
-def open_environment(
-    env: str = "local",
-    *,
-    corpus: str | Path | None = None,
-    summary_model: Any = None,
-    web_config: str | Path | None = None,
-    tools_url: str | None = None,
-    tools: Sequence[str] | None = None,
-    files_root: Path | None = None,
-    allow_unsafe_python: bool = False,
-) -> ToolEnvironment:
-    """Build the tool set of a run.
+def open_environment(spec: EnvSpec | None = None, *, summary_model: Any = None) -> ToolEnvironment:
+    """Build the tool set of a run from ``spec`` (default: the local environment over the
+    embedded corpus), after logging each option it ignores (:meth:`EnvSpec.ignored`).
 
     Args:
-        env: ``local`` (offline Wikipedia), ``web`` (real providers) or ``none`` (no tools).
-        corpus: the local environment's corpus directory (default: the embedded one).
-        summary_model: a chat model for ``visit``'s LLM extractor (both environments).
-        web_config: the web settings file (see :func:`~websailor.tools.web.load_web_settings`).
-        tools_url: a ``websailor serve tools`` address; its tools replace ``env``'s.
-        tools: tool names to offer instead of the environment's defaults
-            (:data:`DEFAULT_TOOLS`; the local environment also has ``PythonInterpreter`` and
-            ``parse_file`` on request).
-        files_root: the folder ``parse_file`` may read local files from (none by default; the
-            local environment's ``parse_file`` needs one).
-        allow_unsafe_python: run Python without isolation where bubblewrap cannot run.
+        spec: the environment options.
+        summary_model: an already loaded chat model for ``visit``'s LLM extractor, instead of
+            loading ``spec.summary_model`` (a model loaded here is closed by
+            :meth:`ToolEnvironment.close`).
 
     Raises:
-        ConfigError: an unknown environment or tool name, an unreachable tool server, missing
-            web provider settings, or no sandbox for the Python tool.
+        ConfigError: an unknown tool name, an unreachable tool server, missing web provider
+            settings, no sandbox for the Python tool, ``parse_file`` in the local environment
+            without a files folder, or a bad summary model spec.
     """
+    spec = spec or EnvSpec()
+    for line in spec.ignored():
+        logger.warning(line)
     metrics = ToolMetrics()
-    if tools_url is not None:
+    if spec.tools_url is not None:
         from websailor.server.client import connect_tools
 
-        remote, name = connect_tools(tools_url, timeout_s=REMOTE_TIMEOUT_S)
-        chosen = _choose(remote, tools, f"the tool server at {tools_url}")
+        remote, name = connect_tools(spec.tools_url, timeout_s=REMOTE_TIMEOUT_S)
+        chosen = _choose(remote, spec.tools, f"the tool server at {spec.tools_url}")
         metrics.register(chosen)
-        return ToolEnvironment(name, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, url=tools_url)
-    if env not in DEFAULT_TOOLS:
-        raise ConfigError(f"unknown environment {env!r}; choose one of {', '.join(DEFAULT_TOOLS)}")
-    wanted = list(tools) if tools is not None else list(DEFAULT_TOOLS[env])
+        tools = {n: MeteredTool(t, metrics) for n, t in chosen.items()}
+        return ToolEnvironment(name, tools, metrics, url=spec.tools_url)
+    env = spec.kind
+    wanted = list(spec.offered())
     known = DEFAULT_TOOLS[env] + EXTRA_TOOLS[env]
     unknown = [n for n in wanted if n not in known]
     if unknown:
@@ -119,29 +245,36 @@ def open_environment(
             f"the {env} environment has no tool {', '.join(map(repr, unknown))}; it offers {', '.join(known) or 'none'}"
         )
     closers: list[Any] = []
+    if summary_model is None and spec.summary_model is not None and "visit" in wanted:
+        from websailor.models import load_model
+
+        summary_model = load_model(spec.summary_model)
+        closers.append(summary_model.close)
     built: dict[str, Tool] = {}
-    if env == "local":
-        from websailor.corpus import Corpus
-        from websailor.tools.local import build_local_tools
+    try:
+        if env == "local":
+            from websailor.corpus import Corpus
+            from websailor.tools.local import build_local_tools
 
-        if {"search", "visit"} & set(wanted):
-            built.update(build_local_tools(Corpus.open(corpus), summary_model=summary_model))
-        built.update(_sandboxed_tools(wanted, files_root, allow_unsafe_python, fetch=None))
-    elif env == "web":
-        from websailor.tools.web import build_web_tools, load_web_settings
-        from websailor.tools.web.tools import WEB_TOOLS, executor_fetch
+            if {"search", "visit"} & set(wanted):
+                built.update(build_local_tools(Corpus.open(spec.corpus), summary_model=summary_model))
+            built.update(_sandboxed_tools(wanted, spec.files_dir, spec.unsafe_python, fetch=None))
+        elif env == "web":
+            from websailor.tools.web import build_web_tools, load_web_settings
+            from websailor.tools.web.tools import WEB_TOOLS, executor_fetch
 
-        settings = load_web_settings(web_config)
-        web_tools, executor = build_web_tools(
-            settings, summary_model, metrics, names=[n for n in wanted if n in WEB_TOOLS]
-        )
-        closers.append(executor.close)
-        built.update(web_tools)
-        built.update(
-            _sandboxed_tools(
-                wanted, files_root, allow_unsafe_python, fetch=executor_fetch(executor, settings.allow_private_urls)
+            settings = load_web_settings(spec.web_config)
+            web_tools, executor = build_web_tools(
+                settings, summary_model, metrics, names=[n for n in wanted if n in WEB_TOOLS]
             )
-        )
+            closers.append(executor.close)
+            built.update(web_tools)
+            fetch = executor_fetch(executor, settings.allow_private_urls)
+            built.update(_sandboxed_tools(wanted, spec.files_dir, spec.unsafe_python, fetch=fetch))
+    except BaseException:
+        for close in closers:
+            close()
+        raise
     chosen = {n: built[n] for n in wanted}
     metrics.register(chosen)
     return ToolEnvironment(env, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, _closers=closers)

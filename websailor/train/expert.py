@@ -1,4 +1,4 @@
-"""Expert trajectories by rejection sampling (issue 6, ``expert``).
+"""Expert trajectories by rejection sampling (``traj build --source expert``).
 
 A strong model runs the agent ``k`` times on every training question; a judge grades each
 rollout against the gold answer, and only the rollouts that are correct, ended with an answer,
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websailor.agent.loop import Agent
 from websailor.agent.runner import check_source, latest_rollouts, run_questions, trajectory_line
@@ -23,7 +23,11 @@ from websailor.errors import InvalidArgumentError, ModelError
 from websailor.eval.scoring import Score, read_trajectories, score_trajectories
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.judge.base import Judge
-from websailor.questions import Question
+from websailor.questions import Question, load_questions
+
+if TYPE_CHECKING:
+    from websailor.agent.loop import AgentConfig
+    from websailor.tools.environment import EnvSpec
 
 
 @dataclass
@@ -37,6 +41,27 @@ class ExpertFilter:
 
     max_tokens: int = 32768
     min_tool_calls: int = 2
+
+
+@dataclass
+class ExpertRun:
+    """The expert side of ``traj build --source expert``.
+
+    Attributes:
+        expert: model spec of the strong model that answers.
+        k: rollouts per item.
+        judge: judge spec (``em``, ``f1[:T]``, ``llm:SPEC``).
+        filter: which graded rollouts are kept.
+        tokenizer: model spec of the student whose chat template counts the token budget.
+        concurrency: rollouts in flight.
+    """
+
+    expert: str
+    k: int = 4
+    judge: str = "em"
+    filter: ExpertFilter = field(default_factory=ExpertFilter)
+    tokenizer: str = "smollm2"
+    concurrency: int = 4
 
 
 def side_files(out: Path) -> tuple[Path, Path]:
@@ -159,3 +184,50 @@ def build_expert(
             + "; rerun the same command to retry them"
         )
     return counts
+
+
+def build_expert_file(
+    qa: str | Path,
+    out: str | Path,
+    run: ExpertRun,
+    agent_config: AgentConfig | None = None,
+    env: EnvSpec | None = None,
+    split: str = "train",
+    rewrite=None,
+    progress: bool = True,
+    counts: Counter | None = None,
+) -> Counter:
+    """:func:`build_expert` on the ``split`` items of the questions file ``qa``, with the
+    expert agent of ``run`` in the environment ``env`` (default: local); the expert's model and
+    tools are closed at the end.
+
+    Returns:
+        The verdict counts and ``written`` (see :func:`build_expert`); also filled into
+        ``counts`` when given.
+
+    Raises:
+        ConfigError: a bad expert, tokenizer, judge or environment.
+        InputFormatError: an unreadable questions file.
+        ModelError: see :func:`build_expert`.
+    """
+    from websailor.agent.session import open_agent
+    from websailor.judge import load_judge
+    from websailor.train.common import load_tokenizer, resolve_model_dir
+
+    items = load_questions(qa, split=split)
+    student = load_tokenizer(resolve_model_dir(run.tokenizer))
+    judge = load_judge(run.judge)
+    with open_agent(run.expert, env, agent_config) as session:
+        return build_expert(
+            items,
+            session.agent,
+            judge,
+            out,
+            student,
+            k=run.k,
+            flt=run.filter,
+            concurrency=run.concurrency,
+            rewrite=rewrite,
+            progress=progress,
+            counts=counts,
+        )

@@ -20,13 +20,16 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
 from websailor.questions import Question, load_questions, resolve_split
+
+if TYPE_CHECKING:
+    from websailor.tools.environment import EnvSpec
 from websailor.train.common import (
     TrainSettings,
     check_resume,
@@ -409,12 +412,8 @@ def train_rl(
     out: str | Path,
     settings: RLSettings | None = None,
     split: str | None = None,
-    corpus: str | Path | None = None,
+    env: EnvSpec | None = None,
     progress: bool = True,
-    env: str = "local",
-    tools_url: str | None = None,
-    web_config: str | Path | None = None,
-    tools: list[str] | None = None,
 ) -> dict:
     """Train ``model`` with RL on the questions of ``data_path`` in the local environment
     (offline Wikipedia), the real web, or a tool server's.
@@ -428,12 +427,9 @@ def train_rl(
         settings: hyper-parameters (paper V2 defaults when ``None``).
         split: which split of a ``synth`` file to train on (``train``, ``test``, ``all``;
             default ``train``); other formats have no splits.
-        corpus: the offline corpus of the tools (default: the embedded one).
+        env: the rollouts' environment (default: the local tools over the embedded corpus); its
+            :meth:`~websailor.tools.environment.EnvSpec.record` is part of the run's identity.
         progress: progress bars.
-        env: ``local`` or ``web`` (see :func:`websailor.tools.environment.open_environment`).
-        tools_url: a ``websailor serve tools`` address whose tools replace ``env``'s.
-        web_config: the web settings file of ``env="web"``.
-        tools: tool names to offer instead of the environment's defaults.
 
     Returns:
         The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
@@ -454,7 +450,7 @@ def train_rl(
     from websailor.agent.loop import Agent
     from websailor.judge.base import load_judge
     from websailor.models import load_model
-    from websailor.tools.environment import open_environment
+    from websailor.tools.environment import EnvSpec, open_environment
     from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
 
     settings = settings or RLSettings()
@@ -470,10 +466,10 @@ def train_rl(
     items = training_questions(data_path, split)
     _check_enough(items, settings, "the data")
     record = {"model": model, "data_sha256": _digest(data_path, items), "split": split, **settings.model_dump()}
-    if corpus is not None:
-        record["corpus"] = str(Path(corpus).resolve())
-    if env != "local" or tools_url is not None or tools is not None:  # older (local) runs keep their record
-        record.update(env=env, tools_url=tools_url, tools=tools)
+    env = env or EnvSpec()
+    if env.kind == "none":
+        raise ConfigError("the none environment has no tools to train with; use local or web")
+    record.update(env.record())  # nothing for the default local environment: older runs keep their record
     stale = _holds_other_run(out, record)
     resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)
     if (out / SUMMARY_FILE).exists():
@@ -482,7 +478,7 @@ def train_rl(
             logger.info("%s already holds the finished model of this run (%d steps)", out, done["steps"])
             return done
         logger.info("%s: continuing the finished run of %d steps to %d", out, done["steps"], settings.max_steps)
-    tool_env = open_environment(env, corpus=corpus, web_config=web_config, tools_url=tools_url, tools=tools)
+    tool_env = open_environment(env)
     tools = tool_env.tools
     try:
         if stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours

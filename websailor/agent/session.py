@@ -1,0 +1,63 @@
+"""An agent with its model and tool environment, opened together and closed together: what
+``run``, ``eval``, ``synth --filter-with`` and ``traj build --source expert`` each start from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from websailor.agent.loop import Agent, AgentConfig
+from websailor.models.base import ChatModel
+from websailor.tools.environment import EnvSpec, ToolEnvironment, open_environment
+
+
+@dataclass
+class AgentSession:
+    """``agent`` runs questions with the tools of ``environment``; :meth:`close` releases both
+    (the model's threads and connections, the tools' executor) and returns the tool metrics."""
+
+    agent: Agent
+    environment: ToolEnvironment
+
+    def close(self, metrics_file: str | Path | None = None) -> dict[str, Any]:
+        """Close the tools and the model; append the tool metrics to ``metrics_file`` when given.
+
+        Returns:
+            The metrics summary by tool (empty when no tool was offered).
+        """
+        try:
+            self.environment.close()
+            if metrics_file is not None:
+                return self.environment.record_metrics(metrics_file)
+            return self.environment.metrics.summary()
+        finally:
+            self.agent.model.close()
+
+    def __enter__(self) -> AgentSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_agent(
+    model: str | ChatModel, env: EnvSpec | None = None, config: AgentConfig | None = None, **model_kwargs: Any
+) -> AgentSession:
+    """Open the tools of ``env`` and load ``model`` (a spec for :func:`websailor.models.load_model`,
+    with ``model_kwargs``, or a model object) into an agent with ``config``.
+
+    Raises:
+        ConfigError: a bad model spec or environment (see
+            :func:`websailor.tools.environment.open_environment`); nothing stays open.
+        DownloadError: the embedded model could not be fetched.
+    """
+    from websailor.models import load_model
+
+    environment = open_environment(env)
+    try:
+        chat = load_model(model, **model_kwargs) if isinstance(model, str) else model
+        return AgentSession(Agent(chat, environment.tools, config, env=environment.name), environment)
+    except BaseException:
+        environment.close()
+        raise

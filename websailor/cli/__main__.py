@@ -1,0 +1,5 @@
+"""``python -m websailor.cli`` (as ``accelerate launch -m websailor.cli`` runs it)."""
+
+from websailor.cli.main import app
+
+app()

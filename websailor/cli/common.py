@@ -1,0 +1,267 @@
+"""What every command shares: the error model (one line on stderr, exit status 2), option types,
+the environment options (one :class:`~websailor.tools.environment.EnvSpec` per command) and
+the end-of-run tool metrics table."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from enum import Enum
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional
+
+import typer
+
+from websailor.errors import WebsailorError
+from websailor.log import get_logger
+from websailor.text import clean_strings
+
+logger = get_logger("websailor.cli")
+
+
+class Env(str, Enum):
+    local = "local"
+    web = "web"
+    none = "none"
+
+
+class Split(str, Enum):
+    train = "train"
+    test = "test"
+    all = "all"
+
+
+CorpusOpt = Annotated[
+    Optional[Path],
+    typer.Option("--corpus", help="Corpus directory (default: the embedded corpus in $WEBSAILOR_HOME)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+# agent options of the commands that run the agent
+ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")]
+MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
+MaxTokensOpt = Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")]
+TimeoutOpt = Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")]
+TemperatureOpt = Annotated[float, typer.Option(min=0, help="Sampling temperature.")]
+SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id and rollout index).")]
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+def check_finite(**values: float) -> None:
+    """Refuse ``nan`` and ``inf`` for the named options (typer's ``min`` lets them through)."""
+    bad = [name for name, v in values.items() if not math.isfinite(v)]
+    if bad:
+        fail(f"{' and '.join('--' + b.replace('_', '-') for b in bad)} must be finite numbers")
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn websailor's own errors into a one-line message and exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # undecodable command-line bytes arrive as lone surrogates: make them printable
+        kwargs = {k: clean_strings(v) for k, v in kwargs.items()}
+        try:
+            return fn(*args, **kwargs)
+        except WebsailorError as e:
+            fail(str(e))
+        except BrokenPipeError:  # `websailor search ... | head`: stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except OSError as e:  # permissions, full disk: name the file and the reason
+            if e.filename:
+                fail(f"{e.filename}: {e.strerror}")
+            fail(f"{e.strerror or e} (while writing an output file: is the disk full?)" if e.errno == 28 else str(e))
+        except KeyboardInterrupt:
+            # clean-up (temporary build directories) has run in the finally blocks and every
+            # finished trajectory is on disk; exit now rather than wait for calls in flight
+            print("interrupted: what finished is saved; rerun the same command to resume", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+
+    return wrapper
+
+
+# -- the environment options --------------------------------------------------------------------
+def _option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+#: The environment options, in the order ``--help`` lists them; each maps onto the
+#: :class:`~websailor.tools.environment.EnvSpec` field of the same name (``env`` is ``kind``).
+ENV_OPTIONS = {
+    "env": _option(
+        "env",
+        Annotated[
+            Env,
+            typer.Option(
+                "--env",
+                help="Environment of the tools: local (offline Wikipedia), web (real search and pages) "
+                "or none (no tools: direct answers).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        Env.local,
+    ),
+    "corpus": _option(
+        "corpus",
+        Annotated[
+            Optional[Path],
+            typer.Option(
+                "--corpus",
+                help="Corpus directory of the local environment (default: the embedded corpus in $WEBSAILOR_HOME).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "tools_url": _option(
+        "tools_url",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--tools-url",
+                help="Use the tools of a `websailor serve tools` server at this URL (shared index and cache) "
+                "instead of --env.",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "web_config": _option(
+        "web_config",
+        Annotated[
+            Optional[Path],
+            typer.Option(
+                "--web-config",
+                help="YAML/JSON web settings (keys, base URLs, per-tool limits); default $WEBSAILOR_WEB_CONFIG. "
+                "Environment variables (SERPER_API_KEY, SEARXNG_BASE_URL, JINA_API_KEY, ...) override it.",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "tools": _option(
+        "tools",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--tools",
+                help="Comma-separated tools to offer (default: the environment's; local also has "
+                "PythonInterpreter and parse_file on request).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "files_dir": _option(
+        "files_dir",
+        Annotated[
+            Optional[Path],
+            typer.Option(
+                "--files-dir",
+                help="Folder parse_file may read local files from (with --tools ...,parse_file).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "unsafe_python": _option(
+        "unsafe_python",
+        Annotated[
+            bool,
+            typer.Option(
+                "--unsafe-python",
+                help="Run PythonInterpreter without isolation where bubblewrap cannot run (unsafe).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        False,
+    ),
+    "summary_model": _option(
+        "summary_model",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--summary-model",
+                help="Model spec of visit's LLM page extractor (default: the goal-ranked passage extractor).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+}
+
+
+def env_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Give a command every environment option (:data:`ENV_OPTIONS`, less ``exclude``) and
+    pass them to it as one ``env_spec`` argument, an
+    :class:`~websailor.tools.environment.EnvSpec` (a bad value exits with one line naming the
+    option). The command declares ``env_spec`` as its last parameter."""
+    unknown = set(exclude) - set(ENV_OPTIONS)
+    if unknown:
+        raise ValueError(f"env_options: no environment option {sorted(unknown)}")
+    added = [p for name, p in ENV_OPTIONS.items() if name not in exclude]
+
+    def decorate(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "env_spec"]
+
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from websailor.tools.environment import EnvSpec
+
+            values = {p.name: kwargs.pop(p.name) for p in added}
+            kind = values.pop("env", Env.local)
+            kwargs["env_spec"] = EnvSpec.from_options(kind=kind.value, **values)
+            return fn(*args, **kwargs)
+
+        wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "env_spec"}
+        return wrapper
+
+    return decorate
+
+
+def finish_tools(tool_env: Any, metrics_file: Optional[Path]) -> None:
+    """Close the tool environment; print its metrics table and append them to ``metrics_file``."""
+    from rich.console import Console
+
+    from websailor.tools.metrics import metrics_table
+
+    tool_env.close()
+    summary = tool_env.record_metrics(metrics_file) if metrics_file is not None else tool_env.metrics.summary()
+    if not summary:
+        return
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a log file: no 80-column wrapping of the table
+        console = Console(stderr=True, width=200)
+    console.print(metrics_table(summary))
+
+
+def agent_config(max_calls: int, max_tokens: int, timeout: float, temperature: float, seed: int) -> Any:
+    """The :class:`~websailor.agent.AgentConfig` of the agent options (finite numbers only)."""
+    from websailor.agent import AgentConfig
+    from websailor.models import SamplingParams
+
+    check_finite(temperature=temperature, timeout=timeout)
+    return AgentConfig(
+        max_calls=max_calls,
+        max_tokens_per_turn=max_tokens,
+        timeout_s=timeout,
+        seed=seed,
+        sampling=SamplingParams(temperature=temperature),
+    )

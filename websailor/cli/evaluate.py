@@ -1,0 +1,119 @@
+"""``websailor eval`` (run, grade, report) and ``websailor score`` (grade existing trajectories)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from websailor.cli.common import (
+    JsonOpt,
+    MaxCallsOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    SeedOpt,
+    Split,
+    TemperatureOpt,
+    TimeoutOpt,
+    agent_config,
+    env_options,
+    finish_tools,
+    handle_errors,
+    logger,
+    print_json,
+)
+
+
+def print_summary(summary: dict) -> None:
+    """The report table of an evaluation summary, as markdown."""
+    from websailor.eval.report import to_markdown
+
+    print(to_markdown(summary), end="")
+
+
+@handle_errors
+@env_options()
+def eval_cmd(
+    bench: Annotated[
+        str, typer.Option(help="Benchmark: a file (layout detected), FORMAT:PATH or a name (fanoutqa-dev).")
+    ],
+    out: Annotated[Path, typer.Option(help="Output directory (trajectories, scores, report; resumes).")],
+    split: Annotated[Optional[Split], typer.Option(help="Split of synthesized QA items (default test).")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
+    model: ModelOpt = "smollm2",
+    rollouts: Annotated[int, typer.Option(min=1, help="k: rollouts per question.")] = 3,
+    judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 8,
+    max_calls: MaxCallsOpt = 100,
+    max_tokens: MaxTokensOpt = 8192,
+    timeout: TimeoutOpt = 9000,
+    temperature: TemperatureOpt = 0.85,
+    seed: SeedOpt = 0,
+    env_spec: Any = None,
+) -> None:
+    """Run the agent k times on a benchmark, grade every rollout and write the report (tool
+    metrics go to OUT/tool_metrics.jsonl)."""
+    from websailor.agent.runner import done_rollouts
+    from websailor.agent.session import open_agent
+    from websailor.config import websailor_home
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.judge import load_judge
+    from websailor.questions import load_questions
+
+    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
+    items = load_questions(bench, split=split.value if split else None, limit=limit)
+    out.mkdir(parents=True, exist_ok=True)
+    done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
+    grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
+    session = open_agent(model, env_spec, cfg)
+    logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
+    try:
+        summary = evaluate(
+            items, session.agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench
+        )
+    finally:
+        finish_tools(session.environment, out / "tool_metrics.jsonl")
+        session.agent.model.close()
+    print_summary(summary)
+    print(f"\nwritten to {out}: trajectories.jsonl, scores.jsonl, summary.json, report.md, *.png")
+
+
+@handle_errors
+def score(
+    paths: Annotated[list[Path], typer.Argument(help="Trajectory JSONL files (one run, one k).")],
+    judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
+    out: Annotated[
+        Optional[Path], typer.Option(help="Also write scores.jsonl, summary.json, report.md, plots here.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Grade existing trajectory files and print the report table."""
+    from websailor.config import websailor_home
+    from websailor.eval.report import summarize, write_report
+    from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
+    from websailor.judge import load_judge
+
+    records = read_trajectories(paths)
+    rollouts_per_question(records)
+    for field in ("model", "env"):
+        seen = sorted({str(r.get(field)) for r in records})
+        if len(seen) > 1:
+            logger.warning(
+                "these trajectories come from different %ss (%s): the figures pool them", field, ", ".join(seen)
+            )
+    grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    scores = score_trajectories(records, grader, out / "scores.jsonl" if out else None, progress=not as_json)
+    bench = ", ".join(p.name for p in paths)
+    summary = write_report(scores, out, bench) if out else summarize(scores, bench)
+    if as_json:
+        print_json(summary)
+    else:
+        print_summary(summary)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_cmd)
+    app.command()(score)

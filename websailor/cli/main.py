@@ -1,0 +1,33 @@
+"""The root ``websailor`` app: logging, SIGTERM as Ctrl-C, and the command groups in the order
+``--help`` lists them."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+import typer
+
+from websailor.cli import corpus, evaluate, run, serve, synth, tools, train, traj
+from websailor.log import setup_logging
+
+app = typer.Typer(
+    help="WebSailor-V2 deep-research agents: corpus, tools, agent, synthesis, training, evaluation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # run the same clean-up as Ctrl-C (temporary build directories)
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+    setup_logging(verbose)
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+for module in (corpus, tools, run, synth, evaluate, traj, serve, train):
+    module.register(app)

@@ -1,0 +1,116 @@
+"""``websailor run``: the agent on one question (steps shown live) or on a questions file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from websailor.cli.common import (
+    MaxCallsOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    SeedOpt,
+    TemperatureOpt,
+    TimeoutOpt,
+    agent_config,
+    env_options,
+    fail,
+    finish_tools,
+    handle_errors,
+)
+
+
+def print_step(turn: int, action: Any, result: Any) -> None:
+    """One step of a live run: the thought, then the call and its observation (or the answer)."""
+    from websailor.text import truncate
+
+    if action.thought:
+        print(f"[{turn}] think: {truncate(' '.join(action.thought.split()), 300)}")
+    if action.answer is not None:
+        print(f"[{turn}] answer: {action.answer}")
+    elif action.tool_call is not None:
+        args = json.dumps(action.tool_call.arguments, ensure_ascii=False)
+        print(f"[{turn}] call {action.tool_call.name} {truncate(args, 200)}")
+        print(f"     -> {truncate(' '.join(result.observation.split()), 240)}")
+    else:
+        print(f"[{turn}] reply: {truncate(' '.join(action.text.split()), 240)}")
+        print(f"     -> format error: {action.error}")
+
+
+@handle_errors
+@env_options()
+def run(
+    question: Annotated[Optional[str], typer.Argument(help="One question (or use --questions).")] = None,
+    questions: Annotated[
+        Optional[Path],
+        typer.Option(help="Questions file: JSONL with question, optional answer and id, or any layout eval reads."),
+    ] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Trajectories JSONL (appended; resumes).")] = None,
+    rollouts: Annotated[int, typer.Option(min=1, help="Rollouts per question.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 4,
+    max_calls: MaxCallsOpt = 100,
+    max_tokens: MaxTokensOpt = 8192,
+    timeout: TimeoutOpt = 9000,
+    temperature: TemperatureOpt = 0.85,
+    seed: SeedOpt = 0,
+    model: ModelOpt = "smollm2",
+    env_spec: Any = None,
+) -> None:
+    """Run the ReAct agent on one question (steps shown live) or on a questions file. Tool
+    metrics are printed at the end and appended to OUT.tool_metrics.jsonl."""
+    from websailor.agent.runner import done_rollouts
+    from websailor.agent.session import open_agent
+    from websailor.questions import load_questions, resolve_split
+
+    if (question is None) == (questions is None):
+        fail("give either a QUESTION or --questions FILE")
+    if question is not None and not question.strip():
+        fail("the question is empty")
+    if questions is not None and out is None:
+        fail("--questions needs --out TRAJ.jsonl")
+    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
+    items = None
+    if questions is not None:  # every layout eval reads; all items of a synth file
+        items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
+    if out is not None:  # check the output before spending any model time
+        out.parent.mkdir(parents=True, exist_ok=True)
+        done_rollouts(out)
+    session = open_agent(model, env_spec, cfg)
+    metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
+    try:
+        _run_agent(session.agent, question, items, out, rollouts, concurrency)
+    finally:
+        finish_tools(session.environment, metrics_file)
+        session.agent.model.close()
+
+
+def _run_agent(
+    agent: Any, question: Optional[str], items: Any, out: Optional[Path], rollouts: int, concurrency: int
+) -> None:
+    from websailor.agent.runner import append_trajectory, run_questions
+
+    if items is None:
+        traj = agent.run(question, id="cli", on_step=print_step)
+        if out is not None:
+            append_trajectory(out, traj)
+        print(f"\nprediction: {traj.prediction}")
+        print(f"termination: {traj.termination}" + (f" ({traj.error})" if traj.error else ""))
+        print(
+            f"model calls {traj.num_model_calls}, tool calls {traj.num_tool_calls}, "
+            f"tokens {traj.tokens['prompt']} prompt / {traj.tokens['completion']} completion, "
+            f"time {traj.timings['total_s']:.1f} s (model {traj.timings['model_s']:.1f} s, tools {traj.timings['tools_s']:.2f} s)"
+        )
+        return
+    summary = run_questions(agent, items, out, rollouts=rollouts, concurrency=concurrency)
+    terms = ", ".join(f"{k} {v}" for k, v in summary.terminations.most_common()) or "none"
+    print(
+        f"{summary.finished} trajectories written to {out} ({summary.skipped} already there) in {summary.seconds:.1f} s"
+    )
+    print(f"terminations: {terms}; tool calls {summary.tool_calls}, model calls {summary.model_calls}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)

@@ -1,0 +1,173 @@
+"""``websailor synth``, ``synth show`` and ``synth stats``: SailorFog-QA-V2 items."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from websailor.cli.common import JsonOpt, env_options, fail, handle_errors, logger, print_json
+
+synth_app = typer.Typer(
+    help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items.", invoke_without_command=True
+)
+
+
+class Keep(str, Enum):
+    moderate = "moderate"
+    hard = "hard"
+    all = "all"
+
+
+@synth_app.callback()
+@handle_errors
+@env_options(exclude=("corpus",))
+def synth(
+    ctx: typer.Context,
+    n: Annotated[int, typer.Option("--n", min=1, help="Items wanted in --out (resumes up to n).")] = 500,
+    out: Annotated[Optional[Path], typer.Option(help="QA items JSONL (appended; resumes).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same items.")] = 0,
+    test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
+    llm: Annotated[Optional[str], typer.Option(help="Model spec for the optional fluent rewrite.")] = None,
+    filter_with: Annotated[
+        Optional[str],
+        typer.Option(help="Model spec of a reference agent: rate each item with --k rollouts and keep --keep ones."),
+    ] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="Rollouts per item for --filter-with.")] = 8,
+    keep: Annotated[
+        Keep, typer.Option(help="moderate: 0 < correct < k; hard: none correct; all: record only.")
+    ] = Keep.moderate,
+    max_calls: Annotated[int, typer.Option(min=1, help="Model calls per rollout of the reference agent.")] = 100,
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts of the reference agent.")] = 8,
+    corpus: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Corpus to synthesize from, also the local tools' corpus of --filter-with "
+            "(default: the embedded corpus in $WEBSAILOR_HOME)."
+        ),
+    ] = None,
+    env_spec: Any = None,
+) -> None:
+    """Synthesize QA items (the graph is built once and cached in the corpus). With
+    --filter-with, a reference agent rates each item in the environment the environment options
+    choose (default: local tools over --corpus); its rollouts go to OUT's name with
+    .rollouts.jsonl."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from websailor.agent import AgentConfig
+    from websailor.corpus import Corpus
+    from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
+    from websailor.synth.difficulty import DifficultyConfig, open_difficulty_filter, rollouts_file
+    from websailor.synth.graph import load_or_build
+    from websailor.tools.environment import EnvSpec
+
+    if out is None:
+        fail("synth needs --out QA.jsonl")
+    for name, spec in (("--llm", llm), ("--filter-with", filter_with)):
+        if spec is not None and not spec.strip():
+            fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
+    if not filter_with and env_spec != EnvSpec():
+        logger.warning("the environment options are ignored: they choose the tools of --filter-with's reference agent")
+    have = len(read_items(out))  # a wrong --out fails before the graph is built
+    if have >= n:
+        print(f"{out} already holds {have} items (--n {n}): nothing to do")
+        return
+    cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction)
+    from websailor.models import load_model
+
+    c = Corpus.open(corpus)
+    rewriter = load_model(llm) if llm else None
+    with ExitStack() as stack:
+        rater = None
+        if filter_with:
+            env = env_spec
+            if env.kind == "local" and env.tools_url is None:  # the reference agent searches the same corpus
+                env = env.model_copy(update={"corpus": corpus})
+            difficulty = DifficultyConfig(k=k, keep=keep.value, concurrency=concurrency)
+            agent_cfg = AgentConfig(max_calls=max_calls, seed=seed)
+            rater = stack.enter_context(open_difficulty_filter(out, filter_with, env, difficulty, agent_cfg))
+            logger.info(
+                "difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts_file(out)
+            )
+        kg = load_or_build(c)
+        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater)
+    report = dataset_report(read_items(out))
+    print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    if report["items"] < n:
+        hint = "a larger corpus or another --seed" + (" or a looser --keep" if filter_with else "")
+        print(
+            f"only {report['items']} of the {n} items asked for: the last candidates were all rejected "
+            f"(see the reasons above); {hint} gives more"
+        )
+
+
+@synth_app.command("show")
+@handle_errors
+def synth_show(
+    path: Annotated[Path, typer.Argument(help="QA items JSONL.")],
+    index: Annotated[int, typer.Option(min=0, help="Which item by position (0-based).")] = 0,
+    item_id: Annotated[Optional[str], typer.Option("--id", help="Which item by id (sf-SEED-N).")] = None,
+) -> None:
+    """Show one item in full: question, answer, subgraph, operators, constraints, solution path."""
+    from websailor.synth.dataset import read_items
+
+    if not path.is_file():
+        fail(f"{path} does not exist or is not a file")
+    items = read_items(path)
+    if item_id is not None:
+        found = [it for it in items if it["id"] == item_id]
+        if not found:
+            fail(f"{path} has no item with id {item_id!r}")
+        it = found[0]
+    elif index >= len(items):
+        fail(f"{path} has {len(items)} items; --index {index} is out of range")
+    else:
+        it = items[index]
+    print(
+        f"id: {it['id']} ({it.get('split')})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>"
+    )
+    print(
+        f"subgraph: {len(it['subgraph']['nodes'])} nodes, {len(it['subgraph']['edges'])} edges, "
+        f"cycle: {it['has_cycle']}, topology {it['topology_hash'][:8]}"
+    )
+    for e in it["subgraph"]["edges"]:
+        print(f"  {e['src']} -> {e['dst']}")
+    print(
+        "uncertainty: "
+        + "; ".join(f"{o['op']} {json.dumps(o['params'], ensure_ascii=False)}" for o in it["uncertainty"])
+    )
+    print("constraints:")
+    for c in it["constraints"]:
+        print(f"  [{c['kind']}] {c['phrase']}")
+    print("solution path:")
+    for s in it["procedure"]:
+        print(
+            f"  {s['action']} "
+            + (repr(s["query"]) if s["action"] == "search" else s["url"])
+            + (f"  -> {s['evidence'][:140]}" if s.get("evidence") else "")
+        )
+    print(f"verification: {it['verification']}")
+
+
+@synth_app.command("stats")
+@handle_errors
+def synth_stats(path: Annotated[Path, typer.Argument(help="QA items JSONL.")], as_json: JsonOpt = False) -> None:
+    """Print the dataset report of a QA file."""
+    from websailor.synth.dataset import dataset_report, read_items
+
+    if not path.is_file():
+        fail(f"{path} does not exist or is not a file")
+    report = dataset_report(read_items(path))
+    if as_json:
+        print_json(report)
+        return
+    for key, value in report.items():
+        print(f"{key:>24}: {value}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(synth_app, name="synth")

@@ -1,0 +1,186 @@
+"""``websailor train sft``, ``train rl`` and ``train plot``: cold-start SFT and agentic RL with TRL."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from websailor.cli.common import env_options, fail, handle_errors
+
+train_app = typer.Typer(
+    help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True
+)
+
+
+@train_app.command("sft")
+@handle_errors
+def train_sft_cmd(
+    data: Annotated[
+        list[Path], typer.Option(help="Trajectories JSONL (websailor traj build); repeat to pool several files.")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Output directory: the fine-tuned model (use as --model hf:DIR); "
+            "rerun the same command to resume from its checkpoints."
+        ),
+    ],
+    model: Annotated[str, typer.Option(help="Model to fine-tune: smollm2 or hf:DIR.")] = "smollm2",
+    config: Annotated[
+        Optional[Path], typer.Option(help="YAML or JSON file of SFT settings (options below override it).")
+    ] = None,
+    lora: Annotated[
+        Optional[bool], typer.Option("--lora/--full", help="LoRA adapters (merged on save) or all weights.")
+    ] = None,
+    max_steps: Annotated[
+        Optional[int], typer.Option(min=1, help="Optimizer steps (default: --epochs over the data).")
+    ] = None,
+    epochs: Annotated[Optional[float], typer.Option(min=0.0, help="Passes over the data (default 3).")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", min=0.0, help="Peak learning rate (paper: 5e-6).")] = None,
+    warmup_ratio: Annotated[
+        Optional[float], typer.Option(min=0.0, max=0.99, help="Share of steps warming up from 0 (default 0.1).")
+    ] = None,
+    batch_size: Annotated[
+        Optional[int], typer.Option(min=1, help="Trajectories per optimizer step (paper: 32).")
+    ] = None,
+    max_length: Annotated[
+        Optional[int],
+        typer.Option(min=16, help="Longest trajectory in tokens; longer ones are dropped (default 32768)."),
+    ] = None,
+    precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
+    save_steps: Annotated[Optional[int], typer.Option(min=1, help="Steps between checkpoints (default 50).")] = None,
+    seed: Annotated[Optional[int], typer.Option(min=0, help="Seed of data order and initialization.")] = None,
+) -> None:
+    """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
+    from websailor.train.sft import load_settings, train_sft
+
+    settings = load_settings(
+        config,
+        lora=lora,
+        max_steps=max_steps,
+        epochs=epochs,
+        learning_rate=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        precision=precision,
+        seed=seed,
+        warmup_ratio=warmup_ratio,
+        save_steps=save_steps,
+    )
+    s = train_sft(data, model, out, settings)
+    counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
+    print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
+    last = s["loss_history"][-1]["loss"] if s["loss_history"] else float("nan")
+    print(
+        f"{s['steps']} steps ({s['train_seconds']} s in this run); loss at the last step {last:.4f}, "
+        f"mean over this run's steps {s['train_loss']:.4f}"
+    )
+    print(f"model saved to {out}: use --model hf:{out}")
+
+
+class Algo(str, Enum):
+    v2 = "v2"
+    dupo = "dupo"
+
+
+@train_app.command("rl")
+@handle_errors
+@env_options()
+def train_rl_cmd(
+    data: Annotated[Path, typer.Option(help="QA JSONL (websailor synth) or any benchmark file eval reads.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Output directory: the trained model (use as --model hf:DIR), rollouts, "
+            "step log; rerun the same command to resume from its checkpoints."
+        ),
+    ],
+    model: Annotated[str, typer.Option(help="Starting model: smollm2 or hf:DIR (usually the SFT model).")] = "smollm2",
+    algo: Annotated[Optional[Algo], typer.Option(help="v2 (leave-one-out, 0/1 reward) or dupo (default v2).")] = None,
+    config: Annotated[
+        Optional[Path], typer.Option(help="YAML or JSON file of RL settings (options below override it).")
+    ] = None,
+    split: Annotated[
+        Optional[str], typer.Option(help="Split of a synth file to train on: train (default), test or all.")
+    ] = None,
+    group_size: Annotated[Optional[int], typer.Option(help="Rollouts per question (default 8).")] = None,
+    batch: Annotated[
+        Optional[int], typer.Option(help="Rollouts per optimizer step, whole groups (default 128).")
+    ] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (paper V2: 1e-6).")] = None,
+    max_calls: Annotated[Optional[int], typer.Option(help="Model calls per rollout (default 100).")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Tokens per model call (default 8192).")] = None,
+    max_steps: Annotated[
+        Optional[int], typer.Option(help="Optimizer steps (default: one pass over the questions).")
+    ] = None,
+    reward: Annotated[Optional[str], typer.Option(help="Judge: em, f1[:T] or llm:MODEL_SPEC (default em).")] = None,
+    prefilter: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Rollouts per item of the starting model before training; "
+            "keeps items solved sometimes but not always (0: off)."
+        ),
+    ] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="Rollouts run at once (default 8).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of sampling and data order.")] = None,
+    env_spec: Any = None,
+) -> None:
+    """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
+    environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
+    from websailor.train.rl import load_settings, train_rl
+
+    settings = load_settings(
+        config,
+        algo=algo.value if algo else None,
+        group_size=group_size,
+        batch_size=batch,
+        learning_rate=lr,
+        max_calls=max_calls,
+        max_tokens_per_turn=max_tokens,
+        max_steps=max_steps,
+        reward=reward,
+        prefilter=prefilter,
+        concurrency=concurrency,
+        seed=seed,
+    )
+    if env_spec.kind == "none":
+        fail("--env none has no tools to train with; use local or web")
+    s = train_rl(data, model, out, settings, split=split, env=env_spec)
+    if s.get("prefilter"):
+        p = s["prefilter"]
+        print(
+            f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded"
+        )
+    from websailor.train.rl_log import window_means
+
+    n = min(10, len(s["log"]))
+    first, last = window_means(s["log"], "reward/mean", n)
+    if first is not None:
+        print(
+            f"{s['steps']} steps on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
+            f"{first:.3f} over the first {n} steps, {last:.3f} over the last {n}"
+        )
+    print(f"model saved to {out}: use --model hf:{out}; curves: websailor train plot {out}")
+
+
+@train_app.command("plot")
+@handle_errors
+def train_plot_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="RL output directory (or its rl_log.jsonl).")],
+    png: Annotated[
+        Optional[Path], typer.Option("--out", help="Image to write (default RUN_DIR/rl_curves.png).")
+    ] = None,
+    smooth: Annotated[int, typer.Option(min=1, help="Steps in the moving average.")] = 5,
+) -> None:
+    """Draw an RL run's curves: reward, accuracy, zero-spread groups, tool calls, response
+    length, entropy, clip fraction, seconds per step."""
+    from websailor.train.rl_log import plot_log
+
+    print(f"wrote {plot_log(run_dir, png, smooth)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train")

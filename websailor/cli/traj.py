@@ -1,0 +1,157 @@
+"""``websailor traj build``: SFT trajectories, constructive, expert or imported."""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from websailor.cli.common import (
+    SeedOpt,
+    Split,
+    TemperatureOpt,
+    agent_config,
+    env_options,
+    fail,
+    handle_errors,
+    logger,
+)
+
+traj_app = typer.Typer(
+    help="Training trajectories for SFT: constructive, expert (rejection sampling) or imported.", no_args_is_help=True
+)
+
+#: The verdicts ``traj build --source expert`` prints, in order.
+VERDICTS = ("kept", "wrong", "no_answer", "few_tool_calls", "too_long", "ungraded", "model_error")
+
+
+class TrajSource(str, Enum):
+    constructive = "constructive"
+    expert = "expert"
+    import_ = "import"
+
+
+@traj_app.command("build")
+@handle_errors
+@env_options(exclude=("corpus",))
+def traj_build(
+    out: Annotated[Path, typer.Option(help="Trajectories JSONL (appended; resumes).")],
+    qa: Annotated[
+        Optional[Path], typer.Option(help="QA items JSONL (websailor synth), for constructive and expert.")
+    ] = None,
+    source: Annotated[
+        TrajSource,
+        typer.Option(
+            help="constructive: replay each item's solution path through the tools; "
+            "expert: keep the correct rollouts of a strong model; "
+            "import: convert ChatML (Tongyi / WebDancer) trajectories."
+        ),
+    ] = TrajSource.constructive,
+    from_: Annotated[Optional[Path], typer.Option("--from", help="ChatML JSONL to import.")] = None,
+    split: Annotated[Split, typer.Option(help="Which items (never train on test).")] = Split.train,
+    expert: Annotated[
+        Optional[str], typer.Option(help="Expert model for --source expert: openai:MODEL@URL, hf:DIR or smollm2.")
+    ] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="Expert rollouts per item.")] = 4,
+    judge: Annotated[str, typer.Option(help="Judge of the expert's answers: em, f1[:T] or llm:SPEC.")] = "em",
+    max_tokens: Annotated[
+        int, typer.Option(min=16, help="Token budget of a kept expert trajectory (student's tokenizer).")
+    ] = 32768,
+    min_tool_calls: Annotated[int, typer.Option(min=0, help="Fewest tool calls of a kept expert trajectory.")] = 2,
+    tokenizer: Annotated[
+        str, typer.Option(help="Student model whose tokenizer counts the budget: smollm2 or hf:DIR.")
+    ] = "smollm2",
+    max_calls: Annotated[int, typer.Option(min=1, help="Expert: model calls per question.")] = 100,
+    max_turn_tokens: Annotated[int, typer.Option(min=1, help="Expert: completion tokens per model call.")] = 8192,
+    temperature: TemperatureOpt = 0.85,
+    seed: SeedOpt = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Expert rollouts in flight.")] = 4,
+    rewrite_thoughts: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Model that rewrites every step's thought concisely "
+            "(short-CoT reconstruction): smollm2, hf:DIR or openai:MODEL@URL."
+        ),
+    ] = None,
+    corpus: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Corpus of the local tools: constructive replays, and expert rollouts in the local environment "
+            "(default: the embedded corpus in $WEBSAILOR_HOME)."
+        ),
+    ] = None,
+    env_spec: Any = None,
+) -> None:
+    """Build SFT trajectories. Expert rollouts run in the environment the environment options
+    choose (default: local tools over --corpus)."""
+    from websailor.tools.environment import EnvSpec
+
+    if source != TrajSource.expert and env_spec != EnvSpec():
+        logger.warning(
+            "the environment options are ignored: they choose the tools of --source expert "
+            "(constructive trajectories replay through the local tools over --corpus)"
+        )
+    transform = None
+    if rewrite_thoughts:
+        from websailor.models import load_model
+        from websailor.train.thoughts import ThoughtRewriter
+
+        transform = ThoughtRewriter(load_model(rewrite_thoughts))
+
+    def source_name(source: str) -> str:
+        return transform.source(source) if transform else source
+
+    if source == TrajSource.import_:
+        from websailor.train.importer import import_chatml_file
+
+        if from_ is None:
+            fail("--source import needs --from CHATML.jsonl")
+        written, skipped = import_chatml_file(from_, out, transform=transform, source=source_name("imported"))
+        print(f"{written} imported trajectories written to {out} ({skipped} already there)")
+        return
+    if qa is None or not qa.is_file():
+        fail(f"--source {source.value} needs --qa QA.jsonl (an existing file), got {qa}")
+    if source == TrajSource.expert:
+        from websailor.questions import load_questions
+        from websailor.train.expert import ExpertFilter, ExpertRun, build_expert_file, side_files
+
+        if not expert:
+            fail("--source expert needs --expert MODEL (the strong model that answers)")
+        n_items = len(load_questions(qa, split=split.value))
+        run = ExpertRun(expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency)
+        cfg = agent_config(max_calls, max_turn_tokens, 9000, temperature, seed)
+        env = env_spec
+        if env.kind == "local" and env.tools_url is None:
+            env = env.model_copy(update={"corpus": corpus})
+        counts: Counter = Counter()
+        try:
+            build_expert_file(qa, out, run, cfg, env, split=split.value, rewrite=transform, counts=counts)
+        finally:
+            if counts:
+                rollouts_file, _ = side_files(out)
+                verdicts = ", ".join(f"{v} {counts[v]}" for v in VERDICTS)
+                print(f"{n_items * k} expert rollouts ({rollouts_file}): {verdicts}")
+        print(f"{counts['written']} expert trajectories written to {out}")
+        return
+    from websailor.corpus import Corpus
+    from websailor.synth.dataset import read_items
+    from websailor.tools.local import build_local_tools
+    from websailor.train.constructive import build_constructive
+
+    items = read_items(qa)
+    written, skipped = build_constructive(
+        items,
+        build_local_tools(Corpus.open(corpus)),
+        out,
+        split=split.value,
+        transform=transform,
+        source=source_name("constructive"),
+    )
+    print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(traj_app, name="traj")
