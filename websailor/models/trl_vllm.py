@@ -12,7 +12,7 @@ of the agent apply only as a cut of each reply at its stop strings and token lim
 rollouts; ``server`` mode gathers prompts across processes in lock-step, which multi-turn
 rollouts of different lengths cannot keep, and is refused.
 
-Not exercised in CI (no GPU); see README, "RL on GPUs".
+Not exercised in CI (no GPU); see docs/rl.md, "RL on GPUs".
 """
 
 from __future__ import annotations

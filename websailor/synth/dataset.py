@@ -40,7 +40,8 @@ logger = get_logger(__name__)
 
 @dataclass
 class SynthConfig:
-    """Dataset-level settings (defaults from the issue's targets)."""
+    """Dataset-level settings: no topology above a quarter of the items, at least 40% with a cycle
+    (the balance targets of the synthesis; docs/synthesis.md)."""
 
     n: int = 500
     seed: int = 0

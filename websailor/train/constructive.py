@@ -1,4 +1,4 @@
-"""Constructive trajectories: the expert-free cold start (issue 6).
+"""Constructive trajectories: the expert-free cold start (``traj build``, the default source).
 
 Each synthesized QA item keeps the procedure that solves it in the local environment
 (search the first hop's description, read its page, ..., open the answer's page). Here that

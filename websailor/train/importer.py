@@ -1,4 +1,4 @@
-"""Importing ChatML agent trajectories in the Tongyi / WebDancer layout (issue 6, ``import``).
+"""Importing ChatML agent trajectories in the Tongyi / WebDancer layout (``traj build --source import``).
 
 Each line: ``{"messages": [system, user, assistant, user, ...], "answer", "functions", ...}``.
 The first user message holds the tool instructions and ends with ``User: <question>``;
