@@ -1,10 +1,12 @@
-"""Test doubles: a scripted chat model and a local OpenAI-compatible HTTP server."""
+"""Test doubles: a scripted chat model, a local OpenAI-compatible HTTP server, and the web
+providers' imitation wired into the web settings' environment variables."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from websailor.errors import ModelError
@@ -109,4 +111,25 @@ class FakeOpenAIServer:
         self.httpd.server_close()
 
 
-__all__ = ["FakeOpenAIServer", "ModelError", "ScriptedModel", "call"]
+@contextmanager
+def web_providers(monkeypatch, tmp_path) -> Iterator:
+    """The fault-injecting imitation of Serper, SearXNG and Jina (no faults unless its plan is
+    scripted), reachable through the environment variables the web settings read; the web cache
+    in ``tmp_path``; loopback pages allowed."""
+    from websailor.tools.web.fault_server import FaultPlan, FaultServer
+
+    with FaultServer(FaultPlan()) as server:
+        for var, value in {
+            "SERPER_API_KEY": server.api_key,
+            "SERPER_BASE_URL": server.url,
+            "SEARXNG_BASE_URL": f"{server.url}/searxng",
+            "JINA_BASE_URL": f"{server.url}/jina",
+            "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
+            "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
+        }.items():
+            monkeypatch.setenv(var, value)
+        monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
+        yield server
+
+
+__all__ = ["FakeOpenAIServer", "ModelError", "ScriptedModel", "call", "web_providers"]

@@ -21,7 +21,6 @@ from websailor.cli import app
 from websailor.errors import ConfigError
 from websailor.tools import environment
 from websailor.tools.environment import EnvSpec
-from websailor.tools.web.fault_server import FaultPlan, FaultServer
 
 runner = CliRunner()
 DEAD_MODEL = "openai:m@http://127.0.0.1:9/v1"  # never called: the commands stop once the tools are built
@@ -112,19 +111,10 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list]:
 
 
 @pytest.fixture
-def providers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FaultServer]:
-    """The provider imitation, reachable through the environment variables of the web settings."""
-    with FaultServer(FaultPlan()) as server:
-        for var, value in {
-            "SERPER_API_KEY": server.api_key,
-            "SERPER_BASE_URL": server.url,
-            "SEARXNG_BASE_URL": f"{server.url}/searxng",
-            "JINA_BASE_URL": f"{server.url}/jina",
-            "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
-            "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
-        }.items():
-            monkeypatch.setenv(var, value)
-        monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
+def providers(monkeypatch, tmp_path):
+    from fakes import web_providers
+
+    with web_providers(monkeypatch, tmp_path) as server:
         yield server
 
 

@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from websailor.cli import app
-from websailor.tools.web.fault_server import FaultPlan, FaultServer
 
 runner = CliRunner()
 
@@ -27,17 +26,9 @@ def run(*args: str):
 
 @pytest.fixture
 def providers(monkeypatch, tmp_path):
-    with FaultServer(FaultPlan()) as server:
-        for var, value in {
-            "SERPER_API_KEY": server.api_key,
-            "SERPER_BASE_URL": server.url,
-            "SEARXNG_BASE_URL": f"{server.url}/searxng",
-            "JINA_BASE_URL": f"{server.url}/jina",
-            "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
-            "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
-        }.items():
-            monkeypatch.setenv(var, value)
-        monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
+    from fakes import web_providers
+
+    with web_providers(monkeypatch, tmp_path) as server:
         yield server
 
 

@@ -319,40 +319,34 @@ def _encrypted(path: Path, rows: list[dict], fmt: str) -> list[Question]:
     return out
 
 
-def _gaia(path: Path, rows: list[dict]) -> list[Question]:
-    _column(rows, path, "gaia", "Question")
-    _column(rows, path, "gaia", "Final answer")
-    text_only = [(i, r) for i, r in enumerate(rows) if not r.get("file_name")]
+def _text_only(
+    path: Path, rows: list[dict], fmt: str, id_col: str, q_col: str, a_col: str, attachment: str, meta: tuple[str, ...]
+) -> list[Question]:
+    """A layout whose items may carry an attachment (GAIA's ``file_name``, HLE's ``image``):
+    only the text-only items are kept; ``meta`` columns go to :attr:`Question.meta`."""
+    _column(rows, path, fmt, q_col)
+    _column(rows, path, fmt, a_col)
     return [
         _item(
             path,
             i,
-            r.get("task_id"),
-            r.get("Question"),
-            r.get("Final answer"),
-            lambda r=r: Gold.parse(r.get("Final answer")),
-            {"level": r.get("Level")},
+            r.get(id_col),
+            r.get(q_col),
+            r.get(a_col),
+            lambda r=r: Gold.parse(r.get(a_col)),
+            {m.lower(): r.get(m) for m in meta},
         )
-        for i, r in text_only
+        for i, r in enumerate(rows)
+        if not r.get(attachment)
     ]
+
+
+def _gaia(path: Path, rows: list[dict]) -> list[Question]:
+    return _text_only(path, rows, "gaia", "task_id", "Question", "Final answer", "file_name", ("Level",))
 
 
 def _hle(path: Path, rows: list[dict]) -> list[Question]:
-    _column(rows, path, "hle", "question")
-    _column(rows, path, "hle", "answer")
-    text_only = [(i, r) for i, r in enumerate(rows) if not r.get("image")]
-    return [
-        _item(
-            path,
-            i,
-            r.get("id"),
-            r.get("question"),
-            r.get("answer"),
-            lambda r=r: Gold.parse(r.get("answer")),
-            {"category": r.get("category"), "answer_type": r.get("answer_type")},
-        )
-        for i, r in text_only
-    ]
+    return _text_only(path, rows, "hle", "id", "question", "answer", "image", ("category", "answer_type"))
 
 
 def _fanoutqa(path: Path, rows: list[dict]) -> list[Question]:

@@ -519,6 +519,21 @@ def train_rl(
             _check_enough(items, settings, "the prefilter's moderate items")
 
         bf16 = use_bf16(settings.precision)
+
+        def run_summary(steps: int) -> dict[str, Any]:
+            """What ``rl_summary.json`` says of the run, less its time and log."""
+            return {
+                "model": model,
+                "data": str(data_path),
+                "split": split,
+                "settings": settings.model_dump(),
+                "questions": len(items),
+                "prefilter": prefilter_counts,
+                "steps": steps,
+                "gradient_accumulation": accumulation,
+                "bf16": bf16,
+            }
+
         net = load_trainable_model(model_dir, settings)
         step0 = int(resume.name.rpartition("-")[2]) if resume else 0
         for name in (LOG_FILE, ROLLOUTS_FILE):
@@ -526,24 +541,7 @@ def train_rl(
         if resume is not None and settings.max_steps is not None and step0 >= settings.max_steps:
             # the trainer would still sample one more batch: take the model of that checkpoint as it is
             logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, step0, settings.max_steps)
-            return _finish_from_checkpoint(
-                resume,
-                out,
-                model_dir,
-                tokenizer,
-                settings,
-                record_summary={
-                    "model": model,
-                    "data": str(data_path),
-                    "split": split,
-                    "settings": settings.model_dump(),
-                    "questions": len(items),
-                    "prefilter": prefilter_counts,
-                    "steps": step0,
-                    "gradient_accumulation": accumulation,
-                    "bf16": use_bf16(settings.precision),
-                },
-            )
+            return _finish_from_checkpoint(resume, out, model_dir, tokenizer, settings, run_summary(step0))
 
         rollouts = AgentRollouts(
             {it.question: it for it in items},
@@ -618,19 +616,7 @@ def train_rl(
         save_model(trainer, out, model_dir, settings.lora)
         from websailor.train.rl_log import read_log
 
-        summary = {
-            "model": model,
-            "data": str(data_path),
-            "split": split,
-            "settings": settings.model_dump(),
-            "questions": len(items),
-            "prefilter": prefilter_counts,
-            "steps": trainer.state.global_step,
-            "gradient_accumulation": accumulation,
-            "bf16": bf16,
-            "train_seconds": round(seconds, 1),
-            "log": read_log(out),
-        }
+        summary = {**run_summary(trainer.state.global_step), "train_seconds": round(seconds, 1), "log": read_log(out)}
         if trainer.is_world_process_zero():
             (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
         return summary
