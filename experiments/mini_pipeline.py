@@ -1,16 +1,17 @@
-"""The cold-start and RL experiments (issues 6 and 7): synthesize, build constructive
-trajectories, fine-tune SmolLM2-135M on CPU, train the SFT model further with V2 RL in the local
-environment, and evaluate the base, SFT and RL models on held-out items.
+"""The cold-start and RL experiments: synthesize, build constructive trajectories, fine-tune
+SmolLM2-135M on CPU, train the SFT model further with V2 RL in the local environment, and
+evaluate the base, SFT and RL models on held-out items.
 
 Every stage is a `websailor` command, printed before it runs, so the experiment is also a
 recipe; each one resumes, so rerunning the script after an interruption continues it.
 
-    python benchmarks/mini_pipeline.py --out runs/mini            # the issue's sizes
-    python benchmarks/mini_pipeline.py --out runs/mini --eval-limit 30
+    python experiments/mini_pipeline.py --out runs/mini            # the default sizes: 1,100 items, 100 evaluated
+    python experiments/mini_pipeline.py --out runs/mini --eval-limit 30
 
 Prints, for the base, SFT and RL models: format validity (share of assistant turns that parse
 into a tool call or an answer), terminations, mean tool calls, Avg@k and Pass@k; writes them
-to OUT/results.json and OUT/results.md.
+to OUT/results.json and OUT/results.md, and the same figures with the context of the run to
+experiments/results/mini_pipeline.json.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-WS = str(Path(sys.executable).with_name("websailor"))
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import write_results  # noqa: E402
+
+WS = str(Path(sys.executable).with_name("websailor"))
 
 
 def step(args: list[str]) -> float:
@@ -174,6 +179,7 @@ def main() -> None:
     (out / "results.md").write_text(table + "\n")
     print(json.dumps(results, indent=2))
     print(table)
+    write_results("mini_pipeline", results, a, results_dir=ROOT / "experiments" / "results")
 
 
 if __name__ == "__main__":
