@@ -17,7 +17,7 @@ What is checked, and how:
    ``-x`` must be an option of the command it is written after. Inline code that starts with an
    option (``--tools-url`` in prose) must name an option of at least one command. Options on the
    command lines of other programs are not checked (pip, accelerate, make, pytest, ...), except
-   those of this repository's own scripts (``python benchmarks/x.py``, ``mini_pipeline.py``,
+   those of this repository's own scripts (``python benchmarks/x.py``, ``experiments/mini_pipeline.py``,
    ``python -m websailor.x``), which must appear as a quoted string in the script. The few
    options of such scripts written alone in prose are in ``SCRIPT_OPTIONS``, checked the same way.
 3. Python blocks, at two levels. Every fenced ``python`` block gets the first: it compiles; each
@@ -32,7 +32,7 @@ What is checked, and how:
    ``$WEBSAILOR_HOME`` (the test ids name the page and line of each block).
 4. Links and paths. Every relative Markdown link points at a file or directory of the
    repository, and its ``#anchor``, if any, at a heading of the target page; inline code that is
-   a path of the repository (``websailor/...``, ``benchmarks/...``, ``configs/...``,
+   a path of the repository (``websailor/...``, ``benchmarks/...``, ``experiments/...``, ``configs/...``,
    ``tests/...``, ``docs/...``) names one that exists.
 5. The map: README.md stays at most 250 lines, and docs/README.md links every page of docs/.
 
@@ -65,7 +65,7 @@ SHELL_LANGS = {"bash", "sh", "shell", "console"}
 RUN_MARKER = "<!-- docs-test: run -->"
 # options of this repository's scripts written alone in prose: option -> the file that defines it
 SCRIPT_OPTIONS = {"--kinds": "websailor/tools/web/fault_server.py"}
-REPO_PATH = re.compile(r"^(?:websailor|benchmarks|configs|tests|docs)(?:/[\w.-]+)*/?$")
+REPO_PATH = re.compile(r"^(?:websailor|benchmarks|experiments|configs|tests|docs)(?:/[\w.-]+)*/?$")
 OPTION = re.compile(r"(?<![\w./:-])(--?[A-Za-z][\w-]*)")
 QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
@@ -222,7 +222,7 @@ def script_of(words: list[str]) -> tuple[Path | str | None, int]:
     string names a script or module of the repository that does not exist."""
     for i, w in enumerate(words):
         if w.endswith(".py"):
-            for candidate in (ROOT / w, ROOT / "benchmarks" / w):
+            for candidate in (ROOT / w, ROOT / "benchmarks" / w, ROOT / "experiments" / w):
                 if candidate.is_file():
                     return candidate, i + 1
             if REPO_PATH.match(w):
