@@ -30,6 +30,16 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CACHE = Path(__file__).resolve().parent / ".cache"
 SOURCES = ["generated", "shared"]
 
+#: Fixtures that need the real SmolLM2-135M model: their tests are marked ``model``.
+MODEL_FIXTURES = {"smollm2_path", "smollm2"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the real model (directly or through another fixture)."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
 
 @contextmanager
 def websailor_home(path: Path) -> Iterator[None]:

@@ -132,6 +132,7 @@ def test_bad_trajectory_files(tiny: Path, sample_trajs: Path, tmp_path: Path):
         load_sft_data(bad, tok, 8192)
 
 
+@pytest.mark.trainer
 def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     from websailor.agent import Agent, AgentConfig
     from websailor.models import load_model
@@ -154,6 +155,7 @@ def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path:
     assert traj.num_model_calls == 1 and traj.model == f"hf:{out}"
 
 
+@pytest.mark.trainer
 def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     out = tmp_path / "sft"
     settings = SFTSettings(max_steps=3, batch_size=1, learning_rate=1e-3, max_length=8192, save_steps=1)
@@ -172,6 +174,7 @@ def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path
     ).is_file()
 
 
+@pytest.mark.trainer
 def test_lora_is_merged_into_a_plain_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     from safetensors import safe_open
 
