@@ -185,3 +185,15 @@ def smollm2(smollm2_path: Path):
     from websailor.models.hf import TransformersModel
 
     return TransformersModel(smollm2_path, name="smollm2")
+
+
+@pytest.fixture
+def smollm2_home(smollm2_path: Path) -> Path:
+    """The cached model linked into this test's isolated ``WEBSAILOR_HOME``, where the spec
+    ``smollm2`` looks for it, so that the product's default finds it without another download."""
+    from websailor.models.embedded import smollm2_dir
+
+    link = smollm2_dir()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(smollm2_path, target_is_directory=True)
+    return link

@@ -308,7 +308,9 @@ def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
         assert rec["model"] == f"constructive (thoughts: openai:w@{srv.url})"
 
 
-def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path):
+def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path, smollm2_home: Path):
+    """The expert source counts tokens with the student's tokenizer (default: the embedded model,
+    linked into this test's home from tests/.cache rather than fetched and converted again)."""
     from fakes import FakeOpenAIServer
 
     qa = tmp_path / "qa.jsonl"
