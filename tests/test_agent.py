@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeOpenAIServer, ScriptedModel, call
+from fixtures import NQSample
 
 from websailor.agent import Agent, AgentConfig
 from websailor.agent.parse import parse_turn
@@ -217,12 +218,13 @@ def test_questions_file_errors_name_the_line(tmp_path: Path, content: str, messa
         load_questions(p, require_answer=False)
 
 
-def test_nq_sample_loads_golden_answers(shared_data: Path):
-    path = shared_data / "nq_test_sample.jsonl"
+def test_nq_sample_loads_golden_answers(nq_sample: NQSample):
+    path = nq_sample.path
     qs = load_questions(path, require_answer=False)
     assert (
         len(qs) == len(path.read_text().split("\n")) - path.read_text().split("\n").count("")
-        and qs[0].id == "test_0"
+        and len(qs) == nq_sample.n_items
+        and qs[0].id == nq_sample.first_id
         and isinstance(qs[0].answer, list)
     )
 

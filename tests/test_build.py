@@ -1,8 +1,10 @@
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from fixtures import KiltSample, Wiki18Sample
 
 from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus, is_complete
 from websailor.corpus import build as build_mod
@@ -16,26 +18,24 @@ def test_vital_build_counts(vital: Corpus):
     assert vital.meta["format"] == "vital" and vital.meta["complete"] is True
 
 
-@pytest.mark.parametrize(
-    "name, fmt, n_docs", [("wiki18_sample_1000.jsonl", "wiki18", None), ("kilt_sample_100.jsonl", "kilt", 99)]
-)
-def test_other_layouts_build_and_search(shared_data: Path, tmp_path: Path, name: str, fmt: str, n_docs):
-    out = build_corpus(CorpusBuildConfig(source=shared_data / name, format=fmt, out=tmp_path / fmt))
-    c = Corpus.open(out)
-    if n_docs:
-        assert len(c) == n_docs
-    if fmt == "wiki18":
-        assert c.meta["n_passages"] == 1000
-        hits = c.search(["Genentech lobbyist Washington"], k=3)[0]
-        assert hits[0].title == "Evan Morris"
-    else:
-        hits = c.search(["first letter of the English alphabet"], k=3)[0]
-        assert hits[0].title == "A"
-        assert "## History" in c.get("A").text
+def test_wiki18_builds_and_searches(wiki18_sample: Wiki18Sample, tmp_path: Path):
+    c = Corpus.open(build_corpus(CorpusBuildConfig(source=wiki18_sample.path, format="wiki18", out=tmp_path / "w")))
+    assert len(c) == wiki18_sample.n_pages
+    assert c.meta["n_passages"] == wiki18_sample.n_passages
+    hits = c.search([wiki18_sample.query], k=3)[0]
+    assert hits[0].title == wiki18_sample.title
 
 
-def test_reuse_unless_force(shared_data: Path, tmp_path: Path):
-    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+def test_kilt_builds_and_searches(kilt_sample: KiltSample, tmp_path: Path):
+    c = Corpus.open(build_corpus(CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k")))
+    assert len(c) == kilt_sample.n_pages
+    hits = c.search([kilt_sample.query], k=3)[0]
+    assert hits[0].title == kilt_sample.title
+    assert kilt_sample.heading in c.get(kilt_sample.title).text
+
+
+def test_reuse_unless_force(kilt_sample: KiltSample, tmp_path: Path):
+    cfg = CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k")
     out = build_corpus(cfg)
     stamp = json.loads((out / "meta.json").read_text())["built_at"], (out / "meta.json").stat().st_mtime_ns
     assert build_corpus(cfg) == out
@@ -46,35 +46,37 @@ def test_reuse_unless_force(shared_data: Path, tmp_path: Path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp or old dirs left
 
 
-def test_interrupted_build_leaves_no_corpus(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_interrupted_build_leaves_no_corpus(kilt_sample: KiltSample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(build_mod.EntityLinker, "link", boom)
     out = tmp_path / "k"
     with pytest.raises(KeyboardInterrupt):
-        build_corpus(CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=out))
+        build_corpus(CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=out))
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(CorpusError, match="no corpus at"):
         Corpus.open(out)
 
 
-def test_interrupted_rebuild_keeps_the_old_corpus(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+def test_interrupted_rebuild_keeps_the_old_corpus(
+    kilt_sample: KiltSample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    cfg = CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k")
     out = build_corpus(cfg)
     monkeypatch.setattr(build_mod.EntityLinker, "link", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk")))
     cfg.force = True
     with pytest.raises(RuntimeError):
         build_corpus(cfg)
-    assert len(Corpus.open(out)) == 99
+    assert len(Corpus.open(out)) == kilt_sample.n_pages
 
 
-def test_target_that_is_not_a_corpus_is_not_overwritten(tmp_path: Path, shared_data: Path):
+def test_target_that_is_not_a_corpus_is_not_overwritten(tmp_path: Path, kilt_sample: KiltSample):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("precious")
-    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=out)
+    cfg = CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=out)
     with pytest.raises(CorpusError, match="is not a websailor corpus: refusing to write there, even with --force"):
         build_corpus(cfg)
     cfg.force = True
@@ -89,38 +91,36 @@ def test_target_that_is_not_a_corpus_is_not_overwritten(tmp_path: Path, shared_d
         build_corpus(CorpusBuildConfig(source=cfg.source, format="kilt", out=tmp_path / "afile" / "c"))
 
 
-def test_reuse_checks_the_source(shared_data: Path, tmp_path: Path):
+def test_reuse_checks_the_source(kilt_sample: KiltSample, generated_wiki18: Wiki18Sample, tmp_path: Path):
     from websailor.errors import InputFormatError
 
-    out = build_corpus(
-        CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
-    )
+    out = build_corpus(CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k"))
     with pytest.raises(InputFormatError, match="does not exist"):
         build_corpus(CorpusBuildConfig(source=tmp_path / "missing.jsonl", format="kilt", out=out))
-    with pytest.raises(CorpusError, match="already holds a corpus built from .*kilt_sample_100.jsonl"):
-        build_corpus(CorpusBuildConfig(source=shared_data / "wiki18_sample_1000.jsonl", format="wiki18", out=out))
+    with pytest.raises(CorpusError, match=f"already holds a corpus built from .*{re.escape(kilt_sample.path.name)}"):
+        build_corpus(CorpusBuildConfig(source=generated_wiki18.path, format="wiki18", out=out))
 
 
-def test_incomplete_corpus_needs_force(shared_data: Path, tmp_path: Path):
-    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+def test_incomplete_corpus_needs_force(kilt_sample: KiltSample, tmp_path: Path):
+    cfg = CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k")
     out = build_corpus(cfg)
     (out / "meta.json").unlink()
     with pytest.raises(CorpusError, match="incomplete corpus .*pass --force"):
         build_corpus(cfg)
     cfg.force = True
-    assert len(Corpus.open(build_corpus(cfg))) == 99
+    assert len(Corpus.open(build_corpus(cfg))) == kilt_sample.n_pages
 
 
-def test_leftovers_of_killed_builds_are_cleaned(shared_data: Path, tmp_path: Path):
+def test_leftovers_of_killed_builds_are_cleaned(kilt_sample: KiltSample, tmp_path: Path):
     import subprocess
 
     dead = subprocess.run(["true"]).returncode or 999_999  # a pid that does not exist
-    cfg = CorpusBuildConfig(source=shared_data / "kilt_sample_100.jsonl", format="kilt", out=tmp_path / "k")
+    cfg = CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k")
     out = build_corpus(cfg)
     # a kill between the two renames of a rebuild: the old corpus sits in .k.old-PID
     os.replace(out, tmp_path / f".k.old-{dead}")
     (tmp_path / f".k.tmp-{dead}").mkdir()
-    assert build_corpus(cfg) == out and len(Corpus.open(out)) == 99
+    assert build_corpus(cfg) == out and len(Corpus.open(out)) == kilt_sample.n_pages
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
 
 

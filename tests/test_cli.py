@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures import KiltSample, NQSample
 from typer.testing import CliRunner
 
 from websailor.cli import app
@@ -14,25 +15,23 @@ def run(*args: str):
 
 
 @pytest.fixture(scope="module")
-def kilt_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+def kilt_dir(kilt_sample: KiltSample, tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("cli") / "kilt"
-    res = run(
-        "corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "kilt", "--out", str(out)
-    )
+    res = run("corpus", "build", "--source", str(kilt_sample.path), "--format", "kilt", "--out", str(out))
     assert res.exit_code == 0, res.output
     assert res.stdout.strip() == str(out)  # logs go to stderr: DIR=$(websailor corpus build ...) works
     return str(out)
 
 
-def test_info_search_visit_tool_links(kilt_dir: str, vital_dir: Path):
+def test_info_search_visit_tool_links(kilt_dir: str, kilt_sample: KiltSample, vital_dir: Path):
     res = run("corpus", "info", kilt_dir, "--json")
-    assert json.loads(res.stdout)["n_docs"] == 99
+    assert json.loads(res.stdout)["n_docs"] == kilt_sample.n_pages
 
-    res = run("search", "first letter of the alphabet", "vowel", "-k", "2", "--corpus", kilt_dir, "--json")
+    res = run("search", kilt_sample.short_query, "vowel", "-k", "2", "--corpus", kilt_dir, "--json")
     data = json.loads(res.stdout)
-    assert [d["query"] for d in data] == ["first letter of the alphabet", "vowel"]
-    assert data[0]["results"][0]["title"] == "A" and len(data[0]["results"]) == 2
-    assert data[0]["results"][0]["url"] == "https://en.wikipedia.org/wiki/A"
+    assert [d["query"] for d in data] == [kilt_sample.short_query, "vowel"]
+    assert data[0]["results"][0]["title"] == kilt_sample.title and len(data[0]["results"]) == 2
+    assert data[0]["results"][0]["url"] == "https://en.wikipedia.org/wiki/" + kilt_sample.title.replace(" ", "_")
 
     res = run("search", "Mona Lisa", "-k", "3", "--corpus", str(vital_dir))
     assert res.exit_code == 0 and "1. [Mona Lisa](https://en.wikipedia.org/wiki/Mona_Lisa)" in res.stdout
@@ -74,14 +73,14 @@ def test_errors_are_one_clear_line_and_exit_2(args, message):
     assert "Traceback" not in res.output
 
 
-def test_wrong_format_is_rejected_by_the_cli(shared_data: Path, tmp_path: Path):
-    res = run("corpus", "build", "--source", str(shared_data / "kilt_sample_100.jsonl"), "--format", "csv")
+def test_wrong_format_is_rejected_by_the_cli(kilt_sample: KiltSample, tmp_path: Path):
+    res = run("corpus", "build", "--source", str(kilt_sample.path), "--format", "csv")
     assert res.exit_code == 2 and "'csv' is not one of" in res.output
     res = run(
         "corpus",
         "build",
         "--source",
-        str(shared_data / "kilt_sample_100.jsonl"),
+        str(kilt_sample.path),
         "--format",
         "wiki18",
         "--out",
@@ -216,24 +215,24 @@ def test_synth_with_difficulty_filter(vital_dir: Path, tmp_path: Path):
     assert res.exit_code == 2 and "easy" in res.output
 
 
-def test_eval_and_score(shared_data: Path, tmp_path: Path):
+def test_eval_and_score(nq_sample: NQSample, tmp_path: Path):
     from fakes import FakeOpenAIServer
 
     def reply(messages):
         q = messages[-1]["content"]
         if q.startswith("Judge whether"):  # the LLM judge
-            ok = "Wilhelm Conrad" in q.split("[correct_answer]:")[1]
+            ok = nq_sample.first_answer in q.split("[correct_answer]:")[1]
             return json.dumps(
                 {"extracted_final_answer": "x", "reasoning": "r", "correct": "yes" if ok else "no", "confidence": 80}
             )
-        return "<think>I know this.</think><answer>Wilhelm Conrad Röntgen</answer>"
+        return f"<think>I know this.</think><answer>{nq_sample.first_answer}</answer>"
 
     out = tmp_path / "ev"
     with FakeOpenAIServer(reply) as srv:
         res = run(
             "eval",
             "--bench",
-            str(shared_data / "nq_test_sample.jsonl"),
+            str(nq_sample.path),
             "--limit",
             "4",
             "--model",
@@ -246,7 +245,9 @@ def test_eval_and_score(shared_data: Path, tmp_path: Path):
             str(out),
         )
         assert res.exit_code == 0, res.output
-        assert "| 25.0 (" in res.stdout and "4 questions x k = 2 rollouts" in res.stdout  # only test_0 is Röntgen
+        assert (
+            "| 25.0 (" in res.stdout and "4 questions x k = 2 rollouts" in res.stdout
+        )  # only the first item has that answer
         summary = json.loads((out / "summary.json").read_text())
         assert summary["avg_at_k"] == 0.25 and summary["env"] == ["none"] and summary["mean_tool_calls"] == 0
 
@@ -307,7 +308,9 @@ def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
         assert rec["model"] == f"constructive (thoughts: openai:w@{srv.url})"
 
 
-def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path):
+def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path, smollm2_home: Path):
+    """The expert source counts tokens with the student's tokenizer (default: the embedded model,
+    linked into this test's home from tests/.cache rather than fetched and converted again)."""
     from fakes import FakeOpenAIServer
 
     qa = tmp_path / "qa.jsonl"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures import NQSample
 
 from websailor.errors import InputFormatError
 from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_at_k, per_run_accuracy
@@ -20,10 +21,10 @@ from websailor.questions import (
 
 
 # -- loaders ------------------------------------------------------------------------------------
-def test_nq_sample_in_place(shared_data: Path):
-    items = load_questions(shared_data / "nq_test_sample.jsonl")
-    assert len(items) == 17 and items[0].id == "test_0"
-    assert items[2].gold.forms == ("Olivia", "MFSK")  # golden_answers are alternatives
+def test_nq_sample_in_place(nq_sample: NQSample):
+    items = load_questions(nq_sample.path)
+    assert len(items) == nq_sample.n_items and items[0].id == nq_sample.first_id
+    assert items[nq_sample.alternatives_index].gold.forms == nq_sample.alternatives  # golden_answers are alternatives
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
@@ -98,7 +99,7 @@ def test_browsecomp_zh_xlsx_and_xbench_csv(tmp_path: Path):
     assert (items[0].id, items[0].question, items[0].gold.answer) == ("7", "2024年奥运会在哪座城市举办？", "巴黎")
 
 
-def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path, shared_data: Path):
+def test_gaia_hle_fanoutqa_and_synth_layouts(tmp_path: Path):
     gaia = tmp_path / "metadata.jsonl"
     gaia.write_text(
         "\n".join(

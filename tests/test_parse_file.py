@@ -10,6 +10,7 @@ from pathlib import Path
 import docx
 import openpyxl
 import pytest
+from fixtures import NQSample
 from pypdf import PdfReader, PdfWriter
 from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen import canvas
@@ -321,17 +322,18 @@ def test_url_with_stub_fetcher():
     assert "larger than the limit" in big
 
 
-# --- real shared data, read in place --------------------------------------------------------------
+# --- a real data file, read in place -----------------------------------------------------------
 
 
-def test_shared_data_read_in_place(shared_data: Path):
-    tool = ParseFileTool(files_root=shared_data, max_chars=5000)
-    obs = tool({"files": ["nq_test_sample.jsonl"]})
-    assert obs.startswith("# File: nq_test_sample.jsonl\n\n{")
-    assert "who got the first nobel prize in physics" in obs
-    assert "Wilhelm Conrad R\\u00f6ntgen" in obs
+def test_data_file_read_in_place(nq_sample: NQSample):
+    tool = ParseFileTool(files_root=nq_sample.path.parent, max_chars=5000)
+    name = nq_sample.path.name
+    obs = tool({"files": [name]})
+    assert obs.startswith(f"# File: {name}\n\n{{")
+    assert nq_sample.first_question in obs
+    assert nq_sample.first_answer_escaped in obs
     first_line = obs.split("\n\n", 1)[1].splitlines()[0]
-    assert json.loads(first_line)["id"] == "test_0"
+    assert json.loads(first_line)["id"] == nq_sample.first_id
 
 
 def test_a_hostile_spreadsheet_is_stopped_at_the_time_limit(tmp_path):

@@ -292,6 +292,7 @@ def tiny_rl(smollm2_path: Path, vital_dir: Path, tmp_path_factory: pytest.TempPa
     return root, tiny, qa, settings, summary
 
 
+@pytest.mark.trainer
 def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     from websailor.models import load_model
 
@@ -353,6 +354,7 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     assert load_model(f"hf:{out}").name == f"hf:{out}"
 
 
+@pytest.mark.trainer
 def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch: pytest.MonkeyPatch):
     """The tiny random model never answers, so every group has zero spread: the first run's
     loss is exactly 0 and AdamW (no weight decay) leaves the weights as they were. With
@@ -379,6 +381,7 @@ def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch
     assert any(not torch.equal(p, q) for p, q in zip(base, after))
 
 
+@pytest.mark.trainer
 def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
     root, tiny, qa, settings, _ = tiny_rl
     s = settings.model_copy(update={"prefilter": 2, "max_steps": 1})
@@ -429,6 +432,7 @@ def test_synth_files_train_on_their_train_split(tmp_path: Path):
         training_questions(plain, "train")
 
 
+@pytest.mark.trainer
 def test_bad_data_is_named(tmp_path: Path, tiny_rl, vital_dir: Path):
     root, tiny, qa, settings, _ = tiny_rl
     empty = tmp_path / "empty.jsonl"
@@ -507,6 +511,7 @@ def test_cli_names_bad_rl_settings(tmp_path: Path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.trainer
 def test_rl_in_the_web_environment(tiny_rl, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """``env=EnvSpec(kind="web")``: missing provider settings are refused before anything is written; with
     the provider imitation the rollouts run with the web tools and say so."""

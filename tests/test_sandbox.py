@@ -29,7 +29,10 @@ from websailor.sandbox.bubblewrap import (
 from websailor.tools.python_interpreter import PythonInterpreterTool
 
 _why = sandbox_status()  # None when bubblewrap is found and its probe run works
-pytestmark = pytest.mark.skipif(_why is not None, reason=f"no working sandbox here: {_why}")
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(_why is not None, reason=f"no working sandbox here: {_why}"),
+]
 
 #: Small limits so that runaway code is stopped within seconds.
 FAST = SandboxLimits(cpu_s=2, wall_s=5, memory_mb=512, processes=16, output_bytes=20_000, file_mb=1)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures import ChatMLSample
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.train.sft import SFTSettings, load_settings, load_tokenizer, train_sft
@@ -32,18 +33,30 @@ def tiny(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _save_tiny(tmp_path_factory.mktemp("tiny") / "llama", smollm2_path)
 
 
-@pytest.fixture(scope="module")
-def chatml_trajs(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first 6 real WebDancer trajectories, imported into our format."""
+def _import_first(chatml: Path, out: Path, n: int = 6) -> Path:
+    """The first ``n`` trajectories of a ChatML file, imported into our format at ``out``."""
     from websailor.train.importer import read_chatml
 
-    out = tmp_path_factory.mktemp("data") / "sft.jsonl"
-    trajs = read_chatml(shared_data / "webdancer_sample_traj.jsonl")[:6]
-    out.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trajs))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in read_chatml(chatml)[:n]))
     return out
 
 
-def test_labels_cover_exactly_the_assistant_turns(tiny: Path, chatml_trajs: Path):
+@pytest.fixture(scope="module")
+def chatml_trajs(generated_chatml: ChatMLSample, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 6 generated WebDancer-layout trajectories (real tool observations over the
+    vital corpus), imported into our format: what the training runs train on."""
+    return _import_first(generated_chatml.path, tmp_path_factory.mktemp("data") / "sft.jsonl")
+
+
+@pytest.fixture(scope="module")
+def sample_trajs(chatml_sample: ChatMLSample, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 6 trajectories of the generated file and, when present, of the real WebDancer
+    sample, imported into our format: the data checks run on both."""
+    return _import_first(chatml_sample.path, tmp_path_factory.mktemp("data") / "sft.jsonl")
+
+
+def test_labels_cover_exactly_the_assistant_turns(tiny: Path, sample_trajs: Path):
     """Decode the labels TRL trains on: they are the assistant replies (and their end-of-turn
     token), in order, and nothing of the system prompt, question or tool responses."""
     from datasets import Dataset
@@ -51,14 +64,14 @@ def test_labels_cover_exactly_the_assistant_turns(tiny: Path, chatml_trajs: Path
     from trl import SFTConfig, SFTTrainer
 
     tok = load_tokenizer(tiny)
-    data = load_sft_data(chatml_trajs, tok, max_length=8192)
+    data = load_sft_data(sample_trajs, tok, max_length=8192)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny),
-        args=SFTConfig(output_dir=str(chatml_trajs.parent / "ck"), report_to="none", use_cpu=True, max_length=None),
+        args=SFTConfig(output_dir=str(sample_trajs.parent / "ck"), report_to="none", use_cpu=True, max_length=None),
         train_dataset=Dataset.from_list(data.examples),
         processing_class=tok,
     )
-    first = json.loads(chatml_trajs.read_text().splitlines()[0])
+    first = json.loads(sample_trajs.read_text().splitlines()[0])
     row = trainer.train_dataset[0]
     ids, labels = row["input_ids"], row["labels"]
     spans, cur = [], []
@@ -81,15 +94,15 @@ def test_labels_cover_exactly_the_assistant_turns(tiny: Path, chatml_trajs: Path
     assert "<tool_response>" in tok.decode(ids)
 
 
-def test_too_long_trajectories_are_dropped_and_counted_never_cut(tiny: Path, chatml_trajs: Path):
+def test_too_long_trajectories_are_dropped_and_counted_never_cut(tiny: Path, sample_trajs: Path):
     from websailor.agent.trajectory import Trajectory
 
     tok = load_tokenizer(tiny)
     lengths = [
-        len(Trajectory.from_dict(json.loads(line)).token_view(tok)[0]) for line in chatml_trajs.read_text().splitlines()
+        len(Trajectory.from_dict(json.loads(line)).token_view(tok)[0]) for line in sample_trajs.read_text().splitlines()
     ]
     limit = sorted(lengths)[2]  # three fit, three do not
-    data = load_sft_data(chatml_trajs, tok, max_length=limit)
+    data = load_sft_data(sample_trajs, tok, max_length=limit)
     assert data.counts == {"read": 6, "kept": 3, "too_long": 3}
     assert sorted(len(e["input_ids"]) for e in data.examples) == sorted(n for n in lengths if n <= limit)
     for e in data.examples:  # whole: each ends with the answer's end-of-turn token (then only the template's newline)
@@ -97,7 +110,7 @@ def test_too_long_trajectories_are_dropped_and_counted_never_cut(tiny: Path, cha
         assert e["input_ids"][last] == tok.eos_token_id and not tok.decode(e["input_ids"][last + 1 :]).strip()
 
 
-def test_bad_trajectory_files(tiny: Path, chatml_trajs: Path, tmp_path: Path):
+def test_bad_trajectory_files(tiny: Path, sample_trajs: Path, tmp_path: Path):
     tok = load_tokenizer(tiny)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -105,7 +118,7 @@ def test_bad_trajectory_files(tiny: Path, chatml_trajs: Path, tmp_path: Path):
         load_sft_data(empty, tok, 4096)
     with pytest.raises(InputFormatError, match="no such file"):
         load_sft_data(tmp_path / "missing.jsonl", tok, 4096)
-    rec = json.loads(chatml_trajs.read_text().splitlines()[0])
+    rec = json.loads(sample_trajs.read_text().splitlines()[0])
     swapped = dict(rec, messages=rec["messages"][:2] + [rec["messages"][3], rec["messages"][2]] + rec["messages"][4:])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rec) + "\n" + json.dumps(swapped) + "\n")
@@ -119,6 +132,7 @@ def test_bad_trajectory_files(tiny: Path, chatml_trajs: Path, tmp_path: Path):
         load_sft_data(bad, tok, 8192)
 
 
+@pytest.mark.trainer
 def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     from websailor.agent import Agent, AgentConfig
     from websailor.models import load_model
@@ -141,6 +155,7 @@ def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path:
     assert traj.num_model_calls == 1 and traj.model == f"hf:{out}"
 
 
+@pytest.mark.trainer
 def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     out = tmp_path / "sft"
     settings = SFTSettings(max_steps=3, batch_size=1, learning_rate=1e-3, max_length=8192, save_steps=1)
@@ -159,6 +174,7 @@ def test_resume_from_a_checkpoint(tiny: Path, chatml_trajs: Path, tmp_path: Path
     ).is_file()
 
 
+@pytest.mark.trainer
 def test_lora_is_merged_into_a_plain_model(tiny: Path, chatml_trajs: Path, tmp_path: Path):
     from safetensors import safe_open
 
@@ -248,7 +264,7 @@ def test_shipped_configs_are_valid():
 
 
 @pytest.mark.parametrize("template", ["qwen3", "llama3"])
-def test_mask_follows_templates_that_reformat_replies(smollm2_path: Path, chatml_trajs: Path, template: str):
+def test_mask_follows_templates_that_reformat_replies(smollm2_path: Path, sample_trajs: Path, template: str):
     """Qwen3 renders '</think>' followed by a blank line, Llama 3 trims replies: the loss still
     covers each rendered reply through its end-of-turn marker, and nothing of the next turn."""
     import trl
@@ -259,7 +275,7 @@ def test_mask_follows_templates_that_reformat_replies(smollm2_path: Path, chatml
     tok = AutoTokenizer.from_pretrained(smollm2_path)
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / f"{template}.jinja").read_text()
     end = {"qwen3": "<|im_end|>", "llama3": "<|eot_id|>"}[template]
-    traj = Trajectory.from_dict(json.loads(chatml_trajs.read_text().splitlines()[0]))
+    traj = Trajectory.from_dict(json.loads(sample_trajs.read_text().splitlines()[0]))
     traj.messages[2]["content"] += "   "  # trailing spaces a trimming template drops
     ids, mask = traj.token_view(tok)
     spans, cur = [], []

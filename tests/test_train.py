@@ -2,6 +2,8 @@
 
 import json
 
+from fixtures import ChatMLSample
+
 from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import Trajectory
 from websailor.corpus import Corpus
@@ -30,28 +32,27 @@ def test_constructive_trajectories_follow_the_protocol_and_reach_the_answer(vita
         assert t.answer["answer"].lower() in observations[1].lower()
 
 
-def test_import_webdancer_chatml_in_place(shared_data, tmp_path):
+def test_import_webdancer_chatml_in_place(chatml_sample: ChatMLSample, tmp_path):
     import pytest
 
     from websailor.errors import InputFormatError
     from websailor.train.importer import read_chatml
 
-    trajs = read_chatml(shared_data / "webdancer_sample_traj.jsonl")
-    assert len(trajs) == 200 and all(t.termination == "answer" for t in trajs)
+    trajs = read_chatml(chatml_sample.path)
+    assert len(trajs) == chatml_sample.n_trajectories and all(t.termination == "answer" for t in trajs)
     t = trajs[0]
     assert (
-        t.question.startswith("In a prestigious British equestrian event")
-        and t.answer["answer"] == "English horse race Derby"
+        t.question.startswith(chatml_sample.first_question_start) and t.answer["answer"] == chatml_sample.first_answer
     )
     assert t.messages[1] == {"role": "user", "content": t.question} and "<tools>" in t.messages[0]["content"]
-    assert t.num_tool_calls == 1 and "Epsom Derby" in t.prediction
-    rec = json.loads((shared_data / "webdancer_sample_traj.jsonl").read_text().splitlines()[0])
+    assert t.num_tool_calls == chatml_sample.first_tool_calls and chatml_sample.first_prediction_part in t.prediction
+    rec = json.loads(chatml_sample.path.read_text().splitlines()[0])
     rec["messages"] = rec["messages"][:2] + [rec["messages"][3], rec["messages"][2]]  # tool turn before the call
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rec) + "\n")
     with pytest.raises(InputFormatError, match="line 1: the messages do not alternate"):
         read_chatml(bad)
-    good = json.loads((shared_data / "webdancer_sample_traj.jsonl").read_text().splitlines()[0])
+    good = json.loads(chatml_sample.path.read_text().splitlines()[0])
     for broken, message in [
         (
             dict(good, messages=good["messages"][:2] + [{"role": "assistant", "content": None}] + good["messages"][3:]),
