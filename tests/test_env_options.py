@@ -23,17 +23,18 @@ from websailor.tools import environment
 from websailor.tools.environment import EnvSpec
 
 runner = CliRunner()
+HERE = Path(__file__).resolve().parent  # an existing folder for --files-dir
 DEAD_MODEL = "openai:m@http://127.0.0.1:9/v1"  # never called: the commands stop once the tools are built
 
 
 # -- EnvSpec --------------------------------------------------------------------------------------
 def test_spec_from_options_splits_tools_and_names_bad_values():
-    spec = EnvSpec.from_options(kind="local", tools=" search , parse_file", corpus=None, files_dir=Path("docs"))
+    spec = EnvSpec.from_options(kind="local", tools=" search , parse_file", corpus=None, files_dir=HERE)
     assert spec.tools == ("search", "parse_file") and spec.offered() == ("search", "parse_file")
     assert EnvSpec.from_options(kind="web").offered() == environment.DEFAULT_TOOLS["web"]
     with pytest.raises(ConfigError, match="^--tools is empty: give comma-separated tool names$"):
         EnvSpec.from_options(tools=" , ")
-    with pytest.raises(ConfigError, match="^--env "):
+    with pytest.raises(ConfigError, match="^--env: Input should be 'local', 'web' or 'none'$"):
         EnvSpec.from_options(kind="moon")
     with pytest.raises(ConfigError, match="^--summary-model is empty$"):
         EnvSpec.from_options(summary_model="  ")
@@ -52,7 +53,7 @@ def test_spec_from_options_splits_tools_and_names_bad_values():
             ["--corpus is ignored: --env none has no tools", "--summary-model is ignored: --env none has no tools"],
         ),
         (
-            EnvSpec(kind="web", tools_url="http://h:1", files_dir=Path("d")),
+            EnvSpec(kind="web", tools_url="http://h:1", files_dir=HERE),
             [
                 "--env web is ignored: the tools are the tool server's at http://h:1",
                 "--files-dir is ignored: the tools are the tool server's at http://h:1 "
@@ -60,14 +61,14 @@ def test_spec_from_options_splits_tools_and_names_bad_values():
             ],
         ),
         (
-            EnvSpec(files_dir=Path("d"), unsafe_python=True, summary_model="smollm2", tools=("search",)),
+            EnvSpec(files_dir=HERE, unsafe_python=True, summary_model="smollm2", tools=("search",)),
             [
                 "--files-dir is ignored: parse_file is not among the tools (search)",
                 "--unsafe-python is ignored: PythonInterpreter is not among the tools (search)",
                 "--summary-model is ignored: visit is not among the tools (search)",
             ],
         ),
-        (EnvSpec(kind="web", files_dir=Path("d"), unsafe_python=True), []),
+        (EnvSpec(kind="web", files_dir=HERE, unsafe_python=True), []),
     ],
 )
 def test_ignored_options_are_named_one_line_each(spec: EnvSpec, lines: list[str]):
@@ -76,7 +77,7 @@ def test_ignored_options_are_named_one_line_each(spec: EnvSpec, lines: list[str]
 
 def test_record_keeps_older_local_runs_identical():
     assert EnvSpec().record() == {}
-    assert EnvSpec(corpus=Path("/c"), web_config=Path("w"), files_dir=Path("d")).record() == {"corpus": "/c"}
+    assert EnvSpec(corpus=Path("/c"), web_config=Path("w"), files_dir=HERE).record() == {"corpus": "/c"}
     assert EnvSpec(kind="web", tools=("search",)).record() == {"env": "web", "tools_url": None, "tools": ["search"]}
     assert EnvSpec(summary_model="smollm2").record() == {"summary_model": "smollm2"}
 
@@ -103,8 +104,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list]:
         seen.append((spec, env))
         raise Opened
 
-    monkeypatch.setattr("websailor.tools.environment.open_environment", spy)
-    monkeypatch.setattr("websailor.agent.session.open_environment", spy)
+    monkeypatch.setattr("websailor.tools.environment.open_environment", spy)  # every caller imports it when it runs
     yield seen
     for _, env in seen:
         env.close()
@@ -284,32 +284,73 @@ def test_options_that_do_not_apply_are_named_the_same_way_in_every_command(
         assert res.stderr.count("--web-config is ignored: it configures --env web") == 1, (name, res.stderr)
 
 
-def test_environment_options_outside_their_use_are_named(
-    vital_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-):
+def test_environment_options_outside_their_use_are_named(vital_dir: Path, tmp_path: Path):
     qa = tmp_path / "qa.jsonl"
     res = runner.invoke(app, ["synth", "--n", "1", "--out", str(qa), "--corpus", str(vital_dir), "--env", "web"])
     assert res.exit_code == 0, res.output
-    assert "the environment options are ignored: they choose the tools of --filter-with's reference agent" in [
-        r.getMessage() for r in caplog.records
-    ]
-    res = runner.invoke(
-        app,
-        [
-            "traj",
-            "build",
-            "--qa",
-            str(qa),
-            "--out",
-            str(tmp_path / "t.jsonl"),
-            "--corpus",
-            str(vital_dir),
-            "--tools",
-            "search",
-        ],  # fmt: skip
+    assert (
+        "WARNING: --env is ignored: the environment options choose the tools of --filter-with's reference agent\n"
+        in res.stderr
     )
+    traj = ["traj", "build", "--qa", str(qa), "--out", str(tmp_path / "t.jsonl"), "--corpus", str(vital_dir)]
+    res = runner.invoke(app, [*traj, "--tools", "search", "--summary-model", "smollm2"])
     assert res.exit_code == 0, res.output
-    assert any(
-        r.getMessage().startswith("the environment options are ignored: they choose the tools of --source expert")
-        for r in caplog.records
+    assert (
+        "WARNING: --tools and --summary-model are ignored: the environment options choose the tools of --source "
+        "expert (constructive trajectories replay through the local tools over --corpus)\n" in res.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--files-dir", "no-such-folder"], "error: --files-dir: no-such-folder: no such directory"),
+        (["--tools", "search,search"], "error: --tools names search more than once"),
+        (["--tools-url", "notaurl"], "error: --tools-url: notaurl: expected http(s)://HOST[:PORT]"),
+        (["--tools-url", "http://127.0.0.1:99999"], "error: --tools-url: http://127.0.0.1:99999: not a valid URL"),
+        (["--summary-model", "bogus"], "error: --summary-model: unknown model spec 'bogus'"),
+        (["--tools", "google_scholar"], "add --env web for the web's tools"),
+    ],
+)
+def test_a_bad_environment_option_gets_the_same_line_in_every_command(
+    extra: list[str], message: str, files: dict, vital_dir: Path, tmp_path: Path
+):
+    for name in COMMANDS:
+        base_corpus = [] if name == "synth" else ["--corpus", str(vital_dir)]
+        res = runner.invoke(app, [*command(name, files, vital_dir, tmp_path / name), *base_corpus, *extra])
+        assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.output, (name, res.output)
+
+
+def test_env_none_with_a_tool_server_is_the_servers_environment_everywhere(
+    opened: list, files: dict, vital_dir: Path, tmp_path: Path
+):
+    from tests.test_server import serving
+    from websailor.server import create_app
+    from websailor.tools.local import build_local_tools
+
+    with serving(create_app(build_local_tools(_corpus(vital_dir)), "local")) as url:
+        for name in COMMANDS:
+            opened.clear()
+            res = runner.invoke(app, [*command(name, files, vital_dir, tmp_path), "--env", "none", "--tools-url", url])
+            assert isinstance(res.exception, Opened), (name, res.output)
+            assert f"--env none is ignored: the tools are the tool server's at {url}" in res.stderr
+
+
+def test_the_tool_command_takes_env_none_with_a_tool_server(vital_dir: Path):
+    from tests.test_server import serving
+    from websailor.server import create_app
+    from websailor.tools.local import build_local_tools
+
+    with serving(create_app(build_local_tools(_corpus(vital_dir)), "local")) as url:
+        res = runner.invoke(app, ["tool", "search", '{"query": ["Mona Lisa"]}', "--env", "none", "--tools-url", url])
+    assert res.exit_code == 0 and "Mona Lisa" in res.stdout, res.output
+    res = runner.invoke(app, ["tool", "search", '{"query": ["Mona Lisa"]}', "--env", "none"])
+    assert res.exit_code == 2 and "error: --env none has no tools" in res.stderr
+
+
+def test_expert_trajectories_take_any_questions_file(opened: list, files: dict, vital_dir: Path, tmp_path: Path):
+    """A plain questions file has no splits: the expert reads all of it (a synth file gives its train split)."""
+    args = command("traj", files, vital_dir, tmp_path)
+    args[args.index("--qa") + 1] = str(files["bench"])
+    res = runner.invoke(app, [*args, "--corpus", str(vital_dir)])
+    assert isinstance(res.exception, Opened), res.output

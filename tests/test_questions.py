@@ -26,8 +26,25 @@ def test_questions_without_answers_for_run_and_not_for_eval(tmp_path: Path):
                blank_after_first=True)  # fmt: skip
     qs = load_questions(p, require_answer=False)
     assert [(q.id, q.gold, q.answer) for q in qs] == [("line1", None, None), ("line3", None, None)]
-    with pytest.raises(InputFormatError, match="cannot tell the benchmark layout"):
+    with pytest.raises(
+        InputFormatError, match="a question but no answer .*`websailor run --questions` takes questions alone"
+    ):
         load_questions(p)
+
+
+def test_aliases_must_be_a_list(tmp_path: Path):
+    p = _write(tmp_path / "a.jsonl", [{"question": "Q?", "answer": "x", "aliases": "notalist"}])
+    with pytest.raises(InputFormatError, match="record 1: 'aliases' must be a list of strings, got str"):
+        load_questions(p)
+
+
+def test_a_sheet_names_its_rows(tmp_path: Path):
+    p = tmp_path / "q.csv"
+    p.write_text("question,answer\nQ1?,x\n,y\n")
+    with pytest.raises(InputFormatError, match="row 3: 'question' must be a non-empty string"):
+        load_questions(p)
+    p.write_text("question,answer\nQ1?,x\n")
+    assert [q.id for q in load_questions(p)] == ["q-0"]
 
 
 def test_answers_are_kept_as_given_and_as_gold(tmp_path: Path):

@@ -534,3 +534,29 @@ def test_rl_in_the_web_environment(tiny_rl, monkeypatch: pytest.MonkeyPatch, tmp
     rollouts = [json.loads(x) for x in (tmp_path / "web" / "rollouts.jsonl").read_text().splitlines()]
     assert {r["env"] for r in rollouts} == {"web"}
     assert '"name": "google_scholar"' in rollouts[0]["messages"][0]["content"]
+
+
+def test_an_interrupt_during_the_rollouts_does_not_wait_for_those_in_flight(tmp_path: Path):
+    """Ctrl-C or SIGTERM (raised as KeyboardInterrupt in the main thread) while a batch rolls
+    out: the rollouts not started are cancelled and the ones still running are not waited for,
+    so the command can exit at once."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Agentish:
+        def run(self, question, qid, rollout, answer):
+            if rollout == 0:
+                raise KeyboardInterrupt  # what the main thread receives on a signal
+            release.wait(60)  # a long rollout still in flight
+
+    item = Question("q1", "Which city is the capital of France?", Gold.parse("Paris"))
+    rollouts = AgentRollouts(
+        {item.question: item}, {}, None, RolloutSettings(4, "v2", AgentConfig(), 2), tmp_path / "r"
+    )
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        rollouts._run(Agentish(), [item] * 4, step=0)
+    assert time.perf_counter() - t0 < 5
+    release.set()

@@ -25,12 +25,19 @@ def loads_object(text: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON ({e.msg} at column {e.colno})") from None
+        where = "at" if not e.msg.endswith(" at") else ""  # "Unterminated string starting at": no second "at"
+        raise ValueError(f"not valid JSON ({' '.join(filter(None, (e.msg, where)))} column {e.colno})") from None
     except RecursionError:
         raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+        raise ValueError(f"expected a JSON object, got {_json_type(obj)}")
     return obj
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (``null``, ``list``, ``string``, ...)."""
+    names = {type(None): "null", bool: "boolean", str: "string", int: "number", float: "number", list: "list"}
+    return names.get(type(value), type(value).__name__)
 
 
 def load_lenient_json(raw: str) -> dict[str, Any] | None:

@@ -235,22 +235,31 @@ def _plain(path: Path, rows: list[dict], lines: list[int] | None, fmt: str, requ
         if require_answer:
             raise
         acol = None
-    lines = lines or list(range(1, len(rows) + 1))
+    # where each record is: its line in a JSONL file; its row in a sheet (the header is row 1); else its position
+    table = path.suffix.lower() in (".csv", ".xlsx")
+    where = (
+        [f"line {n}" for n in lines]
+        if lines
+        else [f"{'row' if table else 'record'} {i + (2 if table else 1)}" for i in range(len(rows))]
+    )
     problems: list[str] = []
     seen: set[str] = set()
     checked: list[tuple[int, str, dict]] = []
-    for i, (r, lineno) in enumerate(zip(rows, lines)):
+    for i, (r, loc) in enumerate(zip(rows, where)):
         q = r.get(qcol)
         if not isinstance(q, str) or not q.strip():
-            problems.append(f"line {lineno}: '{qcol}' must be a non-empty string")
+            problems.append(f"{loc}: '{qcol}' must be a non-empty string")
             continue
         raw_id = r.get("id")
         if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int))):
-            problems.append(f"line {lineno}: 'id' must be a string or an integer")
+            problems.append(f"{loc}: 'id' must be a string or an integer")
             continue
-        qid = clean_text(str(raw_id)) if raw_id not in (None, "") else f"line{lineno}"
+        if raw_id not in (None, ""):
+            qid = clean_text(str(raw_id))
+        else:  # named after its line in JSONL, after the file and its position in a table
+            qid = f"line{lines[i]}" if lines else f"{path.stem}-{i}"
         if qid in seen:
-            problems.append(f"line {lineno}: duplicate id {qid!r}")
+            problems.append(f"{loc}: duplicate id {qid!r}")
             continue
         seen.add(qid)
         checked.append((i, qid, r))
@@ -393,6 +402,12 @@ def detect_format(path: Path, rows: list[dict], require_answer: bool = True) -> 
         return "fanoutqa"
     if {"question", "answer"} <= keys or ("question" in keys and not require_answer):
         return "jsonl"
+    if "question" in keys:
+        raise InputFormatError(
+            f"{path}: cannot tell the benchmark layout: its records have a question but no answer (columns "
+            f"{', '.join(sorted(keys))}); grading and training need a gold answer ('answer', or 'golden_answers' for alternatives); `websailor run "
+            "--questions` takes questions alone"
+        )
     raise InputFormatError(
         f"{path}: cannot tell the benchmark layout (columns {', '.join(sorted(keys)) or 'none'}); "
         f"name it as FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}"
@@ -403,9 +418,22 @@ def file_format(path: Path) -> str | None:
     """The layout :func:`detect_format` sees in the file at ``path``; ``None`` when the file
     cannot be read or matches nothing (:func:`load_questions` then says why)."""
     try:
-        return detect_format(path, _rows(path)[0])
+        return detect_format(path, _first_record(path) if _is_jsonl(path) else _rows(path)[0])
     except Exception:  # unreadable or unknown: the loader reports it with the details
         return None
+
+
+def _is_jsonl(path: Path) -> bool:
+    return path.suffix.lower() not in (".csv", ".xlsx", ".parquet", ".json")
+
+
+def _first_record(path: Path) -> list[dict]:
+    """The first record of a JSONL file (the layout is told by it), without reading the rest."""
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                return [loads_object(raw.decode("utf-8-sig"))]
+    return []
 
 
 def resolve_split(spec: str | Path, split: str | None, synth_default: str) -> str | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websailor.agent.loop import Agent, AgentConfig
 from websailor.models.base import ChatModel
-from websailor.tools.environment import EnvSpec, ToolEnvironment, open_environment
+
+if TYPE_CHECKING:
+    from websailor.tools.environment import EnvSpec, ToolEnvironment
 
 
 @dataclass
@@ -53,6 +55,7 @@ def open_agent(
         DownloadError: the embedded model could not be fetched.
     """
     from websailor.models import load_model
+    from websailor.tools.environment import open_environment
 
     environment = open_environment(env)
     try:

@@ -63,15 +63,17 @@ def synth(
     from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
     from websailor.synth.difficulty import DifficultyConfig, open_difficulty_filter, rollouts_file
     from websailor.synth.graph import load_or_build
-    from websailor.tools.environment import EnvSpec
 
     if out is None:
         fail("synth needs --out QA.jsonl")
     for name, spec in (("--llm", llm), ("--filter-with", filter_with)):
         if spec is not None and not spec.strip():
             fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
-    if not filter_with and env_spec != EnvSpec():
-        logger.warning("the environment options are ignored: they choose the tools of --filter-with's reference agent")
+    if not filter_with and env_spec.given():
+        logger.warning(
+            "%s ignored: the environment options choose the tools of --filter-with's reference agent",
+            " and ".join(env_spec.given()) + (" is" if len(env_spec.given()) == 1 else " are"),
+        )
     have = len(read_items(out))  # a wrong --out fails before the graph is built
     if have >= n:
         print(f"{out} already holds {have} items (--n {n}): nothing to do")

@@ -70,9 +70,10 @@ def tool(
     from websailor.tools import call_tool
     from websailor.tools.environment import DEFAULT_TOOLS, EXTRA_TOOLS, open_environment
 
-    if env_spec.kind == "none":
+    if env_spec.kind == "none" and env_spec.tools_url is None:
         fail("--env none has no tools")
-    known = DEFAULT_TOOLS[env_spec.kind] + EXTRA_TOOLS[env_spec.kind]
+    kind = "local" if env_spec.tools_url is not None else env_spec.kind
+    known = DEFAULT_TOOLS[kind] + EXTRA_TOOLS[kind]
     if env_spec.tools_url is None and name not in known and name in DEFAULT_TOOLS["web"]:
         fail(f"{name} is a tool of the web environment: add --env web")
     update: dict[str, Any] = {"tools": None if env_spec.tools_url or name not in known else (name,)}

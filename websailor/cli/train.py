@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.cli.common import env_options, fail, handle_errors
+from websailor.cli.common import Split, env_options, handle_errors
 
 train_app = typer.Typer(
     help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True
@@ -104,7 +104,7 @@ def train_rl_cmd(
         Optional[Path], typer.Option(help="YAML or JSON file of RL settings (options below override it).")
     ] = None,
     split: Annotated[
-        Optional[str], typer.Option(help="Split of a synth file to train on: train (default), test or all.")
+        Optional[Split], typer.Option(help="Split of a synth file to train on: train (default), test or all.")
     ] = None,
     group_size: Annotated[Optional[int], typer.Option(help="Rollouts per question (default 8).")] = None,
     batch: Annotated[
@@ -146,9 +146,7 @@ def train_rl_cmd(
         concurrency=concurrency,
         seed=seed,
     )
-    if env_spec.kind == "none":
-        fail("--env none has no tools to train with; use local or web")
-    s = train_rl(data, model, out, settings, split=split, env=env_spec)
+    s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec)
     if s.get("prefilter"):
         p = s["prefilter"]
         print(

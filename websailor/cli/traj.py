@@ -51,7 +51,10 @@ def traj_build(
         ),
     ] = TrajSource.constructive,
     from_: Annotated[Optional[Path], typer.Option("--from", help="ChatML JSONL to import.")] = None,
-    split: Annotated[Split, typer.Option(help="Which items (never train on test).")] = Split.train,
+    split: Annotated[
+        Optional[Split],
+        typer.Option(help="Which items of a synth file (default train; never train on test); other files have none."),
+    ] = None,
     expert: Annotated[
         Optional[str], typer.Option(help="Expert model for --source expert: openai:MODEL@URL, hf:DIR or smollm2.")
     ] = None,
@@ -87,12 +90,16 @@ def traj_build(
 ) -> None:
     """Build SFT trajectories. Expert rollouts run in the environment the environment options
     choose (default: local tools over --corpus)."""
-    from websailor.tools.environment import EnvSpec
-
-    if source != TrajSource.expert and env_spec != EnvSpec():
+    if source != TrajSource.expert and env_spec.given():
+        why = (
+            "imported trajectories run no tools"
+            if source == TrajSource.import_
+            else ("constructive trajectories replay through the local tools over --corpus")
+        )
         logger.warning(
-            "the environment options are ignored: they choose the tools of --source expert "
-            "(constructive trajectories replay through the local tools over --corpus)"
+            "%s ignored: the environment options choose the tools of --source expert (%s)",
+            " and ".join(env_spec.given()) + (" is" if len(env_spec.given()) == 1 else " are"),
+            why,
         )
     transform = None
     if rewrite_thoughts:
@@ -112,23 +119,22 @@ def traj_build(
         written, skipped = import_chatml_file(from_, out, transform=transform, source=source_name("imported"))
         print(f"{written} imported trajectories written to {out} ({skipped} already there)")
         return
-    if qa is None or not qa.is_file():
-        fail(f"--source {source.value} needs --qa QA.jsonl (an existing file), got {qa}")
+    if qa is None:
+        fail(f"--source {source.value} needs --qa QA.jsonl")
     if source == TrajSource.expert:
-        from websailor.questions import load_questions
+        from websailor.questions import load_questions, resolve_split
         from websailor.train.expert import ExpertFilter, ExpertRun, build_expert_file, side_files
 
         if not expert:
             fail("--source expert needs --expert MODEL (the strong model that answers)")
-        n_items = len(load_questions(qa, split=split.value))
+        items_split = resolve_split(qa, split.value if split else None, "train")
+        n_items = len(load_questions(qa, split=items_split))
         run = ExpertRun(expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency)
         cfg = agent_config(max_calls, max_turn_tokens, 9000, temperature, seed)
-        env = env_spec
-        if env.kind == "local" and env.tools_url is None:
-            env = env.model_copy(update={"corpus": corpus})
+        env = env_spec if corpus is None else env_spec.model_copy(update={"corpus": corpus})
         counts: Counter = Counter()
         try:
-            build_expert_file(qa, out, run, cfg, env, split=split.value, rewrite=transform, counts=counts)
+            build_expert_file(qa, out, run, cfg, env, split=items_split, rewrite=transform, counts=counts)
         finally:
             if counts:
                 rollouts_file, _ = side_files(out)
@@ -141,12 +147,14 @@ def traj_build(
     from websailor.tools.local import build_local_tools
     from websailor.train.constructive import build_constructive
 
+    if not qa.is_file():
+        fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")
     items = read_items(qa)
     written, skipped = build_constructive(
         items,
         build_local_tools(Corpus.open(corpus)),
         out,
-        split=split.value,
+        split=split.value if split else "train",
         transform=transform,
         source=source_name("constructive"),
     )

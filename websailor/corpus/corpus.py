@@ -106,14 +106,17 @@ class Corpus:
         if path is not None and not isinstance(path, (str, Path)):
             raise CorpusError(f"the corpus path must be a string or a Path, got {type(path).__name__}")
         p = Path(path) if path is not None else default_corpus_dir()
-        hint = "build it with `websailor corpus build`" + (f" --out {p}" if path is not None else "")
+        out = f" --out {p}" if path is not None else ""
         if not p.exists():
-            raise CorpusError(f"no corpus at {p}: {hint}")
+            raise CorpusError(f"no corpus at {p}: build it with `websailor corpus build{out}`")
         if not p.is_dir():
             raise CorpusError(f"{p} is a file, not a corpus directory")
         meta_path = p / META_FILE
         if not meta_path.exists():
-            raise CorpusError(f"{p} is not a complete corpus (no {META_FILE}; an interrupted build?): {hint} --force")
+            raise CorpusError(
+                f"{p} is not a complete corpus (no {META_FILE}; an interrupted build?): build it with "
+                f"`websailor corpus build{out} --force`"
+            )
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

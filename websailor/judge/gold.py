@@ -60,8 +60,11 @@ class Gold:
             list_answer: a list ``answer`` lists parts that must all be given, not alternatives.
 
         Raises:
-            ValueError: no non-empty answer.
+            ValueError: no non-empty answer, or ``aliases`` that is not a list of forms (a
+                string would be read letter by letter).
         """
+        if isinstance(aliases, (str, bytes, dict)):
+            raise ValueError(f"'aliases' must be a list of strings, got {type(aliases).__name__} {aliases!r}")
         extra = [t for t in (_text(a) for a in aliases) if t]
         if isinstance(answer, dict) and "answer" in answer:  # our own record
             rec_aliases = [t for t in (_text(a) for a in answer.get("aliases") or []) if t] + extra

@@ -76,11 +76,11 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _detail(response: httpx.Response, limit: int = 300) -> str:
-    """The ``detail`` of an error reply (FastAPI style), else the start of its body."""
+    """The ``detail`` of an error reply (FastAPI style), else the start of its body, on one line."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:limit] or response.reason_phrase
+        return " ".join(response.text.split())[:limit] or response.reason_phrase
     detail = body.get("detail", body) if isinstance(body, dict) else body
     return (detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False))[:limit]
 

@@ -100,11 +100,44 @@ class EnvSpec(BaseModel):
                 raise ValueError("is empty: give comma-separated tool names")
         return value
 
+    @field_validator("tools")
+    @classmethod
+    def _no_repeats(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None:
+            twice = sorted({n for n in value if value.count(n) > 1})
+            if twice:
+                raise ValueError(f"names {', '.join(twice)} more than once")
+        return value
+
     @field_validator("tools_url", "summary_model")
     @classmethod
     def _not_blank(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("is empty")
+        return value
+
+    @field_validator("tools_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError as e:
+            raise ValueError(f"{value}: not a valid URL ({e})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value}: expected http(s)://HOST[:PORT] of a `websailor serve tools` server")
+        return value
+
+    @field_validator("files_dir")
+    @classmethod
+    def _a_folder(cls, value: Path | None) -> Path | None:
+        # the corpus and the web settings file are checked, with a hint, where they are read
+        if value is not None and not value.is_dir():
+            raise ValueError(f"{value}: {'not a directory' if value.exists() else 'no such directory'}")
         return value
 
     @classmethod
@@ -120,7 +153,13 @@ class EnvSpec(BaseModel):
             err = e.errors()[0]
             field = str(err["loc"][0]) if err["loc"] else ""
             message = err["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"{OPTIONS.get(field, field)} {message}") from None
+            sep = " " if message.startswith(("is ", "names ")) else ": "
+            raise ConfigError(f"{OPTIONS.get(field, field)}{sep}{message}") from None
+
+    def given(self) -> list[str]:
+        """The options set to something other than their default, as written on the command line."""
+        defaults = EnvSpec()
+        return [OPTIONS[f] for f in OPTIONS if getattr(self, f) != getattr(defaults, f)]
 
     def offered(self) -> tuple[str, ...]:
         """The tools the run asks for: :attr:`tools`, or the environment's defaults."""
@@ -241,14 +280,23 @@ def open_environment(spec: EnvSpec | None = None, *, summary_model: Any = None) 
     known = DEFAULT_TOOLS[env] + EXTRA_TOOLS[env]
     unknown = [n for n in wanted if n not in known]
     if unknown:
+        hint = (
+            "; add --env web for the web's tools"
+            if env == "local" and set(unknown) <= set(DEFAULT_TOOLS["web"])
+            else ""
+        )
         raise ConfigError(
             f"the {env} environment has no tool {', '.join(map(repr, unknown))}; it offers {', '.join(known) or 'none'}"
+            + hint
         )
     closers: list[Any] = []
     if summary_model is None and spec.summary_model is not None and "visit" in wanted:
         from websailor.models import load_model
 
-        summary_model = load_model(spec.summary_model)
+        try:
+            summary_model = load_model(spec.summary_model)
+        except ConfigError as e:
+            raise ConfigError(f"--summary-model: {e}") from None
         closers.append(summary_model.close)
     built: dict[str, Tool] = {}
     try:

@@ -192,12 +192,13 @@ def build_expert_file(
     run: ExpertRun,
     agent_config: AgentConfig | None = None,
     env: EnvSpec | None = None,
-    split: str = "train",
+    split: str | None = "train",
     rewrite=None,
     progress: bool = True,
     counts: Counter | None = None,
 ) -> Counter:
-    """:func:`build_expert` on the ``split`` items of the questions file ``qa``, with the
+    """:func:`build_expert` on the ``split`` items of the questions file ``qa`` (``None`` for a
+    file of another layout, which has no splits), with the
     expert agent of ``run`` in the environment ``env`` (default: local); the expert's model and
     tools are closed at the end.
 

@@ -454,6 +454,9 @@ def train_rl(
     from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
 
     settings = settings or RLSettings()
+    env = env or EnvSpec()
+    if env.kind == "none" and env.tools_url is None:
+        raise ConfigError("--env none has no tools to train with; use local or web")
     out = Path(out)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     accumulation = accumulation_steps(settings, world)
@@ -466,9 +469,6 @@ def train_rl(
     items = training_questions(data_path, split)
     _check_enough(items, settings, "the data")
     record = {"model": model, "data_sha256": _digest(data_path, items), "split": split, **settings.model_dump()}
-    env = env or EnvSpec()
-    if env.kind == "none":
-        raise ConfigError("the none environment has no tools to train with; use local or web")
     record.update(env.record())  # nothing for the default local environment: older runs keep their record
     stale = _holds_other_run(out, record)
     resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)

@@ -118,12 +118,20 @@ class AgentRollouts:
         return out
 
     def _run(self, agent: Agent, items: list[Question], step: int) -> list[Trajectory]:
+        """The batch's rollouts, ``concurrency`` at a time. An interrupt (Ctrl-C, SIGTERM)
+        cancels the rollouts not started and does not wait for those in flight."""
         n = len(items)
-        with ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout") as pool:
+        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout")
+        finished = False
+        try:
             futures = [
                 pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer) for i, it in enumerate(items)
             ]
-            return [f.result() for f in futures]
+            trajs = [f.result() for f in futures]
+            finished = True
+            return trajs
+        finally:
+            pool.shutdown(wait=finished, cancel_futures=not finished)
 
     def _grade(self, items: list[Question], trajs: list[Trajectory]) -> list[bool | None]:
         graded = [i for i, t in enumerate(trajs) if t.termination != "model_error"]

@@ -171,11 +171,14 @@ def load_web_settings(config: str | Path | None = None, environ: Mapping[str, st
 
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    from_var = not config and bool(environ.get(CONFIG_VAR))
     config = config or environ.get(CONFIG_VAR) or None
+    path: Path | None = None
     if config is not None:
         path = Path(config)
         if not path.is_file():
-            raise ConfigError(f"web config {path} does not exist or is not a file")
+            named = f" (named by ${CONFIG_VAR})" if from_var else ""
+            raise ConfigError(f"web config {path}{named} does not exist or is not a file")
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as e:
@@ -196,4 +199,5 @@ def load_web_settings(config: str | Path | None = None, environ: Mapping[str, st
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown setting; the settings are {', '.join(WebSettings.model_fields)}"
-        raise ConfigError(f"web settings: {where}{source}: {msg}") from None
+        in_file = f" ({path})" if path is not None else ""
+        raise ConfigError(f"web settings{in_file}: {where}{source}: {msg}") from None

@@ -1,0 +1,5 @@
+"""``python -m websailor``: the ``websailor`` command."""
+
+from websailor.cli.main import app
+
+app()
