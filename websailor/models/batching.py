@@ -52,12 +52,17 @@ class BatchedChat(ChatModel):
                 self._worker.start()
         return fut.result()
 
-    def close(self) -> None:
-        """Stop the batching thread once the requests already queued are served."""
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop the batching thread once the requests already queued are served, and wait for
+        it (up to ``timeout_s``). Waiting matters: a worker still ending while the interpreter
+        shuts down frees the model's tensors without the interpreter lock, and the process
+        aborts ("terminate called without an active exception")."""
         with self._lock:
-            if self._worker is not None and self._worker.is_alive():
+            worker, self._worker = self._worker, None
+            if worker is not None and worker.is_alive():
                 self._queue.put(None)
-                self._worker = None
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout_s)
 
     def _serve(self) -> None:
         pending: list = []
