@@ -174,7 +174,7 @@ ENV_OPTIONS = {
             Optional[Path],
             typer.Option(
                 "--files-dir",
-                help="Folder parse_file may read local files from (with --tools ...,parse_file).",
+                help="Folder parse_file may read local files from (when parse_file is among the tools).",
                 rich_help_panel="Environment",
             ),
         ],
