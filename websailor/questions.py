@@ -223,6 +223,11 @@ def _item(path: Path, i: int, qid: Any, question: Any, answer: Any, gold: Callab
     return Question(str(qid) if qid not in (None, "") else f"{path.stem}-{i}", clean_text(question), g, meta, answer)
 
 
+def _record_item(path: Path, i: int, r: dict, gold: Callable[[], Gold], meta: dict) -> Question:
+    """:func:`_item` of a record with ``id``, ``question`` and ``answer`` fields."""
+    return _item(path, i, r.get("id"), r.get("question"), r.get("answer"), gold, meta)
+
+
 def _plain(path: Path, rows: list[dict], lines: list[int] | None, fmt: str, require_answer: bool) -> list[Question]:
     """The ``jsonl`` and ``nq`` layouts: every record's question and id are checked first (up
     to :data:`MAX_LISTED_PROBLEMS` problems, by line), then the gold answers (the first bad
@@ -288,14 +293,8 @@ def _synth(path: Path, rows: list[dict], split: str | None) -> list[Question]:
             "pass --split train, test or all"
         )
     return [
-        _item(
-            path,
-            i,
-            r.get("id"),
-            r.get("question"),
-            r.get("answer"),
-            lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
-            {"split": r.get("split")},
+        _record_item(
+            path, i, r, lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []), {"split": r.get("split")}
         )
         for i, r in chosen
     ]
@@ -362,12 +361,10 @@ def _fanoutqa(path: Path, rows: list[dict]) -> list[Question]:
     _column(rows, path, "fanoutqa", "question")
     _column(rows, path, "fanoutqa", "answer")
     return [
-        _item(
+        _record_item(
             path,
             i,
-            r.get("id"),
-            r.get("question"),
-            r.get("answer"),
+            r,
             lambda r=r: Gold.parse(r.get("answer"), list_answer=isinstance(r.get("answer"), list)),
             {"categories": r.get("categories")},
         )
