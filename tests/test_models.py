@@ -92,6 +92,41 @@ def test_close_waits_for_its_batcher(smollm2):
     assert worker is not None and not worker.is_alive()
 
 
+def test_close_does_not_wait_for_a_generation_in_flight():
+    """An interrupted run closes its model while a reply is still being generated: close()
+    returns at once instead of waiting for a generation nobody will read."""
+    import threading
+    import time
+
+    from websailor.models.base import Generation
+    from websailor.models.batching import BatchedChat
+
+    class Slow(BatchedChat):
+        def __init__(self) -> None:
+            self.release = threading.Event()
+            self.start_batching(max_batch=1, batch_wait_s=0.0)
+
+        def generate(self, conversations, params, limits=None):
+            self.release.wait(30)
+            return [Generation("x", 1, 1) for _ in conversations]
+
+    model = Slow()
+    caller = threading.Thread(
+        target=model.chat, args=([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=1)), daemon=True
+    )
+    caller.start()
+    deadline = time.monotonic() + 10
+    while not model._generating:
+        assert time.monotonic() < deadline, "the generation never started"
+        time.sleep(0.01)
+    t0 = time.perf_counter()
+    model.close()
+    assert time.perf_counter() - t0 < 1
+    model.release.set()
+    caller.join(10)
+    assert not caller.is_alive()  # the reply in flight was still delivered
+
+
 def test_a_run_with_the_local_model_exits_cleanly(smollm2_path: Path, tmp_path: Path):
     """The command closes the model at its end; a batcher thread still ending during interpreter
     shutdown used to abort the process (exit 134, "terminate called without an active exception")."""

@@ -37,6 +37,7 @@ class BatchedChat(ChatModel):
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._generating = False  # a generate call is in flight (read by close)
 
     def generate(
         self, conversations: list[list[Message]], params: SamplingParams, limits: list[int] | None = None
@@ -53,15 +54,18 @@ class BatchedChat(ChatModel):
         return fut.result()
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Stop the batching thread once the requests already queued are served, and wait for
-        it (up to ``timeout_s``). Waiting matters: a worker still ending while the interpreter
-        shuts down frees the model's tensors without the interpreter lock, and the process
-        aborts ("terminate called without an active exception")."""
+        """Stop the batching thread once the requests already queued are served. When it is
+        idle (nothing generating, nothing queued: the end of a run) wait for it to end, up to
+        ``timeout_s``: a worker still ending while the interpreter shuts down frees the model's
+        tensors without the interpreter lock, and the process aborts ("terminate called without
+        an active exception"). When it is still busy (an interrupted run, which exits at once)
+        do not wait for generations that nobody will read."""
         with self._lock:
             worker, self._worker = self._worker, None
+            idle = not self._generating and self._queue.empty()
             if worker is not None and worker.is_alive():
                 self._queue.put(None)
-        if worker is not None and worker is not threading.current_thread():
+        if worker is not None and idle and worker is not threading.current_thread():
             worker.join(timeout_s)
 
     def _serve(self) -> None:
@@ -95,7 +99,11 @@ class BatchedChat(ChatModel):
                     max_tokens=max(b[1].max_tokens for b in batch),
                     seed=(sum(seeds) % 2**31) if seeds else None,
                 )
-                gens = self.generate([b[0] for b in batch], params, [b[1].max_tokens for b in batch])
+                self._generating = True
+                try:
+                    gens = self.generate([b[0] for b in batch], params, [b[1].max_tokens for b in batch])
+                finally:
+                    self._generating = False  # before the results: whoever holds one sees the worker idle
                 for (_, _, fut), gen in zip(batch, gens):
                     fut.set_result(gen)
             except Exception as e:  # the waiting rollouts get the error, the worker lives on
