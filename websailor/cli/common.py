@@ -236,14 +236,23 @@ def env_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]
     return decorate
 
 
-def finish_tools(tool_env: Any, metrics_file: Optional[Path]) -> None:
-    """Close the tool environment; print its metrics table and append them to ``metrics_file``."""
+def warn_unused_env(env_spec: Any, why: str) -> None:
+    """One warning line naming the environment options given to a command that will not use
+    them this time (``synth`` without ``--filter-with``, ``traj build`` without ``--source
+    expert``)."""
+    given = env_spec.given()
+    if given:
+        verb = "is" if len(given) == 1 else "are"
+        logger.warning("%s %s ignored: the environment options choose the tools of %s", " and ".join(given), verb, why)
+
+
+def print_metrics(summary: dict[str, Any]) -> None:
+    """Print the tool metrics table (:func:`~websailor.tools.metrics.metrics_table`) on stderr,
+    at full width when stderr is a log file; nothing when no tool was offered."""
     from rich.console import Console
 
     from websailor.tools.metrics import metrics_table
 
-    tool_env.close()
-    summary = tool_env.record_metrics(metrics_file) if metrics_file is not None else tool_env.metrics.summary()
     if not summary:
         return
     console = Console(stderr=True)

@@ -18,10 +18,10 @@ from websailor.cli.common import (
     TimeoutOpt,
     agent_config,
     env_options,
-    finish_tools,
     handle_errors,
     logger,
     print_json,
+    print_metrics,
 )
 
 
@@ -73,8 +73,7 @@ def eval_cmd(
             items, session.agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench
         )
     finally:
-        finish_tools(session.environment, out / "tool_metrics.jsonl")
-        session.agent.model.close()
+        print_metrics(session.close(out / "tool_metrics.jsonl"))
     print_summary(summary)
     print(f"\nwritten to {out}: trajectories.jsonl, scores.jsonl, summary.json, report.md, *.png")
 

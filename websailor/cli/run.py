@@ -18,8 +18,8 @@ from websailor.cli.common import (
     agent_config,
     env_options,
     fail,
-    finish_tools,
     handle_errors,
+    print_metrics,
 )
 
 
@@ -83,8 +83,7 @@ def run(
     try:
         _run_agent(session.agent, question, items, out, rollouts, concurrency)
     finally:
-        finish_tools(session.environment, metrics_file)
-        session.agent.model.close()
+        print_metrics(session.close(metrics_file))
 
 
 def _run_agent(

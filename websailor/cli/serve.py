@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from websailor.cli.common import env_options, fail, finish_tools, handle_errors
+from websailor.cli.common import env_options, fail, handle_errors, print_metrics
 
 serve_app = typer.Typer(help="Serve the environment over HTTP.", no_args_is_help=True)
 
@@ -40,7 +40,8 @@ def serve_tools_cmd(
     except KeyboardInterrupt:
         pass  # a server's normal end
     finally:
-        finish_tools(tool_env, None)
+        tool_env.close()
+        print_metrics(tool_env.metrics.summary())
 
 
 def register(app: typer.Typer) -> None:

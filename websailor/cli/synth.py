@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.cli.common import JsonOpt, env_options, fail, handle_errors, logger, print_json
+from websailor.cli.common import JsonOpt, env_options, fail, handle_errors, logger, print_json, warn_unused_env
 
 synth_app = typer.Typer(
     help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items.", invoke_without_command=True
@@ -69,11 +69,8 @@ def synth(
     for name, spec in (("--llm", llm), ("--filter-with", filter_with)):
         if spec is not None and not spec.strip():
             fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
-    if not filter_with and env_spec.given():
-        logger.warning(
-            "%s ignored: the environment options choose the tools of --filter-with's reference agent",
-            " and ".join(env_spec.given()) + (" is" if len(env_spec.given()) == 1 else " are"),
-        )
+    if not filter_with:
+        warn_unused_env(env_spec, "--filter-with's reference agent")
     have = len(read_items(out))  # a wrong --out fails before the graph is built
     if have >= n:
         print(f"{out} already holds {have} items (--n {n}): nothing to do")

@@ -17,7 +17,7 @@ from websailor.cli.common import (
     env_options,
     fail,
     handle_errors,
-    logger,
+    warn_unused_env,
 )
 
 traj_app = typer.Typer(
@@ -90,17 +90,13 @@ def traj_build(
 ) -> None:
     """Build SFT trajectories. Expert rollouts run in the environment the environment options
     choose (default: local tools over --corpus)."""
-    if source != TrajSource.expert and env_spec.given():
+    if source != TrajSource.expert:
         why = (
             "imported trajectories run no tools"
             if source == TrajSource.import_
             else ("constructive trajectories replay through the local tools over --corpus")
         )
-        logger.warning(
-            "%s ignored: the environment options choose the tools of --source expert (%s)",
-            " and ".join(env_spec.given()) + (" is" if len(env_spec.given()) == 1 else " are"),
-            why,
-        )
+        warn_unused_env(env_spec, f"--source expert ({why})")
     transform = None
     if rewrite_thoughts:
         from websailor.models import load_model
@@ -122,13 +118,12 @@ def traj_build(
     if qa is None:
         fail(f"--source {source.value} needs --qa QA.jsonl")
     if source == TrajSource.expert:
-        from websailor.questions import load_questions, resolve_split
+        from websailor.questions import resolve_split
         from websailor.train.expert import ExpertFilter, ExpertRun, build_expert_file, side_files
 
         if not expert:
             fail("--source expert needs --expert MODEL (the strong model that answers)")
         items_split = resolve_split(qa, split.value if split else None, "train")
-        n_items = len(load_questions(qa, split=items_split))
         run = ExpertRun(expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency)
         cfg = agent_config(max_calls, max_turn_tokens, 9000, temperature, seed)
         env = env_spec if corpus is None else env_spec.model_copy(update={"corpus": corpus})
@@ -138,8 +133,8 @@ def traj_build(
         finally:
             if counts:
                 rollouts_file, _ = side_files(out)
-                verdicts = ", ".join(f"{v} {counts[v]}" for v in VERDICTS)
-                print(f"{n_items * k} expert rollouts ({rollouts_file}): {verdicts}")
+                verdicts = ", ".join(f"{v} {counts[v]}" for v in VERDICTS)  # one verdict per rollout of every item
+                print(f"{sum(counts[v] for v in VERDICTS)} expert rollouts ({rollouts_file}): {verdicts}")
         print(f"{counts['written']} expert trajectories written to {out}")
         return
     from websailor.corpus import Corpus
