@@ -182,21 +182,26 @@ def _rows_parquet(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
+def _rows_json(path: Path) -> list[dict]:
+    data = json.loads(path.read_text(encoding="utf-8-sig"))
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise InputFormatError(f"{path}: expected a JSON list of objects")
+    return data
+
+
+#: Readers of the files that are not JSONL, by suffix (any other file is read as JSONL).
+_TABLE_READERS: dict[str, Callable[[Path], list[dict]]] = {
+    ".csv": _rows_csv,
+    ".xlsx": _rows_xlsx,
+    ".parquet": _rows_parquet,
+    ".json": _rows_json,
+}
+
+
 def _rows(path: Path) -> tuple[list[dict], list[int] | None]:
     """The records of a question file, with their line numbers when it is JSONL."""
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        return _rows_csv(path), None
-    if suffix == ".xlsx":
-        return _rows_xlsx(path), None
-    if suffix == ".parquet":
-        return _rows_parquet(path), None
-    if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-            raise InputFormatError(f"{path}: expected a JSON list of objects")
-        return data, None
-    return _rows_jsonl(path)
+    reader = _TABLE_READERS.get(path.suffix.lower())
+    return (reader(path), None) if reader is not None else _rows_jsonl(path)
 
 
 def _column(rows: list[dict], path: Path, fmt: str, *names: str) -> str:
@@ -415,13 +420,10 @@ def file_format(path: Path) -> str | None:
     """The layout :func:`detect_format` sees in the file at ``path``; ``None`` when the file
     cannot be read or matches nothing (:func:`load_questions` then says why)."""
     try:
-        return detect_format(path, _first_record(path) if _is_jsonl(path) else _rows(path)[0])
+        jsonl = path.suffix.lower() not in _TABLE_READERS
+        return detect_format(path, _first_record(path) if jsonl else _rows(path)[0])
     except Exception:  # unreadable or unknown: the loader reports it with the details
         return None
-
-
-def _is_jsonl(path: Path) -> bool:
-    return path.suffix.lower() not in (".csv", ".xlsx", ".parquet", ".json")
 
 
 def _first_record(path: Path) -> list[dict]:

@@ -121,3 +121,13 @@ def llm_extract(
         if len(content) < 200:
             break
     return None
+
+
+def extract_for_goal(
+    doc: Document, goal: str, index: BM25Index, summary_model: ChatModel | None = None, max_evidence_chars: int = 4000
+) -> Extraction:
+    """What ``visit`` reports of ``doc`` in every environment: the LLM extractor's evidence and
+    summary when ``summary_model`` is given and its output is usable (:func:`llm_extract`),
+    else the goal-ranked passages (:func:`extract`)."""
+    found = llm_extract(summary_model, doc, goal) if summary_model is not None else None
+    return found if found is not None else extract(doc, goal, index, max_evidence_chars)

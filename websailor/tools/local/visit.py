@@ -9,7 +9,7 @@ from websailor.corpus.corpus import MAX_QUERY_CHARS, Corpus
 from websailor.corpus.store import Document
 from websailor.corpus.urls import title_to_url
 from websailor.text import truncate
-from websailor.tools.extract import extract, llm_extract
+from websailor.tools.extract import extract_for_goal
 from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, Extraction, format_visit
 
 
@@ -68,12 +68,9 @@ class VisitTool(BaseVisitTool):
     def extraction(self, doc: Document, goal: str) -> Extraction:
         """Evidence and summary of ``doc`` for ``goal``: the LLM extractor when a summary model
         is set and its output is usable, else the goal-ranked passage extractor."""
-        found = None
-        if self.summary_model is not None:
-            found = llm_extract(self.summary_model, doc, goal[:MAX_QUERY_CHARS])
-        if found is None:  # no extractor model, or it gave no usable JSON
-            found = extract(doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.max_evidence_chars)
-        return found
+        return extract_for_goal(
+            doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.summary_model, self.max_evidence_chars
+        )
 
     def visit_one(self, url: str, goal: str) -> str:
         doc = self.corpus.get(url)

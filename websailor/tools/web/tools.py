@@ -14,7 +14,7 @@ from websailor.corpus.store import Document
 from websailor.errors import WebsailorError
 from websailor.text import truncate
 from websailor.tools.base import Tool
-from websailor.tools.extract import extract, llm_extract
+from websailor.tools.extract import extract_for_goal
 from websailor.tools.metrics import ToolMetrics
 from websailor.tools.search import BLOCK_SEPARATOR, BaseSearchTool, format_search_results
 from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, format_visit
@@ -158,10 +158,9 @@ class WebVisitTool(BaseVisitTool):
             )
         page = outcome.value
         doc = Document(id=0, title=page["title"] or clean, url=page["url"], text=clean_markdown(page["text"]))
-        found = llm_extract(self.summary_model, doc, goal) if self.summary_model is not None else None
-        if found is None:
-            found = extract(doc, goal, self.index, self.max_evidence_chars)
-        text = format_visit(url, goal, found)
+        text = format_visit(
+            url, goal, extract_for_goal(doc, goal, self.index, self.summary_model, self.max_evidence_chars)
+        )
         if page.get("truncated"):
             text += "(The page was longer than the size limit; only its beginning was read.)\n"
         return text
