@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
-Message = dict[str, str]
+#: A chat turn: ``{"role", "content"}``. An assistant turn the agent recorded may also carry
+#: ``token_ids`` and ``logprobs`` (what the model sampled, :class:`Generation`) and
+#: ``finish_reason``; local backends continue a conversation from those exact ids, HTTP
+#: backends send ``role`` and ``content`` only.
+Message = dict[str, Any]
 
 
 @dataclass
@@ -30,12 +35,20 @@ class SamplingParams:
 @dataclass
 class Generation:
     """One reply: ``text`` (cut before any stop string), token counts of the prompt as the
-    model saw it and of the completion, and why generation ended (``stop``, ``length``)."""
+    model saw it and of the completion, and why generation ended (``stop``, ``length``,
+    ``repetition``: a degenerate reply cut early).
+
+    ``token_ids`` are the sampled tokens of the reply as the model produced them (cut before
+    a stop string, the end-of-turn token kept when the model wrote it) and ``logprobs`` their
+    log-probabilities under the sampling distribution (logits divided by the temperature,
+    before top-p truncation), one per id; both ``None`` when the backend cannot say."""
 
     text: str
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str = "stop"
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
 
 
 class ChatModel(ABC):
