@@ -46,13 +46,24 @@ class FakeOpenAIServer:
     """A local HTTP server that speaks /v1/chat/completions and answers at once.
 
     ``fail_first`` requests get HTTP 500 before the server starts answering; with ``raw``,
-    every answer is HTTP 200 with that body (a broken server).
+    every answer is HTTP 200 with that body (a broken server). ``token_ids`` and ``logprobs``
+    (any JSON values, to imitate a broken server too) go into the choice when the request asks
+    for them (``return_token_ids``, ``logprobs``), as vLLM does; each log-probability becomes a
+    ``logprobs.content`` entry. With ``refuse_tokens``, a request that asks for either gets
+    HTTP 400 (a hosted API). ``bodies`` holds the request bodies received.
     """
 
     def __init__(
-        self, reply: str | Callable = "<answer>Paris</answer>", fail_first: int = 0, raw: bytes | None = None
+        self,
+        reply: str | Callable = "<answer>Paris</answer>",
+        fail_first: int = 0,
+        raw: bytes | None = None,
+        token_ids: list | None = None,
+        logprobs: list | None = None,
+        refuse_tokens: bool = False,
     ) -> None:
         state = {"left": fail_first, "requests": 0}
+        bodies: list[dict] = []
         lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,6 +73,7 @@ class FakeOpenAIServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with lock:
+                    bodies.append(body)
                     state["requests"] += 1
                     fail = state["left"] > 0
                     state["left"] -= 1
@@ -78,15 +90,28 @@ class FakeOpenAIServer:
                     self.end_headers()
                     self.wfile.write(raw)
                     return
+                if refuse_tokens and ("logprobs" in body or "return_token_ids" in body):
+                    self.send_response(400)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "Unrecognized request argument supplied: logprobs"}}')
+                    return
                 content = reply(body["messages"]) if callable(reply) else reply
+                choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                if token_ids is not None and body.get("return_token_ids"):
+                    choice["token_ids"] = token_ids
+                if logprobs is not None and body.get("logprobs"):
+                    entries = [
+                        {"token": f"t{i}", "logprob": x, "bytes": None, "top_logprobs": []}
+                        for i, x in enumerate(logprobs)
+                    ]
+                    choice["logprobs"] = {"content": entries}
                 resp = {
                     "id": "x",
                     "object": "chat.completion",
                     "created": 0,
                     "model": body["model"],
-                    "choices": [
-                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
-                    ],
+                    "choices": [choice],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
                 }
                 data = json.dumps(resp).encode()
@@ -97,6 +122,7 @@ class FakeOpenAIServer:
                 self.wfile.write(data)
 
         self.state = state
+        self.bodies = bodies
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

@@ -1,9 +1,11 @@
-"""The embedded model and the local backend, on the real SmolLM2 weights and tokenizer."""
+"""The embedded model and the local backend, on the real SmolLM2 weights and tokenizer; the
+OpenAI-compatible backend's token ids and log-probabilities, against a local fake server."""
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from fakes import ScriptedModel, call
 
 from websailor.agent import Agent, Trajectory
@@ -147,3 +149,90 @@ def test_stop_at_tool_response(smollm2):
     params = SamplingParams(temperature=0, max_tokens=40, stop=["Paris"])
     g = smollm2.chat([{"role": "user", "content": "What is the capital of France?"}], params)
     assert "Paris" not in g.text and g.finish_reason == "stop"
+
+
+# -- the OpenAI-compatible backend: sampled token ids and log-probabilities -------------------
+def _openai(srv):
+    from websailor.models import load_model
+
+    return load_model(f"openai:fake@{srv.url}", backoff_s=0.01, max_attempts=2)
+
+
+QUESTION = [{"role": "user", "content": "Capital of France?"}]
+
+
+def test_openai_backend_returns_the_servers_token_ids_and_logprobs():
+    from fakes import FakeOpenAIServer
+
+    ids, lps = [9, 0, 4], [-0.5, 0.0, -2.25]
+    with FakeOpenAIServer("<answer>Paris</answer><tool_response>x", token_ids=ids, logprobs=lps) as srv:
+        g = _openai(srv).chat(QUESTION, SamplingParams())
+    assert srv.bodies[0]["logprobs"] is True and srv.bodies[0]["return_token_ids"] is True
+    # the text is cut at the stop string; the ids and logprobs stay as the server sent them
+    assert g.text == "<answer>Paris</answer>" and g.token_ids == ids and g.logprobs == lps
+
+
+def test_openai_backend_stops_asking_a_server_that_refuses_the_token_parameters():
+    import logging
+    from logging.handlers import BufferingHandler
+
+    from fakes import FakeOpenAIServer
+
+    logger, captured = logging.getLogger("websailor.models.openai_compat"), BufferingHandler(100)
+    logger.addHandler(captured)
+    try:
+        with FakeOpenAIServer(refuse_tokens=True, token_ids=[1], logprobs=[-1.0]) as srv:
+            model = _openai(srv)
+            first, second = model.chat(QUESTION, SamplingParams()), model.chat(QUESTION, SamplingParams())
+    finally:
+        logger.removeHandler(captured)
+    assert first.text == second.text == "<answer>Paris</answer>" and first.token_ids is first.logprobs is None
+    asked = ["logprobs" in b or "return_token_ids" in b for b in srv.bodies]
+    assert asked == [True, False, False]  # one retry without them, and later calls go without them
+    warnings = [r.getMessage() for r in captured.buffer if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and model.name in warnings[0]
+
+
+def test_openai_backend_without_token_ids_or_logprobs_returns_none():
+    from fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        g = _openai(srv).chat(QUESTION, SamplingParams())
+    assert g.text == "<answer>Paris</answer>" and g.token_ids is None and g.logprobs is None
+    assert srv.state["requests"] == 1
+
+
+def test_openai_backend_with_logprobs_only():
+    from fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(logprobs=[-0.1, -0.2]) as srv:  # a hosted API: logprobs, no token ids
+        g = _openai(srv).chat(QUESTION, SamplingParams())
+    assert g.token_ids is None and g.logprobs == [-0.1, -0.2]
+
+
+@pytest.mark.parametrize(
+    ("ids", "lps", "what"),
+    [
+        ([1, -2], None, "token_ids"),
+        ([1, "2"], None, "token_ids"),
+        ([1.5], None, "token_ids"),
+        ([True], None, "token_ids"),
+        ("12", None, "token_ids"),
+        ({"0": 1}, None, "token_ids"),
+        ([1, 2], [-0.1, float("nan")], "finite"),
+        ([1], [float("-inf")], "finite"),
+        (None, ["x"], "finite"),  # (a numeric string is read as its number by the openai client)
+        (None, [None], "finite"),
+        ([1, 2, 3], [-0.1, -0.2], "3 token ids but 2 logprobs"),
+    ],
+)
+def test_openai_backend_malformed_token_ids_or_logprobs_are_a_model_error(ids, lps, what):
+    from fakes import FakeOpenAIServer
+
+    from websailor.errors import ModelError
+
+    with FakeOpenAIServer(token_ids=ids, logprobs=lps) as srv:
+        model = _openai(srv)
+        with pytest.raises(ModelError) as err:
+            model.chat(QUESTION, SamplingParams())
+    assert str(err.value).startswith(f"{model.name}: ") and what in str(err.value)
