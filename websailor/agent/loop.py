@@ -12,7 +12,7 @@ from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
 from websailor.errors import InvalidArgumentError, ModelError
-from websailor.models.base import ChatModel, SamplingParams
+from websailor.models.base import ChatModel, Generation, SamplingParams
 from websailor.text import clean_text
 from websailor.tools import Tool, execute_tool
 from websailor.tools.base import FORMAT_ERROR, ToolResult
@@ -28,9 +28,11 @@ class AgentConfig:
         max_context_tokens: context budget (paper: 128k); the model's own limit caps it.
         answer_nudge_tokens: from this many tokens of context (scaled with the cap above) the
             model is told to stop calling tools and answer (paper: about 110k of 128k).
-        timeout_s: wall-clock limit per question (paper setup: 150 minutes).
+        timeout_s: wall-clock limit per question (paper setup: 150 minutes); ``None``: the
+            model's own (:attr:`ChatModel.question_timeout_s`).
         max_format_errors: consecutive unparsable turns before ``format_error``.
-        max_tokens_per_turn: completion tokens per model call.
+        max_tokens_per_turn: completion tokens per model call (paper configs: 8,192); ``None``:
+            the model's own budget (:attr:`ChatModel.turn_tokens`; 512 for the embedded model).
         sampling: temperature 0.85, top-p 0.95, presence penalty 1.1.
         seed: base seed; each (question id, rollout) gets its own derived seed.
     """
@@ -38,14 +40,26 @@ class AgentConfig:
     max_calls: int = 100
     max_context_tokens: int = 128_000
     answer_nudge_tokens: int = 110_000
-    timeout_s: float = 150 * 60
+    timeout_s: float | None = None
     max_format_errors: int = 3
-    max_tokens_per_turn: int = 8192
+    max_tokens_per_turn: int | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
 
 
 StepCallback = Callable[[int, Action, ToolResult | None], None]
+
+
+def assistant_message(text: str, gen: Generation) -> dict:
+    """The recorded assistant turn: ``content`` (the reply's text, stripped), its
+    ``finish_reason``, and, when the backend returned them, the sampled ``token_ids`` and
+    their ``logprobs`` (docs/agent.md, "Trajectory record")."""
+    msg: dict = {"role": "assistant", "content": text.strip(), "finish_reason": gen.finish_reason}
+    if gen.token_ids is not None:
+        msg["token_ids"] = list(gen.token_ids)
+        if gen.logprobs is not None:
+            msg["logprobs"] = [round(float(x), 6) for x in gen.logprobs]
+    return msg
 
 
 class Agent:
@@ -92,6 +106,8 @@ class Agent:
         if not isinstance(question, str) or not question.strip():
             raise InvalidArgumentError("the question is empty")
         cfg = self.config
+        timeout_s = cfg.timeout_s if cfg.timeout_s is not None else self.model.question_timeout_s
+        turn_tokens = cfg.max_tokens_per_turn if cfg.max_tokens_per_turn is not None else self.model.turn_tokens
         t0 = time.perf_counter()
         seed = self.seed_for(id, rollout)
         question = clean_text(question)
@@ -118,7 +134,7 @@ class Agent:
             if traj.num_model_calls >= cfg.max_calls:
                 traj.termination = "max_calls"
                 break
-            if time.perf_counter() - t0 > cfg.timeout_s:
+            if time.perf_counter() - t0 > timeout_s:
                 traj.termination = "timeout"
                 break
             if context >= limit:
@@ -127,14 +143,14 @@ class Agent:
             params = replace(
                 cfg.sampling,
                 seed=seed + traj.num_model_calls,
-                max_tokens=min(cfg.max_tokens_per_turn, limit - context),
-                timeout_s=cfg.timeout_s - (time.perf_counter() - t0),
+                max_tokens=min(turn_tokens, limit - context),
+                timeout_s=timeout_s - (time.perf_counter() - t0),
             )
             tm = time.perf_counter()
             try:
                 gen = self.model.chat(traj.messages, params)
             except ModelError as e:
-                timed_out = time.perf_counter() - t0 >= cfg.timeout_s
+                timed_out = time.perf_counter() - t0 >= timeout_s
                 traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)
                 break
             except Exception as e:  # a backend bug must not stop the batch
@@ -150,7 +166,7 @@ class Agent:
                 traj.termination = "context"
                 break
             text = clean_text(gen.text)  # no lone surrogates from a misbehaving server
-            traj.messages.append({"role": "assistant", "content": text.strip()})
+            traj.messages.append(assistant_message(text, gen))
             action = parse_turn(text, tools=bool(self.tools))
             if action.answer is not None:
                 traj.prediction, traj.termination = action.answer, "answer"

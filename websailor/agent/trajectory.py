@@ -3,7 +3,8 @@
 Written as one JSON line per rollout; SFT, RL and evaluation read it back. Fields:
 ``id, rollout, question, answer, prediction, termination, messages, num_model_calls,
 num_tool_calls, tool_calls, tokens, timings, model, env, seed, version`` (docs/agent.md,
-"Trajectory record").
+"Trajectory record"). An assistant message also records its ``finish_reason`` and, when the
+backend returned them, the sampled ``token_ids`` and their ``logprobs``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Trajectory:
     answer: Any = None
     prediction: str | None = None
     termination: str = ""
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     num_model_calls: int = 0
     num_tool_calls: int = 0
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
@@ -59,37 +60,20 @@ class Trajectory:
         kw["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
         return cls(**kw)
 
-    def token_view(self, tokenizer: Any) -> tuple[list[int], list[int]]:
-        """Chat-templated token ids of the whole conversation and the loss mask.
+    def token_view(self, tokenizer: Any, sampled: bool = False) -> tuple[list[int], list[int]]:
+        """Token ids of the whole conversation as the model saw it, and the loss mask.
 
-        The mask is 1 on the tokens of each assistant turn as the template renders it, from
-        the end of the generation prompt (the assistant header) up to and including its
-        end-of-turn token, and 0 on everything else: system, user and tool-response turns,
-        role headers and the whitespace a template puts between turns. The span is taken
-        from the rendered text, not from the message, so templates that reformat replies
-        (Qwen3 writes ``</think>`` followed by a blank line; Llama 3 trims) still mask
-        exactly what the model must produce. Both lists have the same length.
-
-        Requires a fast tokenizer (offsets) with a chat template.
+        The conversation is assembled from per-turn pieces (:class:`websailor.models.turns.TurnTemplate`):
+        the head, each assistant turn (with ``sampled``, its sampled ``token_ids`` when
+        recorded; else its text tokenized on its own), and the template's glue between turns. The mask is 1 on the
+        assistant turns' tokens (and the end-of-turn token after a re-tokenized turn), 0 on
+        system, user and tool-response turns and template glue. Both lists have the same length.
 
         Raises:
-            ValueError: the template does not render the conversation prefix by prefix (a
-                later turn changes how an earlier one is rendered).
+            TemplateSplitError: the template cannot be split into per-turn pieces.
+            ValueError: a turn's ``token_ids`` are not a list of ints.
         """
-        text = tokenizer.apply_chat_template(self.messages, tokenize=False)
-        spans: list[tuple[int, int]] = []
-        for i, m in enumerate(self.messages):
-            if m["role"] != "assistant":
-                continue
-            before = tokenizer.apply_chat_template(self.messages[:i], tokenize=False, add_generation_prompt=True)
-            upto = tokenizer.apply_chat_template(self.messages[: i + 1], tokenize=False)
-            if not text.startswith(upto) or not upto.startswith(before):
-                raise ValueError("the chat template does not render conversations prefix by prefix")
-            end = len(upto.rstrip())
-            if end > len(before):
-                spans.append((len(before), end))
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        mask = []
-        for a, b in enc["offset_mapping"]:
-            mask.append(int(any(s <= a and b <= e and b > a for s, e in spans)))
-        return list(enc["input_ids"]), mask
+        from websailor.models.turns import TurnTemplate
+
+        conv = TurnTemplate(tokenizer, self.model or "model").conversation(self.messages, sampled)
+        return conv.ids, conv.mask

@@ -44,8 +44,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 # agent options of the commands that run the agent
 ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")]
 MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
-MaxTokensOpt = Annotated[int, typer.Option(min=1, help="Completion tokens per model call.")]
-TimeoutOpt = Annotated[float, typer.Option(min=1, help="Wall-clock seconds per question.")]
+MaxTokensOpt = Annotated[
+    Optional[int],
+    typer.Option(min=1, help="Completion tokens per model call (default: the model's, 512 for smollm2; paper: 8192)."),
+]
+TimeoutOpt = Annotated[
+    Optional[float],
+    typer.Option(min=1, help="Wall-clock seconds per question (default: the model's, 1800 local; paper: 9000)."),
+]
 TemperatureOpt = Annotated[float, typer.Option(min=0, help="Sampling temperature.")]
 SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id and rollout index).")]
 
@@ -60,9 +66,9 @@ def print_json(obj: Any) -> None:
     print(json.dumps(obj, ensure_ascii=False, indent=2))
 
 
-def check_finite(**values: float) -> None:
+def check_finite(**values: float | None) -> None:
     """Refuse ``nan`` and ``inf`` for the named options (typer's ``min`` lets them through)."""
-    bad = [name for name, v in values.items() if not math.isfinite(v)]
+    bad = [name for name, v in values.items() if v is not None and not math.isfinite(v)]
     if bad:
         fail(f"{' and '.join('--' + b.replace('_', '-') for b in bad)} must be finite numbers")
 
@@ -261,8 +267,9 @@ def print_metrics(summary: dict[str, Any]) -> None:
     console.print(metrics_table(summary))
 
 
-def agent_config(max_calls: int, max_tokens: int, timeout: float, temperature: float, seed: int) -> Any:
-    """The :class:`~websailor.agent.AgentConfig` of the agent options (finite numbers only)."""
+def agent_config(max_calls: int, max_tokens: int | None, timeout: float | None, temperature: float, seed: int) -> Any:
+    """The :class:`~websailor.agent.AgentConfig` of the agent options (finite numbers only;
+    ``None``: the model's own budget)."""
     from websailor.agent import AgentConfig
     from websailor.models import SamplingParams
 

@@ -68,7 +68,9 @@ def traj_build(
         str, typer.Option(help="Student model whose tokenizer counts the budget: smollm2 or hf:DIR.")
     ] = "smollm2",
     max_calls: Annotated[int, typer.Option(min=1, help="Expert: model calls per question.")] = 100,
-    max_turn_tokens: Annotated[int, typer.Option(min=1, help="Expert: completion tokens per model call.")] = 8192,
+    max_turn_tokens: Annotated[
+        Optional[int], typer.Option(min=1, help="Expert: completion tokens per model call (default: the model's).")
+    ] = None,
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Expert rollouts in flight.")] = 4,
@@ -125,7 +127,7 @@ def traj_build(
             fail("--source expert needs --expert MODEL (the strong model that answers)")
         items_split = resolve_split(qa, split.value if split else None, "train")
         run = ExpertRun(expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency)
-        cfg = agent_config(max_calls, max_turn_tokens, 9000, temperature, seed)
+        cfg = agent_config(max_calls, max_turn_tokens, None, temperature, seed)
         env = env_spec if corpus is None else env_spec.model_copy(update={"corpus": corpus})
         counts: Counter = Counter()
         try:

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from websailor.errors import ConfigError
+from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams
+
+logger = get_logger(__name__)
 
 SPEC_HELP = "smollm2 (the embedded default), hf:PATH (a local transformers directory) or openai:MODEL@BASE_URL"
 
@@ -45,7 +48,16 @@ def load_model(spec: str, **kwargs) -> ChatModel:
     if path is not None:
         from websailor.models.hf import TransformersModel
 
-        return TransformersModel(path, name="smollm2" if spec == "smollm2" else None, **kwargs)
+        name = "smollm2" if spec == "smollm2" else None
+        try:
+            return TransformersModel(path, name=name, **kwargs)
+        except ConfigError as e:
+            if "full-attention" not in str(e):
+                raise
+            from websailor.models.hf_static import StaticTransformersModel
+
+            logger.info("%s: served by static generate (the engine holds full-attention caches only)", spec)
+            return StaticTransformersModel(path, name=name, **kwargs)
     if spec.startswith("openai:"):
         from websailor.models.openai_compat import OpenAIModel
 

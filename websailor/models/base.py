@@ -52,10 +52,16 @@ class Generation:
 
 
 class ChatModel(ABC):
-    """A chat backend. Subclasses set ``name`` and ``max_context`` (tokens)."""
+    """A chat backend. Subclasses set ``name`` and ``max_context`` (tokens).
+
+    ``turn_tokens`` (completion tokens of one turn) and ``question_timeout_s`` (seconds per
+    question) are the budgets an agent uses when its config leaves them unset: the paper's
+    (8,192 tokens, 150 minutes) here, smaller for local models."""
 
     name: str = "model"
     max_context: int = 131072
+    turn_tokens: int = 8192
+    question_timeout_s: float = 150 * 60
 
     @abstractmethod
     def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
@@ -74,3 +80,11 @@ def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """``text`` up to the earliest stop string, and whether one was found."""
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def decode_reply(tokenizer: Any, ids: list[int], cut: bool) -> str:
+    """The text of a reply's ids, special tokens dropped. A reply ``cut`` at its token limit
+    may end inside a multi-byte character, which decodes as U+FFFD: those trailing
+    replacement characters are dropped instead of being stored and sent back to the model."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    return text.rstrip("\ufffd") if cut else text

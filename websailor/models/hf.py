@@ -1,6 +1,11 @@
-"""Local transformers backend with micro-batching of concurrent rollouts
-(:class:`websailor.models.batching.BatchedChat`): 8 concurrent rollouts cost about one
-forward pass per token instead of eight."""
+"""Local transformers backend served by :class:`websailor.models.engine.KVEngine`: prefix
+reuse across the turns of a conversation, continuous batching of concurrent rollouts, and the
+sampled token ids and log-probabilities of every reply.
+
+A conversation is turned into prompt ids by :class:`websailor.models.turns.TurnTemplate`: an
+assistant turn that carries its sampled ``token_ids`` is continued from exactly those ids, so
+the next turn's prompt starts with the tokens of the previous one and its cache is reused.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,55 @@ from pathlib import Path
 from typing import Any
 
 from websailor.errors import ConfigError, ModelError
-from websailor.models.base import Generation, Message, SamplingParams, cut_at_stop
-from websailor.models.batching import BatchedChat
+from websailor.log import get_logger
+from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop, decode_reply
+from websailor.models.turns import TemplateSplitError, TurnTemplate
+
+logger = get_logger(__name__)
 
 
-class TransformersModel(BatchedChat):
+def load_local(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
+    """The model (eval mode) and tokenizer of a transformers directory.
+
+    Raises:
+        ConfigError: no ``config.json``, or a tokenizer without a chat template.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise ConfigError(f"{path} is not a transformers model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.chat_template:
+        raise ConfigError(f"{path}: the tokenizer has no chat template")
+    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    return model, tokenizer
+
+
+def turn_budget(max_context: int) -> int:
+    """The default completion budget of one turn for a model with ``max_context`` tokens: a
+    sixteenth of its context, between 256 and 8,192 tokens (the embedded model, 8,192 tokens
+    of context: 512)."""
+    return max(256, min(8192, max_context // 16))
+
+
+class TransformersModel(ChatModel):
     """A causal LM directory loaded with transformers (CPU by default).
 
     Args:
         path: a directory with ``config.json``, weights and a tokenizer with a chat template.
         device: torch device.
-        max_batch: most conversations per ``generate`` call.
-        batch_wait_s: how long the batcher waits for more requests after the first.
+        max_batch: most requests decoded together (concurrent rollouts).
+        kv_cache_bytes: key/value memory of the engine (:class:`~websailor.models.engine.KVEngine`).
+        name: recorded in trajectories.
 
-    Concurrent :meth:`chat` calls (rollouts on threads) are gathered into one batched
-    ``generate``; a batch samples under one seed made from its members' seeds, so a rollout is
-    reproducible only with the same batch companions (``--concurrency 1`` for exact replays).
+    Each request samples from its own generator seeded by the call's seed, so a rollout does
+    not depend on which others share its batch (up to float rounding of batched kernels).
+    ``presence_penalty`` has no exact equivalent here and is not applied (HTTP backends apply it).
 
-    Note: ``presence_penalty`` has no exact equivalent in transformers' sampling and is not
-    applied here (HTTP backends apply it).
+    Raises:
+        ConfigError: not a model directory, no chat template, or a model whose cache the engine
+            cannot hold (use :class:`~websailor.models.hf_static.StaticTransformersModel`).
     """
 
     def __init__(
@@ -34,96 +69,97 @@ class TransformersModel(BatchedChat):
         path: str | Path,
         device: str = "cpu",
         max_batch: int = 8,
-        batch_wait_s: float = 0.02,
+        kv_cache_bytes: int | None = None,
         name: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = Path(path)
-        if not (path / "config.json").exists():
-            raise ConfigError(f"{path} is not a transformers model directory (no config.json)")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if not tokenizer.chat_template:
-            raise ConfigError(f"{path}: the tokenizer has no chat template")
-        model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
-        self._setup(model, tokenizer, name or f"hf:{path}", device, max_batch, batch_wait_s)
+        model, tokenizer = load_local(path, device)
+        self._setup(model, tokenizer, name or f"hf:{path}", max_batch, kv_cache_bytes)
 
     @classmethod
     def from_loaded(
-        cls, model: Any, tokenizer: Any, name: str, max_batch: int = 8, batch_wait_s: float = 0.02
+        cls, model: Any, tokenizer: Any, name: str, max_batch: int = 8, kv_cache_bytes: int | None = None
     ) -> TransformersModel:
-        """Serve an already loaded model (for example the policy being trained by RL) on the
-        device it sits on. The tokenizer is copied (generation pads on the left) and the model
-        is used as it is: the caller sets eval mode and gradients.
+        """Serve an already loaded model (for example the RL policy) on its device, as it is
+        (the caller sets eval mode). A new instance starts with no kept cache: build one after
+        every weight update so that no key/value computed with old weights is reused.
 
         Raises:
-            ConfigError: the tokenizer has no chat template.
+            ConfigError: the tokenizer has no chat template, or the engine cannot serve the model.
         """
-        import copy
-
         if not tokenizer.chat_template:
             raise ConfigError(f"{name}: the tokenizer has no chat template")
         self = cls.__new__(cls)
-        self._setup(model, copy.deepcopy(tokenizer), name, str(model.device), max_batch, batch_wait_s)
+        self._setup(model, tokenizer, name, max_batch, kv_cache_bytes)
         return self
 
-    def _setup(self, model: Any, tokenizer: Any, name: str, device: str, max_batch: int, batch_wait_s: float) -> None:
-        import torch
+    def _setup(self, model: Any, tokenizer: Any, name: str, max_batch: int, kv_cache_bytes: int | None) -> None:
+        from websailor.models.engine import KVEngine, supports
 
+        if not supports(model):
+            raise ConfigError(f"{name}: the engine holds full-attention caches only; this model has other layers")
         self.name = name
         self.tokenizer = tokenizer
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = model
-        self.device = device
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 8192))
-        self._torch = torch
-        self.start_batching(max_batch, batch_wait_s)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 8192))
+        self.turn_tokens = turn_budget(self.max_context)
+        self.question_timeout_s = 30 * 60.0
+        try:
+            self.turns: TurnTemplate | None = TurnTemplate(tokenizer, name)
+        except TemplateSplitError as e:
+            logger.warning("%s; each turn is re-rendered from text (no exact tokens, less prefix reuse)", e)
+            self.turns = None
+        self.engine = KVEngine(model, tokenizer, max_batch=max_batch, kv_cache_bytes=kv_cache_bytes, name=name)
 
-    # -- direct batch generation ---------------------------------------------------------
-    def render(self, messages: list[Message]) -> str:
-        """The chat-templated prompt text, ending with the assistant header."""
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    # -- prompts -------------------------------------------------------------------------
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        """The ids generation continues from: exact per-turn pieces when the template splits,
+        else the rendered text tokenized."""
+        if self.turns is not None:
+            return self.turns.prompt_ids(messages)
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        text = self.tokenizer.apply_chat_template(plain, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def count_tokens(self, messages: list[Message]) -> int:
-        return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
+        return len(self.prompt_ids(messages))
 
-    def generate(
-        self, conversations: list[list[Message]], params: SamplingParams, limits: list[int] | None = None
-    ) -> list[Generation]:
-        """Reply to each conversation in one left-padded ``generate`` call; ``limits``
-        (optional) caps each reply's tokens below ``params.max_tokens``."""
-        torch = self._torch
-        texts = [self.render(c) for c in conversations]
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        width = enc["input_ids"].shape[1]
-        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        room = self.max_context - width
-        if room <= 0:
-            return [Generation("", int(n), 0, "length") for n in prompt_lens]
-        kwargs = dict(max_new_tokens=min(params.max_tokens, room), pad_token_id=self.tokenizer.pad_token_id)
-        if params.temperature > 0:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
-        else:
-            kwargs.update(do_sample=False)
-        if params.stop:
-            kwargs.update(stop_strings=params.stop, tokenizer=self.tokenizer)
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
-        try:
-            with torch.inference_mode():
-                out = self.model.generate(**enc, **kwargs)
-        except (RuntimeError, ValueError) as e:
-            raise ModelError(f"{self.name}: generation failed: {e}") from e
-        eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
-        results = []
-        limits = limits or [params.max_tokens] * len(conversations)
-        for row, n_prompt, limit in zip(out[:, width:].tolist(), prompt_lens, limits):
-            row = row[:limit]
-            n = next((i for i, t in enumerate(row) if t in eos), len(row))
-            text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
-            text, stopped = cut_at_stop(text, params.stop)
-            finish = "stop" if (n < len(row) or stopped) else "length"
-            results.append(Generation(text, int(n_prompt), n + (1 if n < len(row) else 0), finish))
-        return results
+    # -- generation ----------------------------------------------------------------------
+    def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
+        """Reply to each conversation; concurrent calls from several threads share the engine's
+        batch. A prompt that fills the context gets an empty ``length`` reply."""
+        from websailor.models.engine import Request
+
+        pending: list[tuple[int, Any]] = []
+        for messages in conversations:
+            try:
+                prompt = self.prompt_ids(messages)
+            except ValueError as e:
+                raise ModelError(f"{self.name}: {e}") from e
+            room = self.max_context - len(prompt)
+            if room <= 0:
+                pending.append((len(prompt), None))
+                continue
+            req = Request(
+                prompt=prompt,
+                max_new=min(params.max_tokens, room),
+                temperature=params.temperature,
+                top_p=params.top_p,
+                seed=params.seed,
+                stop=list(params.stop or []),
+            )
+            pending.append((len(prompt), self.engine.submit(req)))
+        out = []
+        for n_prompt, fut in pending:
+            if fut is None:
+                out.append(Generation("", n_prompt, 0, "length", [], []))
+                continue
+            done = fut.result()
+            ids = done.ids
+            body = ids[:-1] if ids and ids[-1] in self.engine.eos_ids else ids
+            text = decode_reply(self.tokenizer, body, cut=done.finish in ("length", "repetition"))
+            text, _ = cut_at_stop(text, params.stop)
+            out.append(Generation(text, n_prompt, len(ids), done.finish, list(ids), list(done.logprobs)))
+        return out
+
+    def close(self) -> None:
+        self.engine.close()

@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from websailor.errors import ConfigError, ModelError
-from websailor.models.base import Generation, Message, SamplingParams, cut_at_stop
+from websailor.models.base import Generation, Message, SamplingParams, cut_at_stop, decode_reply
 from websailor.models.batching import BatchedChat
+from websailor.models.turns import TurnTemplate
 
 
 class TRLVLLMModel(BatchedChat):
@@ -40,6 +41,7 @@ class TRLVLLMModel(BatchedChat):
             )
         self.gen = gen
         self.tokenizer = trainer.processing_class
+        self.turns = TurnTemplate(self.tokenizer, name)
         self.name = name
         self.max_context = int(getattr(trainer.model.config, "max_position_embeddings", 131072))
         self.start_batching(max_batch, batch_wait_s)
@@ -47,21 +49,27 @@ class TRLVLLMModel(BatchedChat):
     def generate(
         self, conversations: list[list[Message]], params: SamplingParams, limits: list[int] | None = None
     ) -> list[Generation]:
-        prompts = [
-            self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in conversations
-        ]
-        prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p) for p in prompts]
         try:
-            _, completions, *_ = self.gen.generate(prompts, None, 1)
+            prompts = [self.turns.prompt_ids(c) for c in conversations]
+        except ValueError as e:
+            raise ModelError(f"{self.name}: {e}") from e
+        try:
+            _, completions, logprobs, *_ = self.gen.generate(prompts, None, 1)
         except Exception as e:  # vLLM raises several types
             raise ModelError(f"{self.name}: vLLM generation failed: {type(e).__name__}: {e}") from e
         limits = limits or [params.max_tokens] * len(conversations)
-        eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
+        eos = self.turns.eos_ids
         out = []
-        for ids, prompt, limit in zip(completions, prompts, limits):
+        for row, ids, prompt, limit in zip(range(len(prompts)), completions, prompts, limits):
             ids = list(ids)[:limit]
+            lps = [
+                float(lp[0]) if isinstance(lp, (list, tuple)) else float(lp)
+                for lp in (logprobs or [[]] * len(prompts))[row]
+            ]
             n = next((i for i, t in enumerate(ids) if t in eos), len(ids))
-            text, stopped = cut_at_stop(self.tokenizer.decode(ids[:n], skip_special_tokens=True), params.stop)
+            keep = ids[: n + 1] if n < len(ids) else ids
+            text = decode_reply(self.tokenizer, ids[:n], cut=n == len(ids))
+            text, stopped = cut_at_stop(text, params.stop)
             finish = "stop" if (n < len(ids) or stopped) else "length"
-            out.append(Generation(text, len(prompt), n + (1 if n < len(ids) else 0), finish))
+            out.append(Generation(text, len(prompt), len(keep), finish, keep, lps[: len(keep)] if lps else None))
         return out

@@ -26,6 +26,8 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
+from websailor.models.hf import turn_budget
+from websailor.models.turns import TurnTemplate
 from websailor.questions import Question, load_questions, resolve_split
 
 if TYPE_CHECKING:
@@ -67,7 +69,9 @@ class RLSettings(TrainSettings):
         learning_rate: constant after warm-up (paper V2: 1e-6).
         epsilon_low, epsilon_high: clip range of the importance ratio (clip-higher, DAPO).
         temperature, top_p: rollout sampling (paper V2: 1.0 and 1.0).
-        max_calls, max_tokens_per_turn, max_context_tokens, timeout_s: the agent's budgets.
+        max_calls, max_tokens_per_turn, max_context_tokens, timeout_s: the agent's budgets
+            (``max_tokens_per_turn`` unset: the policy's own, :func:`websailor.models.hf.turn_budget`;
+            the paper config sets 8,192).
         reward: judge spec: ``em``, ``f1[:T]`` or ``llm:MODEL_SPEC``.
         prefilter: run the starting model this many times per item before training and keep
             the items it solves sometimes but not always (0: off).
@@ -94,7 +98,7 @@ class RLSettings(TrainSettings):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_calls: int = Field(100, ge=1)
-    max_tokens_per_turn: int = Field(8192, ge=1)
+    max_tokens_per_turn: int | None = Field(None, ge=1)
     max_context_tokens: int = Field(128_000, ge=256)
     timeout_s: float = Field(150 * 60, gt=0)
     reward: str = "em"
@@ -436,7 +440,8 @@ def train_rl(
         counts), steps, seconds, and the per-step log.
 
     Raises:
-        ConfigError: bad settings for this world size, model or tokenizer problems, ``out``
+        ConfigError: bad settings for this world size, model or tokenizer problems (a chat
+            template that cannot be split into per-turn pieces among them), ``out``
             holding another run, nothing left after the prefilter.
         InputFormatError: an unreadable or empty QA file.
         ModelError: the judge (or the policy) failed on every rollout of several batches.
@@ -462,6 +467,7 @@ def train_rl(
     accumulation = accumulation_steps(settings, world)
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
+    TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
     load_judge(settings.reward)  # a bad spec is refused before anything is written
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
@@ -586,7 +592,8 @@ def train_rl(
             mask_truncated_completions=False,
             use_vllm=settings.use_vllm,
             vllm_mode=settings.vllm_mode,
-            max_completion_length=settings.max_tokens_per_turn,  # vLLM's reply budget per turn
+            # vLLM's reply budget per turn
+            max_completion_length=settings.max_tokens_per_turn or turn_budget(net.config.max_position_embeddings),
             bf16=bf16,
             gradient_checkpointing=None,  # the deprecated alias
             activation_checkpointing=settings.gradient_checkpointing,

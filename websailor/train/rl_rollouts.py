@@ -35,6 +35,7 @@ from websailor.agent.trajectory import Trajectory
 from websailor.errors import ModelError
 from websailor.judge.base import Case, Judge
 from websailor.log import get_logger
+from websailor.models.turns import TurnTemplate
 from websailor.questions import Question
 from websailor.train.advantages import plan_batch
 from websailor.train.common import release_memory
@@ -100,6 +101,7 @@ class AgentRollouts:
         self.last: dict[str, float] = {}
         self._failed_steps = 0
         self._calls = 0
+        self._warned_retokenized = False
 
     # -- the steps of one batch -------------------------------------------------------
     def _questions(self, prompts: list) -> list[Question]:
@@ -186,7 +188,9 @@ class AgentRollouts:
     ) -> dict[str, Any]:
         """Grade finished rollouts (``trajs[i]`` answers ``items[i]``; groups contiguous) and
         build the trainer's batch: ``prompt_ids``, ``completion_ids``, ``env_mask``,
-        ``logprobs`` (``None``: recomputed by the trainer) and ``advantage`` per slot. Appends
+        ``logprobs`` (the sampling log-probabilities of each completion token, 0.0 on
+        environment tokens; ``None`` when a model turn was re-tokenized) and ``advantage`` per
+        slot. Appends
         the rollouts to the rollouts file and keeps the batch's figures in :attr:`last`.
 
         Raises:
@@ -205,14 +209,9 @@ class AgentRollouts:
                 )
         else:
             self._failed_steps = 0
-        tokens = [rollout_tokens(t, tokenizer) for t in trajs]
-        out: dict[str, list] = {
-            "prompt_ids": [],
-            "completion_ids": [],
-            "env_mask": [],
-            "logprobs": None,
-            "advantage": [],
-        }
+        template = TurnTemplate(tokenizer, trajs[0].model if trajs else "policy")
+        tokens = [rollout_tokens(t, tokenizer, template) for t in trajs]
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": [], "advantage": []}
         used = []
         for slot, src in enumerate(plan.slots):
             tk = tokens[src]
@@ -223,10 +222,23 @@ class AgentRollouts:
                 # two tokens, so the trainer's masked means (entropy, clip fractions) see a sequence, not a value
                 out["completion_ids"].append([tokenizer.eos_token_id] * 2)
                 out["env_mask"].append([0, 0])
+                out["logprobs"].append([0.0, 0.0])
             else:
                 out["completion_ids"].append(tk.completion_ids)
                 out["env_mask"].append([0] * len(tk.env_mask) if idle else tk.env_mask)
+                out["logprobs"].append(tk.logprobs)
             out["advantage"].append(float(plan.advantages[slot]))
+        retokenized = sum(tk.retokenized for tk in tokens)
+        if retokenized and not self._warned_retokenized:
+            self._warned_retokenized = True
+            logger.warning(
+                "step %d: %d model turns carry no sampled token ids (the backend returned none); they are "
+                "re-tokenized from text, which may differ from what was sampled (tokens/retokenized_share in the log)",
+                step + 1,
+                retokenized,
+            )
+        if any(lp is None for lp in out["logprobs"]):
+            out["logprobs"] = None  # some model turns were re-tokenized: the trainer recomputes them all
         self._log_rollouts(step, trajs, correct, rewards, plan, used)
         self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s, used)
         return out
@@ -285,6 +297,7 @@ class AgentRollouts:
             "rollouts/tool_calls": sum(t.num_tool_calls for t in trajs) / n,
             "rollouts/model_calls": sum(t.num_model_calls for t in trajs) / n,
             "rollouts/response_tokens": sum(tk.model_tokens for tk in tokens) / n,
+            "tokens/retokenized_share": (sum(tk.retokenized for tk in tokens) / max(1, sum(tk.turns for tk in tokens))),
             "time/rollout_s": rollout_s,
             "time/tools_s": rollout_s * share_tools,
             "time/generation_s": rollout_s * (1 - share_tools),
