@@ -65,6 +65,93 @@ def test_parse_answers_code_and_errors():
     assert two.tool_call.arguments == {"query": ["a"]} and "first of 2" in two.warnings[0]
 
 
+_ZH_CALL = '{"name": "search", "arguments": {"query": ["长江 发源地", "长江 全长 公里"]}}'
+
+
+@pytest.mark.parametrize(
+    "text, thought",
+    [
+        (  # unclosed <think>, several lines, then a call with Chinese in its JSON
+            "<think>\n用户问的是长江的发源地。\nI should check two sources: the river's page and a"
+            " geography atlas.\n\n"
+            f"<tool_call>\n{_ZH_CALL}\n</tool_call>",
+            "用户问的是长江的发源地。\nI should check two sources: the river's page and a geography atlas.",
+        ),
+        (  # unclosed, no line break before the call, and no </tool_call> (stopped at <tool_response>)
+            f"<think>I should search <tool_call>{_ZH_CALL}\n",
+            "I should search",
+        ),
+        (  # the chat template opened <think> in the generation prompt: only </think> is generated
+            "The question asks for the source of the Yangtze.\nA search first.\n</think>\n\n"
+            f"<tool_call>\n{_ZH_CALL}\n</tool_call>",
+            "The question asks for the source of the Yangtze.\nA search first.",
+        ),
+        (  # a closed thought that mentions the tag still ends at </think>
+            f"<think>I will write a <tool_call> with two queries.</think>\n<tool_call>{_ZH_CALL}</tool_call>",
+            "I will write a <tool_call> with two queries.",
+        ),
+    ],
+)
+def test_parse_reads_unclosed_and_stray_think_tags_before_a_call(text, thought):
+    action = parse_turn(text)
+    assert action.error is None and action.warnings == [] and action.thought == thought
+    assert action.tool_call.name == "search"
+    assert action.tool_call.arguments == {"query": ["长江 发源地", "长江 全长 公里"]}
+
+
+def test_parse_reads_unclosed_and_stray_think_tags_before_an_answer():
+    unclosed = parse_turn(
+        "<think>\nBoth pages agree: the Tuotuo River on the Tibetan Plateau.\n"
+        "So the answer is the Tanggula Mountains.\n<answer>唐古拉山脉 (Tanggula Mountains)</answer>"
+    )
+    assert unclosed.answer == "唐古拉山脉 (Tanggula Mountains)" and unclosed.error is None
+    assert unclosed.thought.endswith("So the answer is the Tanggula Mountains.")
+    stray = parse_turn("Both sources say 1901.\n</think>\n\n<answer>1901</answer>")
+    assert (stray.thought, stray.answer) == ("Both sources say 1901.", "1901")
+    no_tools = parse_turn("<think>I know this one: Paris.\n<answer>Paris</answer>", tools=False)
+    assert no_tools.answer == "Paris" and no_tools.error is None
+
+
+def test_parse_unclosed_think_with_nothing_after_it_is_a_format_error():
+    for text in ["<think>\nLet me think about which source to check first.\nMaybe the", "Still thinking</think>"]:
+        action = parse_turn(text)
+        assert action.tool_call is None and action.answer is None
+        assert "neither a <tool_call> nor an <answer>" in action.error
+    assert "no <answer>" in parse_turn("<think>I know this one: it is", tools=False).error
+
+
+def test_parse_call_then_answer_runs_the_call_and_warns():
+    ignored = "The <answer> after the tool call was ignored"
+    action = parse_turn(
+        f"<think>\n先搜索一下。\n</think>\n<tool_call>\n{_ZH_CALL}\n</tool_call>\n<answer>唐古拉山脉</answer>"
+    )
+    assert action.answer is None and action.error is None and action.tool_call.name == "search"
+    assert len(action.warnings) == 1 and action.warnings[0].startswith(ignored)
+    # with an unclosed thought, and after two calls: both warnings
+    both = parse_turn(
+        f"<think>Two searches, then I answer.\n<tool_call>{_ZH_CALL}</tool_call>\n"
+        f"<tool_call>{_ZH_CALL}</tool_call>\n<answer>The Tanggula Mountains</answer>"
+    )
+    assert "first of 2" in both.warnings[0] and both.warnings[1].startswith(ignored)
+    # an answer before the call still wins, and a closed call with no answer after it gives no warning
+    assert parse_turn(f"<answer>Paris</answer>\n<tool_call>{_ZH_CALL}</tool_call>").answer == "Paris"
+    code = '<tool_call>{"name": "PythonInterpreter", "arguments": {}}<code>print("<answer>")</code></tool_call>'
+    assert parse_turn(code).warnings == []
+
+
+def test_the_warning_about_an_ignored_answer_heads_the_tool_response(tools):
+    model = ScriptedModel(
+        [
+            call("search", query=["Mona Lisa painter"]) + "\n<answer>Leonardo da Vinci</answer>",
+            "<answer>Leonardo</answer>",
+        ]
+    )
+    t = Agent(model, tools).run("Who painted the Mona Lisa?")
+    assert (t.termination, t.prediction, t.num_tool_calls) == ("answer", "Leonardo", 1)
+    assert t.messages[3]["content"].startswith("<tool_response>\nThe <answer> after the tool call was ignored")
+    assert "A search for 'Mona Lisa painter'" in t.messages[3]["content"]
+
+
 # -- the loop --------------------------------------------------------------------------------
 def test_search_visit_answer_records_everything(tools):
     model = ScriptedModel(

@@ -167,3 +167,23 @@ def test_rewritten_thoughts_replace_only_the_thinking(vital: Corpus, tmp_path):
     # the writer saw the question, the step's action and its result
     assert all(item["question"] in p and "Action at this step" in p for p in prompts)
     assert any("<tool_response>" in p or "Its result:" in p for p in prompts)
+
+
+def test_rewritten_thoughts_replace_unclosed_and_stray_thoughts():
+    from fakes import ScriptedModel
+
+    from websailor.train.thoughts import rewrite_thoughts
+
+    search = '<tool_call>\n{"name": "search", "arguments": {"query": ["长江 发源地"]}}\n</tool_call>'
+    traj = Trajectory(id="q", rollout=0, question="Where does the Yangtze rise?", model="imported")
+    traj.messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": traj.question},
+        {"role": "assistant", "content": f"<think>\nI should search first.\n{search}"},
+        {"role": "user", "content": "<tool_response>\nThe Tanggula Mountains.\n</tool_response>"},
+        {"role": "assistant", "content": "The page says so.</think>\n\n<answer>唐古拉山脉</answer>"},
+    ]
+    new, done = rewrite_thoughts(traj, ScriptedModel(["I check the clue."]))
+    assert done == 2
+    assert new.messages[2]["content"] == f"<think>\nI check the clue.\n</think>\n{search}"
+    assert new.messages[4]["content"] == "<think>\nI check the clue.\n</think>\n<answer>唐古拉山脉</answer>"

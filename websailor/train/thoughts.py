@@ -13,15 +13,13 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from websailor.agent.parse import parse_turn
+from websailor.agent.parse import parse_turn, split_thought
 from websailor.agent.trajectory import Trajectory
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.text import truncate
 
 logger = get_logger(__name__)
-
-_THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.S)
 
 #: Instructions for the thought writer (our own wording).
 THOUGHT_PROMPT = """You edit the working notes of a research agent that answers questions by searching and reading web pages.
@@ -51,8 +49,9 @@ class ThoughtSettings:
 
 
 def _action_text(content: str) -> str:
-    """The assistant turn without its ``<think>`` block: the tool call or the answer."""
-    return _THINK_BLOCK.sub("", content, count=1).strip()
+    """The assistant turn without its thought (read as :func:`split_thought` reads it): the tool
+    call or the answer."""
+    return split_thought(content)[1].strip()
 
 
 def _step_prompt(traj: Trajectory, turn: int, cfg: ThoughtSettings) -> list[dict[str, str]]:
