@@ -20,7 +20,9 @@ def test_token_view_masks_exactly_the_assistant_replies(smollm2, vital):
     tok = smollm2.tokenizer
     ids, mask = traj.token_view(tok)
     assert len(ids) == len(mask)
-    assert ids == tok(tok.apply_chat_template(traj.messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    whole = tok(tok.apply_chat_template(traj.messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    # ChatML renders every prefix unchanged: the pieces are the whole render through the last end-of-turn
+    assert ids == whole[: len(ids)] and ids[-1] == tok.eos_token_id and not tok.decode(whole[len(ids) :]).strip()
     # decode the masked (trained-on) tokens: exactly the two replies, each with its end-of-turn token
     trained = tok.decode([t for t, m in zip(ids, mask) if m])
     replies = [m["content"] for m in traj.messages if m["role"] == "assistant"]
@@ -40,18 +42,21 @@ def test_smollm2_chat_template_renders_the_protocol(smollm2):
         {"role": "assistant", "content": "<think>t</think>\n<tool_call>\n{}\n</tool_call>"},
         {"role": "user", "content": "<tool_response>\nobs\n</tool_response>"},
     ]
-    text = smollm2.render(msgs)
+    text = smollm2.tokenizer.decode(smollm2.prompt_ids(msgs))
     assert text.startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n")
     assert text.endswith("<|im_start|>user\n<tool_response>\nobs\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_local_backend_batches_concurrent_calls(smollm2):
+def test_static_backend_batches_concurrent_calls(smollm2):
+    from websailor.models.hf_static import StaticTransformersModel
+
+    static = StaticTransformersModel.from_loaded(smollm2.model, smollm2.tokenizer, name="static")
     params = SamplingParams(temperature=0, max_tokens=6, stop=["<tool_response>"])
     msgs = [[{"role": "user", "content": f"Count from {i} to {i + 5}."}] for i in range(4)]
-    direct = smollm2.generate(msgs, params)
+    direct = static.generate(msgs, params)
     assert [g.completion_tokens <= 6 for g in direct] == [True] * 4
     calls = []
-    original = smollm2.generate
+    original = static.generate
 
     def spy(conversations, p, limits=None):
         calls.append(len(conversations))
@@ -59,12 +64,13 @@ def test_local_backend_batches_concurrent_calls(smollm2):
 
     # rollouts differ in seed and token limit (each has its own): they still share a generate
     per_call = [replace(params, seed=100 + i, max_tokens=6 if i % 2 else 3) for i in range(4)]
-    smollm2.generate = spy
+    static.generate = spy
     try:
         with ThreadPoolExecutor(4) as pool:
-            threaded = list(pool.map(lambda mp: smollm2.chat(*mp), zip(msgs, per_call)))
+            threaded = list(pool.map(lambda mp: static.chat(*mp), zip(msgs, per_call)))
     finally:
-        del smollm2.generate
+        del static.generate
+        static.close()
     assert max(calls) > 1  # concurrent rollouts shared a generate call
     for i, (g, d) in enumerate(zip(threaded, direct)):
         if i % 2:
@@ -73,25 +79,16 @@ def test_local_backend_batches_concurrent_calls(smollm2):
             assert g.completion_tokens <= 3 and d.text.startswith(g.text)  # cut at its own limit
 
 
-def test_closing_the_backend_stops_its_batcher_and_a_later_call_restarts_it(smollm2):
+def test_closing_the_backend_stops_its_worker_and_a_later_call_restarts_it(smollm2):
     params = SamplingParams(temperature=0, max_tokens=2)
     msgs = [{"role": "user", "content": "Hi"}]
     smollm2.chat(msgs, params)
-    worker = smollm2._worker
+    worker = smollm2.engine._worker
     assert worker is not None and worker.is_alive()
     smollm2.close()
-    worker.join(timeout=10)
-    assert not worker.is_alive()
-    assert smollm2.chat(msgs, params).completion_tokens <= 2  # a new batcher serves it
-
-
-def test_close_waits_for_its_batcher(smollm2):
-    """close() returns only once the batching thread has ended (the thread then never outlives
-    the interpreter: see the next test)."""
-    smollm2.chat([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=2))
-    worker = smollm2._worker
-    smollm2.close()
-    assert worker is not None and not worker.is_alive()
+    assert not worker.is_alive()  # idle: close waited for it
+    assert smollm2.chat(msgs, params).completion_tokens <= 2  # a new worker serves it
+    assert smollm2.engine._worker is not worker
 
 
 def test_close_does_not_wait_for_a_generation_in_flight():

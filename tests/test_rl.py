@@ -469,7 +469,7 @@ class _FakeVLLM:
     def generate(self, prompts, images, num_generations):
         self.prompts += prompts
         ids = self.tok(self.reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id, 7, 7]
-        return prompts, [ids for _ in prompts], None, None
+        return prompts, [ids for _ in prompts], [[[-0.5]] * len(ids) for _ in prompts], None
 
 
 def test_vllm_backend_turns_conversations_into_ids_and_back(smollm2_path: Path):
@@ -489,6 +489,8 @@ def test_vllm_backend_turns_conversations_into_ids_and_back(smollm2_path: Path):
     conv = [{"role": "system", "content": "s"}, {"role": "user", "content": "Capital of France?"}]
     g = chat.chat(conv, SamplingParams(max_tokens=64))
     assert g.text == "<think>x</think>\n<answer>Paris</answer>" and g.finish_reason == "stop"
+    # the sampled ids through the end-of-turn token, with vLLM's top-1 log-probabilities
+    assert g.token_ids[-1] == tok.eos_token_id and 7 not in g.token_ids and g.logprobs == [-0.5] * len(g.token_ids)
     assert tok.decode(gen.prompts[0]).endswith("<|im_start|>assistant\n")
     gen.mode = "server"
     with pytest.raises(ConfigError, match="colocate"):

@@ -32,7 +32,7 @@ class AgentConfig:
             model's own (:attr:`ChatModel.question_timeout_s`).
         max_format_errors: consecutive unparsable turns before ``format_error``.
         max_tokens_per_turn: completion tokens per model call (paper configs: 8,192); ``None``:
-            the model's own budget (:attr:`ChatModel.turn_tokens`; 512 for the embedded model).
+            the model's own budget (:attr:`ChatModel.turn_tokens`; 256 for the embedded model).
         sampling: temperature 0.85, top-p 0.95, presence penalty 1.1.
         seed: base seed; each (question id, rollout) gets its own derived seed.
     """

@@ -46,7 +46,7 @@ ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BA
 MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
 MaxTokensOpt = Annotated[
     Optional[int],
-    typer.Option(min=1, help="Completion tokens per model call (default: the model's, 512 for smollm2; paper: 8192)."),
+    typer.Option(min=1, help="Completion tokens per model call (default: the model's, 256 for smollm2; paper: 8192)."),
 ]
 TimeoutOpt = Annotated[
     Optional[float],

@@ -113,7 +113,7 @@ def train_rl_cmd(
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (paper V2: 1e-6).")] = None,
     max_calls: Annotated[Optional[int], typer.Option(help="Model calls per rollout (default 100).")] = None,
     max_tokens: Annotated[
-        Optional[int], typer.Option(help="Tokens per model call (default: the policy's, 512 for smollm2).")
+        Optional[int], typer.Option(help="Tokens per model call (default: the policy's, 256 for smollm2).")
     ] = None,
     max_steps: Annotated[
         Optional[int], typer.Option(help="Optimizer steps (default: one pass over the questions).")

@@ -161,7 +161,14 @@ class KVEngine:
         self.token_bytes = 2 * cfg.num_hidden_layers * heads * head_dim * dtype_bytes
         self.budget_tokens = max(1, self.kv_cache_bytes // self.token_bytes)
         self.eos_ids = _eos_set(tokenizer, model)
-        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "computed_tokens": 0, "generated_tokens": 0}
+        self.stats = {
+            "prompt_tokens": 0,
+            "reused_tokens": 0,
+            "computed_tokens": 0,
+            "generated_tokens": 0,
+            "peak_rows": 0,
+            "waits": 0,
+        }
         self._Layer = _buffer_layer_class()
         self._queue: queue.Queue = queue.Queue()
         self._waiting: list[Request] = []
@@ -173,19 +180,18 @@ class KVEngine:
         self._mask = None
         self._columns = 0  # filled columns of the batch buffers
         self._lock = threading.Lock()
-        self._closed = False
+        self._running = False  # a worker serves the queue (set and cleared under the lock)
+        self._cancel = False  # close() asked the worker to drop what it holds and stop
         self._worker: threading.Thread | None = None
 
     # -- public API -------------------------------------------------------------------------
     def submit(self, request: Request) -> Future:
         """Queue ``request``; its future resolves to a :class:`Completion` or raises
-        :class:`ModelError`."""
+        :class:`ModelError`. Starts the worker when none runs (also after :meth:`close`)."""
         with self._lock:
-            if self._closed:
-                request.future.set_exception(ModelError(f"{self.name}: the model was closed"))
-                return request.future
             self._queue.put(request)
-            if self._worker is None or not self._worker.is_alive():
+            if not self._running:
+                self._running = True
                 self._worker = threading.Thread(target=self._serve, name="websailor-engine", daemon=True)
                 self._worker.start()
         return request.future
@@ -195,15 +201,18 @@ class KVEngine:
         self._queue.put("clear")
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Stop the worker after the requests already queued; wait for it when it is idle."""
+        """Stop the worker and wait for it (up to ``timeout_s``; a worker still running during
+        interpreter shutdown can abort the process). Requests still queued or in flight (an
+        interrupted run) fail with :class:`ModelError` at the next step instead of being served:
+        nobody will read them. A later :meth:`submit` starts a new worker."""
         with self._lock:
-            self._closed = True
-            worker, self._worker = self._worker, None
-        if worker is not None and worker.is_alive():
+            worker = self._worker
+            if not self._running or worker is None:
+                return
+            self._cancel = True
             self._queue.put(None)
-            idle = not any(self._rows) and not self._waiting and self._queue.qsize() <= 1
-            if idle and worker is not threading.current_thread():
-                worker.join(timeout_s)
+        if worker is not threading.current_thread():
+            worker.join(timeout_s)
 
     # -- the worker -------------------------------------------------------------------------
     def _serve(self) -> None:
@@ -213,7 +222,10 @@ class KVEngine:
             while True:
                 block = not any(self._rows) and not self._waiting
                 if stopping and block:
-                    return
+                    with self._lock:
+                        if self._queue.empty():
+                            self._running = False
+                            return
                 try:
                     item = self._queue.get() if block else self._queue.get_nowait()
                 except queue.Empty:
@@ -230,6 +242,16 @@ class KVEngine:
                         item = self._queue.get_nowait()
                     except queue.Empty:
                         item = False
+                if self._cancel:
+                    with self._lock:
+                        self._cancel = False
+                        self._fail_all(ModelError(f"{self.name}: the model was closed"))
+                        while not self._queue.empty():
+                            item = self._queue.get_nowait()
+                            if isinstance(item, Request) and not item.future.done():
+                                item.future.set_exception(ModelError(f"{self.name}: the model was closed"))
+                        self._running = False
+                        return
                 try:
                     self._admit()
                     if any(self._rows):
@@ -257,6 +279,7 @@ class KVEngine:
                 _, kv = self._store.popitem(last=False)
                 self._store_tokens -= kv[0][0].shape[-2]
             if any(self._rows) and self._live_tokens() + need > self.budget_tokens:
+                self.stats["waits"] += 1
                 return  # wait for room
             self._waiting.pop(0)
             try:
@@ -369,6 +392,7 @@ class KVEngine:
         if self._columns >= self._capacity():
             self._repack()
         live = [r for r, x in enumerate(self._rows) if x is not None]
+        self.stats["peak_rows"] = max(self.stats["peak_rows"], len(live))
         if len(live) * 2 <= len(self._rows) and not self._waiting and len(self._rows) > 1:
             self._repack()  # shrink: half the rows are idle
             live = [r for r, x in enumerate(self._rows) if x is not None]
