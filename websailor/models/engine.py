@@ -38,6 +38,7 @@ from typing import Any
 
 from websailor.errors import ModelError
 from websailor.log import get_logger
+from websailor.memory import trim_heap
 
 logger = get_logger(__name__)
 
@@ -67,15 +68,17 @@ class Request:
 
 @dataclass
 class Completion:
-    """What a request produced: sampled ``ids`` and ``logprobs`` (cut before a stop string),
+    """What a request produced: sampled ``ids`` and ``logprobs`` (cut at a stop string),
     ``finish`` (``stop``, ``length``, ``repetition``), and ``reused`` prompt tokens whose
-    key/value cache came from an earlier request (not computed again)."""
+    key/value cache came from an earlier request (not computed again). ``text`` is set when a
+    stop string cut the reply: the ids may then end with part of it, the text does not."""
 
     ids: list[int]
     logprobs: list[float]
     finish: str
     prompt_tokens: int
     reused: int
+    text: str | None = None  # a reply cut at a stop string: its text, exactly up to the stop
 
 
 def repeats(ids: list[int], window: int = REPEAT_WINDOW) -> bool:
@@ -161,6 +164,7 @@ class KVEngine:
         self.token_bytes = 2 * cfg.num_hidden_layers * heads * head_dim * dtype_bytes
         self.budget_tokens = max(1, self.kv_cache_bytes // self.token_bytes)
         self.eos_ids = _eos_set(tokenizer, model)
+        self.vocab = len(tokenizer)  # the model's logits may be padded past the tokenizer's ids
         self.stats = {
             "prompt_tokens": 0,
             "reused_tokens": 0,
@@ -216,6 +220,15 @@ class KVEngine:
 
     # -- the worker -------------------------------------------------------------------------
     def _serve(self) -> None:
+        try:
+            self._serve_loop()
+        except BaseException as e:  # the worker must never leave requests waiting forever
+            with self._lock:
+                self._running = False
+            self._fail_all(ModelError(f"{self.name}: the generation worker stopped: {type(e).__name__}: {e}"))
+            raise
+
+    def _serve_loop(self) -> None:
         torch = self._torch
         stopping = False
         with torch.inference_mode():
@@ -243,15 +256,18 @@ class KVEngine:
                     except queue.Empty:
                         item = False
                 if self._cancel:
+                    dropped = []
                     with self._lock:
                         self._cancel = False
-                        self._fail_all(ModelError(f"{self.name}: the model was closed"))
                         while not self._queue.empty():
-                            item = self._queue.get_nowait()
-                            if isinstance(item, Request) and not item.future.done():
-                                item.future.set_exception(ModelError(f"{self.name}: the model was closed"))
+                            dropped.append(self._queue.get_nowait())
                         self._running = False
-                        return
+                    self._fail_all(ModelError(f"{self.name}: the model was closed"))
+                    closed = ModelError(f"{self.name}: the model was closed")
+                    for item in dropped:  # outside the lock: a done-callback may submit again
+                        if isinstance(item, Request) and not item.future.done():
+                            item.future.set_exception(closed)
+                    return
                 try:
                     self._admit()
                     if any(self._rows):
@@ -268,19 +284,23 @@ class KVEngine:
         self._waiting = []
 
     # -- admission and prefill --------------------------------------------------------------
-    def _live_tokens(self) -> int:
-        return sum(len(r.prompt) + r.max_new for r in self._rows if r is not None)
+    def _live_tokens(self, extra: int = 0) -> int:
+        """Key/value tokens the batch buffers may reach with ``extra`` more tokens in a new row:
+        every row is as wide as the widest (rows are right-aligned in one buffer)."""
+        sizes = [len(r.prompt) + r.max_new for r in self._rows if r is not None]
+        sizes += [extra] if extra else []
+        return len(sizes) * max(sizes, default=0)
 
     def _admit(self) -> None:
         while self._waiting and sum(r is not None for r in self._rows) < self.max_batch:
             req = self._waiting[0]
-            need = len(req.prompt) + req.max_new
-            while self._store and self._live_tokens() + need + self._store_tokens > self.budget_tokens:
+            need = self._live_tokens(len(req.prompt) + req.max_new)
+            if any(self._rows) and need > self.budget_tokens:
+                self.stats["waits"] += 1
+                return  # wait for room (kept caches stay: evicting them would not make room)
+            while self._store and need + self._store_tokens > self.budget_tokens:
                 _, kv = self._store.popitem(last=False)
                 self._store_tokens -= kv[0][0].shape[-2]
-            if any(self._rows) and self._live_tokens() + need > self.budget_tokens:
-                self.stats["waits"] += 1
-                return  # wait for room
             self._waiting.pop(0)
             try:
                 self._prefill(req)
@@ -379,6 +399,8 @@ class KVEngine:
         self._layers, self._mask, self._columns = layers, mask, width
         self._rows = [r for r, *_ in live] + [None] * (rows - len(live))
         self._lens = [length for *_, length in live] + [0] * (rows - len(live))
+        del live, first, k0  # the last views of the old buffers
+        trim_heap()  # their pages go back to the OS (glibc keeps large freed blocks)
 
     def _row_kv(self, r: int) -> list[tuple[Any, Any]]:
         c, n = self._columns, self._lens[r]
@@ -431,7 +453,7 @@ class KVEngine:
     def _sample(self, req: Request, logits: Any) -> bool:
         """Sample the next token of ``req`` from ``logits`` (``[vocab]``); whether it ended."""
         torch = self._torch
-        logits = logits.float()
+        logits = logits[: self.vocab].float()
         if req.temperature > 0:
             logp = torch.log_softmax(logits / req.temperature, dim=-1)
             probs = logp.exp()
@@ -464,30 +486,38 @@ class KVEngine:
         """Keep the request's cache for prefix reuse and resolve its future."""
         if length <= self.budget_tokens // 2:
             key = tuple((req.prompt + req.ids)[:length])
-            kept = [(k[:, :, -length:].clone(), v[:, :, -length:].clone()) for k, v in kv_row]
-            old = self._store.pop(key, None)
-            if old is not None:
-                self._store_tokens -= old[0][0].shape[-2]
-            self._store[key] = kept
+            for old in [k for k in self._store if len(k) <= length and key[: len(k)] == k]:
+                self._store_tokens -= len(old)  # the earlier turns of this conversation: contained in the new key
+                del self._store[old]
+            self._store[key] = [(k[:, :, -length:].clone(), v[:, :, -length:].clone()) for k, v in kv_row]
             self._store_tokens += length
             while self._store_tokens + self._live_tokens() > self.budget_tokens and len(self._store) > 1:
                 _, kv = self._store.popitem(last=False)
                 self._store_tokens -= kv[0][0].shape[-2]
-        ids, logprobs, finish = req.ids, req.logprobs, req.finish
+        ids, logprobs, finish, text = req.ids, req.logprobs, req.finish, None
         if finish == "stop_string":
             ids, logprobs = self._cut_at_stop(req)
             finish = "stop"
+            text = self.tokenizer.decode(req.ids, skip_special_tokens=True)
+            cut = [i for i in (text.find(s) for s in req.stop if s) if i >= 0]
+            text = text[: min(cut)] if cut else text
         if not req.future.done():
-            req.future.set_result(Completion(ids, logprobs, finish, len(req.prompt), req.reused))
+            req.future.set_result(Completion(ids, logprobs, finish, len(req.prompt), req.reused, text))
 
     def _cut_at_stop(self, req: Request) -> tuple[list[int], list[float]]:
-        """The longest prefix of the sampled ids whose text ends before the first stop string."""
-        text = self.tokenizer.decode(req.ids, skip_special_tokens=False)
-        at = min(i for i in (text.find(s) for s in req.stop if s) if i >= 0)
-        before = text[:at]
-        k = len(req.ids)
-        while k > 0 and not before.startswith(self.tokenizer.decode(req.ids[:k], skip_special_tokens=False)):
-            k -= 1
+        """The sampled ids through the first token that reaches the text before the first stop
+        string. When one token spans the text and the start of the stop string, it is kept (it
+        was sampled, and dropping it would drop text): the ids may then end with part of the
+        stop string, while the reply's text is cut exactly before it."""
+        decode = self.tokenizer.decode
+        text = decode(req.ids, skip_special_tokens=False)
+        found = [i for i in (text.find(s) for s in req.stop if s) if i >= 0]
+        if not found:
+            return req.ids, req.logprobs
+        before = text[: min(found)]
+        k = 0
+        while k < len(req.ids) and not decode(req.ids[:k], skip_special_tokens=False).startswith(before):
+            k += 1
         return req.ids[:k], req.logprobs[:k]
 
 

@@ -109,6 +109,10 @@ class TransformersModel(ChatModel):
             logger.warning("%s; each turn is re-rendered from text (no exact tokens, less prefix reuse)", e)
             self.turns = None
         self.engine = KVEngine(model, tokenizer, max_batch=max_batch, kv_cache_bytes=kv_cache_bytes, name=name)
+        if (
+            self.turns is not None
+        ):  # the template's end-of-turn tokens end a reply too (a ChatML fine-tune of a base model)
+            self.engine.eos_ids |= self.turns.eos_ids
 
     # -- prompts -------------------------------------------------------------------------
     def prompt_ids(self, messages: list[Message]) -> list[int]:
@@ -156,8 +160,11 @@ class TransformersModel(ChatModel):
             done = fut.result()
             ids = done.ids
             body = ids[:-1] if ids and ids[-1] in self.engine.eos_ids else ids
-            text = decode_reply(self.tokenizer, body, cut=done.finish in ("length", "repetition"))
-            text, _ = cut_at_stop(text, params.stop)
+            if done.text is not None:  # cut at a stop string: the ids may end inside it, the text does not
+                text = done.text
+            else:
+                text = decode_reply(self.tokenizer, body, cut=done.finish in ("length", "repetition"))
+                text, _ = cut_at_stop(text, params.stop)
             out.append(Generation(text, n_prompt, len(ids), done.finish, list(ids), list(done.logprobs)))
         return out
 

@@ -23,6 +23,7 @@ tokens"). A template whose pieces cannot be found (:class:`TurnTemplate` raises)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,8 @@ class ConversationTokens:
     Attributes:
         ids: the token ids (head, turns, glue, close).
         mask: 1 on the tokens the model produced (a sampled turn's ids; a re-tokenized turn's
-            ids and the end-of-turn token after it), 0 elsewhere; same length as ``ids``.
+            ids and the tokens of the template's end-of-turn marker after it), 0 elsewhere;
+            same length as ``ids``.
         head: the number of head tokens (the prompt of the first assistant turn).
         turns: assistant turns; ``retokenized``: how many of them had no sampled ids.
     """
@@ -99,6 +101,10 @@ class TurnTemplate:
             raise TemplateSplitError(f"{name}: the chat template cannot be split into per-turn pieces ({why})")
         self.eos_ids = _eos_ids(tokenizer)
         self.vocab_size = len(tokenizer)
+        # what ends an assistant turn in text: common to the close and the glue, e.g. "<|im_end|>"
+        self.end_marker = os.path.commonprefix(
+            [self.close_text(), self.glue_text([{"role": "user", "content": _MARK_USER}])]
+        ).rstrip()
 
     # -- text pieces ----------------------------------------------------------------------
     def render(self, messages: list[Message], generation_prompt: bool) -> str:
@@ -168,14 +174,22 @@ class TurnTemplate:
                 tail = tail[: end + 1] if end is not None else tail
             if ids and ids[-1] in self.eos_ids and tail and tail[0] == ids[-1]:
                 tail = tail[1:]  # the model wrote the end-of-turn token itself
-            elif exact is None and tail and tail[0] in self.eos_ids:
-                out.ids.append(tail[0])  # a re-tokenized turn learns to end
-                out.mask.append(1)
-                tail = tail[1:]
+            elif exact is None:  # a re-tokenized turn learns to end: its end-of-turn marker is trained
+                k = self._marker_tokens(tail)
+                out.ids += tail[:k]
+                out.mask += [1] * k
+                tail = tail[k:]
             out.ids += tail
             out.mask += [0] * len(tail)
             i = j
         return out
+
+    def _marker_tokens(self, tail: list[int]) -> int:
+        """How many leading tokens of ``tail`` lie wholly inside the end-of-turn marker."""
+        k = 0
+        while k < len(tail) and self.end_marker.startswith(self.tokenizer.decode(tail[: k + 1])):
+            k += 1
+        return k
 
     def prompt_ids(self, messages: list[Message]) -> list[int]:
         """The ids generation continues from: ``messages`` (ending with a user turn) and the

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
+from websailor.memory import release_memory  # noqa: F401 - where the trainers import it
 
 logger = get_logger(__name__)
 
@@ -245,17 +246,3 @@ def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         PeftModel.from_pretrained(base, out / "adapter").merge_and_unload().save_pretrained(out)
         trainer.processing_class.save_pretrained(out)
-
-
-def release_memory() -> None:
-    """Collect garbage and hand freed heap pages back to the OS. Each step allocates logits
-    and caches of a different size (rollouts of different lengths, on several threads), and
-    glibc keeps what it freed: without this a long CPU run grows by hundreds of MB a step."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
-        pass

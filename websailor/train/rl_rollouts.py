@@ -172,13 +172,13 @@ class AgentRollouts:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
                 was_training = policy.training
                 policy.eval()
+                chat = TransformersModel.from_loaded(
+                    policy, tokenizer, name=f"policy@step{step}", max_batch=s.concurrency
+                )
                 try:
-                    chat = TransformersModel.from_loaded(
-                        policy, tokenizer, name=f"policy@step{step}", max_batch=s.concurrency
-                    )
                     trajs = self._run(Agent(chat, self.tools, config, env=self.env), items, step)
+                finally:  # a new engine each batch: no key/value of older weights is ever reused
                     chat.close()
-                finally:
                     policy.train(was_training)
         release_memory()  # the generation's caches, before the update allocates its own
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)

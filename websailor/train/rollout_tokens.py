@@ -74,7 +74,7 @@ def rollout_tokens(traj: Trajectory, tokenizer: Any, template: TurnTemplate | No
     prompt = conv.ids[: conv.head]
     last = max((i for i, m in enumerate(conv.mask) if m), default=-1)
     if last < conv.head:  # no assistant token after the prompt
-        return RolloutTokens(prompt, [tokenizer.eos_token_id], [0])
+        return RolloutTokens(prompt, [tokenizer.eos_token_id], [0], [0.0], conv.turns, conv.retokenized)
     ids, mask = conv.ids[conv.head :], conv.mask[conv.head :]
     end = len(ids)
     eos = template.eos_ids
