@@ -70,7 +70,8 @@ def check_finite(**values: float | None) -> None:
     """Refuse ``nan`` and ``inf`` for the named options (typer's ``min`` lets them through)."""
     bad = [name for name, v in values.items() if v is not None and not math.isfinite(v)]
     if bad:
-        fail(f"{' and '.join('--' + b.replace('_', '-') for b in bad)} must be finite numbers")
+        names = " and ".join("--" + b.replace("_", "-") for b in bad)
+        fail(f"{names} must be {'a finite number' if len(bad) == 1 else 'finite numbers'}")
 
 
 def handle_errors(fn: Callable) -> Callable:
