@@ -369,11 +369,14 @@ class KVEngine:
         return self._layers[0].buf_k.shape[2] if self._layers else 0
 
     def _repack(self, extra: tuple | None = None) -> None:
-        """New buffers holding the live rows (and ``extra``), right-aligned, with room to grow."""
+        """New buffers holding the live rows (and ``extra``, a prefilled ``(request, kv, length)``),
+        right-aligned, with room to grow. Built one layer at a time, each old layer freed as soon
+        as it is copied, so the copy costs one layer's memory, not the whole cache's."""
         torch = self._torch
-        live = [(r, self._row_kv(i), self._lens[i]) for i, r in enumerate(self._rows) if r is not None]
+        # (request, old row or None, length); the extra row's cache comes from its prefill
+        live = [(r, i, self._lens[i]) for i, r in enumerate(self._rows) if r is not None]
         if extra is not None:
-            live.append(extra)
+            live.append((extra[0], None, extra[2]))
         if not live:
             self._rows, self._lens, self._layers, self._mask, self._columns = [], [], [], None, 0
             return
@@ -382,25 +385,36 @@ class KVEngine:
         cap = width + min(room, 256)
         want = len(live) + (len(self._waiting) if extra is not None else 0)
         rows = min(self.max_batch, max(len(live), want))
-        first = live[0][1]  # one (keys, values) pair per layer, [1, kv_heads, tokens, head_dim]
-        k0 = first[0][0]
+        sample = extra[1][0][0] if extra is not None else self._layers[0].buf_k
+        dtype, device = sample.dtype, sample.device
+        del sample  # no reference may keep an old layer alive
+        n_layers = len(extra[1]) if extra is not None else len(self._layers)
+        old, c = self._layers, self._columns
         layers = []
-        for li in range(len(first)):
-            shape = (rows, first[li][0].shape[1], cap, first[li][0].shape[-1])
-            bk = torch.zeros(shape, dtype=k0.dtype, device=k0.device)
-            bv = torch.zeros(shape, dtype=k0.dtype, device=k0.device)
-            for r, (_, kv, length) in enumerate(live):
-                bk[r, :, width - length : width] = kv[li][0][0, :, -length:]
-                bv[r, :, width - length : width] = kv[li][1][0, :, -length:]
+        for li in range(n_layers):
+            ref = extra[1][li][0] if extra is not None else old[li].buf_k
+            shape = (rows, ref.shape[1], cap, ref.shape[-1])
+            bk = torch.zeros(shape, dtype=dtype, device=device)
+            bv = torch.zeros(shape, dtype=dtype, device=device)
+            for r, (_, src, length) in enumerate(live):
+                if src is None:
+                    k, v = extra[1][li]
+                    bk[r, :, width - length : width] = k[0, :, -length:]
+                    bv[r, :, width - length : width] = v[0, :, -length:]
+                else:
+                    bk[r, :, width - length : width] = old[li].buf_k[src, :, c - length : c]
+                    bv[r, :, width - length : width] = old[li].buf_v[src, :, c - length : c]
             layers.append(self._Layer(bk, bv, width))
-        mask = torch.zeros((rows, cap + 1), dtype=torch.long, device=k0.device)
+            if li < len(old):
+                old[li] = None  # this layer's old buffers are free now
+        mask = torch.zeros((rows, cap + 1), dtype=torch.long, device=device)
         for r, (*_, length) in enumerate(live):
             mask[r, width - length : width] = 1
         self._layers, self._mask, self._columns = layers, mask, width
         self._rows = [r for r, *_ in live] + [None] * (rows - len(live))
         self._lens = [length for *_, length in live] + [0] * (rows - len(live))
-        del live, first, k0  # the last views of the old buffers
-        trim_heap()  # their pages go back to the OS (glibc keeps large freed blocks)
+        del old, ref
+        trim_heap()  # the old buffers' pages go back to the OS (glibc keeps large freed blocks)
 
     def _row_kv(self, r: int) -> list[tuple[Any, Any]]:
         c, n = self._columns, self._lens[r]
