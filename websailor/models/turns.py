@@ -118,6 +118,27 @@ class TurnTemplate:
         text = self.render([*_PROBE_HEAD, {"role": "assistant", "content": _MARK}, *between], generation_prompt=True)
         return text[text.index(_MARK) + len(_MARK) :]
 
+    def glue_ids(self, between: list[Message]) -> list[int]:
+        """:meth:`glue_text` as ids, the ``between`` turns' text encoded with special tokens
+        split: a web page or tool output that contains ``<|im_end|>`` stays text and never
+        becomes a control token. (When the template rewrites the turns' text, for example Llama
+        3's trim, the rendered glue is encoded as it is.)"""
+        marks = [f"WEBSAILOR-CONTENT-{k}-e41b" for k in range(len(between))]
+        masked = self.glue_text([{**m, "content": mark} for m, mark in zip(between, marks)])
+        whole = self.glue_text(between)
+        rebuilt = masked
+        for m, mark in zip(between, marks):
+            rebuilt = rebuilt.replace(mark, m["content"], 1)
+        if rebuilt != whole or any(masked.count(mark) != 1 for mark in marks):
+            return self.encode(whole)
+        ids: list[int] = []
+        rest = masked
+        for m, mark in zip(between, marks):
+            head, _, rest = rest.partition(mark)
+            ids += self.encode(head)
+            ids += list(self.tokenizer(m["content"], add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        return ids + self.encode(rest)
+
     def close_text(self) -> str:
         """The text after a conversation's last assistant turn (its end-of-turn token)."""
         text = self.render([*_PROBE_HEAD, {"role": "assistant", "content": _MARK}], generation_prompt=False)
@@ -167,7 +188,7 @@ class TurnTemplate:
             out.ids += ids
             out.mask += [1] * len(ids)
             if j < len(messages) or i + 1 < len(messages):  # turns follow: glue through the next header
-                tail = self.encode(self.glue_text(messages[i + 1 : j]))
+                tail = self.glue_ids(messages[i + 1 : j])
             else:
                 tail = self.encode(self.close_text())
                 end = next((k for k, t in enumerate(tail) if t in self.eos_ids), None)
