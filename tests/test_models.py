@@ -233,3 +233,24 @@ def test_openai_backend_malformed_token_ids_or_logprobs_are_a_model_error(ids, l
         with pytest.raises(ModelError) as err:
             model.chat(QUESTION, SamplingParams())
     assert str(err.value).startswith(f"{model.name}: ") and what in str(err.value)
+
+
+def test_a_model_with_sliding_window_caches_is_served_by_static_generate(smollm2_path: Path, tmp_path: Path):
+    """The engine holds full-attention caches only: load_model picks the static backend for the
+    others, loading the weights once."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from websailor.models import load_model
+    from websailor.models.hf_static import StaticTransformersModel
+
+    cfg = AutoConfig.for_model("qwen2", vocab_size=49152, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               num_key_value_heads=1, intermediate_size=64, use_sliding_window=True,
+                               sliding_window=64, max_window_layers=0)  # fmt: skip
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(smollm2_path).save_pretrained(tmp_path)
+    model = load_model(f"hf:{tmp_path}")
+    try:
+        assert isinstance(model, StaticTransformersModel) and model.name == f"hf:{tmp_path}"
+        assert model.chat([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=3)).completion_tokens <= 3
+    finally:
+        model.close()

@@ -46,18 +46,17 @@ def load_model(spec: str, **kwargs) -> ChatModel:
     spec = (spec or "").strip()
     path = local_model_dir(spec)
     if path is not None:
-        from websailor.models.hf import TransformersModel
+        from websailor.models.engine import supports
+        from websailor.models.hf import TransformersModel, load_local
 
-        name = "smollm2" if spec == "smollm2" else None
-        try:
-            return TransformersModel(path, name=name, **kwargs)
-        except ConfigError as e:
-            if "full-attention" not in str(e):
-                raise
-            from websailor.models.hf_static import StaticTransformersModel
+        name = "smollm2" if spec == "smollm2" else f"hf:{path}"
+        model, tokenizer = load_local(path, kwargs.pop("device", "cpu"))
+        if supports(model):
+            return TransformersModel.from_loaded(model, tokenizer, name, **kwargs)
+        from websailor.models.hf_static import StaticTransformersModel
 
-            logger.info("%s: served by static generate (the engine holds full-attention caches only)", spec)
-            return StaticTransformersModel(path, name=name, **kwargs)
+        logger.info("%s: served by static generate (the engine holds full-attention caches only)", spec)
+        return StaticTransformersModel.from_loaded(model, tokenizer, name, **kwargs)
     if spec.startswith("openai:"):
         from websailor.models.openai_compat import OpenAIModel
 

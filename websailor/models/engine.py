@@ -39,6 +39,7 @@ from typing import Any
 from websailor.errors import ModelError
 from websailor.log import get_logger
 from websailor.memory import trim_heap
+from websailor.models.base import cut_at_stop
 
 logger = get_logger(__name__)
 
@@ -133,6 +134,8 @@ class KVEngine:
             ``$WEBSAILOR_KV_CACHE_GB``).
         prefill_chunk: prompt tokens computed per forward pass (bounds the attention memory).
         name: for error messages.
+        eos_ids: tokens that end a reply besides the model's and tokenizer's EOS (a chat
+            template's end-of-turn tokens).
 
     Call :meth:`submit` from any thread; one worker thread runs the model. :meth:`clear`
     forgets the kept caches (after the weights change), :meth:`close` stops the worker.
@@ -146,6 +149,7 @@ class KVEngine:
         kv_cache_bytes: int | None = None,
         prefill_chunk: int = 1024,
         name: str = "model",
+        eos_ids: set[int] | None = None,
     ) -> None:
         import torch
 
@@ -163,7 +167,7 @@ class KVEngine:
         dtype_bytes = torch.finfo(model.dtype).bits // 8
         self.token_bytes = 2 * cfg.num_hidden_layers * heads * head_dim * dtype_bytes
         self.budget_tokens = max(1, self.kv_cache_bytes // self.token_bytes)
-        self.eos_ids = _eos_set(tokenizer, model)
+        self.eos_ids = _eos_set(tokenizer, model) | set(eos_ids or ())
         self.vocab = len(tokenizer)  # the model's logits may be padded past the tokenizer's ids
         self.stats = {
             "prompt_tokens": 0,
@@ -298,9 +302,7 @@ class KVEngine:
             if any(self._rows) and need > self.budget_tokens:
                 self.stats["waits"] += 1
                 return  # wait for room (kept caches stay: evicting them would not make room)
-            while self._store and need + self._store_tokens > self.budget_tokens:
-                _, kv = self._store.popitem(last=False)
-                self._store_tokens -= kv[0][0].shape[-2]
+            self._evict(need)
             self._waiting.pop(0)
             try:
                 self._prefill(req)
@@ -308,6 +310,13 @@ class KVEngine:
                 req.future.set_exception(
                     e if isinstance(e, ModelError) else ModelError(f"{self.name}: generation failed: {e}")
                 )
+
+    def _evict(self, live: int, keep: int = 0) -> None:
+        """Drop the least recently used kept caches until they fit beside ``live`` tokens, or
+        only ``keep`` of them are left."""
+        while len(self._store) > keep and self._store_tokens + live > self.budget_tokens:
+            key, _ = self._store.popitem(last=False)
+            self._store_tokens -= len(key)
 
     def _lookup(self, prompt: list[int]) -> tuple[int, list[tuple[Any, Any]] | None]:
         best, best_kv, best_key = 0, None, None
@@ -505,16 +514,12 @@ class KVEngine:
                 del self._store[old]
             self._store[key] = [(k[:, :, -length:].clone(), v[:, :, -length:].clone()) for k, v in kv_row]
             self._store_tokens += length
-            while self._store_tokens + self._live_tokens() > self.budget_tokens and len(self._store) > 1:
-                _, kv = self._store.popitem(last=False)
-                self._store_tokens -= kv[0][0].shape[-2]
+            self._evict(self._live_tokens(), keep=1)
         ids, logprobs, finish, text = req.ids, req.logprobs, req.finish, None
         if finish == "stop_string":
             ids, logprobs = self._cut_at_stop(req)
             finish = "stop"
-            text = self.tokenizer.decode(req.ids, skip_special_tokens=True)
-            cut = [i for i in (text.find(s) for s in req.stop if s) if i >= 0]
-            text = text[: min(cut)] if cut else text
+            text, _ = cut_at_stop(self.tokenizer.decode(req.ids, skip_special_tokens=True), req.stop)
         if not req.future.done():
             req.future.set_result(Completion(ids, logprobs, finish, len(req.prompt), req.reused, text))
 
@@ -524,11 +529,9 @@ class KVEngine:
         was sampled, and dropping it would drop text): the ids may then end with part of the
         stop string, while the reply's text is cut exactly before it."""
         decode = self.tokenizer.decode
-        text = decode(req.ids, skip_special_tokens=False)
-        found = [i for i in (text.find(s) for s in req.stop if s) if i >= 0]
+        before, found = cut_at_stop(decode(req.ids, skip_special_tokens=False), req.stop)
         if not found:
             return req.ids, req.logprobs
-        before = text[: min(found)]
         k = 0
         while k < len(req.ids) and not decode(req.ids[:k], skip_special_tokens=False).startswith(before):
             k += 1

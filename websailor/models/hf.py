@@ -108,11 +108,9 @@ class TransformersModel(ChatModel):
         except TemplateSplitError as e:
             logger.warning("%s; each turn is re-rendered from text (no exact tokens, less prefix reuse)", e)
             self.turns = None
-        self.engine = KVEngine(model, tokenizer, max_batch=max_batch, kv_cache_bytes=kv_cache_bytes, name=name)
-        if (
-            self.turns is not None
-        ):  # the template's end-of-turn tokens end a reply too (a ChatML fine-tune of a base model)
-            self.engine.eos_ids |= self.turns.eos_ids
+        # the template's end-of-turn tokens end a reply too (a ChatML fine-tune of a base model)
+        eos = self.turns.eos_ids if self.turns is not None else None
+        self.engine = KVEngine(model, tokenizer, max_batch, kv_cache_bytes, name=name, eos_ids=eos)
 
     # -- prompts -------------------------------------------------------------------------
     def prompt_ids(self, messages: list[Message]) -> list[int]:

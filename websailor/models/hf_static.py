@@ -15,6 +15,7 @@ from typing import Any
 from websailor.errors import ConfigError, ModelError
 from websailor.models.base import Generation, Message, SamplingParams, cut_at_stop, decode_reply
 from websailor.models.batching import BatchedChat
+from websailor.models.hf import load_local
 
 
 class StaticTransformersModel(BatchedChat):
@@ -42,15 +43,7 @@ class StaticTransformersModel(BatchedChat):
         batch_wait_s: float = 0.02,
         name: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = Path(path)
-        if not (path / "config.json").exists():
-            raise ConfigError(f"{path} is not a transformers model directory (no config.json)")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if not tokenizer.chat_template:
-            raise ConfigError(f"{path}: the tokenizer has no chat template")
-        model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        model, tokenizer = load_local(path, device)
         self._setup(model, tokenizer, name or f"hf:{path}", device, max_batch, batch_wait_s)
 
     @classmethod

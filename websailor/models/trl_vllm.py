@@ -60,11 +60,12 @@ class TRLVLLMModel(BatchedChat):
         limits = limits or [params.max_tokens] * len(conversations)
         eos = self.turns.eos_ids
         out = []
-        for row, ids, prompt, limit in zip(range(len(prompts)), completions, prompts, limits):
+        for row, (ids, prompt, limit) in enumerate(zip(completions, prompts, limits)):
             ids = list(ids)[:limit]
+            # vLLM's top-1 entry per token is the sampled token's log-probability
             lps = [
                 float(lp[0]) if isinstance(lp, (list, tuple)) else float(lp)
-                for lp in (logprobs or [[]] * len(prompts))[row]
+                for lp in (logprobs[row] if logprobs else [])
             ]
             n = next((i for i, t in enumerate(ids) if t in eos), len(ids))
             keep = ids[: n + 1] if n < len(ids) else ids

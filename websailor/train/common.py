@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
-from websailor.memory import release_memory  # noqa: F401 - where the trainers import it
 
 logger = get_logger(__name__)
 

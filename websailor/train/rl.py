@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
+from websailor.memory import release_memory
 from websailor.models.hf import turn_budget
 from websailor.models.turns import TurnTemplate
 from websailor.questions import Question, load_questions, resolve_split
@@ -38,7 +39,6 @@ from websailor.train.common import (
     load_tokenizer,
     load_trainable_model,
     read_settings,
-    release_memory,
     resolve_model_dir,
     save_model,
     use_bf16,

@@ -35,10 +35,10 @@ from websailor.agent.trajectory import Trajectory
 from websailor.errors import ModelError
 from websailor.judge.base import Case, Judge
 from websailor.log import get_logger
+from websailor.memory import release_memory
 from websailor.models.turns import TurnTemplate
 from websailor.questions import Question
 from websailor.train.advantages import plan_batch
-from websailor.train.common import release_memory
 from websailor.train.rewards import reward
 from websailor.train.rollout_tokens import rollout_tokens
 
