@@ -171,6 +171,28 @@ def case_key(rec: dict, gold: Gold | None = None) -> str:
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
+def _score_record(path: Path, lineno: int, rec: dict) -> Score:
+    try:
+        return Score(**rec)
+    except TypeError:
+        raise InputFormatError(f"{path} line {lineno} is not a score record; use another output") from None
+
+
+def read_scores(path: Path) -> list[Score]:
+    """The score records of a ``scores.jsonl`` (read only; a rollout graded twice keeps its last
+    grade, as a resumed run leaves it).
+
+    Raises:
+        InputFormatError: a line that is not a score record.
+    """
+    path = Path(path)
+    last: dict[tuple[str, int], Score] = {}
+    for lineno, rec in read_appended_jsonl(path, "a score record"):
+        s = _score_record(path, lineno, rec)
+        last[(s.id, s.rollout)] = s
+    return list(last.values())
+
+
 def score_trajectories(
     records: list[dict], judge: Judge, out: Path | None = None, progress: bool = True, chunk: int = 2048
 ) -> list[Score]:
@@ -189,10 +211,7 @@ def score_trajectories(
         if out is not None:
             fh, lines = stack.enter_context(appending(out, "a score record"))
             for lineno, rec in lines:
-                try:
-                    s = Score(**rec)
-                except TypeError:
-                    raise InputFormatError(f"{out} line {lineno} is not a score record; use another output") from None
+                s = _score_record(out, lineno, rec)
                 if s.judge == judge.name and s.correct is not None:
                     done[(s.id, s.rollout)] = s
         todo = [r for r in records if not ((k := done.get((str(r["id"]), r["rollout"]))) and k.key == case_key(r))]
