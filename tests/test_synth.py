@@ -566,10 +566,11 @@ def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vita
     synthesize(kg, plain, SynthConfig(n=3, seed=4), progress=False)
     answers = {it["question"]: it["answer"] for it in read_items(plain)}
     agent, _ = _reference_agent(vital, answers, solve_first=99)  # always right
+    # seed 4's first items are candidates 2, 3 and 8 (the next, 10, is not in answers): stop after 9
     out = tmp_path / "hard.jsonl"
     with DifficultyFilter(agent, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard", concurrency=2)) as rater:
         reasons = synthesize(
-            kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=6), progress=False, difficulty=rater
+            kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=9), progress=False, difficulty=rater
         )
     assert read_items(out) == [] and reasons["too_easy"] == 3 and reasons["accepted"] == 0
     assert all(
