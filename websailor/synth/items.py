@@ -5,6 +5,11 @@ until the target is the only node of the whole graph that satisfies them (and at
 (:mod:`websailor.synth.dataset`) balances topologies and cycles and may rewrite the text with an
 LLM (:mod:`websailor.synth.rewrite`).
 
+Difficulty levels (:data:`LEVELS`, docs/synthesis.md "Difficulty levels"): 1, a lookup (one
+neighbour named by its title, one search away from the answer's page); 2, one described hop and
+a blurred value; 3, two or more described hops converging on the answer; 4 (the default), the
+multi-hop, obfuscated items with cycles of SailorFog-QA-V2.
+
 Uncertainty operators recorded in ``uncertainty`` (each with its parameters):
 
 * ``describe``: a linked entity is named only by its description ("a 1968 film by Stanley
