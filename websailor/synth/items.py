@@ -429,7 +429,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
             role = rng.choice(with_values)
             members = sorted(role)
             valued = [n for n in members if _valued(kg, n)]
-    if cfg.level == 1:
+    if not spec.describe:  # level 1: a lookup
         return _build_lookup(kg, rng, sub, role, cfg)
     target = rng.choice(valued or members)
     pool: list[tuple[Constraint, list[dict]]] = []
@@ -540,7 +540,7 @@ def _finish(
         "target_role_size": len(role),
         "uncertainty": ops,
         "constraints": [c.to_dict() for c in constraints],
-        "procedure": _procedure(kg, target, constraints, lookup=cfg.level == 1),
+        "procedure": _procedure(kg, target, constraints, lookup=not cfg.spec.describe),
         "verification": {"unique": True, "leak_free": True, "supported": True},
         "difficulty": None,
         "version": __version__,
