@@ -173,6 +173,7 @@ def test_synth_and_stats(vital_dir: Path, tmp_path: Path):
     assert json.loads(res.stdout)["items"] == 12
     res = run("synth", "show", str(out), "--index", "3")
     assert res.exit_code == 0 and "question: Which " in res.stdout and "solution path:" in res.stdout
+    assert "level 4)" in res.stdout and "'path_replayed': True" in res.stdout
     res = run("synth", "show", str(out), "--index", "99")
     assert res.exit_code == 2 and "out of range" in res.stderr
     res = run("synth", "stats", str(tmp_path / "nope.jsonl"))
@@ -180,6 +181,22 @@ def test_synth_and_stats(vital_dir: Path, tmp_path: Path):
     (tmp_path / "bad.jsonl").write_text("hello\n")
     res = run("synth", "--n", "2", "--out", str(tmp_path / "bad.jsonl"), "--corpus", str(vital_dir))
     assert res.exit_code == 2 and "is not a QA item" in res.stderr
+
+
+def test_synth_levels(vital_dir: Path, tmp_path: Path):
+    out = tmp_path / "ladder.jsonl"
+    res = run("synth", "--n", "4", "--out", str(out), "--corpus", str(vital_dir), "--level", "1-2")
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["level"] for line in out.read_text().splitlines()] == [1, 2, 1, 2]
+    res = run("synth", "stats", str(out))
+    assert res.exit_code == 0 and "level 1:" in res.stdout and "level 2:" in res.stdout
+    assert json.loads(run("synth", "stats", str(out), "--json").stdout)["by_level"]["2"]["items"] == 2
+    assert "level 1)" in run("synth", "show", str(out), "--index", "0").stdout
+    res = run("synth", "--n", "6", "--out", str(out), "--corpus", str(vital_dir), "--level", "2")
+    assert res.exit_code == 2 and "another --level" in res.stderr
+    for bad in ("5", "0-1", "two"):
+        res = run("synth", "--n", "2", "--out", str(tmp_path / "x.jsonl"), "--corpus", str(vital_dir), "--level", bad)
+        assert res.exit_code == 2 and "--level" in res.stderr, res.output
 
 
 def test_synth_with_difficulty_filter(vital_dir: Path, tmp_path: Path):

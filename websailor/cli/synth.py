@@ -31,6 +31,13 @@ def synth(
     n: Annotated[int, typer.Option("--n", min=1, help="Items wanted in --out (resumes up to n).")] = 500,
     out: Annotated[Optional[Path], typer.Option(help="QA items JSONL (appended; resumes).")] = None,
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same items.")] = 0,
+    level: Annotated[
+        str,
+        typer.Option(
+            help="Difficulty: 1 (one-hop lookup) to 4 (multi-hop, obfuscated, cyclic); a range (1-2) or list "
+            "(1,2,4) makes a ladder, item j at the j-th level in turn."
+        ),
+    ] = "4",
     test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
     llm: Annotated[Optional[str], typer.Option(help="Model spec for the optional fluent rewrite.")] = None,
     filter_with: Annotated[
@@ -60,12 +67,17 @@ def synth(
         return
     from websailor.agent import AgentConfig
     from websailor.corpus import Corpus
-    from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
+    from websailor.synth.dataset import SynthConfig, dataset_report, format_levels, parse_levels, read_items, synthesize
     from websailor.synth.difficulty import DifficultyConfig, open_difficulty_filter, rollouts_file
     from websailor.synth.graph import load_or_build
+    from websailor.tools.local import build_local_tools
 
     if out is None:
         fail("synth needs --out QA.jsonl")
+    try:
+        levels = parse_levels(level)
+    except ValueError as e:
+        fail(str(e))
     for name, spec in (("--llm", llm), ("--filter-with", filter_with)):
         if spec is not None and not spec.strip():
             fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
@@ -75,7 +87,7 @@ def synth(
     if have >= n:
         print(f"{out} already holds {have} items (--n {n}): nothing to do")
         return
-    cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction)
+    cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction, levels=levels)
     from websailor.models import load_model
 
     c = Corpus.open(corpus)
@@ -93,14 +105,18 @@ def synth(
                 "difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts_file(out)
             )
         kg = load_or_build(c)
-        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater)
+        # every candidate's solution path is replayed through the local tools over the same corpus
+        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater, tools=build_local_tools(c))
     report = dataset_report(read_items(out))
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
     if report["items"] < n:
         hint = "a larger corpus or another --seed" + (" or a looser --keep" if filter_with else "")
+        stuck = cfg.level_of(report["items"])
+        made = ", ".join(f"{v} at level {k}" for k, v in report["levels"].items()) if report["items"] else "none"
         print(
-            f"only {report['items']} of the {n} items asked for: the last candidates were all rejected "
-            f"(see the reasons above); {hint} gives more"
+            f"only {report['items']} of the {n} items asked for ({made}): the last candidates, for an item at "
+            f"level {stuck} (--level {format_levels(cfg.levels)}), were all rejected (see the reasons above); "
+            f"{hint} gives more"
         )
 
 
@@ -127,7 +143,7 @@ def synth_show(
     else:
         it = items[index]
     print(
-        f"id: {it['id']} ({it.get('split')})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>"
+        f"id: {it['id']} ({it.get('split')}, level {it.get('level', 4)})\nquestion: {it['question']}\nanswer: {it['answer']} <{it['target_url']}>"
     )
     print(
         f"subgraph: {len(it['subgraph']['nodes'])} nodes, {len(it['subgraph']['edges'])} edges, "
@@ -164,8 +180,13 @@ def synth_stats(path: Annotated[Path, typer.Argument(help="QA items JSONL.")], a
     if as_json:
         print_json(report)
         return
+    by_level = report.pop("by_level", {})
     for key, value in report.items():
         print(f"{key:>24}: {value}")
+    for lv, figures in by_level.items():
+        print(f"level {lv}:")
+        for key, value in figures.items():
+            print(f"{key:>24}: {value}")
 
 
 def register(app: typer.Typer) -> None:

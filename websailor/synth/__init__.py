@@ -6,16 +6,19 @@ A minimal run::
 
     from websailor.corpus import Corpus
     from websailor.synth import SynthConfig, load_or_build, synthesize
-    kg = load_or_build(Corpus.open())          # built once, cached in the corpus
-    synthesize(kg, "qa.jsonl", SynthConfig(n=100, seed=0))
+    from websailor.tools import build_local_tools
+    corpus = Corpus.open()
+    kg = load_or_build(corpus)                 # built once, cached in the corpus
+    synthesize(kg, "qa.jsonl", SynthConfig(n=100, seed=0, levels="1-4"), tools=build_local_tools(corpus))
 """
 
 from websailor.synth.attributes import Attributes, Quantity, parse_attributes
 from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported, is_unique
-from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
+from websailor.synth.dataset import SynthConfig, dataset_report, parse_levels, read_items, synthesize
 from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
 from websailor.synth.graph import KnowledgeGraph, build_knowledge_graph, load_or_build
-from websailor.synth.items import ItemConfig, aliases_of, build_item, render, type_word
+from websailor.synth.items import LEVELS, ItemConfig, Level, aliases_of, build_item, render, type_word
+from websailor.synth.replay import PathReplayer, replay_procedure
 from websailor.synth.rewrite import rewrite_question
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
 from websailor.synth.vague import NameMask, Vague, bare_name, mask_name, vague_number, vague_period
@@ -27,7 +30,10 @@ __all__ = [
     "DifficultyFilter",
     "ItemConfig",
     "KnowledgeGraph",
+    "LEVELS",
+    "Level",
     "NameMask",
+    "PathReplayer",
     "Quantity",
     "SynthConfig",
     "Vague",
@@ -44,8 +50,10 @@ __all__ = [
     "load_or_build",
     "mask_name",
     "parse_attributes",
+    "parse_levels",
     "read_items",
     "render",
+    "replay_procedure",
     "rewrite_question",
     "sample_subgraph",
     "structural_roles",

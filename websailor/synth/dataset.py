@@ -4,8 +4,15 @@ with the topology and cycle balancing of SailorFog-QA-V2, and the dataset report
 Balancing (WebSailor-V2 section 3): an item whose topology already holds ``max_topology_share``
 of the accepted items is rejected (``topology_cap``), and while the share of items with a cycle
 is below ``min_cycle_share`` an acyclic candidate is rejected (``need_cycle``). Both apply once
-a few items exist (the shares are noisy before). Item ``i`` is drawn from its own random stream
-(``seed``, ``i``), so a resumed run continues exactly as an uninterrupted one would.
+a few items exist (the shares are noisy before), and per difficulty level, only at the levels
+where several shapes (topology, levels 3 and 4) or cycles (level 4) can occur: a one-hop item
+has one shape and no cycle. Candidate ``i`` is drawn from its own random stream (``seed``,
+``i``), and the level of the ``j``-th accepted item is ``levels[j % len(levels)]`` (round robin),
+so a resumed run continues exactly as an uninterrupted one would.
+
+Before an item is accepted its solution path is replayed through the real local tools
+(:mod:`websailor.synth.replay`); a path that does not reach the answer is rejected
+(``path_unreachable``).
 """
 
 from __future__ import annotations
@@ -28,20 +35,65 @@ from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
 from websailor.synth.constraints import Constraint
 from websailor.synth.graph import KnowledgeGraph
-from websailor.synth.items import ItemConfig, build_item
+from websailor.synth.items import ATTRIBUTE_OPS, DEFAULT_LEVEL, LEVELS, ItemConfig, build_item, check_level
+from websailor.synth.replay import PathReplayer
 from websailor.synth.rewrite import rewrite_question
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from websailor.models.base import ChatModel
     from websailor.synth.difficulty import DifficultyFilter
+    from websailor.tools.base import Tool
 
 logger = get_logger(__name__)
+
+
+def parse_levels(text: str | int | tuple | list) -> tuple[int, ...]:
+    """Difficulty levels from ``--level``: ``"3"``, a range ``"1-2"``, a list ``"1,2"`` or
+    ``"1-2,4"`` (order kept, repeats allowed: ``"1,1,2"`` makes two level-1 items per level-2
+    one), or a sequence of ints.
+
+    Raises:
+        ValueError: an empty value, a part that is not a number or range, a reversed range or a
+            level outside 1..4 (the message names ``--level``).
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        return (check_level(text),)
+    if isinstance(text, (tuple, list)):
+        if not text:
+            raise ValueError("--level needs at least one level (1 to 4)")
+        return tuple(check_level(x) for x in text)
+    out: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"--level takes a level 1 to 4, a range such as 1-2, or a list such as 1,2; got {text!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if a > b:
+            raise ValueError(f"--level range {part} is reversed; write {b}-{a}")
+        out.extend(check_level(x) for x in range(a, b + 1))
+    return tuple(out)
+
+
+def format_levels(levels: tuple[int, ...]) -> str:
+    """The ``--level`` text of ``levels``: ``(1, 2)`` -> ``"1,2"``."""
+    return ",".join(map(str, levels))
 
 
 @dataclass
 class SynthConfig:
     """Dataset-level settings: no topology above a quarter of the items, at least 40% with a cycle
-    (the balance targets of the synthesis; docs/synthesis.md)."""
+    (the balance targets of the synthesis; docs/synthesis.md), at the levels where they apply.
+
+    ``levels``: the difficulty levels of the items (:data:`websailor.synth.items.LEVELS`), one
+    or several (a ladder: item ``j`` is at ``levels[j % len(levels)]``); default: ``item``'s
+    level, 4 without one. ``item``: the item knobs, used for items at its level; other levels
+    take their defaults.
+
+    Raises:
+        ValueError: a bad count, fraction or level, or an ``item`` at a level not in ``levels``.
+    """
 
     n: int = 500
     seed: int = 0
@@ -52,13 +104,30 @@ class SynthConfig:
     max_attempts_per_item: int = 200
     max_llm_failures: int = 3  # rewrite failures in a row before the run stops asking the model
     item: ItemConfig = None  # type: ignore[assignment]
+    levels: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        self.item = self.item or ItemConfig()
+        self.levels = parse_levels(self.levels) if self.levels is not None else None
+        if self.item is None:
+            self.item = ItemConfig(level=self.levels[0] if self.levels else DEFAULT_LEVEL)
+        self.levels = self.levels or (self.item.level,)
+        if self.item.level not in self.levels:
+            raise ValueError(f"item is at level {self.item.level}, which --level {format_levels(self.levels)} omits")
         if self.n < 1:
             raise ValueError(f"n must be at least 1, got {self.n}")
         if not 0.0 <= self.test_fraction <= 1.0:
             raise ValueError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
+
+    def item_config(self, level: int) -> ItemConfig:
+        """The item knobs at ``level``: ``item`` at its own level, the level's defaults
+        elsewhere (with ``item``'s back-tracking probability)."""
+        if level == self.item.level:
+            return self.item
+        return ItemConfig(level=level, backtrack_p=self.item.backtrack_p)
+
+    def level_of(self, index: int) -> int:
+        """The level of the ``index``-th item of the file (0-based, round robin)."""
+        return self.levels[index % len(self.levels)]
 
 
 def _split(item_id: str, test_fraction: float) -> str:
@@ -126,7 +195,7 @@ def check_graph(kg: KnowledgeGraph, cfg: SynthConfig) -> None:
         CorpusError: no connected group of ``min(cfg.item.n_nodes)`` linked pages (3 by
             default), so no subgraph can ever be drawn.
     """
-    need = min(cfg.item.n_nodes)
+    need = min(min(cfg.item_config(level).n_nodes) for level in set(cfg.levels))
     largest = max((len(c) for c in nx.connected_components(kg.graph)), default=0)
     if largest < need or not kg.walk_starts:
         raise CorpusError(
@@ -144,9 +213,17 @@ def synthesize(
     progress: bool = True,
     llm: ChatModel | None = None,
     difficulty: DifficultyFilter | None = None,
+    tools: Mapping[str, Tool] | None = None,
 ) -> Counter:
     """Append accepted items to ``out`` until it holds ``cfg.n``; returns the reasons of every
-    candidate (``accepted``, ``not_unique``, ``leak``, ``topology_cap``, ...). Each item also
+    candidate (``accepted``, ``not_unique``, ``leak``, ``topology_cap``, ``path_unreachable``,
+    ...). Item ``j`` is at level ``cfg.level_of(j)`` and records it in ``level``.
+
+    With ``tools`` (the local ``search`` and ``visit`` over the graph's corpus,
+    :func:`websailor.tools.build_local_tools`), every candidate that passes the other checks
+    has its whole solution path replayed through them and is rejected (``path_unreachable``)
+    when it does not reach the answer; ``verification.path_replayed`` says whether it was
+    replayed (the CLI always passes them; without them nothing is replayed). Each item also
     records, in ``rejected_before``, the candidates rejected since the item before it, so the
     report can give rejection shares for a whole file. Stops early, with a warning, when
     ``max_attempts_per_item`` candidates in a row are rejected.
@@ -159,15 +236,16 @@ def synthesize(
 
     Raises:
         CorpusError: the graph is too small (:func:`check_graph`).
-        InvalidArgumentError: ``out`` holds items of another seed or test fraction, or
-            another process is writing it.
+        InvalidArgumentError: ``out`` holds items of another seed, test fraction or level,
+            or another process is writing it.
         InputFormatError: ``out`` holds lines that are not QA items.
         ModelError: the difficulty filter's model fails (items so far are kept).
     """
     out = Path(out)
     check_graph(kg, cfg)
     with appending(out, "a QA item") as (fh, records):
-        return _synthesize(kg, out, fh, _check_items(out, records), cfg, progress, llm, difficulty)
+        replay = PathReplayer(tools) if tools is not None else None
+        return _synthesize(kg, out, fh, _check_items(out, records), cfg, progress, llm, difficulty, replay)
 
 
 def _synthesize(
@@ -179,6 +257,7 @@ def _synthesize(
     progress: bool,
     llm: ChatModel | None,
     difficulty: DifficultyFilter | None,
+    replay: PathReplayer | None = None,
 ) -> Counter:
     seeds = sorted({it["seed"] for it in items} - {cfg.seed})
     if seeds:
@@ -192,9 +271,24 @@ def _synthesize(
             f"{out} was made with another --test-fraction (item {odd['id']} is in split "
             f"{odd.get('split')!r}); pass the same fraction to continue it, or use another --out"
         )
-    topo = Counter(it["topology_hash"] for it in items)
+    for j, it in enumerate(items):
+        if it.get("level", DEFAULT_LEVEL) != cfg.level_of(j):
+            had = format_levels(tuple(dict.fromkeys(it.get("level", DEFAULT_LEVEL) for it in items)))
+            raise InvalidArgumentError(
+                f"{out} was made with another --level (item {it['id']}, number {j + 1}, is at level "
+                f"{it.get('level', DEFAULT_LEVEL)}; --level {format_levels(cfg.levels)} puts level {cfg.level_of(j)} "
+                f"there; the file's items are at levels {had}); pass the same --level to continue it, or use another --out"
+            )
+    # balancing counts, per level
+    topo: dict[int, Counter] = {level: Counter() for level in LEVELS}
+    count: Counter = Counter()
+    cycles: Counter = Counter()
+    for it in items:
+        level = it.get("level", DEFAULT_LEVEL)
+        topo[level][it["topology_hash"]] += 1
+        count[level] += 1
+        cycles[level] += it["has_cycle"]
     keys = {item_key(it) for it in items} | {question_key(it["question"]) for it in items}
-    cycles = sum(it["has_cycle"] for it in items)
     reasons: Counter = Counter()
     since_last: Counter = Counter()  # rejections since the last accepted item
     attempt = max((it.get("attempt", -1) for it in items), default=-1) + 1
@@ -202,25 +296,43 @@ def _synthesize(
     llm_failures = 0  # rewrite failures in a row
     with tqdm(total=cfg.n, initial=min(len(items), cfg.n), desc="items", unit="item", disable=not progress) as bar:
         while len(items) < cfg.n:
+            level = cfg.level_of(len(items))
+            spec = LEVELS[level]
             if misses >= cfg.max_attempts_per_item:
                 logger.warning(
-                    "stopping at %d items: the last %d candidates were all rejected (%s); the graph "
-                    "gives no more items that pass under these settings",
+                    "stopping at %d items (%s): the last %d candidates were all rejected (%s); they were for item %d, "
+                    "at level %d of --level %s, and the graph gives no more items at level %d that pass under these "
+                    "settings",
                     len(items),
+                    ", ".join(f"{n} at level {lv}" for lv, n in sorted(count.items())) or "none yet",
                     misses,
                     dict(reasons),
+                    len(items) + 1,
+                    level,
+                    format_levels(cfg.levels),
+                    level,
                 )
                 break
             rng = random.Random(f"{cfg.seed}/{attempt}")
-            item, why = build_item(kg, rng, cfg.item)
+            item, why = build_item(kg, rng, cfg.item_config(level))
             attempt += 1
             if item is not None and (item_key(item) in keys or question_key(item["question"]) in keys):
                 item, why = None, "duplicate"
-            if item is not None and len(items) >= cfg.warmup:
-                if (topo[item["topology_hash"]] + 1) / (len(items) + 1) > cfg.max_topology_share:
+            have = count[level]
+            if item is not None and have >= cfg.warmup:
+                if spec.topology_cap and (topo[level][item["topology_hash"]] + 1) / (have + 1) > cfg.max_topology_share:
                     item, why = None, "topology_cap"
-                elif not item["has_cycle"] and cycles / len(items) < cfg.min_cycle_share:
+                elif spec.cycle_share and not item["has_cycle"] and cycles[level] / have < cfg.min_cycle_share:
                     item, why = None, "need_cycle"
+            if item is not None and replay is not None:
+                reached, detail = replay(item)
+                if not reached:
+                    logger.debug("path_unreachable (level %d, %s): %s", level, item["answer"], detail)
+                    item, why = None, "path_unreachable"
+                else:
+                    item["verification"]["path_replayed"] = True
+            elif item is not None:
+                item["verification"]["path_replayed"] = False
             if item is None:
                 reasons[why] += 1
                 since_last[why] += 1
@@ -270,16 +382,30 @@ def _synthesize(
             os.fsync(fh.fileno())
             items.append(item)
             keys.update((item_key(item), question_key(item["question"])))
-            topo[item["topology_hash"]] += 1
-            cycles += item["has_cycle"]
+            topo[level][item["topology_hash"]] += 1
+            count[level] += 1
+            cycles[level] += item["has_cycle"]
             bar.update(1)
     return reasons
 
 
 def dataset_report(items: list[dict]) -> dict:
-    """Figures of a QA file: counts, topologies, cycle ratio, operators, sizes, lengths."""
+    """Figures of a QA file: counts, topologies, cycle ratio, operators (and the share of items
+    with a blurred-attribute operator), sizes, lengths, rejections, and ``by_level``: the same
+    figures for the items of each difficulty level (``{level: {...}}``, levels as ints; items
+    without a level count as level 4)."""
     if not items:
         return {"items": 0}
+    report = _figures(items)
+    levels = Counter(it.get("level", DEFAULT_LEVEL) for it in items)
+    report["levels"] = dict(sorted(levels.items()))
+    report["by_level"] = {
+        level: _figures([it for it in items if it.get("level", DEFAULT_LEVEL) == level]) for level in sorted(levels)
+    }
+    return report
+
+
+def _figures(items: list[dict]) -> dict:
     topo = Counter(it["topology_hash"] for it in items)
     ops = Counter(o["op"] for it in items for o in it["uncertainty"])
     rejected: Counter = Counter()
@@ -294,10 +420,15 @@ def dataset_report(items: list[dict]) -> dict:
         "largest_topology_share": round(max(topo.values()) / len(items), 3),
         "cycle_ratio": round(sum(it["has_cycle"] for it in items) / len(items), 3),
         "operators": dict(ops.most_common()),
+        "attribute_op_share": round(
+            sum(any(o["op"] in ATTRIBUTE_OPS for o in it["uncertainty"]) for it in items) / len(items), 3
+        ),
+        "mean_hops": round(statistics.mean(sum(c["kind"] == "linked" for c in it["constraints"]) for it in items), 2),
         "mean_nodes": round(statistics.mean(len(it["subgraph"]["nodes"]) for it in items), 2),
         "mean_edges": round(statistics.mean(len(it["subgraph"]["edges"]) for it in items), 2),
         "mean_constraints": round(statistics.mean(len(it["constraints"]) for it in items), 2),
         "mean_question_words": round(statistics.mean(len(it["question"].split()) for it in items), 1),
+        "path_replayed": sum(bool((it.get("verification") or {}).get("path_replayed")) for it in items),
         "candidates": n_candidates,
         "rejected_share": {k: round(v / n_candidates, 3) for k, v in rejected.most_common()},
         "with_aliases": sum(bool(it.get("aliases")) for it in items),

@@ -5,6 +5,11 @@ until the target is the only node of the whole graph that satisfies them (and at
 (:mod:`websailor.synth.dataset`) balances topologies and cycles and may rewrite the text with an
 LLM (:mod:`websailor.synth.rewrite`).
 
+Difficulty levels (:data:`LEVELS`, docs/synthesis.md "Difficulty levels"): 1, a lookup (one
+neighbour named by its title, one search away from the answer's page); 2, one described hop and
+a blurred value; 3, two or more described hops converging on the answer; 4 (the default), the
+multi-hop, obfuscated items with cycles of SailorFog-QA-V2.
+
 Uncertainty operators recorded in ``uncertainty`` (each with its parameters):
 
 * ``describe``: a linked entity is named only by its description ("a 1968 film by Stanley
@@ -58,19 +63,79 @@ _COMPARE = {
 }
 
 
+@dataclass(frozen=True)
+class Level:
+    """What one rung of the difficulty ladder stands for (docs/synthesis.md, "Difficulty
+    levels"). ``hops``: the fewest linked entities (hops) an item states; ``n_nodes``,
+    ``min_constraints``, ``max_constraints``: the defaults of :class:`ItemConfig` at this level;
+    ``describe``: linked entities are named by their description (else plainly, by title);
+    ``attributes``: blurred-attribute operators (``vague_period``, ``vague_number``,
+    ``comparison``, ``relative_time``) may be stated, and one is forced when the target has a
+    value; ``topology_cap`` / ``cycle_share``: whether the dataset loop's topology and cycle
+    balancing applies to items of this level (only where several shapes, or cycles, can occur);
+    ``value_tries``: subgraphs drawn until one has a node with a value to blur (the last is kept
+    either way)."""
+
+    level: int
+    hops: int
+    n_nodes: tuple[int, ...]
+    min_constraints: int
+    max_constraints: int
+    describe: bool
+    attributes: bool
+    topology_cap: bool
+    cycle_share: bool
+    value_tries: int = 1
+
+
+#: the difficulty ladder, level 1 (a one-hop lookup) to level 4 (today's multi-hop, obfuscated,
+#: cyclic SailorFog-QA-V2 items, the default)
+LEVELS: dict[int, Level] = {
+    1: Level(1, 1, (2,), 2, 2, describe=False, attributes=False, topology_cap=False, cycle_share=False),
+    2: Level(2, 1, (2,), 2, 3, describe=True, attributes=True, topology_cap=False, cycle_share=False, value_tries=3),
+    3: Level(3, 2, (3, 4, 5), 3, 4, describe=True, attributes=True, topology_cap=True, cycle_share=False),
+    4: Level(4, 1, (3, 4, 5, 6), 3, 5, describe=True, attributes=True, topology_cap=True, cycle_share=True),
+}
+#: the level of an item made without one (and of files written before levels existed)
+DEFAULT_LEVEL = 4
+#: operators that blur one of the target's attributes (the share the ladder keeps at levels 2-4)
+ATTRIBUTE_OPS = frozenset({"vague_period", "vague_number", "comparison", "relative_time"})
+
+
+def check_level(level: object) -> int:
+    """``level`` as an int in 1..4.
+
+    Raises:
+        ValueError: anything else (the message names ``--level``).
+    """
+    if isinstance(level, bool) or not isinstance(level, int) or level not in LEVELS:
+        raise ValueError(f"--level must be 1, 2, 3 or 4 (one-hop lookup to multi-hop cyclic), got {level!r}")
+    return level
+
+
 @dataclass
 class ItemConfig:
-    """Knobs of one item. ``n_nodes``: subgraph sizes to draw from; ``min_constraints``:
-    constraints stated even when fewer already make the target unique (more clues to combine,
-    none sufficient alone); ``max_constraints``: constraints added before giving up on
-    uniqueness."""
+    """Knobs of one item. ``level``: the rung of the difficulty ladder (:data:`LEVELS`; 4, the
+    default, is the multi-hop obfuscated item); the other fields default to that level's
+    budgets. ``n_nodes``: subgraph sizes to draw from; ``min_constraints``: constraints stated
+    even when fewer already make the target unique (more clues to combine, none sufficient
+    alone); ``max_constraints``: constraints added before giving up on uniqueness.
 
-    n_nodes: tuple[int, ...] = (3, 4, 5, 6)
+    Raises:
+        ValueError: a level outside 1..4, or budgets that contradict each other.
+    """
+
+    n_nodes: tuple[int, ...] | None = None
     backtrack_p: float = 0.3
-    min_constraints: int = 3
-    max_constraints: int = 5
+    min_constraints: int | None = None
+    max_constraints: int | None = None
+    level: int = DEFAULT_LEVEL
 
     def __post_init__(self) -> None:
+        spec = LEVELS[check_level(self.level)]
+        self.n_nodes = tuple(self.n_nodes) if self.n_nodes is not None else spec.n_nodes
+        self.min_constraints = self.min_constraints if self.min_constraints is not None else spec.min_constraints
+        self.max_constraints = self.max_constraints if self.max_constraints is not None else spec.max_constraints
         if not self.n_nodes or min(self.n_nodes) < 2:
             raise ValueError(f"n_nodes must be sizes of at least 2, got {self.n_nodes}")
         if not 1 <= self.min_constraints <= self.max_constraints:
@@ -79,6 +144,11 @@ class ItemConfig:
             )
         if not 0.0 <= self.backtrack_p <= 1.0:
             raise ValueError(f"backtrack_p must be in [0, 1], got {self.backtrack_p}")
+
+    @property
+    def spec(self) -> Level:
+        """The :class:`Level` this config is at."""
+        return LEVELS[self.level]
 
 
 def _lower_first(desc: str, common: dict[str, bool] | None = None) -> str:
@@ -314,21 +384,53 @@ def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> st
     return f"Which {word} {body}?"
 
 
+def _valued(kg: KnowledgeGraph, node: str) -> bool:
+    a = kg.attributes(node)
+    return bool(a.span or any(q.value >= 1 for q in a.quantities))
+
+
+def _plain_link(kg: KnowledgeGraph, target: str, other: str) -> tuple[Constraint, list[dict]]:
+    """A link stated with the other page's title (level 1: no ``describe``)."""
+    evidence = tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(target, other))
+    c = Constraint("linked", {"other": other, "others": [other]}, f"is associated with {other}", evidence)
+    return c, [{"op": "vague_relation", "params": {"entity": other}}]
+
+
 def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = None) -> tuple[dict | None, str]:
-    """One item, or ``(None, reason)`` with reason ``no_subgraph``, ``not_unique``, ``leak`` or
-    ``unsupported``."""
+    """One item at ``cfg.level`` (default 4), or ``(None, reason)`` with reason
+    ``no_subgraph``, ``no_forward_hop``, ``too_few_hops``, ``not_unique``, ``leak`` or
+    ``unsupported``. The item's solution ``procedure`` is built here; replaying it through the
+    real tools is the dataset loop's check (:mod:`websailor.synth.replay`).
+
+    Level 1 (a lookup) states one neighbour by its title and the answer's name mask, and its
+    procedure is one search of that title, expected to return the answer's page. Levels 2 to 4
+    follow SailorFog-QA-V2 (WebSailor-V2 section 3): described neighbours, blurred values, and
+    at level 3 and 4 several hops converging on the answer."""
     cfg = cfg or ItemConfig()
-    sub = sample_subgraph(
-        kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p, starts=kg.walk_starts
-    )
-    if sub is None:
-        return None, "no_subgraph"
+    spec = cfg.spec
+    for _ in range(spec.value_tries):
+        sub = sample_subgraph(
+            kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p, starts=kg.walk_starts
+        )
+        if sub is None:
+            return None, "no_subgraph"
+        if any(_valued(kg, n) for n in sub):
+            break
     roles = structural_roles(sub)
     role = rng.choice(roles)
     # within the drawn role, prefer a node with a value to blur (a date or a quantity): values
     # are rarer than links, and the role stays evenly drawn
     members = sorted(role)
     valued = [n for n in members if kg.attributes(n).span or kg.attributes(n).quantities]
+    if not valued and spec.attributes:
+        # the ladder keeps blurred values frequent: a role without one gives way to a role with one
+        with_values = [r for r in roles if any(_valued(kg, n) for n in r)]
+        if with_values:
+            role = rng.choice(with_values)
+            members = sorted(role)
+            valued = [n for n in members if _valued(kg, n)]
+    if not spec.describe:  # level 1: a lookup
+        return _build_lookup(kg, rng, sub, role, cfg)
     target = rng.choice(valued or members)
     pool: list[tuple[Constraint, list[dict]]] = []
     for other in sorted(sub.neighbors(target)):
@@ -358,6 +460,12 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     values = [i for i, (c, _) in enumerate(rest) if c.kind not in ("linked", "name")]
     if values:
         rest.insert(0, rest.pop(values[0]))
+    if spec.hops >= 2:  # the hops a level asks for come right after the value
+        links = [i for i, (c, _) in enumerate(rest) if c.kind == "linked"]
+        if len(links) + 1 < spec.hops:
+            return None, "too_few_hops"
+        for k, i in enumerate(links[: spec.hops - 1]):
+            rest.insert(int(bool(values)) + k, rest.pop(i))
     pool = pool[:1] + rest
     chosen: list[tuple[Constraint, list[dict]]] = []
     for c, ops in pool:
@@ -366,11 +474,44 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         chosen.append((c, ops))
         if len(chosen) >= cfg.min_constraints and candidates(kg, [x for x, _ in chosen]) == [target]:
             break
+    return _finish(kg, sub, role, target, chosen, cfg)
+
+
+def _build_lookup(kg: KnowledgeGraph, rng: random.Random, sub, role, cfg: ItemConfig) -> tuple[dict | None, str]:
+    """Level 1: the answer is linked to a page named plainly, and its own page mentions that
+    page, so a search of the title finds the answer among the pages that mention it. The
+    neighbour with fewer links is the clue (a specific name, whose search hits few pages)."""
+    pairs = []
+    for target in sorted(role):
+        url = kg.graph.nodes[target]["url"]
+        for other in sorted(sub.neighbors(target)):
+            if any(e["url"] == url for e in kg.evidence(target, other)):
+                pairs.append((kg.graph.degree(other), rng.random(), target, other))
+    if not pairs:
+        return None, "no_forward_hop"
+    _, _, target, other = min(pairs)
+    chosen = [_plain_link(kg, target, other)]
+    attrs = [(c, [op]) for c, op in _attribute_constraints(kg, target, rng) if c.kind == "name"]
+    for c, ops in attrs:
+        if len(chosen) >= cfg.max_constraints:
+            break
+        if len(chosen) >= cfg.min_constraints and candidates(kg, [x for x, _ in chosen]) == [target]:
+            break
+        chosen.append((c, ops))
+    return _finish(kg, sub, role, target, chosen, cfg)
+
+
+def _finish(
+    kg: KnowledgeGraph, sub, role, target: str, chosen: list[tuple[Constraint, list[dict]]], cfg: ItemConfig
+) -> tuple[dict | None, str]:
+    """Verify the chosen constraints (unique, leak-free, supported) and assemble the item."""
     constraints = [c for c, _ in chosen]
     if candidates(kg, constraints) != [target]:
         return None, "not_unique"
     ops = [op for _, o in chosen for op in o]
     n_linked = sum(c.kind == "linked" for c in constraints)
+    if n_linked < cfg.spec.hops:
+        return None, "too_few_hops"
     if n_linked >= 2:
         ops.append(
             {
@@ -389,6 +530,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         "answer": target,
         "aliases": aliases,
         "target_url": kg.graph.nodes[target]["url"],
+        "level": cfg.level,
         "subgraph": {
             "nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
             "edges": _edges(kg, sub),
@@ -398,7 +540,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         "target_role_size": len(role),
         "uncertainty": ops,
         "constraints": [c.to_dict() for c in constraints],
-        "procedure": _procedure(kg, target, constraints),
+        "procedure": _procedure(kg, target, constraints, lookup=not cfg.spec.describe),
         "verification": {"unique": True, "leak_free": True, "supported": True},
         "difficulty": None,
         "version": __version__,
@@ -416,19 +558,41 @@ def _edges(kg: KnowledgeGraph, sub) -> list[dict]:
     return sorted(out, key=lambda e: (e["src"], e["dst"]))
 
 
-def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> list[dict]:
+def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint], lookup: bool = False) -> list[dict]:
     """Steps that solve the item in the local environment: for each linked entity, search its
     description and read its page (for the first hop that page mentions the target: the
-    ``evidence``), then open the target's page to check the other constraints."""
+    ``evidence``), then open the target's page to check the other constraints. A ``lookup``
+    (level 1) searches the linked page's title, expects the target's page among the results,
+    and reads it.
+
+    Each visit also lists in ``mentions`` the names its observation must contain for the path
+    to hold (the target on a hop's page that mentions it; on the target's page, the hops whose
+    link only the target's page states); :func:`websailor.synth.replay.replay_procedure`
+    checks them."""
     steps: list[dict] = []
     target_url = kg.graph.nodes[target]["url"]
-    for c in constraints:
-        if c.kind != "linked":
-            continue
+    linked = [c for c in constraints if c.kind == "linked"]
+    if lookup:
+        other = linked[0].params["other"]
+        on_target = [e for e in linked[0].evidence if e["url"] == target_url]
+        steps.append({"action": "search", "query": other, "expect": target_url})
+        steps.append({"action": "visit", "url": target_url, "evidence": on_target[0]["sentence"], "mentions": [other]})
+        return steps
+    back: list[str] = []  # hops whose link only the target's page states
+    for c in linked:
         other = c.params["other"]
         other_url = kg.graph.nodes[other]["url"]
         on_other = [e for e in c.evidence if e["url"] == other_url]
+        if not on_other:
+            back.append(other)
         steps.append({"action": "search", "query": kg.attributes(other).description or other, "expect": other_url})
-        steps.append({"action": "visit", "url": other_url, "evidence": on_other[0]["sentence"] if on_other else ""})
-    steps.append({"action": "visit", "url": target_url, "evidence": ""})
+        steps.append(
+            {
+                "action": "visit",
+                "url": other_url,
+                "evidence": on_other[0]["sentence"] if on_other else "",
+                "mentions": [target] if on_other else [],
+            }
+        )
+    steps.append({"action": "visit", "url": target_url, "evidence": "", "mentions": back})
     return steps
