@@ -96,7 +96,7 @@ def traj_build(
             help="Constructive: share of the items whose trajectory first visits and rejects a wrong candidate "
             "(drawn from each item's id).",
         ),
-    ] = 0.3,
+    ] = 0.3,  # websailor.train.constructive.DEFAULT_DISTRACTOR_SHARE (imported lazily, as the command's code is)
     env_spec: Any = None,
 ) -> None:
     """Build SFT trajectories. Expert rollouts run in the environment the environment options

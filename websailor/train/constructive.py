@@ -40,6 +40,8 @@ from websailor.tools import Tool, execute_tool
 CONSTRUCTIONS = ("direct", "verified", "distractor")
 #: Constraint kinds a wrong candidate's page can be shown to fail (the others compare two pages).
 _REJECTABLE = ("name", "span_start", "span_end", "quantity", "linked")
+#: The share of items whose trajectory meets a wrong candidate first, by default in ``traj build``.
+DEFAULT_DISTRACTOR_SHARE = 0.3
 #: Candidate pages tried (visited) before giving up on a distractor.
 _MAX_DISTRACTOR_TRIES = 6
 _SEARCH_TITLE = re.compile(r"^\d+\. \[([^\]]+)\]\(", re.M)
@@ -225,7 +227,8 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
         if d["kind"] == "linked":
             others = d["params"].get("others") or [d["params"]["other"]]
             names = {n for o in others for n in (o, bare_name(o))}
-            if not any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", body, re.I) for n in names):
+            # strict: not even inside a word ("liverworts" mentions Liverwort)
+            if not any(_norm(n) in _norm(body) for n in names):
                 return d, f"nothing its page shows mentions {d['params']['other']}"
     return None
 
@@ -300,14 +303,29 @@ def constructive_trajectory(
             )
         kind = "distractor" if rejected else "direct"
         if check:
-            first = checks[0]
-            obs = r.step(
-                f'{lead} Before answering I check on its own page that it "{first["phrase"]}".',
-                "visit",
-                {"url": target_url, "goal": f"check that {answer} {first['phrase']}; the question: {question}"},
+            # the constraint the check is about: the first whose visit (its goal names it) shows it
+            earlier = "\n".join(r.observations)
+
+            def check_goal(c: dict) -> dict:
+                return {"url": target_url, "goal": f"check that {answer} {c['phrase']}; the question: {question}"}
+
+            first = next(
+                (
+                    c
+                    for c in checks
+                    if _confirmed(c, execute_tool(tools, "visit", check_goal(c)).observation, target_url, earlier)
+                ),
+                None,
             )
-            earlier = "\n".join(r.observations[:-1])
-            shown_ = [(c, s) for c in checks if (s := _confirmed(c, obs, target_url, earlier))]
+            shown_ = []
+            if first is not None:
+                obs = r.step(
+                    f'{lead} Before answering I check on its own page that it "{first["phrase"]}".',
+                    "visit",
+                    check_goal(first),
+                )
+                shown_ = [(c, s) for c in checks if (s := _confirmed(c, obs, target_url, earlier))]
+                shown_.sort(key=lambda cs: cs[0] is not first)  # the one it set out to check first
             if not shown_:
                 values = [c for c in checks if c["kind"] != "linked"]
                 return r.finish(
@@ -384,7 +402,7 @@ def build_constructive(
     progress: bool = True,
     transform=None,
     source: str = "constructive",
-    distractor_share: float = 0.3,
+    distractor_share: float = 0.0,
     kg: Any = None,
     verify: bool = True,
 ) -> tuple[int, int]:
@@ -393,8 +411,8 @@ def build_constructive(
     written). ``transform`` (optional) edits each trajectory before it is written, e.g.
     short-CoT reconstruction; ``source`` is the trajectories' ``model`` field after it, and
     ``out`` must hold no other source's. ``distractor_share`` of the items (drawn from each
-    item's id, :func:`wants_distractor`) meet a wrong candidate first; ``kg`` is the corpus's
-    knowledge graph they need (:func:`websailor.synth.graph.load_or_build`). Returns
+    item's id, :func:`wants_distractor`; ``traj build`` uses :data:`DEFAULT_DISTRACTOR_SHARE`)
+    meet a wrong candidate first; ``kg`` is the corpus's knowledge graph they need (:func:`websailor.synth.graph.load_or_build`). Returns
     ``(written, skipped)``.
 
     Raises:
