@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from fixtures import ChatMLSample
 
 from websailor.agent.parse import parse_turn
@@ -193,19 +194,20 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def _kinds_build(vital: Corpus, tmp_path, share: float = 0.5):
-    from websailor.synth.graph import load_or_build as graph_of
-
-    kg = graph_of(vital)
-    qa = tmp_path / "qa.jsonl"
+@pytest.fixture(scope="module")
+def kinds_build(vital: Corpus, tmp_path_factory):
+    """40 items of the vital corpus and their constructive trajectories, half drawn for a distractor."""
+    kg = load_or_build(vital)
+    tmp = tmp_path_factory.mktemp("kinds")
+    qa = tmp / "qa.jsonl"
     synthesize(kg, qa, SynthConfig(n=40, seed=3, test_fraction=0.0), progress=False)
-    out = tmp_path / "kinds.jsonl"
+    out = tmp / "kinds.jsonl"
     items = read_items(qa)
-    build_constructive(items, build_local_tools(vital), out, progress=False, distractor_share=share, kg=kg)
+    build_constructive(items, build_local_tools(vital), out, progress=False, distractor_share=0.5, kg=kg)
     return kg, items, out
 
 
-def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vital: Corpus, tmp_path):
+def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vital: Corpus, kinds_build, tmp_path):
     """Verified: a real visit of the answer's page whose observation shows the checked
     constraint's evidence, named in the final thought. Distractor: a page that is not the answer,
     visited for real, rejected for a constraint it really fails, then the right answer. Shares,
@@ -220,7 +222,7 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
         wants_distractor,
     )
 
-    kg, items, out = _kinds_build(vital, tmp_path)
+    kg, items, out = kinds_build
     by_id = {str(it["id"]): it for it in items}
     records = [json.loads(line) for line in out.read_text().splitlines()]
     seen: Counter = Counter()
@@ -298,8 +300,6 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
 def test_distractor_share_is_checked(vital: Corpus, tmp_path):
     import inspect
 
-    import pytest
-
     from websailor.errors import InvalidArgumentError
 
     items = read_items(_qa(vital, tmp_path, n=1))
@@ -326,11 +326,32 @@ def test_distractor_share_is_checked(vital: Corpus, tmp_path):
     assert construction_counts(tmp_path / "old.jsonl")["unrecorded"] == 1
 
 
-def test_sft_data_reads_every_kind(vital: Corpus, smollm2_path, tmp_path):
+def test_sft_data_reads_every_kind(kinds_build, smollm2_path):
     from websailor.train.sft import load_tokenizer
     from websailor.train.sft_data import load_sft_data
 
-    _, _, out = _kinds_build(vital, tmp_path)
+    _, _, out = kinds_build
     data = load_sft_data(out, load_tokenizer(smollm2_path), max_length=32768)
     n = len(out.read_text().splitlines())
     assert data.counts["read"] == data.counts["kept"] == n
+
+
+def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
+    """Procedures of any length: a level-1 item solved by one search and the answer's page."""
+    from websailor.train.constructive import constructive_trajectory
+
+    kg = load_or_build(vital)
+    items = read_items(_qa(vital, tmp_path, n=6))
+    kinds = set()
+    for item in items:
+        first = next(c for c in item["constraints"] if c["kind"] == "linked")
+        item["procedure"] = [
+            {"action": "search", "query": first["params"]["other"]},
+            {"action": "visit", "url": item["target_url"], "evidence": ""},
+        ]
+        t = constructive_trajectory(item, build_local_tools(vital), kg=kg, distractor=True)
+        assert parse_turn(t.messages[-1]["content"]).answer == item["answer"]
+        assert t.tool_calls[0].name == "search" and t.tool_calls[-1].arguments["url"] == item["target_url"]
+        assert t.num_tool_calls == 2 + (t.construction == "distractor")
+        kinds.add(t.construction)
+    assert kinds & {"verified", "distractor"}
