@@ -65,6 +65,13 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+def _body(observation: str) -> str:
+    """An observation without the lines that echo the call (the search's query, the visit's URL
+    and goal, which quote the question): what the tool found."""
+    lines = observation.splitlines()[1:]
+    return "\n".join(ln for ln in lines if not ln.startswith(("Page ", "A search for ")))
+
+
 def _quote(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "..."
@@ -82,8 +89,7 @@ def _confirmed(constraint: dict, observation: str, target_url: str, earlier: str
     shown = next((s for s in mine if _norm(s) in obs), None)
     if shown is None and constraint["kind"] == "linked":
         other = re.compile(rf"(?<!\w){re.escape(constraint['params']['other'])}(?!\w)")
-        # the page's text, not the header that echoes the URL and the goal
-        lines = [ln for ln in observation.splitlines()[1:] if ln.strip() and not ln.startswith("Page ")]
+        lines = [ln for ln in _body(observation).splitlines() if ln.strip()]
         shown = next((ln.strip() for ln in lines if other.search(ln)), None)
     if shown is None:
         return None
@@ -185,7 +191,7 @@ def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     for obs in observations:
         seen.update(t for t in _SEARCH_TITLE.findall(obs) if t in kg.graph)
     visited = {s.get("url") for s in item.get("procedure") or []}
-    text = _norm("\n".join(observations))
+    text = _norm("\n".join(_body(o) for o in observations))
     pool = []
     for node in sorted(seen):
         if node == answer or kg.graph.nodes[node].get("url") in visited or _norm(node) not in text:
@@ -202,8 +208,8 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
     from websailor.synth.constraints import Constraint
     from websailor.synth.vague import bare_name
 
-    obs = _norm(observation)
-    body = "\n".join(ln for ln in observation.splitlines() if not ln.startswith("Page "))  # not the goal's echo
+    body = _body(observation)
+    obs = _norm(body)
     attrs = kg.attributes(node)
     # what the page shows first (a name, a year, a number), an absent link last
     for d in sorted(item.get("constraints") or [], key=lambda d: d["kind"] == "linked"):
@@ -214,7 +220,7 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
             return d, f"its name is {node}"
         if d["kind"] in ("span_start", "span_end") and attrs.span:
             year = attrs.span[0 if d["kind"] == "span_start" else 1]
-            line = next((ln for ln in observation.splitlines() if year > 0 and re.search(rf"\b{year}\b", ln)), None)
+            line = next((ln for ln in body.splitlines() if year > 0 and re.search(rf"\b{year}\b", ln)), None)
             if line:
                 return d, f'its page gives {year}: "{_quote(line)}"'
         if d["kind"] == "quantity":
@@ -228,7 +234,7 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
             others = d["params"].get("others") or [d["params"]["other"]]
             names = {n for o in others for n in (o, bare_name(o))}
             # strict: not even inside a word ("liverworts" mentions Liverwort)
-            if not any(_norm(n) in _norm(body) for n in names):
+            if not any(_norm(n) in obs for n in names):
                 return d, f"nothing its page shows mentions {d['params']['other']}"
     return None
 
