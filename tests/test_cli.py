@@ -1,4 +1,5 @@
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,12 @@ def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
         "6 constructive trajectories written" in res.stdout
         and len((tmp_path / "sft.jsonl").read_text().splitlines()) == 6
     )
+    # the kinds of the file, as its records say
+    kinds = Counter(json.loads(line)["construction"] for line in (tmp_path / "sft.jsonl").read_text().splitlines())
+    shares = ", ".join(f"{k} {kinds[k]} ({kinds[k] / 6:.0%})" for k in ("direct", "verified", "distractor"))
+    assert f"kinds: {shares}" in res.stdout
+    res = run("traj", "build", "--qa", str(qa), "--out", str(tmp_path / "d.jsonl"), "--distractor-share", "1.5")
+    assert res.exit_code == 2 and "--distractor-share" in res.stderr
     res = run(
         "traj",
         "build",

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from fixtures import ChatMLSample
 
 from websailor.agent.parse import parse_turn
@@ -187,3 +188,170 @@ def test_rewritten_thoughts_replace_unclosed_and_stray_thoughts():
     assert done == 2
     assert new.messages[2]["content"] == f"<think>\nI check the clue.\n</think>\n{search}"
     assert new.messages[4]["content"] == "<think>\nI check the clue.\n</think>\n<answer>唐古拉山脉</answer>"
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+@pytest.fixture(scope="module")
+def kinds_build(vital: Corpus, tmp_path_factory):
+    """40 items of the vital corpus and their constructive trajectories, half drawn for a distractor."""
+    kg = load_or_build(vital)
+    tmp = tmp_path_factory.mktemp("kinds")
+    qa = tmp / "qa.jsonl"
+    synthesize(kg, qa, SynthConfig(n=40, seed=3, test_fraction=0.0), progress=False)
+    out = tmp / "kinds.jsonl"
+    items = read_items(qa)
+    build_constructive(items, build_local_tools(vital), out, progress=False, distractor_share=0.5, kg=kg)
+    return kg, items, out
+
+
+def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vital: Corpus, kinds_build, tmp_path):
+    """Verified: a real visit of the answer's page whose observation shows the checked
+    constraint's evidence, named in the final thought. Distractor: a page that is not the answer,
+    visited for real, rejected for a constraint it really fails, then the right answer. Shares,
+    notes and the draw are deterministic per item."""
+    from collections import Counter
+
+    from websailor.synth.constraints import Constraint
+    from websailor.train.constructive import (
+        CONSTRUCTIONS,
+        construction_counts,
+        format_construction_counts,
+        wants_distractor,
+    )
+
+    kg, items, out = kinds_build
+    by_id = {str(it["id"]): it for it in items}
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    seen: Counter = Counter()
+    for rec in records:
+        t, item = Trajectory.from_dict(rec), by_id[rec["id"]]
+        kind, notes = t.construction, t.construction_notes
+        seen[kind] += 1
+        assert kind in CONSTRUCTIONS
+        roles = [m["role"] for m in t.messages]
+        assert roles[2:] == ["assistant", "user"] * t.num_tool_calls + ["assistant"]
+        assert all(c.error is None for c in t.tool_calls)
+        actions = [parse_turn(m["content"]) for m in t.messages if m["role"] == "assistant"]
+        assert all(a.error is None for a in actions) and actions[-1].answer == item["answer"] == t.prediction
+        observations = [m["content"] for m in t.messages[3::2]]
+        visits = [(i, c.arguments["url"]) for i, c in enumerate(t.tool_calls) if c.name == "visit"]
+        final = t.messages[-1]["content"]
+        if kind == "direct":
+            assert notes.get("unverified") and "Every condition" in final
+            assert not notes.get("rejected")
+            continue
+        if notes.get("checked"):
+            # the check: a real visit of the answer's page that shows each checked constraint
+            i = max(i for i, url in visits if url == item["target_url"])
+            obs = _norm(observations[i])
+            checked = [c for c in item["constraints"] if c["phrase"] in notes["checked"]]
+            assert checked and all(c["kind"] != "name" for c in checked)
+            for c in checked:
+                assert c["phrase"] in final  # the final thought names it
+                on_page = [e["sentence"] for e in c["evidence"] if e["url"] == item["target_url"]]
+                assert any(_norm(s) in obs for s in on_page) or (
+                    c["kind"] == "linked" and c["params"]["other"].lower() in obs
+                )
+            # the thought before the visit quotes the first constraint checked, which the page confirmed
+            assert f'check on its own page that it "{notes["checked"][0]}"' in actions[i].thought
+        else:
+            assert kind == "distractor" and notes["unverified"]
+        if kind == "distractor":
+            assert wants_distractor(rec["id"], 0.5)
+            wrong = notes["rejected"]["title"]
+            failed = next(c for c in item["constraints"] if c["phrase"] == notes["rejected"]["failed"])
+            assert wrong != item["answer"] and not Constraint.from_dict(failed).matches(kg, wrong)
+            url = kg.graph.nodes[wrong]["url"]
+            j = next(i for i, u in visits if u == url)
+            assert url != item["target_url"] and j < max(i for i, u in visits if u == item["target_url"])
+            assert wrong.lower() in _norm(" ".join(observations[:j]))  # met in what was read before
+            rejection = actions[j + 1].thought
+            assert f'{wrong} is not the answer: it does not fit "{failed["phrase"]}"' in rejection
+            if failed["kind"] == "name":
+                assert wrong.lower() in _norm(observations[j])
+            if failed["kind"] == "linked":
+                assert failed["params"]["other"].lower() not in _norm(observations[j].split("\n", 2)[-1])
+        else:
+            assert not notes.get("rejected")
+    assert seen["verified"] and seen["distractor"] and seen["direct"]
+    counts = construction_counts(out)
+    assert {k: counts[k] for k in CONSTRUCTIONS} == {k: seen[k] for k in CONSTRUCTIONS}
+    line = format_construction_counts(counts).splitlines()[0]
+    for k in CONSTRUCTIONS:
+        assert f"{k} {seen[k]} ({seen[k] / len(records):.0%})" in line
+    unverified = sum(1 for r in records if (r["construction_notes"] or {}).get("unverified"))
+    assert f"not verified: {unverified} (" in format_construction_counts(counts)
+
+    # deterministic: a rebuild, and a build resumed after half the items, write the same trajectories
+    def content(path):
+        return [
+            (r["id"], r["messages"], r["construction"], r["construction_notes"]) for r in map(json.loads, open(path))
+        ]
+
+    half = tmp_path / "half.jsonl"
+    half.write_text("".join(out.read_text().splitlines(keepends=True)[: len(records) // 2]))
+    build_constructive(items, build_local_tools(vital), half, progress=False, distractor_share=0.5, kg=kg)
+    assert content(half) == content(out)
+
+
+def test_distractor_share_is_checked(vital: Corpus, tmp_path):
+    import inspect
+
+    from websailor.errors import InvalidArgumentError
+
+    items = read_items(_qa(vital, tmp_path, n=1))
+    tools = build_local_tools(vital)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(InvalidArgumentError, match=r"distractor_share must be in \[0, 1\]"):
+            build_constructive(items, tools, tmp_path / "x.jsonl", progress=False, distractor_share=bad, kg=object())
+    with pytest.raises(InvalidArgumentError, match="needs the knowledge graph"):
+        build_constructive(items, tools, tmp_path / "x.jsonl", progress=False, distractor_share=0.3)
+    from websailor.cli.traj import traj_build
+    from websailor.train.constructive import DEFAULT_DISTRACTOR_SHARE
+
+    assert inspect.signature(traj_build).parameters["distractor_share"].default == DEFAULT_DISTRACTOR_SHARE
+    # no distractors: no graph needed, every trajectory direct or verified; old records read as unrecorded
+    out = tmp_path / "plain.jsonl"
+    build_constructive(items, tools, out, progress=False, distractor_share=0.0)
+    rec = json.loads(out.read_text())
+    assert rec["construction"] in ("direct", "verified")
+    old = {k: v for k, v in rec.items() if k not in ("construction", "construction_notes")}
+    assert Trajectory.from_dict(old).construction is None
+    from websailor.train.constructive import construction_counts
+
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    assert construction_counts(tmp_path / "old.jsonl")["unrecorded"] == 1
+
+
+def test_sft_data_reads_every_kind(kinds_build, smollm2_path):
+    from websailor.train.sft import load_tokenizer
+    from websailor.train.sft_data import load_sft_data
+
+    _, _, out = kinds_build
+    data = load_sft_data(out, load_tokenizer(smollm2_path), max_length=32768)
+    n = len(out.read_text().splitlines())
+    assert data.counts["read"] == data.counts["kept"] == n
+
+
+def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
+    """Procedures of any length: a level-1 item solved by one search and the answer's page."""
+    from websailor.train.constructive import constructive_trajectory
+
+    kg = load_or_build(vital)
+    items = read_items(_qa(vital, tmp_path, n=6))
+    kinds = set()
+    for item in items:
+        first = next(c for c in item["constraints"] if c["kind"] == "linked")
+        item["procedure"] = [
+            {"action": "search", "query": first["params"]["other"]},
+            {"action": "visit", "url": item["target_url"], "evidence": ""},
+        ]
+        t = constructive_trajectory(item, build_local_tools(vital), kg=kg, distractor=True)
+        assert parse_turn(t.messages[-1]["content"]).answer == item["answer"]
+        assert t.tool_calls[0].name == "search" and t.tool_calls[-1].arguments["url"] == item["target_url"]
+        assert t.num_tool_calls == 2 + (t.construction == "distractor")
+        kinds.add(t.construction)
+    assert kinds & {"verified", "distractor"}

@@ -3,7 +3,8 @@
 Written as one JSON line per rollout; SFT, RL and evaluation read it back. Fields:
 ``id, rollout, question, answer, prediction, termination, messages, num_model_calls,
 num_tool_calls, tool_calls, tokens, timings, model, env, seed, version`` (docs/agent.md,
-"Trajectory record"). An assistant message also records its ``finish_reason`` and, when the
+"Trajectory record"), and for constructive trajectories ``construction`` and
+``construction_notes`` (docs/sft.md; ``None`` in other records and in older files). An assistant message also records its ``finish_reason`` and, when the
 backend returned them, the sampled ``token_ids`` and their ``logprobs``.
 """
 
@@ -49,6 +50,13 @@ class Trajectory:
     seed: int | None = None
     version: str = ""
     error: str | None = None
+    #: How a constructive trajectory was made: ``direct``, ``verified`` or ``distractor``
+    #: (:mod:`websailor.train.constructive`); ``None`` for other sources and older records.
+    construction: str | None = None
+    #: What the construction checked or could not: ``checked`` (the question's phrases confirmed
+    #: on the answer's page), ``unverified`` (why none was), ``rejected`` (the wrong candidate
+    #: visited and the phrase it fails), ``no_distractor`` (why a drawn distractor was not found).
+    construction_notes: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

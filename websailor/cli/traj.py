@@ -88,6 +88,15 @@ def traj_build(
             "(default: the embedded corpus in $WEBSAILOR_HOME)."
         ),
     ] = None,
+    distractor_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Constructive: share of the items whose trajectory first visits and rejects a wrong candidate "
+            "(drawn from each item's id).",
+        ),
+    ] = 0.3,  # websailor.train.constructive.DEFAULT_DISTRACTOR_SHARE (imported lazily, as the command's code is)
     env_spec: Any = None,
 ) -> None:
     """Build SFT trajectories. Expert rollouts run in the environment the environment options
@@ -142,20 +151,29 @@ def traj_build(
     from websailor.corpus import Corpus
     from websailor.synth.dataset import read_items
     from websailor.tools.local import build_local_tools
-    from websailor.train.constructive import build_constructive
+    from websailor.train.constructive import build_constructive, construction_counts, format_construction_counts
 
     if not qa.is_file():
         fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")
     items = read_items(qa)
+    opened = Corpus.open(corpus)
+    kg = None
+    if distractor_share > 0:  # distractors are pages of the corpus's graph (cached in the corpus)
+        from websailor.synth.graph import load_or_build
+
+        kg = load_or_build(opened)
     written, skipped = build_constructive(
         items,
-        build_local_tools(Corpus.open(corpus)),
+        build_local_tools(opened),
         out,
         split=split.value if split else "train",
         transform=transform,
         source=source_name("constructive"),
+        distractor_share=distractor_share,
+        kg=kg,
     )
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
+    print(format_construction_counts(construction_counts(out)))
 
 
 def register(app: typer.Typer) -> None:

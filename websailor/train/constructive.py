@@ -5,19 +5,46 @@ Each synthesized QA item keeps the procedure that solves it in the local environ
 procedure is replayed as an agent trajectory in the protocol: every tool call is executed for
 real against the local tools, so each observation is the actual tool output, and every step
 carries a short thought; the trajectory ends with the correct answer. No LLM is involved.
+
+WebSailor-V2's agent learns to reduce uncertainty, not only to follow a search path, so a
+trajectory checks its candidate before answering (``construction``, recorded in the record):
+
+* ``verified``: the answer's page is opened to check a stated constraint (the thought quotes the
+  question's phrase), and the final thought names every constraint its page confirmed. A check
+  is claimed only when the constraint's evidence sentence is in the real observation.
+* ``distractor`` (a share of items, drawn from the item's id): before the answer, a page named
+  in what was read that fails a constraint (a node of the graph meeting all constraints but one
+  when there is one) is visited for real and rejected, naming the constraint and what its
+  page says; then the answer is checked as above.
+* ``direct``: today's replay, when no constraint can be confirmed from the answer's page.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import re
 import time
+from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from websailor import __version__
 from websailor.agent.prompt import system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
-from websailor.errors import InputFormatError
+from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.tools import Tool, execute_tool
+
+#: The kinds of constructive trajectory, in the order they are reported.
+CONSTRUCTIONS = ("direct", "verified", "distractor")
+#: Constraint kinds a wrong candidate's page can be shown to fail (the others compare two pages).
+_REJECTABLE = ("name", "span_start", "span_end", "quantity", "linked")
+#: The share of items whose trajectory meets a wrong candidate first, by default in ``traj build``.
+DEFAULT_DISTRACTOR_SHARE = 0.3
+#: Candidate pages tried (visited) before giving up on a distractor.
+_MAX_DISTRACTOR_TRIES = 6
+_SEARCH_TITLE = re.compile(r"^\d+\. \[([^\]]+)\]\(", re.M)
 
 
 def _turn(thought: str, name: str, arguments: dict) -> str:
@@ -34,65 +61,343 @@ def _thought(step: dict, i: int, answer_title: str) -> str:
     return "One of the results looks like the entity described. I read its page for what it is linked to."
 
 
-def constructive_trajectory(item: dict, tools: Mapping[str, Tool], rollout: int = 0) -> Trajectory:
+def _norm(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def _body(observation: str) -> str:
+    """An observation without the lines that echo the call (the search's query, the visit's URL
+    and goal, which quote the question): what the tool found."""
+    lines = observation.splitlines()[1:]
+    return "\n".join(ln for ln in lines if not ln.startswith(("Page ", "A search for ")))
+
+
+def _quote(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "..."
+
+
+def _confirmed(constraint: dict, observation: str, target_url: str, earlier: str) -> str | None:
+    """What ``observation`` (the answer's page) shows for ``constraint``, or ``None``: its
+    evidence sentence on that page (for a comparison, the other page's sentence must be in the
+    ``earlier`` observations too); for a link, else a line of the page naming the linked page.
+    Name masks are never "confirmed" this way: the title alone proves little."""
+    if constraint["kind"] == "name":
+        return None
+    obs = _norm(observation)
+    mine = [e["sentence"] for e in constraint.get("evidence", []) if e.get("url") == target_url and e.get("sentence")]
+    shown = next((s for s in mine if _norm(s) in obs), None)
+    if shown is None and constraint["kind"] == "linked":
+        other = re.compile(rf"(?<!\w){re.escape(constraint['params']['other'])}(?!\w)")
+        lines = [ln for ln in _body(observation).splitlines() if ln.strip()]
+        shown = next((ln.strip() for ln in lines if other.search(ln)), None)
+    if shown is None:
+        return None
+    if constraint["kind"] in ("compare", "relative_start"):
+        theirs = [e["sentence"] for e in constraint.get("evidence", []) if e.get("url") != target_url]
+        if not any(_norm(s) in _norm(earlier) for s in theirs):
+            return None
+    return shown
+
+
+def _check_order(item: dict) -> list[dict]:
+    """Constraints worth checking on the answer's page, best first: values with their evidence
+    there (a date, a number, a comparison), then links (is the linked page named there?);
+    never the name mask."""
+    url = item.get("target_url", "")
+    rank = {"span_start": 0, "span_end": 0, "quantity": 0, "compare": 1, "relative_start": 1}
+    cs = [
+        c
+        for c in item.get("constraints") or []
+        if (c["kind"] in rank and any(e.get("url") == url and e.get("sentence") for e in c.get("evidence", [])))
+        or c["kind"] == "linked"
+    ]
+    return sorted(cs, key=lambda c: rank.get(c["kind"], 2))
+
+
+class _Replay:
+    """A trajectory being built: each step runs its tool call for real."""
+
+    def __init__(self, item: dict, tools: Mapping[str, Tool], rollout: int) -> None:
+        self.item, self.tools = item, tools
+        self.t0 = time.perf_counter()
+        self.traj = Trajectory(
+            id=str(item["id"]),
+            rollout=rollout,
+            question=item["question"],
+            answer={"answer": item["answer"], "aliases": list(item.get("aliases") or []), "parts": None},
+            model="constructive",
+            env="local",
+            version=__version__,
+        )
+        self.traj.messages = [
+            {"role": "system", "content": system_prompt(tools.values())},
+            {"role": "user", "content": item["question"]},
+        ]
+        self.observations: list[str] = []
+
+    def step(self, thought: str, name: str, arguments: dict) -> str:
+        t = time.perf_counter()
+        result = execute_tool(self.tools, name, arguments)
+        self.traj.tool_calls.append(ToolCallRecord(name, arguments, time.perf_counter() - t, result.error))
+        self.traj.messages.append({"role": "assistant", "content": _turn(thought, name, arguments)})
+        self.traj.messages.append({"role": "user", "content": tool_response(result.observation)})
+        self.observations.append(result.observation)
+        return result.observation
+
+    def finish(self, thought: str, construction: str, notes: dict) -> Trajectory:
+        answer = self.item["answer"]
+        traj = self.traj
+        traj.messages.append(
+            {"role": "assistant", "content": f"<think>\n{thought}\n</think>\n<answer>{answer}</answer>"}
+        )
+        traj.prediction = answer
+        traj.termination = "answer"
+        traj.num_tool_calls = len(traj.tool_calls)
+        traj.num_model_calls = len(traj.tool_calls) + 1
+        traj.timings = {
+            "total_s": time.perf_counter() - self.t0,
+            "model_s": 0.0,
+            "tools_s": sum(c.latency_s for c in traj.tool_calls),
+        }
+        traj.construction, traj.construction_notes = construction, notes
+        return traj
+
+
+def _step_call(item: dict, step: dict, i: int, goal: str) -> tuple[str, dict]:
+    if step.get("action") == "search":
+        return "search", {"query": [step["query"]]}
+    if step.get("action") == "visit":
+        return "visit", {"url": step["url"], "goal": goal}
+    raise InputFormatError(f"item {item.get('id')!r} step {i + 1}: unknown action {step.get('action')!r}")
+
+
+def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
+    """Wrong candidates a solver could meet: nodes of the graph meeting all constraints but
+    one (``candidates`` on every subset that leaves one out), then the pages the hops link to
+    and the titles of the search results, each named in ``observations``; nearest misses
+    first (fewest constraints failed), never the answer or a page already visited."""
+    from websailor.synth.constraints import Constraint, candidates
+
+    cs = [Constraint.from_dict(c) for c in item.get("constraints") or []]
+    answer = item["answer"]
+    seen: set[str] = set()
+    for c in cs:
+        for o in c.params.get("others") or ([c.params["other"]] if "other" in c.params else []):
+            if o in kg.graph:
+                seen.update(kg.graph.neighbors(o))
+    for j in range(len(cs)):
+        seen.update(candidates(kg, cs[:j] + cs[j + 1 :]))
+    for obs in observations:
+        seen.update(t for t in _SEARCH_TITLE.findall(obs) if t in kg.graph)
+    visited = {s.get("url") for s in item.get("procedure") or []}
+    text = _norm("\n".join(_body(o) for o in observations))
+    pool = []
+    for node in sorted(seen):
+        if node == answer or kg.graph.nodes[node].get("url") in visited or _norm(node) not in text:
+            continue
+        failed = sum(not c.matches(kg, node) for c in cs)
+        if failed:
+            pool.append((failed, node))
+    return [n for _, n in sorted(pool)]
+
+
+def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, str] | None:
+    """A constraint ``node`` fails that its page (``observation``) shows, and what it shows:
+    its name, a year, a quantity's sentence, or the absence of the linked page's name."""
+    from websailor.synth.constraints import Constraint
+    from websailor.synth.vague import bare_name
+
+    body = _body(observation)
+    obs = _norm(body)
+    attrs = kg.attributes(node)
+    # what the page shows first (a name, a year, a number), an absent link last
+    for d in sorted(item.get("constraints") or [], key=lambda d: d["kind"] == "linked"):
+        c = Constraint.from_dict(d)
+        if d["kind"] not in _REJECTABLE or c.matches(kg, node):
+            continue
+        if d["kind"] == "name" and _norm(node) in obs:
+            return d, f"its name is {node}"
+        if d["kind"] in ("span_start", "span_end") and attrs.span:
+            year = attrs.span[0 if d["kind"] == "span_start" else 1]
+            line = next((ln for ln in body.splitlines() if year > 0 and re.search(rf"\b{year}\b", ln)), None)
+            if line:
+                return d, f'its page gives {year}: "{_quote(line)}"'
+        if d["kind"] == "quantity":
+            shown = next(
+                (q.sentence for q in attrs.quantities if q.kind == d["params"]["kind"] and _norm(q.sentence) in obs),
+                None,
+            )
+            if shown:
+                return d, f'its page says "{_quote(shown)}"'
+        if d["kind"] == "linked":
+            others = d["params"].get("others") or [d["params"]["other"]]
+            names = {n for o in others for n in (o, bare_name(o))}
+            # strict: not even inside a word ("liverworts" mentions Liverwort)
+            if not any(_norm(n) in obs for n in names):
+                return d, f"nothing its page shows mentions {d['params']['other']}"
+    return None
+
+
+def wants_distractor(item_id: str, share: float) -> bool:
+    """Whether the item's trajectory meets a wrong candidate first: a draw seeded by the item's
+    id alone, so a rebuild or a resumed build makes the same choice."""
+    return random.Random(f"distractor:{item_id}").random() < share
+
+
+def constructive_trajectory(
+    item: dict,
+    tools: Mapping[str, Tool],
+    rollout: int = 0,
+    kg: Any = None,
+    distractor: bool = False,
+    verify: bool = True,
+) -> Trajectory:
     """Replay ``item["procedure"]`` through ``tools`` (``search`` and ``visit``) as a
     trajectory that ends with ``<answer>item["answer"]</answer>``.
 
+    With ``verify`` the answer's page is opened to check a stated constraint (``verified``);
+    with ``distractor`` (needs ``kg``, the corpus's knowledge graph) a wrong candidate is
+    visited and rejected first (``distractor``). Where neither can be supported by a real
+    observation the trajectory is today's replay (``direct``); ``construction_notes`` says why.
+
     Args:
-        item: a QA item (``id``, ``question``, ``answer``, ``aliases``, ``procedure``).
+        item: a QA item (``id``, ``question``, ``answer``, ``aliases``, ``procedure``, and
+            ``constraints`` and ``target_url`` for the checks).
         tools: the local tools, by name (:func:`websailor.tools.build_local_tools`).
         rollout: recorded in the trajectory.
+        kg: the knowledge graph the items were synthesized from
+            (:func:`websailor.synth.graph.load_or_build`), for distractors.
+        distractor: meet a wrong candidate first.
+        verify: check a constraint on the answer's page.
 
     Raises:
         InputFormatError: the item has no procedure, or a step is neither a search nor a visit.
+        InvalidArgumentError: ``distractor`` without ``kg``.
     """
     steps = item.get("procedure") or []
     if not steps:
         raise InputFormatError(f"item {item.get('id')!r} has no solution procedure to replay")
-    t0 = time.perf_counter()
-    traj = Trajectory(
-        id=str(item["id"]),
-        rollout=rollout,
-        question=item["question"],
-        answer={"answer": item["answer"], "aliases": list(item.get("aliases") or []), "parts": None},
-        model="constructive",
-        env="local",
-        version=__version__,
+    if distractor and kg is None:
+        raise InvalidArgumentError("a distractor trajectory needs the knowledge graph (kg)")
+    answer, question = item["answer"], item["question"]
+    target_url = item.get("target_url") or ""
+    goal = f"what links this page to the entity asked about: {question}"
+    # the answer's page: the last visit of its URL (every procedure ends there today); the
+    # distractor and the check come just before it, and any later steps after it
+    last = max(
+        (i for i, s in enumerate(steps) if s.get("action") == "visit" and s.get("url") == target_url), default=None
     )
-    traj.messages = [
-        {"role": "system", "content": system_prompt(tools.values())},
-        {"role": "user", "content": item["question"]},
-    ]
-    goal = f"what links this page to the entity asked about: {item['question']}"
-    for i, step in enumerate(steps):
-        if step.get("action") == "search":
-            name, arguments = "search", {"query": [step["query"]]}
-        elif step.get("action") == "visit":
-            name, arguments = "visit", {"url": step["url"], "goal": goal}
-        else:
-            raise InputFormatError(f"item {item.get('id')!r} step {i + 1}: unknown action {step.get('action')!r}")
-        t = time.perf_counter()
-        result = execute_tool(tools, name, arguments)
-        traj.tool_calls.append(ToolCallRecord(name, arguments, time.perf_counter() - t, result.error))
-        traj.messages.append(
-            {"role": "assistant", "content": _turn(_thought(step, i, item["answer"]), name, arguments)}
-        )
-        traj.messages.append({"role": "user", "content": tool_response(result.observation)})
-    conclusion = (
-        f"<think>\nEvery condition of the question fits {item['answer']}, and no other candidate meets "
-        f"them all.\n</think>\n<answer>{item['answer']}</answer>"
-    )
-    traj.messages.append({"role": "assistant", "content": conclusion})
-    traj.prediction = item["answer"]
-    traj.termination = "answer"
-    traj.num_tool_calls = len(traj.tool_calls)
-    traj.num_model_calls = len(steps) + 1
-    traj.timings = {
-        "total_s": time.perf_counter() - t0,
-        "model_s": 0.0,
-        "tools_s": sum(c.latency_s for c in traj.tool_calls),
-    }
+    before = steps if last is None else steps[:last]
+    checks = _check_order(item) if verify and target_url else []
+
+    def build(check: bool) -> tuple[Trajectory, bool]:
+        r = _Replay(item, tools, rollout)
+        for i, step in enumerate(before):
+            r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))
+        notes: dict = {}
+        rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
+        if distractor and isinstance(rejected, str):
+            notes["no_distractor"], rejected = rejected, None
+        lead = f"The clues point to {answer}."
+        if rejected:
+            node, c, shown = rejected
+            notes["rejected"] = {"title": node, "failed": c["phrase"]}
+            lead = (
+                f'{node} is not the answer: it does not fit "{c["phrase"]}", since {shown}. '
+                f"Another candidate, {answer}, fits the clues."
+            )
+        kind = "distractor" if rejected else "direct"
+        if check:
+            # the constraint the check is about: the first whose visit (its goal names it) shows it
+            earlier = "\n".join(r.observations)
+
+            def check_goal(c: dict) -> dict:
+                return {"url": target_url, "goal": f"check that {answer} {c['phrase']}; the question: {question}"}
+
+            first = next(
+                (
+                    c
+                    for c in checks
+                    if _confirmed(c, execute_tool(tools, "visit", check_goal(c)).observation, target_url, earlier)
+                ),
+                None,
+            )
+            shown_ = []
+            if first is not None:
+                obs = r.step(
+                    f'{lead} Before answering I check on its own page that it "{first["phrase"]}".',
+                    "visit",
+                    check_goal(first),
+                )
+                shown_ = [(c, s) for c in checks if (s := _confirmed(c, obs, target_url, earlier))]
+                shown_.sort(key=lambda cs: cs[0] is not first)  # the one it set out to check first
+            if not shown_:
+                values = [c for c in checks if c["kind"] != "linked"]
+                return r.finish(
+                    "", kind, {"unverified": "evidence_not_shown" if values else "links_not_on_page"}
+                ), False
+            rest = [] if last is None else steps[last + 1 :]
+            for i, step in enumerate(rest, len(before) + 1):
+                r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))
+            said = "; ".join(f'it "{c["phrase"]}" ("{_quote(s)}")' for c, s in shown_)
+            hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
+            hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
+            via = ""
+            if hops:
+                pages = hops[0] if len(hops) == 1 else ", ".join(hops[:-1]) + " and " + hops[-1]
+                via = f" The page{'s' if len(hops) > 1 else ''} of {pages} led me to it."
+            notes["checked"] = [c["phrase"] for c, _ in shown_]
+            thought = f"The page of {answer} confirms that {said}.{via} So the answer is {answer}."
+            return r.finish(thought, "distractor" if rejected else "verified", notes), True
+        # today's replay of the answer's page (read for the question) and the generic conclusion
+        for i, step in enumerate(steps[len(before) :], len(before)):
+            t = _thought(step, i, answer)
+            if rejected and i == len(before):
+                t = f"{lead} I open its page to check the remaining conditions."
+            r.step(t, *_step_call(item, step, i, goal))
+        conclusion = f"Every condition of the question fits {answer}, and no other candidate meets them all."
+        if rejected and last is None:  # no page of the answer to open: the rejection goes here
+            conclusion = f"{lead} {conclusion}"
+        return r.finish(conclusion, kind, notes), True
+
+    if checks:
+        traj, ok = build(check=True)
+        if ok:
+            return traj
+        why = traj.construction_notes
+    else:
+        why = {"unverified": "no_checkable_constraint"} if verify else {}
+    traj, _ = build(check=False)
+    traj.construction_notes = {**why, **(traj.construction_notes or {})}
     return traj
+
+
+def _meet_distractor(
+    r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool], goal: str
+) -> tuple[str, dict, str] | str:
+    """Visit a wrong candidate (:func:`_distractor_pool`) whose page shows a constraint it
+    fails, as a step of ``r``: ``(title, constraint, what its page shows)``, or why none was
+    (``no_wrong_candidate``: no page named in what was read fails a constraint;
+    ``no_rejectable_page``: none of those tried shows the failure on its page)."""
+    pool = _distractor_pool(item, kg, r.observations)
+    if not pool:
+        return "no_wrong_candidate"
+    near = pool[: _MAX_DISTRACTOR_TRIES * 2]
+    random.Random(f"distractor-pick:{item['id']}").shuffle(near)  # among the nearest misses, the draw decides
+    for node in near[:_MAX_DISTRACTOR_TRIES]:
+        arguments = {"url": kg.graph.nodes[node]["url"], "goal": goal}
+        probe = execute_tool(tools, "visit", arguments)
+        why = _rejection(item, kg, node, probe.observation) if probe.error is None else None
+        if why:
+            r.step(
+                f"{node}, named in what I have read, could be the entity asked about. "
+                "I open its page to check it against the question.",
+                "visit",
+                arguments,
+            )
+            return (node, *why)
+    return "no_rejectable_page"
 
 
 def build_constructive(
@@ -103,31 +408,88 @@ def build_constructive(
     progress: bool = True,
     transform=None,
     source: str = "constructive",
+    distractor_share: float = 0.0,
+    kg: Any = None,
+    verify: bool = True,
 ) -> tuple[int, int]:
     """Append a constructive trajectory for every item of ``split`` (``train``, ``test`` or
     ``all``) to ``out``, skipping items already there (resumable; the file is locked while
     written). ``transform`` (optional) edits each trajectory before it is written, e.g.
     short-CoT reconstruction; ``source`` is the trajectories' ``model`` field after it, and
-    ``out`` must hold no other source's. Returns ``(written, skipped)``.
+    ``out`` must hold no other source's. ``distractor_share`` of the items (drawn from each
+    item's id, :func:`wants_distractor`; ``traj build`` uses :data:`DEFAULT_DISTRACTOR_SHARE`)
+    meet a wrong candidate first; ``kg`` is the corpus's knowledge graph they need (:func:`websailor.synth.graph.load_or_build`). Returns
+    ``(written, skipped)``.
 
     Raises:
         InputFormatError: no item in that split, an item without a procedure, or ``out``
             holding lines that are not trajectory records.
-        InvalidArgumentError: ``out`` holds trajectories of another source.
+        InvalidArgumentError: ``out`` holds trajectories of another source; ``distractor_share``
+            outside [0, 1], or above 0 without ``kg``.
     """
     from functools import partial
-    from pathlib import Path
 
     from websailor.agent.runner import append_new_trajectories
 
+    check_distractor_share(distractor_share)
+    if distractor_share > 0 and kg is None:
+        raise InvalidArgumentError("distractor_share above 0 needs the knowledge graph (kg)")
     chosen = [it for it in items if split == "all" or it.get("split") == split]
     if not chosen:
         raise InputFormatError(f"no QA items in split {split!r}")
-    return append_new_trajectories(
-        Path(out),
-        [(str(it["id"]), partial(constructive_trajectory, it, tools)) for it in chosen],
-        "constructive trajectories",
-        progress,
-        transform,
-        source,
-    )
+    makers = [
+        (
+            str(it["id"]),
+            partial(
+                constructive_trajectory,
+                it,
+                tools,
+                kg=kg,
+                distractor=wants_distractor(str(it["id"]), distractor_share),
+                verify=verify,
+            ),
+        )
+        for it in chosen
+    ]
+    return append_new_trajectories(Path(out), makers, "constructive trajectories", progress, transform, source)
+
+
+def check_distractor_share(share: float) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``share`` is in [0, 1]."""
+    if not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
+        raise InvalidArgumentError(f"distractor_share must be in [0, 1], got {share!r}")
+
+
+def construction_counts(path: Path) -> Counter:
+    """The kinds of the trajectories in ``path`` (``direct``, ``verified``, ``distractor``, and
+    ``unrecorded`` for records without one), plus ``unverified:REASON`` and
+    ``no_distractor:REASON`` counts from their notes. An unfinished last line is skipped.
+
+    Raises:
+        InputFormatError: a line is not a trajectory record.
+    """
+    from websailor.jsonio import read_appended_jsonl
+
+    counts: Counter = Counter()
+    for _, rec in read_appended_jsonl(Path(path), "a trajectory record"):
+        counts[rec.get("construction") or "unrecorded"] += 1
+        notes = rec.get("construction_notes") or {}
+        for key in ("unverified", "no_distractor"):
+            if notes.get(key):
+                counts[f"{key}:{notes[key]}"] += 1
+    return counts
+
+
+def format_construction_counts(counts: Counter) -> str:
+    """One line per fact: the share of each kind, then why items could not be verified and why
+    a drawn distractor was not found (``counts`` from :func:`construction_counts`)."""
+    total = sum(counts[k] for k in (*CONSTRUCTIONS, "unrecorded"))
+    if not total:
+        return "no trajectories"
+    kinds = [k for k in (*CONSTRUCTIONS, "unrecorded") if k in CONSTRUCTIONS or counts[k]]
+    lines = ["kinds: " + ", ".join(f"{k} {counts[k]} ({counts[k] / total:.0%})" for k in kinds)]
+    for key, what in (("unverified", "not verified"), ("no_distractor", "drawn for a distractor, none met")):
+        why = sorted((k.split(":", 1)[1], n) for k, n in counts.items() if k.startswith(key + ":"))
+        if why:
+            lines.append(f"{what}: {sum(n for _, n in why)} (" + ", ".join(f"{r} {n}" for r, n in why) + ")")
+    return "\n".join(lines)
