@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -60,6 +60,36 @@ def check_source(out: Path, records: list[tuple[int, dict]], model: str) -> None
         )
 
 
+def check_env_settings(out: Path, records: list[tuple[int, dict]], settings: dict[str, int]) -> None:
+    """Refuse to add trajectories made with the observation settings ``settings`` (a record's
+    ``env_settings``; empty: the paper's) to a file whose trajectories were made with others:
+    resuming would mix observation sizes in one run's figures or data.
+
+    Raises:
+        InvalidArgumentError: a record of ``out`` has other settings; the message names the
+            option (``--search-results``, ...) and both values.
+    """
+    from websailor.errors import InvalidArgumentError
+    from websailor.tools.environment import OBSERVATION_FIELDS, OPTIONS
+
+    def shown(value: Any) -> str:
+        return "the default" if value is None else str(value)
+
+    for _, rec in records:
+        theirs = rec.get("env_settings") or {}
+        if not isinstance(theirs, dict):
+            theirs = {}
+        differ = [f for f in OBSERVATION_FIELDS if theirs.get(f) != settings.get(f)]
+        if differ:
+            what = "; ".join(
+                f"{OPTIONS[f]} {shown(theirs.get(f))} there, {shown(settings.get(f))} in this run" for f in differ
+            )
+            raise InvalidArgumentError(
+                f"{out} holds trajectories made with other observation settings ({what}): give the same "
+                "values to resume, or write to another output"
+            )
+
+
 def append_new_trajectories(
     out: Path,
     makers: list[tuple[str, Callable[[], Trajectory]]],
@@ -91,13 +121,19 @@ def append_new_trajectories(
     return len(todo), len(makers) - len(todo)
 
 
-def done_rollouts(out: Path) -> set[tuple[str, int]]:
+def done_rollouts(out: Path, env_settings: dict[str, int] | None = None) -> set[tuple[str, int]]:
     """``(id, rollout)`` pairs already in ``out`` (reads only; an unfinished last line is skipped).
+    With ``env_settings`` (a run's observation settings), a file made with others is refused
+    (:func:`check_env_settings`): commands check before loading a model.
 
     Raises:
         InputFormatError: a line is not a trajectory record.
+        InvalidArgumentError: ``out`` holds trajectories made with other observation settings.
     """
-    return set(latest_rollouts(out, read_appended_jsonl(out, "a trajectory record")))
+    records = read_appended_jsonl(out, "a trajectory record")
+    if env_settings is not None:
+        check_env_settings(out, records, env_settings)
+    return set(latest_rollouts(out, records))
 
 
 @dataclass
@@ -184,7 +220,8 @@ def run_questions(
     it (a second run on it is refused).
 
     Raises:
-        InvalidArgumentError: another process is writing ``out``.
+        InvalidArgumentError: another process is writing ``out``, or it holds trajectories
+            made with other observation settings than the agent's (:func:`check_env_settings`).
         InputFormatError: ``out`` holds lines that are not trajectory records.
     """
     import time
@@ -194,6 +231,7 @@ def run_questions(
     out = Path(out)
     with appending(out, "a trajectory record") as (fh, records):
         done = latest_rollouts(out, records)
+        check_env_settings(out, records, getattr(agent, "env_settings", {}))
         if records:
             first = records[0][1]
             for what, theirs, ours in (

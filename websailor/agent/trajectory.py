@@ -49,9 +49,15 @@ class Trajectory:
     seed: int | None = None
     version: str = ""
     error: str | None = None
+    env_settings: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON record; ``env_settings`` (the observation settings that are not the paper's,
+        e.g. ``{"search_results": 5}``) only when there are any."""
+        out = asdict(self)
+        if not out["env_settings"]:
+            del out["env_settings"]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:

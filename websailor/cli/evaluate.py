@@ -64,7 +64,9 @@ def eval_cmd(
     cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
     items = load_questions(bench, split=split.value if split else None, limit=limit)
     out.mkdir(parents=True, exist_ok=True)
-    done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
+    done_rollouts(
+        out / "trajectories.jsonl", env_spec.trajectory_settings()
+    )  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     session = open_agent(model, env_spec, cfg)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
