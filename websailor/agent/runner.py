@@ -23,7 +23,7 @@ from websailor.agent.trajectory import Trajectory
 from websailor.errors import InputFormatError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
-from websailor.questions import Question
+from websailor.questions import Question, question_level
 
 logger = get_logger(__name__)
 
@@ -159,7 +159,8 @@ def stream_rollouts(
 ) -> Iterator[Trajectory]:
     """Run ``(question, rollout)`` pairs with ``concurrency`` threads; append each finished
     trajectory to the open file ``fh`` (flushed and fsynced; see
-    :func:`websailor.jsonio.appending`) and yield it, in finishing order. Stopping early (an
+    :func:`websailor.jsonio.appending`), with the question's level when it has one, and yield
+    it, in finishing order. Stopping early (an
     interrupt, or the consumer closing the generator) cancels the calls not started and does
     not wait for those in flight; what finished is already on disk."""
     if concurrency < 1:
@@ -167,9 +168,10 @@ def stream_rollouts(
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
     finished_cleanly = False
     try:
-        futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
+        futures = {pool.submit(agent.run, q.question, q.id, r, q.answer): q for q, r in todo}
         for fut in as_completed(futures):
             traj = fut.result()
+            traj.level = question_level(futures[fut])
             fh.write(trajectory_line(traj))  # only this thread writes
             fh.flush()
             os.fsync(fh.fileno())

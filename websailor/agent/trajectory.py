@@ -50,13 +50,17 @@ class Trajectory:
     version: str = ""
     error: str | None = None
     env_settings: dict[str, int] = field(default_factory=dict)
+    level: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record; ``env_settings`` (the observation settings that are not the paper's,
-        e.g. ``{"search_results": 5}``) only when there are any."""
+        e.g. ``{"search_results": 5}``) only when there are any, ``level`` (the question's
+        difficulty level, see :func:`websailor.questions.question_level`) only when known."""
         out = asdict(self)
         if not out["env_settings"]:
             del out["env_settings"]
+        if out["level"] is None:
+            del out["level"]
         return out
 
     @classmethod
