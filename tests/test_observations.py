@@ -183,6 +183,13 @@ def test_eval_records_settings_refuses_other_values_and_gives_figures_by_level(v
     assert rescored["by_level"] == levels and rescored["env_settings"] == saved["env_settings"]
     res = runner.invoke(app, ["score", str(out / "trajectories.jsonl"), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["by_level"] == levels
+    paper = tmp_path / "paper.jsonl"  # pooled with a run of the paper's settings: named
+    paper.write_text("".join(json.dumps({**r, "id": f"p-{r['id']}", "env_settings": {}}) + "\n" for r in records))
+    res = runner.invoke(app, ["score", str(out / "trajectories.jsonl"), str(paper), "--json"])
+    assert (
+        res.exit_code == 0
+        and 'different observation settings ({"search_results": 4, "snippet_chars": 120}, {})' in res.stderr
+    ), res.output
     # a rerun into the same --out with other values is refused, naming the option, before any model time
     res = runner.invoke(
         app,

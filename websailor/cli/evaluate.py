@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -97,11 +98,16 @@ def score(
 
     records = read_trajectories(paths)
     rollouts_per_question(records)
-    for field in ("model", "env"):
-        seen = sorted({str(r.get(field)) for r in records})
+    for field, what in (("model", "models"), ("env", "envs"), ("env_settings", "observation settings")):
+        seen = sorted(
+            {
+                json.dumps(r.get(field) or {}, sort_keys=True) if field == "env_settings" else str(r.get(field))
+                for r in records
+            }
+        )
         if len(seen) > 1:
             logger.warning(
-                "these trajectories come from different %ss (%s): the figures pool them", field, ", ".join(seen)
+                "these trajectories come from different %s (%s): the figures pool them", what, ", ".join(seen)
             )
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     if out is not None:
