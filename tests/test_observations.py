@@ -86,9 +86,7 @@ def test_presets_single_options_record_and_ignored():
         "--search-results is ignored: the tools are the tool server's at http://h:1 (give it to `websailor serve tools`)"
     ]
     assert EnvSpec(tools_url="http://h:1", search_results=5).trajectory_settings() == {}
-    assert EnvSpec(evidence_chars=500, tools=("search",)).ignored() == [
-        "--evidence-chars is ignored: visit is not among the tools (search)"
-    ]
+    assert EnvSpec.from_options(observations="compact", tools="search").ignored() == []  # the preset sets all three
     assert EnvSpec(kind="none", snippet_chars=50).ignored() == ["--snippet-chars is ignored: --env none has no tools"]
 
 

@@ -247,12 +247,7 @@ class EnvSpec(BaseModel):
             ("files_dir", "parse_file"),
             ("unsafe_python", "PythonInterpreter"),
             ("summary_model", "visit"),
-            ("evidence_chars", "visit"),
-            ("search_results", "search"),
-            ("snippet_chars", "search"),
-        ):
-            if f in ("search_results", "snippet_chars") and "google_scholar" in offered:
-                continue  # google_scholar uses them too
+        ):  # (an observation setting without its tool is not named: a preset sets all three)
             if getattr(self, f) and tool not in offered:
                 lines.append(f"{OPTIONS[f]} is ignored: {tool} is not among the tools ({', '.join(offered) or 'none'})")
         return lines
