@@ -201,7 +201,7 @@ def _inner(env, name: str):
 
 COMMANDS = ["run", "eval", "synth", "traj", "train-rl"]
 OPTIONS = ["--env", "--corpus", "--tools-url", "--web-config", "--tools", "--files-dir", "--unsafe-python",
-           "--summary-model"]  # fmt: skip
+           "--summary-model", "--observations"]  # fmt: skip
 
 
 @pytest.mark.parametrize("option", OPTIONS)
@@ -262,6 +262,11 @@ def test_every_command_takes_every_environment_option(
     elif option == "--unsafe-python":
         spec, env = invoke(*base_corpus, "--tools", "PythonInterpreter", "--unsafe-python")
         assert spec.unsafe_python and _inner(env, "PythonInterpreter").allow_unsafe
+    elif option == "--observations":  # with the single options that override the preset
+        spec, env = invoke(*base_corpus, "--observations", "compact", "--search-results", "3")
+        assert spec.observations() == {"search_results": 3, "snippet_chars": 160, "evidence_chars": 800}
+        assert _inner(env, "search").top_k == 3 and _inner(env, "search").snippet_chars == 160
+        assert _inner(env, "visit").max_evidence_chars == 800 and env.settings == spec.observations()
     else:
         spec, env = invoke(*base_corpus, "--summary-model", "openai:extractor@http://127.0.0.1:9/v1")
         assert _inner(env, "visit").summary_model.name == "openai:extractor@http://127.0.0.1:9/v1"

@@ -284,8 +284,24 @@ def _plain(path: Path, rows: list[dict], lines: list[int] | None, fmt: str, requ
             if require_answer:
                 raise InputFormatError(f"{path} record {i + 1}: {e}") from None
             gold = None
-        items.append(Question(qid, clean_text(r[qcol]), gold, {}, answer))
+        items.append(Question(qid, clean_text(r[qcol]), gold, _level(r), answer))
     return items
+
+
+def _level(r: dict) -> dict[str, int]:
+    """``{"level": n}`` for a record with an integer ``level`` (synthesized items), else nothing."""
+    level = r.get("level")
+    return {"level": level} if isinstance(level, int) and not isinstance(level, bool) else {}
+
+
+def question_level(q: Question) -> int | None:
+    """The question's difficulty level: an integer ``level`` of its source (synthesized items;
+    GAIA's ``Level``, also as a digit string), else ``None``. Evaluations give their figures
+    by level when the questions have one."""
+    level = q.meta.get("level")
+    if isinstance(level, str) and level.strip().isdigit():
+        return int(level)
+    return level if isinstance(level, int) and not isinstance(level, bool) else None
 
 
 def _synth(path: Path, rows: list[dict], split: str | None) -> list[Question]:
@@ -299,7 +315,11 @@ def _synth(path: Path, rows: list[dict], split: str | None) -> list[Question]:
         )
     return [
         _record_item(
-            path, i, r, lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []), {"split": r.get("split")}
+            path,
+            i,
+            r,
+            lambda r=r: Gold.parse(r.get("answer"), r.get("aliases") or []),
+            {"split": r.get("split"), **_level(r)},
         )
         for i, r in chosen
     ]

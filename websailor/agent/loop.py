@@ -70,6 +70,9 @@ class Agent:
         tools: tools by name (or a sequence of tools).
         config: budgets and sampling.
         env: the environment's name, recorded in trajectories (``local``, ``web``).
+        env_settings: the environment's observation settings that are not the paper's
+            (:attr:`websailor.tools.environment.ToolEnvironment.settings`), recorded in
+            trajectories.
     """
 
     def __init__(
@@ -78,11 +81,13 @@ class Agent:
         tools: Mapping[str, Tool] | Sequence[Tool],
         config: AgentConfig | None = None,
         env: str = "local",
+        env_settings: Mapping[str, int] | None = None,
     ) -> None:
         self.model = model
         self.tools = dict(tools) if isinstance(tools, Mapping) else {t.name: t for t in tools}
         self.config = config or AgentConfig()
         self.env = env
+        self.env_settings = dict(env_settings or {})
 
     def seed_for(self, qid: str, rollout: int) -> int:
         return (self.config.seed * 1_000_003 + zlib.crc32(f"{qid}/{rollout}".encode())) % 2**31
@@ -118,6 +123,7 @@ class Agent:
             answer=answer,
             model=self.model.name,
             env=self.env,
+            env_settings=dict(self.env_settings),
             seed=seed,
             version=__version__,
         )

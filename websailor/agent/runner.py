@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -23,7 +23,7 @@ from websailor.agent.trajectory import Trajectory
 from websailor.errors import InputFormatError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
-from websailor.questions import Question
+from websailor.questions import Question, question_level
 
 logger = get_logger(__name__)
 
@@ -60,6 +60,36 @@ def check_source(out: Path, records: list[tuple[int, dict]], model: str) -> None
         )
 
 
+def check_env_settings(out: Path, records: list[tuple[int, dict]], settings: dict[str, int]) -> None:
+    """Refuse to add trajectories made with the observation settings ``settings`` (a record's
+    ``env_settings``; empty: the paper's) to a file whose trajectories were made with others:
+    resuming would mix observation sizes in one run's figures or data.
+
+    Raises:
+        InvalidArgumentError: a record of ``out`` has other settings; the message names the
+            option (``--search-results``, ...) and both values.
+    """
+    from websailor.errors import InvalidArgumentError
+    from websailor.tools.environment import OBSERVATION_FIELDS, OPTIONS
+
+    def shown(value: Any) -> str:
+        return "the default" if value is None else str(value)
+
+    for _, rec in records:
+        theirs = rec.get("env_settings") or {}
+        if not isinstance(theirs, dict):
+            theirs = {}
+        differ = [f for f in OBSERVATION_FIELDS if theirs.get(f) != settings.get(f)]
+        if differ:
+            what = "; ".join(
+                f"{OPTIONS[f]} {shown(theirs.get(f))} there, {shown(settings.get(f))} in this run" for f in differ
+            )
+            raise InvalidArgumentError(
+                f"{out} holds trajectories made with other observation settings ({what}): give the same "
+                "values to resume, or write to another output"
+            )
+
+
 def append_new_trajectories(
     out: Path,
     makers: list[tuple[str, Callable[[], Trajectory]]],
@@ -91,13 +121,19 @@ def append_new_trajectories(
     return len(todo), len(makers) - len(todo)
 
 
-def done_rollouts(out: Path) -> set[tuple[str, int]]:
+def done_rollouts(out: Path, env_settings: dict[str, int] | None = None) -> set[tuple[str, int]]:
     """``(id, rollout)`` pairs already in ``out`` (reads only; an unfinished last line is skipped).
+    With ``env_settings`` (a run's observation settings), a file made with others is refused
+    (:func:`check_env_settings`): commands check before loading a model.
 
     Raises:
         InputFormatError: a line is not a trajectory record.
+        InvalidArgumentError: ``out`` holds trajectories made with other observation settings.
     """
-    return set(latest_rollouts(out, read_appended_jsonl(out, "a trajectory record")))
+    records = read_appended_jsonl(out, "a trajectory record")
+    if env_settings is not None:
+        check_env_settings(out, records, env_settings)
+    return set(latest_rollouts(out, records))
 
 
 @dataclass
@@ -123,7 +159,8 @@ def stream_rollouts(
 ) -> Iterator[Trajectory]:
     """Run ``(question, rollout)`` pairs with ``concurrency`` threads; append each finished
     trajectory to the open file ``fh`` (flushed and fsynced; see
-    :func:`websailor.jsonio.appending`) and yield it, in finishing order. Stopping early (an
+    :func:`websailor.jsonio.appending`), with the question's level when it has one, and yield
+    it, in finishing order. Stopping early (an
     interrupt, or the consumer closing the generator) cancels the calls not started and does
     not wait for those in flight; what finished is already on disk."""
     if concurrency < 1:
@@ -131,9 +168,10 @@ def stream_rollouts(
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
     finished_cleanly = False
     try:
-        futures = [pool.submit(agent.run, q.question, q.id, r, q.answer) for q, r in todo]
+        futures = {pool.submit(agent.run, q.question, q.id, r, q.answer): q for q, r in todo}
         for fut in as_completed(futures):
             traj = fut.result()
+            traj.level = question_level(futures[fut])
             fh.write(trajectory_line(traj))  # only this thread writes
             fh.flush()
             os.fsync(fh.fileno())
@@ -184,7 +222,8 @@ def run_questions(
     it (a second run on it is refused).
 
     Raises:
-        InvalidArgumentError: another process is writing ``out``.
+        InvalidArgumentError: another process is writing ``out``, or it holds trajectories
+            made with other observation settings than the agent's (:func:`check_env_settings`).
         InputFormatError: ``out`` holds lines that are not trajectory records.
     """
     import time
@@ -194,6 +233,7 @@ def run_questions(
     out = Path(out)
     with appending(out, "a trajectory record") as (fh, records):
         done = latest_rollouts(out, records)
+        check_env_settings(out, records, getattr(agent, "env_settings", {}))
         if records:
             first = records[0][1]
             for what, theirs, ours in (

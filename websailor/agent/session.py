@@ -60,7 +60,9 @@ def open_agent(
     environment = open_environment(env)
     try:
         chat = load_model(model, **model_kwargs) if isinstance(model, str) else model
-        return AgentSession(Agent(chat, environment.tools, config, env=environment.name), environment)
+        return AgentSession(
+            Agent(chat, environment.tools, config, env=environment.name, env_settings=environment.settings), environment
+        )
     except BaseException:
         environment.close()
         raise

@@ -57,9 +57,19 @@ class Trajectory:
     #: on the answer's page), ``unverified`` (why none was), ``rejected`` (the wrong candidate
     #: visited and the phrase it fails), ``no_distractor`` (why a drawn distractor was not found).
     construction_notes: dict[str, Any] | None = None
+    env_settings: dict[str, int] = field(default_factory=dict)
+    level: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON record; ``env_settings`` (the observation settings that are not the paper's,
+        e.g. ``{"search_results": 5}``) only when there are any, ``level`` (the question's
+        difficulty level, see :func:`websailor.questions.question_level`) only when known."""
+        out = asdict(self)
+        if not out["env_settings"]:
+            del out["env_settings"]
+        if out["level"] is None:
+            del out["level"]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:

@@ -30,6 +30,11 @@ class Env(str, Enum):
     none = "none"
 
 
+class Observations(str, Enum):
+    paper = "paper"
+    compact = "compact"
+
+
 class Split(str, Enum):
     train = "train"
     test = "test"
@@ -211,7 +216,59 @@ ENV_OPTIONS = {
         ],
         None,
     ),
+    "observations": _option(
+        "observations",
+        Annotated[
+            Optional[Observations],
+            typer.Option(
+                "--observations",
+                help="Observation preset: paper (10 results, 300-character snippets, 4,000 characters of evidence "
+                "per page) or compact (5, 160, 800: a small model on CPU); the three options below override it.",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "search_results": _option(
+        "search_results",
+        Annotated[
+            Optional[int],
+            typer.Option(
+                "--search-results",
+                help="Results per search query (default: the paper's 10).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "snippet_chars": _option(
+        "snippet_chars",
+        Annotated[
+            Optional[int],
+            typer.Option(
+                "--snippet-chars",
+                help="Longest snippet of a search result in characters (default: 300 local; the provider's on the web).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
+    "evidence_chars": _option(
+        "evidence_chars",
+        Annotated[
+            Optional[int],
+            typer.Option(
+                "--evidence-chars",
+                help="Evidence budget of one visited page in characters (default: 4,000).",
+                rich_help_panel="Environment",
+            ),
+        ],
+        None,
+    ),
 }
+
+#: The observation options: the ones ``traj build --source constructive`` uses too.
+OBSERVATION_OPTIONS = ("observations", "search_results", "snippet_chars", "evidence_chars")
 
 
 def env_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -64,7 +65,9 @@ def eval_cmd(
     cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
     items = load_questions(bench, split=split.value if split else None, limit=limit)
     out.mkdir(parents=True, exist_ok=True)
-    done_rollouts(out / "trajectories.jsonl")  # a wrong --out fails before any model time
+    done_rollouts(
+        out / "trajectories.jsonl", env_spec.trajectory_settings()
+    )  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     session = open_agent(model, env_spec, cfg)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
@@ -95,11 +98,16 @@ def score(
 
     records = read_trajectories(paths)
     rollouts_per_question(records)
-    for field in ("model", "env"):
-        seen = sorted({str(r.get(field)) for r in records})
+    for field, what in (("model", "models"), ("env", "envs"), ("env_settings", "observation settings")):
+        seen = sorted(
+            {
+                json.dumps(r.get(field) or {}, sort_keys=True) if field == "env_settings" else str(r.get(field))
+                for r in records
+            }
+        )
         if len(seen) > 1:
             logger.warning(
-                "these trajectories come from different %ss (%s): the figures pool them", field, ", ".join(seen)
+                "these trajectories come from different %s (%s): the figures pool them", what, ", ".join(seen)
             )
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     if out is not None:

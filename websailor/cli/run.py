@@ -77,7 +77,7 @@ def run(
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
     if out is not None:  # check the output before spending any model time
         out.parent.mkdir(parents=True, exist_ok=True)
-        done_rollouts(out)
+        done_rollouts(out, env_spec.trajectory_settings())
     session = open_agent(model, env_spec, cfg)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:

@@ -100,14 +100,21 @@ def traj_build(
     env_spec: Any = None,
 ) -> None:
     """Build SFT trajectories. Expert rollouts run in the environment the environment options
-    choose (default: local tools over --corpus)."""
+    choose (default: local tools over --corpus); constructive replays use the local tools with
+    the observation settings (--observations, --search-results, --snippet-chars,
+    --evidence-chars), recorded in each trajectory (env_settings)."""
     if source != TrajSource.expert:
         why = (
             "imported trajectories run no tools"
             if source == TrajSource.import_
             else ("constructive trajectories replay through the local tools over --corpus")
         )
-        warn_unused_env(env_spec, f"--source expert ({why})")
+        from websailor.tools.environment import OBSERVATION_FIELDS
+
+        unused = env_spec
+        if source == TrajSource.constructive:  # the observation settings apply to the replay
+            unused = env_spec.model_copy(update=dict.fromkeys(OBSERVATION_FIELDS))
+        warn_unused_env(unused, f"--source expert ({why})")
     transform = None
     if rewrite_thoughts:
         from websailor.models import load_model
@@ -148,13 +155,17 @@ def traj_build(
                 print(f"{sum(counts[v] for v in VERDICTS)} expert rollouts ({rollouts_file}): {verdicts}")
         print(f"{counts['written']} expert trajectories written to {out}")
         return
+    from websailor.agent.runner import check_env_settings
     from websailor.corpus import Corpus
+    from websailor.jsonio import read_appended_jsonl
     from websailor.synth.dataset import read_items
     from websailor.tools.local import build_local_tools
     from websailor.train.constructive import build_constructive, construction_counts, format_construction_counts
 
     if not qa.is_file():
         fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")
+    settings = env_spec.observations()
+    check_env_settings(out, read_appended_jsonl(out, "a trajectory record"), settings)
     items = read_items(qa)
     opened = Corpus.open(corpus)
     kg = None
@@ -164,16 +175,30 @@ def traj_build(
         kg = load_or_build(opened)
     written, skipped = build_constructive(
         items,
-        build_local_tools(opened),
+        build_local_tools(opened, **settings),
         out,
         split=split.value if split else "train",
-        transform=transform,
+        transform=with_env_settings(transform, settings),
         source=source_name("constructive"),
         distractor_share=distractor_share,
         kg=kg,
     )
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
     print(format_construction_counts(construction_counts(out)))
+
+
+def with_env_settings(transform: Any, settings: dict[str, int]) -> Any:
+    """``transform`` (or nothing), then the observation settings recorded in the trajectory's
+    ``env_settings`` (nothing to do for the paper's)."""
+    if not settings:
+        return transform
+
+    def apply(traj: Any) -> Any:
+        traj = transform(traj) if transform else traj
+        traj.env_settings = dict(settings)
+        return traj
+
+    return apply
 
 
 def register(app: typer.Typer) -> None:

@@ -24,6 +24,8 @@ from websailor.text import truncate
 
 #: Longest query (characters) that is analyzed; longer ones are cut (BM25 gains nothing from more).
 MAX_QUERY_CHARS = 2000
+#: Longest snippet of a search hit (characters): the ``search`` tool's default (``--snippet-chars``).
+SNIPPET_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,9 @@ class Corpus:
         return f"Corpus({str(self.path)!r}, docs={len(self)}, passages={self.meta['n_passages']})"
 
     # -- search --------------------------------------------------------------------------
-    def search(self, queries: Sequence[str], k: int = 10, n_threads: int = 0) -> list[list[SearchHit]]:
+    def search(
+        self, queries: Sequence[str], k: int = 10, n_threads: int = 0, snippet_chars: int = SNIPPET_CHARS
+    ) -> list[list[SearchHit]]:
         """BM25 search; for each query the top ``k`` pages (best passage per page).
 
         Args:
@@ -171,6 +175,7 @@ class Corpus:
                 :data:`MAX_QUERY_CHARS` characters).
             k: pages per query (positive; fewer come back when fewer pages match).
             n_threads: bm25s threads for large batches.
+            snippet_chars: longest snippet of a hit (:meth:`snippet`).
 
         Returns:
             ``len(queries)`` lists of :class:`SearchHit`, best first. A query whose words all
@@ -205,13 +210,17 @@ class Corpus:
                     raise CorpusError(
                         f"{self.path} is inconsistent: passage {row} belongs to a missing page; rebuild with --force"
                     )
-                results.append(SearchHit(len(results) + 1, title, url, self.snippet(text, terms), score, doc_id, row))
+                results.append(
+                    SearchHit(
+                        len(results) + 1, title, url, self.snippet(text, terms, snippet_chars), score, doc_id, row
+                    )
+                )
                 if len(results) == k:
                     break
             out.append(results)
         return out
 
-    def snippet(self, passage: str, terms: set[str], max_chars: int = 300) -> str:
+    def snippet(self, passage: str, terms: set[str], max_chars: int = SNIPPET_CHARS) -> str:
         """The run of sentences of ``passage`` that starts at the sentence sharing most
         analyzed ``terms`` with the query, cut to ``max_chars``."""
         spans = sentence_spans(passage)

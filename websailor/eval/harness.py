@@ -14,7 +14,7 @@ from websailor.eval.report import write_report
 from websailor.eval.scoring import read_trajectories, score_trajectories
 from websailor.judge import Judge
 from websailor.log import get_logger
-from websailor.questions import Question
+from websailor.questions import Question, question_level
 
 logger = get_logger(__name__)
 
@@ -46,7 +46,8 @@ def evaluate(
     "parts"}``), so ``websailor score`` can regrade the file alone. Only the trajectories of
     ``items`` (same id and question text, rollout below k) are graded, so a file left by a
     larger run does not leak into a smaller one; a stored gold answer that differs from the
-    benchmark's is replaced by it. Rollouts that ended in a model error are rerun by a resumed
+    benchmark's is replaced by it, and so is the question's level (the figures come by level
+    when the questions have levels). Rollouts that ended in a model error are rerun by a resumed
     run and are ungraded until then.
     """
     cfg = cfg or EvalConfig()
@@ -69,6 +70,9 @@ def evaluate(
         if rec["answer"] != gold:  # the benchmark's answer was corrected: grade against the current one
             changed += 1
             rec = {**rec, "answer": gold}
+        level = question_level(it)
+        if rec.get("level") != level:  # the benchmark's level (rollouts run before it had one)
+            rec = {**rec, "level": level}
         records.append(rec)
     if changed:
         logger.warning(

@@ -24,8 +24,49 @@ def _bucket(n: int) -> str:
     return "?"
 
 
+def _r(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 4)
+
+
+def level_figures(scores: list[Score], n_resamples: int = 1000) -> dict:
+    """The headline figures of one group of questions (a level): questions, trajectories,
+    ungraded, Avg@k with its 95% bootstrap interval, Pass@k, format validity (of how many
+    assistant turns), mean tool calls and terminations, with the same keys as the whole
+    summary's."""
+    ids, table = score_table(scores)
+    ci = bootstrap_ci(table, n_resamples=n_resamples)
+    turns = sum(s.assistant_turns for s in scores)
+    return {
+        "questions": len(ids),
+        "trajectories": len(scores),
+        "ungraded": sum(s.correct is None for s in scores),
+        "avg_at_k": _r(avg_at_k(table)),
+        "avg_at_k_ci95": [_r(ci[0]), _r(ci[1])],
+        "pass_at_k": _r(pass_at_k(table)),
+        "format_validity": _r(sum(s.valid_turns for s in scores) / turns) if turns else None,
+        "assistant_turns": turns,
+        "mean_tool_calls": round(statistics.mean(s.num_tool_calls for s in scores), 2),
+        "terminations": dict(Counter(s.termination for s in scores).most_common()),
+    }
+
+
+def by_level(scores: list[Score], n_resamples: int = 1000) -> dict[str, dict]:
+    """:func:`level_figures` for each level of the questions, by level (``"1"``, ``"2"``, ...;
+    ``"none"`` for questions without one among questions with one); empty when no question
+    has a level."""
+    levels = {s.level for s in scores}
+    if levels == {None}:
+        return {}
+    order = sorted(levels, key=lambda v: (v is None, v or 0))
+    return {
+        "none" if v is None else str(v): level_figures([s for s in scores if s.level == v], n_resamples) for v in order
+    }
+
+
 def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> dict:
-    """Every figure of the report, as a JSON-able dict.
+    """Every figure of the report, as a JSON-able dict; ``by_level`` (:func:`by_level`) when
+    the questions have levels, ``env_settings`` (the distinct observation settings that were
+    not the paper's) when there are any.
 
     Raises:
         ValueError: no scores, or questions with different numbers of rollouts.
@@ -41,10 +82,8 @@ def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> 
         by_calls[_bucket(s.num_tool_calls)].append(bool(s.correct))
     order = [_bucket(lo) for lo, _ in BUCKETS]
 
-    def r(x: float) -> float | None:
-        return None if math.isnan(x) else round(x, 4)
-
-    return {
+    r = _r
+    out = {
         "bench": bench,
         "judge": scores[0].judge,
         "model": sorted({s.model for s in scores}),
@@ -76,6 +115,13 @@ def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> 
             if by_calls.get(b)
         },
     }
+    levels = by_level(scores, n_resamples)
+    if levels:
+        out["by_level"] = levels
+    settings = [dict(t) for t in sorted({tuple(sorted(s.env_settings.items())) for s in scores if s.env_settings})]
+    if settings:
+        out["env_settings"] = settings
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -107,9 +153,33 @@ def to_markdown(s: dict) -> str:
         "| tool calls | trajectories | accuracy |",
         "|---|---|---|",
     ]
+    if s.get("by_level"):  # after the main table and its blank line
+        lines[9:9] = ["Figures by level of the questions:", "", *_level_table(s["by_level"], s["k"])]
+    if s.get("env_settings"):
+        from websailor.tools.environment import OPTIONS
+
+        shown = "; ".join(", ".join(f"{OPTIONS[f]} {v}" for f, v in e.items()) for e in s["env_settings"])
+        lines.insert(3, f"- observation settings: {shown} (the rest the paper's)")
     lines += [f"| {b} | {v['n']} | {_pct(v['accuracy'])} |" for b, v in s["accuracy_by_tool_calls"].items()]
     lines += ["", "| j | Pass@j |", "|---|---|"] + [f"| {j} | {_pct(v)} |" for j, v in s["pass_at_j"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _level_table(levels: dict[str, dict], k: int) -> list[str]:
+    """The by-level rows of the report (inserted after the main table)."""
+    lines = [
+        f"| level | questions | trajectories | Avg@{k} (95% CI) | Pass@{k} | format validity | mean tool calls "
+        "| terminations |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for level, v in levels.items():
+        lo, hi = v["avg_at_k_ci95"]
+        terms = ", ".join(f"{t} {n}" for t, n in v["terminations"].items())
+        lines.append(
+            f"| {level} | {v['questions']} | {v['trajectories']} | {_pct(v['avg_at_k'])} ({_pct(lo)}-{_pct(hi)}) | "
+            f"{_pct(v['pass_at_k'])} | {_pct(v['format_validity'])} | {v['mean_tool_calls']} | {terms} |"
+        )
+    return [*lines, ""]
 
 
 def write_plots(s: dict, out_dir: Path) -> list[Path]:

@@ -2,7 +2,8 @@
 grades to a scores file (resumable), and build the (questions x runs) table the metrics take.
 
 A scores line: ``{id, rollout, judge, correct, score, extracted, reasoning, confidence, error,
-termination, num_tool_calls, num_model_calls, prompt_tokens, completion_tokens, wall_s}``.
+termination, num_tool_calls, num_model_calls, prompt_tokens, completion_tokens, wall_s, model,
+env, key, assistant_turns, valid_turns, level, env_settings}``.
 ``correct`` is ``null`` for an ungraded rollout (see :class:`websailor.judge.Grade`).
 """
 
@@ -14,7 +15,7 @@ import os
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -51,6 +52,8 @@ class Score:
     key: str = ""  # case_key of the graded rollout: a stored grade is reused only for the same case
     assistant_turns: int = 0
     valid_turns: int = 0  # assistant turns that parse into a tool call or an answer (format validity)
+    level: int | None = None  # the question's difficulty level, when the trajectory records one
+    env_settings: dict = field(default_factory=dict)  # the observation settings that were not the paper's
 
 
 def _check_record(path: Path, lineno: int, rec: dict) -> None:
@@ -252,6 +255,7 @@ def score_trajectories(
                         str(r.get("env", "")),
                         case_key(r, golds[id(r)]),
                         *_turns(r),
+                        **_context(r),
                     )
                     done[(s.id, s.rollout)] = s
                     if fh is not None:
@@ -260,7 +264,18 @@ def score_trajectories(
                     fh.flush()
                     os.fsync(fh.fileno())
                 bar.update(len(part))
-    return [done[(str(r["id"]), r["rollout"])] for r in records]
+    # the level and the observation settings are the record's, also for a grade made before they were recorded
+    return [replace(done[(str(r["id"]), r["rollout"])], **_context(r)) for r in records]
+
+
+def _context(rec: dict) -> dict:
+    """The ``level`` and ``env_settings`` of a trajectory record, as a :class:`Score` holds them."""
+    level = rec.get("level")
+    settings = rec.get("env_settings")
+    return {
+        "level": level if isinstance(level, int) and not isinstance(level, bool) else None,
+        "env_settings": dict(settings) if isinstance(settings, dict) else {},
+    }
 
 
 def score_table(scores: list[Score]) -> tuple[list[str], list[list[bool | None]]]:

@@ -2,9 +2,10 @@
 the real web, or a shared tool server; every tool is metered.
 
 An :class:`EnvSpec` holds every environment option of a run (the ``--env``, ``--corpus``,
-``--tools-url``, ``--web-config``, ``--tools``, ``--files-dir``, ``--unsafe-python`` and
-``--summary-model`` of every command that runs the agent); :func:`open_environment` builds the
-tools from it:
+``--tools-url``, ``--web-config``, ``--tools``, ``--files-dir``, ``--unsafe-python``,
+``--summary-model`` and the observation settings ``--search-results``, ``--snippet-chars``,
+``--evidence-chars`` and ``--observations`` of every command that runs the agent);
+:func:`open_environment` builds the tools from it:
 
 - ``EnvSpec(kind="local")``: ``search`` and ``visit`` over the corpus (``PythonInterpreter`` and
   ``parse_file`` on request);
@@ -51,7 +52,22 @@ OPTIONS = {
     "files_dir": "--files-dir",
     "unsafe_python": "--unsafe-python",
     "summary_model": "--summary-model",
+    "search_results": "--search-results",
+    "snippet_chars": "--snippet-chars",
+    "evidence_chars": "--evidence-chars",
 }
+
+#: The observation settings: how much of the corpus or the web one tool call shows the model.
+OBSERVATION_FIELDS = ("search_results", "snippet_chars", "evidence_chars")
+#: The paper's observations (what every field left unset means): 10 results per query, the
+#: local snippet of 300 characters (on the web, the provider's snippet), 4,000 characters of
+#: evidence per visited page.
+PAPER_OBSERVATIONS = {"search_results": 10, "snippet_chars": 300, "evidence_chars": 4000}
+#: ``--observations compact``: small observations for a small model on CPU (a 135M model with
+#: a short context), measured in docs/tools.md.
+COMPACT_OBSERVATIONS = {"search_results": 5, "snippet_chars": 160, "evidence_chars": 800}
+#: The presets of ``--observations``; ``paper`` leaves every field at its default.
+OBSERVATION_PRESETS = {"paper": {}, "compact": COMPACT_OBSERVATIONS}
 
 
 class EnvSpec(BaseModel):
@@ -75,9 +91,18 @@ class EnvSpec(BaseModel):
         unsafe_python: run ``PythonInterpreter`` without isolation where bubblewrap cannot run.
         summary_model: model spec of ``visit``'s LLM extractor (``smollm2``, ``hf:PATH`` or
             ``openai:MODEL@URL``); default: the goal-ranked passage extractor.
+        search_results: results per query of ``search`` (and ``google_scholar``); the tool's
+            description says the number. Default (``None``): the paper's 10.
+        snippet_chars: longest snippet of a search result, in characters. Default: 300 in the
+            local environment; on the web, the provider's snippet.
+        evidence_chars: evidence budget of one visited page, in characters (the LLM
+            extractor's evidence is cut to it too when it is set). Default: 4,000.
 
-    Unknown fields are refused; :meth:`ignored` names the options given that the chosen
-    environment does not use.
+    The observation settings (:data:`OBSERVATION_FIELDS`) are positive integers or ``None``
+    for the paper's value; :meth:`from_options` also takes ``observations`` (a preset of
+    :data:`OBSERVATION_PRESETS`) that the three single options override. With a tool server,
+    the server's own settings apply. Unknown fields are refused; :meth:`ignored` names the
+    options given that the chosen environment does not use.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -90,6 +115,18 @@ class EnvSpec(BaseModel):
     files_dir: Path | None = None
     unsafe_python: bool = False
     summary_model: str | None = None
+    search_results: int | None = None
+    snippet_chars: int | None = None
+    evidence_chars: int | None = None
+
+    @field_validator(*OBSERVATION_FIELDS, mode="before")
+    @classmethod
+    def _positive(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"must be a positive integer, got {value!r}")
+        return value
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -144,17 +181,37 @@ class EnvSpec(BaseModel):
     def from_options(cls, **options: Any) -> EnvSpec:
         """An :class:`EnvSpec` from option values (``None`` for options not given).
 
+        ``observations`` (``paper`` or ``compact``, see :data:`OBSERVATION_PRESETS`) fills the
+        observation settings not given one by one.
+
         Raises:
             ConfigError: a value that is not valid, naming its option (``--tools is empty: ...``).
         """
+        options = {k: v for k, v in options.items() if v is not None}
+        preset = options.pop("observations", None)
+        if preset is not None:
+            preset = getattr(preset, "value", preset)
+            if preset not in OBSERVATION_PRESETS:
+                raise ConfigError(f"--observations must be one of {', '.join(OBSERVATION_PRESETS)}, got {preset!r}")
+            options = {**OBSERVATION_PRESETS[preset], **options}
         try:
-            return cls(**{k: v for k, v in options.items() if v is not None})
+            return cls(**options)
         except ValidationError as e:
             err = e.errors()[0]
             field = str(err["loc"][0]) if err["loc"] else ""
             message = err["msg"].removeprefix("Value error, ")
-            sep = " " if message.startswith(("is ", "names ")) else ": "
+            sep = " " if message.startswith(("is ", "names ", "must ")) else ": "
             raise ConfigError(f"{OPTIONS.get(field, field)}{sep}{message}") from None
+
+    def observations(self) -> dict[str, int]:
+        """The observation settings that are set (not the paper's defaults), by field name:
+        what :meth:`record` and every trajectory (``env_settings``) record."""
+        return {f: getattr(self, f) for f in OBSERVATION_FIELDS if getattr(self, f) is not None}
+
+    def trajectory_settings(self) -> dict[str, int]:
+        """The ``env_settings`` that trajectories run with this spec record: :meth:`observations`,
+        or nothing with a tool server (its own settings apply) or with ``--env none``."""
+        return {} if self.tools_url is not None or self.kind == "none" else self.observations()
 
     def given(self) -> list[str]:
         """The options set to something other than their default, as written on the command line."""
@@ -169,7 +226,11 @@ class EnvSpec(BaseModel):
         """One line for each option given that the chosen environment does not use (``--web-config``
         with ``--env local``, ``--corpus`` with a tool server, ``--files-dir`` without
         ``parse_file``, ...); :func:`open_environment` logs them as warnings."""
-        given = [f for f in ("corpus", "web_config", "files_dir", "unsafe_python", "summary_model") if getattr(self, f)]
+        given = [
+            f
+            for f in ("corpus", "web_config", "files_dir", "unsafe_python", "summary_model", *OBSERVATION_FIELDS)
+            if getattr(self, f)
+        ]
         if self.tools_url is not None:
             where = f"the tools are the tool server's at {self.tools_url}"
             lines = [f"--env {self.kind} is ignored: {where}"] if self.kind != "local" else []
@@ -186,16 +247,16 @@ class EnvSpec(BaseModel):
             ("files_dir", "parse_file"),
             ("unsafe_python", "PythonInterpreter"),
             ("summary_model", "visit"),
-        ):
+        ):  # (an observation setting without its tool is not named: a preset sets all three)
             if getattr(self, f) and tool not in offered:
                 lines.append(f"{OPTIONS[f]} is ignored: {tool} is not among the tools ({', '.join(offered) or 'none'})")
         return lines
 
     def record(self) -> dict[str, Any]:
         """What identifies the environment of a run that resumes (``train rl``): the corpus (as
-        an absolute path), and the kind, tools URL, tool list and summary model when they are
-        not the defaults. Operational options (web settings file, files folder, unsafe Python)
-        are left out."""
+        an absolute path), and the kind, tools URL, tool list, summary model and observation
+        settings (:meth:`observations`) when they are not the defaults. Operational options
+        (web settings file, files folder, unsafe Python) are left out."""
         out: dict[str, Any] = {}
         if self.corpus is not None:
             out["corpus"] = str(Path(self.corpus).resolve())
@@ -205,6 +266,7 @@ class EnvSpec(BaseModel):
             )
         if self.summary_model is not None:
             out["summary_model"] = self.summary_model
+        out.update(self.observations())
         return out
 
 
@@ -218,12 +280,16 @@ class ToolEnvironment:
         tools: metered tools by name.
         metrics: calls, errors, retries, cache hits, failovers and latencies of this process.
         url: the tool server's address, when the tools are remote.
+        settings: the observation settings that are not the paper's
+            (:meth:`EnvSpec.observations`), recorded in every trajectory as ``env_settings``;
+            empty with a tool server (its own settings apply and are not known here).
     """
 
     name: str
     tools: dict[str, Tool]
     metrics: ToolMetrics
     url: str | None = None
+    settings: dict[str, int] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list, repr=False)
 
     def record_metrics(self, path: str | Path) -> dict[str, Any]:
@@ -305,7 +371,9 @@ def open_environment(spec: EnvSpec | None = None, *, summary_model: Any = None) 
             from websailor.tools.local import build_local_tools
 
             if {"search", "visit"} & set(wanted):
-                built.update(build_local_tools(Corpus.open(spec.corpus), summary_model=summary_model))
+                built.update(
+                    build_local_tools(Corpus.open(spec.corpus), summary_model=summary_model, **spec.observations())
+                )
             built.update(_sandboxed_tools(wanted, spec.files_dir, spec.unsafe_python, fetch=None))
         elif env == "web":
             from websailor.tools.web import build_web_tools, load_web_settings
@@ -313,7 +381,7 @@ def open_environment(spec: EnvSpec | None = None, *, summary_model: Any = None) 
 
             settings = load_web_settings(spec.web_config)
             web_tools, executor = build_web_tools(
-                settings, summary_model, metrics, names=[n for n in wanted if n in WEB_TOOLS]
+                settings, summary_model, metrics, names=[n for n in wanted if n in WEB_TOOLS], **spec.observations()
             )
             closers.append(executor.close)
             built.update(web_tools)
@@ -325,7 +393,13 @@ def open_environment(spec: EnvSpec | None = None, *, summary_model: Any = None) 
         raise
     chosen = {n: built[n] for n in wanted}
     metrics.register(chosen)
-    return ToolEnvironment(env, {n: MeteredTool(t, metrics) for n, t in chosen.items()}, metrics, _closers=closers)
+    return ToolEnvironment(
+        env,
+        {n: MeteredTool(t, metrics) for n, t in chosen.items()},
+        metrics,
+        settings=spec.trajectory_settings(),
+        _closers=closers,
+    )
 
 
 def _sandboxed_tools(wanted: Sequence[str], files_root: Path | None, allow_unsafe: bool, fetch: Any) -> dict[str, Tool]:

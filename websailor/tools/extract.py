@@ -22,6 +22,9 @@ from websailor.tools.visit import Extraction
 if TYPE_CHECKING:
     from websailor.models.base import ChatModel
 
+#: The evidence budget of one visited page (characters): ``visit``'s default (``--evidence-chars``).
+EVIDENCE_CHARS = 4000
+
 
 def _units(doc: Document) -> list[str]:
     """Passages of a page for ranking: paragraphs, or sentences when the page has few."""
@@ -35,7 +38,7 @@ def extract(
     doc: Document,
     goal: str,
     index: BM25Index,
-    max_evidence_chars: int = 4000,
+    max_evidence_chars: int = EVIDENCE_CHARS,
     summary_sentences: int = 3,
     max_summary_chars: int = 600,
 ) -> Extraction:
@@ -45,7 +48,8 @@ def extract(
         doc: the page.
         goal: what the agent wants from the page; blank keeps page order.
         index: supplies the analyzer (same stemming as search).
-        max_evidence_chars: evidence budget; passages past it are dropped (the last one cut).
+        max_evidence_chars: evidence budget; passages past it are dropped (the last one cut);
+            the best passage is kept, cut to the budget, however small the budget.
         summary_sentences: sentences in the summary: the page's opening sentence plus the
             sentences that best match the goal, in page order.
 
@@ -60,7 +64,7 @@ def extract(
     used = 0
     for i in order:
         room = max_evidence_chars - used
-        if room < 80:
+        if room < 80 and evidence:
             break
         evidence.append(truncate(units[i], room))
         used += len(evidence[-1]) + 1
@@ -124,10 +128,21 @@ def llm_extract(
 
 
 def extract_for_goal(
-    doc: Document, goal: str, index: BM25Index, summary_model: ChatModel | None = None, max_evidence_chars: int = 4000
+    doc: Document,
+    goal: str,
+    index: BM25Index,
+    summary_model: ChatModel | None = None,
+    max_evidence_chars: int = EVIDENCE_CHARS,
+    cut_llm_evidence: bool = False,
 ) -> Extraction:
     """What ``visit`` reports of ``doc`` in every environment: the LLM extractor's evidence and
     summary when ``summary_model`` is given and its output is usable (:func:`llm_extract`),
-    else the goal-ranked passages (:func:`extract`)."""
+    else the goal-ranked passages (:func:`extract`) within ``max_evidence_chars``. With
+    ``cut_llm_evidence`` (an evidence budget set with ``--evidence-chars``), the LLM's evidence
+    is cut to that budget too."""
     found = llm_extract(summary_model, doc, goal) if summary_model is not None else None
-    return found if found is not None else extract(doc, goal, index, max_evidence_chars)
+    if found is None:
+        return extract(doc, goal, index, max_evidence_chars)
+    if cut_llm_evidence:
+        found = Extraction([truncate(e, max_evidence_chars) for e in found.evidence], found.summary)
+    return found

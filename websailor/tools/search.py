@@ -40,9 +40,19 @@ def format_search_results(query: str, hits: Sequence[Hit]) -> str:
     return f"A search for '{query}' found {len(hits)} {noun}:\n\n## Web Results\n" + "\n\n".join(lines)
 
 
+def search_description(results: int = 10) -> str:
+    """The ``search`` tool's description for ``results`` results per query (paper: 10), so
+    that what the model reads matches what the tool returns."""
+    best = "best result" if results == 1 else f"{results} best results"
+    return (
+        f"Search the web. Give one or more queries in the array 'query'; each returns its {best} (title, URL, snippet)."
+    )
+
+
 class BaseSearchTool(Tool):
     """The ``search`` tool of the paper: ``query`` is an array of strings, each answered with
-    its best results (paper: 10).
+    its best results (paper: 10). A back end with another number of results sets its own
+    :attr:`description` with :func:`search_description`.
 
     Attributes:
         max_queries: queries per call; extra ones are dropped with a note.
@@ -50,10 +60,7 @@ class BaseSearchTool(Tool):
     """
 
     name = "search"
-    description = (
-        "Search the web. Give one or more queries in the array 'query'; each returns its 10 best "
-        "results (title, URL, snippet)."
-    )
+    description = search_description(10)
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {

@@ -217,6 +217,8 @@ def train_sft(
         "train_seconds": round(seconds, 1),
         "loss_history": history,
     }
+    if data.observation_settings():  # what observations the data's tool responses were made with
+        summary["env_settings"] = data.observation_settings()
     if trainer.is_world_process_zero():
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary

@@ -36,12 +36,23 @@ class SFTData:
             (termination other than ``answer``: nothing correct to imitate).
         tokens: total tokens of the kept examples, and how many of them carry loss.
         sha256: digest of the file's bytes (a resumed run must see the same data).
+        env_settings: the observation settings of the kept trajectories (their
+            ``env_settings``; ``{}``: the paper's), each with how many were kept; empty when no
+            record has any (see :meth:`observation_settings`).
     """
 
     examples: list[dict[str, list[int]]]
     counts: Counter = field(default_factory=Counter)
     tokens: dict[str, int] = field(default_factory=dict)
     sha256: str = ""
+    env_settings: Counter = field(default_factory=Counter)
+
+    def observation_settings(self) -> list[dict[str, Any]]:
+        """``[{"settings": {...}, "trajectories": n}, ...]`` for the summary, most common first;
+        ``[]`` when every kept trajectory has the paper's observations."""
+        if not any(self.env_settings):
+            return []
+        return [{"settings": dict(k), "trajectories": n} for k, n in self.env_settings.most_common()]
 
 
 def check_messages(messages: Any, where: str) -> None:
@@ -130,6 +141,8 @@ def load_sft_data(
                 continue
             data.examples.append({"input_ids": ids, "assistant_masks": mask})
             data.counts["kept"] += 1
+            settings = rec.get("env_settings")
+            data.env_settings[tuple(sorted(settings.items())) if isinstance(settings, dict) else ()] += 1
             total += len(ids)
             loss += sum(mask)
     data.sha256 = digest.hexdigest()
@@ -141,6 +154,12 @@ def load_sft_data(
             data.counts["read"],
             max_length,
             limit_name,
+        )
+    if len(data.env_settings) > 1:
+        logger.warning(
+            "the trajectories were made with %d different observation settings: %s",
+            len(data.env_settings),
+            "; ".join(f"{dict(k) or 'the paper'}: {n}" for k, n in data.env_settings.most_common()),
         )
     if data.counts["unfinished"]:
         logger.warning("%d trajectories did not end with an answer: dropped", data.counts["unfinished"])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from websailor.corpus.corpus import Corpus
-from websailor.tools.search import BaseSearchTool, format_search_results
+from websailor.corpus.corpus import SNIPPET_CHARS, Corpus
+from websailor.tools.search import BaseSearchTool, format_search_results, search_description
 
 
 class SearchTool(BaseSearchTool):
@@ -11,17 +11,30 @@ class SearchTool(BaseSearchTool):
 
     Args:
         corpus: the corpus to search.
-        top_k: results per query.
+        top_k: results per query (``--search-results``); the description the model reads says it.
         max_queries: queries per call; extra ones are dropped with a note.
         max_query_chars: longer queries are cut (with a note) before searching.
+        snippet_chars: longest snippet of a result (``--snippet-chars``).
     """
 
-    def __init__(self, corpus: Corpus, top_k: int = 10, max_queries: int = 10, max_query_chars: int = 500) -> None:
+    def __init__(
+        self,
+        corpus: Corpus,
+        top_k: int = 10,
+        max_queries: int = 10,
+        max_query_chars: int = 500,
+        snippet_chars: int = SNIPPET_CHARS,
+    ) -> None:
         self.corpus = corpus
         self.top_k = top_k
+        self.snippet_chars = snippet_chars
+        self.description = search_description(top_k)
         self.max_queries = max_queries
         self.max_query_chars = max_query_chars
 
     def search_blocks(self, queries: list[str]) -> list[str]:
         """The result block of each query: the corpus's BM25 hits, laid out for the agent."""
-        return [format_search_results(q, hits) for q, hits in zip(queries, self.corpus.search(queries, k=self.top_k))]
+        return [
+            format_search_results(q, hits)
+            for q, hits in zip(queries, self.corpus.search(queries, k=self.top_k, snippet_chars=self.snippet_chars))
+        ]

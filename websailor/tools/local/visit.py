@@ -9,7 +9,7 @@ from websailor.corpus.corpus import MAX_QUERY_CHARS, Corpus
 from websailor.corpus.store import Document
 from websailor.corpus.urls import title_to_url
 from websailor.text import truncate
-from websailor.tools.extract import extract_for_goal
+from websailor.tools.extract import EVIDENCE_CHARS, extract_for_goal
 from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, Extraction, format_visit
 
 
@@ -54,22 +54,35 @@ class VisitTool(BaseVisitTool):
         summary_model: a chat model for LLM extraction (``--summary-model``); the goal-ranked
             passage extractor is used without it, or when the model's output is unusable.
         max_urls: pages per call; extra ones are dropped with a note.
-        max_evidence_chars: evidence budget per page.
+        max_evidence_chars: evidence budget per page (``--evidence-chars``).
+        cut_llm_evidence: cut the LLM extractor's evidence to ``max_evidence_chars`` too (when
+            the budget was set rather than left at its default).
     """
 
     def __init__(
-        self, corpus: Corpus, max_urls: int = 5, max_evidence_chars: int = 4000, summary_model: Any = None
+        self,
+        corpus: Corpus,
+        max_urls: int = 5,
+        max_evidence_chars: int = EVIDENCE_CHARS,
+        summary_model: Any = None,
+        cut_llm_evidence: bool = False,
     ) -> None:
         self.corpus = corpus
         self.summary_model = summary_model
         self.max_urls = max_urls
         self.max_evidence_chars = max_evidence_chars
+        self.cut_llm_evidence = cut_llm_evidence
 
     def extraction(self, doc: Document, goal: str) -> Extraction:
         """Evidence and summary of ``doc`` for ``goal``: the LLM extractor when a summary model
         is set and its output is usable, else the goal-ranked passage extractor."""
         return extract_for_goal(
-            doc, goal[:MAX_QUERY_CHARS], self.corpus.index, self.summary_model, self.max_evidence_chars
+            doc,
+            goal[:MAX_QUERY_CHARS],
+            self.corpus.index,
+            self.summary_model,
+            self.max_evidence_chars,
+            self.cut_llm_evidence,
         )
 
     def visit_one(self, url: str, goal: str) -> str:

@@ -14,9 +14,9 @@ from websailor.corpus.store import Document
 from websailor.errors import WebsailorError
 from websailor.text import truncate
 from websailor.tools.base import Tool
-from websailor.tools.extract import extract_for_goal
+from websailor.tools.extract import EVIDENCE_CHARS, extract_for_goal
 from websailor.tools.metrics import ToolMetrics
-from websailor.tools.search import BLOCK_SEPARATOR, BaseSearchTool, format_search_results
+from websailor.tools.search import BLOCK_SEPARATOR, BaseSearchTool, format_search_results, search_description
 from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, format_visit
 from websailor.tools.web.cache import ResultCache
 from websailor.tools.web.executor import Outcome, Provider, ToolExecutor
@@ -56,26 +56,52 @@ def failed_block(what: str, outcome: Outcome, hint: str) -> str:
 class WebSearchTool(BaseSearchTool):
     """``search`` on the web: each query through the providers in order (Serper, then the
     backup), with the executor's cache, limits, retries and failover. A query every provider
-    failed gets a block saying why; if all failed, the call is an error observation."""
+    failed gets a block saying why; if all failed, the call is an error observation.
+
+    ``top_k`` results per query are shown (``--search-results``; the providers should be
+    asked for as many) and each snippet is cut to ``snippet_chars`` when given
+    (``--snippet-chars``; default: the provider's snippet)."""
 
     tool_key = "search"
     label = "search"
     hint = "Try again, or rephrase the query."
 
     def __init__(
-        self, executor: ToolExecutor, providers: Sequence[Provider], max_queries: int = 10, max_query_chars: int = 500
+        self,
+        executor: ToolExecutor,
+        providers: Sequence[Provider],
+        max_queries: int = 10,
+        max_query_chars: int = 500,
+        top_k: int = 10,
+        snippet_chars: int | None = None,
     ) -> None:
         self.executor = executor
         self.providers = list(providers)
         self.max_queries = max_queries
         self.max_query_chars = max_query_chars
+        self.top_k = top_k
+        self.snippet_chars = snippet_chars
+        if self.name == "search":
+            self.description = search_description(top_k)
+
+    def cache_key(self, query: str) -> dict[str, Any]:
+        """The cache key of ``query``: its normalized text, and the number of results asked for
+        when it is not the paper's 10 (so cached 10-result lists stay valid)."""
+        key: dict[str, Any] = {"q": normalize_query(query)}
+        if self.top_k != 10:
+            key["num"] = self.top_k
+        return key
+
+    def snippet(self, text: str) -> str:
+        """A provider's snippet, cut to :attr:`snippet_chars` when set."""
+        return truncate(text, self.snippet_chars) if self.snippet_chars is not None else text
 
     def search_blocks(self, queries: list[str]) -> list[str]:
         outcomes = self.executor.call_many(
             self.tool_key,
             [{"q": q} for q in queries],
             self.providers,
-            keys=[{"q": normalize_query(q)} for q in queries],
+            keys=[self.cache_key(q) for q in queries],
         )
         if all(not o.ok for o in outcomes):
             what = f"The {self.label}" + (
@@ -89,7 +115,8 @@ class WebSearchTool(BaseSearchTool):
 
     def format_hits(self, query: str, hits: list[dict[str, Any]]) -> str:
         return format_search_results(
-            query, [WebHit(i, h["title"], h["url"], h["snippet"]) for i, h in enumerate(hits, 1)]
+            query,
+            [WebHit(i, h["title"], h["url"], self.snippet(h["snippet"])) for i, h in enumerate(hits[: self.top_k], 1)],
         )
 
 
@@ -109,10 +136,13 @@ class WebScholarTool(WebSearchTool):
         if not hits:
             return format_search_results(query, [])
         lines = []
+        hits = hits[: self.top_k]
         for i, h in enumerate(hits, 1):
             meta = ", ".join(x for x in (h.get("publication"), h.get("year")) if x)
             cited = f" Cited by {h['cited_by']}." if h.get("cited_by") is not None else ""
-            lines.append(f"{i}. [{h['title']}]({h['url']})\n{meta + '.' if meta else ''}{cited}\n{h['snippet']}")
+            lines.append(
+                f"{i}. [{h['title']}]({h['url']})\n{meta + '.' if meta else ''}{cited}\n{self.snippet(h['snippet'])}"
+            )
         return (
             f"A Google Scholar search for '{query}' found {len(hits)} results:\n\n## Scholar Results\n"
             + "\n\n".join(lines)
@@ -131,8 +161,9 @@ class WebVisitTool(BaseVisitTool):
         providers: Sequence[Provider],
         summary_model: Any = None,
         max_urls: int = 5,
-        max_evidence_chars: int = 4000,
+        max_evidence_chars: int = EVIDENCE_CHARS,
         allow_private: bool = False,
+        cut_llm_evidence: bool = False,
     ) -> None:
         self.executor = executor
         self.allow_private = allow_private
@@ -140,6 +171,7 @@ class WebVisitTool(BaseVisitTool):
         self.summary_model = summary_model
         self.max_urls = max_urls
         self.max_evidence_chars = max_evidence_chars
+        self.cut_llm_evidence = cut_llm_evidence
         self.index = BM25Index(bm25s.BM25())  # only its analyzer ranks a page's passages
 
     def visit_one(self, url: str, goal: str) -> str:
@@ -158,9 +190,10 @@ class WebVisitTool(BaseVisitTool):
             )
         page = outcome.value
         doc = Document(id=0, title=page["title"] or clean, url=page["url"], text=clean_markdown(page["text"]))
-        text = format_visit(
-            url, goal, extract_for_goal(doc, goal, self.index, self.summary_model, self.max_evidence_chars)
+        found = extract_for_goal(
+            doc, goal, self.index, self.summary_model, self.max_evidence_chars, self.cut_llm_evidence
         )
+        text = format_visit(url, goal, found)
         if page.get("truncated"):
             text += "(The page was longer than the size limit; only its beginning was read.)\n"
         return text
@@ -176,9 +209,18 @@ def build_web_tools(
     summary_model: Any = None,
     metrics: ToolMetrics | None = None,
     names: Sequence[str] = WEB_TOOLS,
+    *,
+    search_results: int | None = None,
+    snippet_chars: int | None = None,
+    evidence_chars: int | None = None,
 ) -> tuple[dict[str, Tool], ToolExecutor]:
     """The web tools named in ``names`` and the executor they share (close it when done; give
     it to :func:`executor_fetch` for ``parse_file``).
+
+    The observation settings (``None``: the paper's; see
+    :class:`websailor.tools.environment.EnvSpec`): results per query of ``search`` and
+    ``google_scholar`` (providers are asked for as many), their snippet length (default: the
+    provider's snippet) and ``visit``'s evidence budget per page.
 
     Tools: ``search`` (Serper, then SearXNG), ``visit`` (Jina Reader, then direct fetch),
     ``google_scholar`` (Serper scholar, then SearXNG science).
@@ -199,14 +241,15 @@ def build_web_tools(
     cache = ResultCache(settings.resolved_cache_path()) if settings.cache else None
     executor = ToolExecutor(policies, cache=cache, metrics=metrics)
     key = settings.serper_api_key.get_secret_value() if settings.serper_api_key else None
+    top_k = search_results if search_results is not None else 10
     search: list[Provider] = []
     scholar: list[Provider] = []
     if key:
-        search.append(SerperSearch(key, settings.serper_base_url))
-        scholar.append(SerperSearch(key, settings.serper_base_url, endpoint="scholar"))
+        search.append(SerperSearch(key, settings.serper_base_url, top_k=top_k))
+        scholar.append(SerperSearch(key, settings.serper_base_url, endpoint="scholar", top_k=top_k))
     if settings.searxng_base_url:
-        search.append(SearxngSearch(settings.searxng_base_url))
-        scholar.append(SearxngSearch(settings.searxng_base_url, category="science"))
+        search.append(SearxngSearch(settings.searxng_base_url, top_k=top_k))
+        scholar.append(SearxngSearch(settings.searxng_base_url, category="science", top_k=top_k))
     readers: list[Provider] = []
     if settings.use_jina:
         jina_key = settings.jina_api_key.get_secret_value() if settings.jina_api_key else None
@@ -219,9 +262,16 @@ def build_web_tools(
     if "visit" in names and settings.direct_fetch:
         import trafilatura  # noqa: F401  (imported now, not inside the first fetch's time limit)
     makers = {
-        "search": lambda: WebSearchTool(executor, search),
-        "visit": lambda: WebVisitTool(executor, readers, summary_model, allow_private=settings.allow_private_urls),
-        "google_scholar": lambda: WebScholarTool(executor, scholar),
+        "search": lambda: WebSearchTool(executor, search, top_k=top_k, snippet_chars=snippet_chars),
+        "visit": lambda: WebVisitTool(
+            executor,
+            readers,
+            summary_model,
+            max_evidence_chars=evidence_chars if evidence_chars is not None else EVIDENCE_CHARS,
+            allow_private=settings.allow_private_urls,
+            cut_llm_evidence=evidence_chars is not None,
+        ),
+        "google_scholar": lambda: WebScholarTool(executor, scholar, top_k=top_k, snippet_chars=snippet_chars),
     }
     try:
         return {n: makers[n]() for n in names}, executor
