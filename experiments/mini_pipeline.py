@@ -261,7 +261,10 @@ def main() -> None:
         ["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train", "--out", str(traj)]
         + ["--distractor-share", str(a.distractor_share), *obs],
     )
-    stage("sft", ["train", "sft", "--data", str(traj), "--out", str(sft), "--model", a.model, "--config", str(a.sft_config)])
+    stage(
+        "sft",
+        ["train", "sft", "--data", str(traj), "--out", str(sft), "--model", a.model, "--config", str(a.sft_config)],
+    )
     evals = {"base": a.model, "sft": f"hf:{sft}"}
     for name in ("base", "sft"):
         stage(f"eval_{name}", ["eval", *test, "--model", evals[name], "--out", str(out / f"eval_{name}"), *agent, *obs])
@@ -288,9 +291,13 @@ def main() -> None:
             ["train", "rl", "--data", str(qa), "--split", "train", "--model", f"hf:{sft}", "--out", str(path)]
             + ["--algo", algo, "--prefilter-from", str(rated), "--max-steps", str(a.rl_steps), *rl_common],
         )
-        stage(f"eval_{name}", ["eval", *test, "--model", f"hf:{path}", "--out", str(out / f"eval_{name}"), *agent, *obs])
+        stage(
+            f"eval_{name}", ["eval", *test, "--model", f"hf:{path}", "--out", str(out / f"eval_{name}"), *agent, *obs]
+        )
 
-    results["eval"] = {m: figures(out / f"eval_{m}") for m in evals | rl_runs if (out / f"eval_{m}" / "summary.json").exists()}
+    results["eval"] = {
+        m: figures(out / f"eval_{m}") for m in evals | rl_runs if (out / f"eval_{m}" / "summary.json").exists()
+    }
     results["reward_gain"] = {
         label: reward_gain(path)
         for label, path in (("sanity", sanity), *((m, d) for m, (_, d) in rl_runs.items()))
