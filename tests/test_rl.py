@@ -507,6 +507,8 @@ def test_cli_names_bad_rl_settings(tmp_path: Path):
         (["--group-size", "1"], "no baseline"),
         (["--group-size", "4", "--batch", "6"], "not a multiple"),
         (["--algo", "ppo"], "ppo"),
+        (["--prefilter-band", "0.9:0.1"], "prefilter_band '0.9:0.1': use 0<c<k"),
+        (["--prefilter-from", str(tmp_path / "no-eval")], "no such file or directory"),
     ):
         r = CliRunner().invoke(app, ["train", "rl", "--data", str(qa), "--out", str(tmp_path / "o"), *args])
         assert r.exit_code != 0 and message in r.output, r.output

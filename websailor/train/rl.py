@@ -719,6 +719,8 @@ def train_rl(
     tokenizer = load_tokenizer(model_dir)
     TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
     load_judge(settings.reward)  # a bad spec is refused before anything is written
+    if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
+        prefilter_source(settings.prefilter_from)  # so is a missing --prefilter-from (a resumed run needs it no more)
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
     split = resolve_split(data_path, split, "train")
