@@ -238,6 +238,7 @@ def test_shipped_configs_load():
     paper = load_settings(root / "paper.yaml")
     assert (paper.batch_size, paper.learning_rate, paper.temperature, paper.epsilon_high) == (128, 1e-6, 1.0, 0.28)
     assert load_settings(root / "cpu_mini.yaml").batch_size % load_settings(root / "cpu_mini.yaml").group_size == 0
+    assert load_settings(root / "cpu_mini.yaml").gradient_checkpointing is True and RLSettings().gradient_checkpointing
 
 
 def test_step_log_read_and_plot(tmp_path: Path):
@@ -710,6 +711,7 @@ def test_train_rl_prefilters_from_an_eval_and_records_it(tiny_rl, vital_dir: Pat
     out = tmp_path / "run"
     summary = train_rl(qa, f"hf:{tiny}", out, s, env=EnvSpec(corpus=vital_dir), progress=False)
     assert summary["questions"] == 1 and summary["steps"] == 1
+    assert summary["memory"]["checkpointing_kwargs"] == {"use_reentrant": False}  # the default
     p = summary["prefilter"]
     assert (p["kept"], p["too_easy"], p["too_hard"], p["band"], p["k"]) == (1, 1, 0, "0<c<k", 4)
     assert p["source"] == str(tmp_path / "eval" / "trajectories.jsonl")

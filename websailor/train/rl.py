@@ -34,10 +34,13 @@ from websailor.questions import Question, load_questions, resolve_split
 if TYPE_CHECKING:
     from websailor.tools.environment import EnvSpec
 from websailor.train.common import (
+    CHECKPOINTING_KWARGS,
     TrainSettings,
     check_resume,
+    limit_training_memory,
     load_tokenizer,
     load_trainable_model,
+    memory_record,
     read_settings,
     resolve_model_dir,
     save_model,
@@ -790,6 +793,7 @@ def train_rl(
             _check_enough(items, settings, "the prefilter's moderate items")
 
         bf16 = use_bf16(settings.precision)
+        limits = limit_training_memory()
 
         def run_summary(steps: int) -> dict[str, Any]:
             """What ``rl_summary.json`` says of the run, less its time and log."""
@@ -803,6 +807,7 @@ def train_rl(
                 "steps": steps,
                 "gradient_accumulation": accumulation,
                 "bf16": bf16,
+                "memory": memory_record(settings, limits),
             }
 
         net = load_trainable_model(model_dir, settings)
@@ -862,6 +867,7 @@ def train_rl(
             bf16=bf16,
             gradient_checkpointing=None,  # the deprecated alias
             activation_checkpointing=settings.gradient_checkpointing,
+            activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
             save_strategy="steps",
             save_steps=settings.save_steps,
             save_total_limit=2,
