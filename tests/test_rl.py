@@ -238,6 +238,7 @@ def test_shipped_configs_load():
     paper = load_settings(root / "paper.yaml")
     assert (paper.batch_size, paper.learning_rate, paper.temperature, paper.epsilon_high) == (128, 1e-6, 1.0, 0.28)
     assert load_settings(root / "cpu_mini.yaml").batch_size % load_settings(root / "cpu_mini.yaml").group_size == 0
+    assert load_settings(root / "cpu_mini.yaml").gradient_checkpointing is True and RLSettings().gradient_checkpointing
 
 
 def test_step_log_read_and_plot(tmp_path: Path):
@@ -507,6 +508,8 @@ def test_cli_names_bad_rl_settings(tmp_path: Path):
         (["--group-size", "1"], "no baseline"),
         (["--group-size", "4", "--batch", "6"], "not a multiple"),
         (["--algo", "ppo"], "ppo"),
+        (["--prefilter-band", "0.9:0.1"], "prefilter_band '0.9:0.1': use 0<c<k"),
+        (["--prefilter-from", str(tmp_path / "no-eval")], "no such file or directory"),
     ):
         r = CliRunner().invoke(app, ["train", "rl", "--data", str(qa), "--out", str(tmp_path / "o"), *args])
         assert r.exit_code != 0 and message in r.output, r.output
@@ -562,3 +565,162 @@ def test_an_interrupt_during_the_rollouts_does_not_wait_for_those_in_flight(tmp_
         rollouts._run(Agentish(), [item] * 4, step=0)
     assert time.perf_counter() - t0 < 5
     release.set()
+
+
+# -- prefilter from existing rollouts ------------------------------------------------------------
+PREFILTER_ITEMS = {
+    "easy": ("Which river flows through Cairo?", "Nile", ["Nile"] * 4),
+    "mid": ("Which city is the capital of France?", "Paris", ["Paris", "Lyon", "Paris", "Nice"]),
+    "hard": ("Who painted the Mona Lisa?", "Leonardo da Vinci", ["Raphael"] * 4),
+    "flaky": ("Which river flows through Paris?", "Seine", ["Seine", "HTTP 503", "Loire", "Seine"]),
+}
+
+
+def _graded_eval(out: Path, items: dict | None = None) -> list[Question]:
+    """An eval output of the real harness: four rollouts per item by a scripted model that
+    answers each question from its list in turn ("HTTP 503": a model error)."""
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.judge.base import load_judge
+
+    items = items or PREFILTER_ITEMS
+    questions = [Question(qid, q, Gold.parse(a)) for qid, (q, a, _) in items.items()]
+    replies = {q: list(r) for q, _, r in items.values()}
+
+    def answer(messages: list[dict]) -> str:
+        reply = replies[messages[-1]["content"]].pop(0)
+        if reply.startswith("HTTP"):
+            return ModelError(reply)
+        return f"<answer>{reply}</answer>"
+
+    agent = Agent(ScriptedModel(answer), [], env="none")
+    evaluate(questions, agent, load_judge("em"), out, EvalConfig(rollouts=4, concurrency=1), progress=False)
+    return questions
+
+
+def test_prefilter_from_an_eval_output_keeps_the_moderate_items(tmp_path: Path):
+    from websailor.judge.base import load_judge
+    from websailor.train.rl import prefilter_from_file
+
+    items = _graded_eval(tmp_path / "eval")
+    scores = (tmp_path / "eval" / "scores.jsonl").read_bytes()
+    kept, rec = prefilter_from_file(items, tmp_path / "eval", load_judge("em"), record=tmp_path / "prefilter.json")
+    assert [it.id for it in kept] == ["mid"]
+    assert {k: rec[k] for k in ("k", "kept", "too_easy", "too_hard", "short", "unrated", "ungraded")} == {
+        "k": 4,
+        "kept": 1,
+        "too_easy": 1,
+        "too_hard": 1,
+        "short": 1,  # the model error is not counted: three graded rollouts of four
+        "unrated": 0,
+        "ungraded": 1,
+    }
+    assert (rec["rollouts"], rec["graded"], rec["reused_grades"]) == (16, 15, 15)  # the eval's grades, reused
+    assert rec["source"] == str(tmp_path / "eval" / "trajectories.jsonl") and rec["band"] == "0<c<k"
+    saved = json.loads((tmp_path / "prefilter.json").read_text())
+    assert saved["kept_ids"] == ["mid"] and saved["from"] == str(tmp_path / "eval")
+    assert (tmp_path / "eval" / "scores.jsonl").read_bytes() == scores  # the eval output is only read
+    # the trajectories file itself; three graded rollouts per item suffice; a pass-rate band
+    kept, rec = prefilter_from_file(items, tmp_path / "eval" / "trajectories.jsonl", load_judge("em"), k=3)
+    assert sorted(it.id for it in kept) == ["flaky", "mid"] and rec["short"] == 0
+    kept, rec = prefilter_from_file(items, tmp_path / "eval", load_judge("em"), band="0:0.5")
+    assert sorted(it.id for it in kept) == ["hard", "mid"] and rec["too_easy"] == 1
+    # another judge grades the rollouts again (f1 is not em)
+    kept, rec = prefilter_from_file(items, tmp_path / "eval", load_judge("f1"))
+    assert rec["reused_grades"] == 0 and rec["graded"] == 15 and [it.id for it in kept] == ["mid"]
+    # items of the data the file never rated are not kept, and said so
+    extra = [*items, Question("new", "Which sea is the saltiest?", Gold.parse("Dead Sea"))]
+    kept, rec = prefilter_from_file(extra, tmp_path / "eval", load_judge("em"))
+    assert rec["unrated"] == 1 and [it.id for it in kept] == ["mid"]
+
+
+def test_prefilter_from_another_question_set_or_ungraded_rollouts_is_refused(tmp_path: Path):
+    from websailor.judge.base import load_judge
+    from websailor.train.rl import prefilter_from_file
+
+    items = _graded_eval(tmp_path / "eval")
+    judge = load_judge("em")
+    with pytest.raises(
+        ConfigError, match=r"another question set: 1 item ids are not in the training data \(e.g. 'easy'\)"
+    ):
+        prefilter_from_file(items[1:], tmp_path / "eval", judge)
+    edited = [Question(it.id, it.question + " (edited)", it.gold) if it.id == "mid" else it for it in items]
+    with pytest.raises(ConfigError, match=r"1 ids ask another question than the training data's \(e.g. 'mid'\)"):
+        prefilter_from_file(edited, tmp_path / "eval", judge)
+    with pytest.raises(
+        ConfigError, match="no moderate items in --prefilter-from .* 1 too easy, 2 too hard, 1 with fewer"
+    ):
+        prefilter_from_file(items, tmp_path / "eval", judge, band="0.6:0.9")
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        prefilter_from_file(items, tmp_path / "nothing", judge)
+    with pytest.raises(ConfigError, match="no trajectories.jsonl"):
+        prefilter_from_file(items, tmp_path, judge)
+    down = {"down": ("Which river flows through Cairo?", "Nile", ["HTTP 503"] * 4)}
+    down_items = _graded_eval(tmp_path / "down", down)
+    with pytest.raises(ConfigError, match="none of its 4 rollouts is graded"):
+        prefilter_from_file(down_items, tmp_path / "down", judge)
+
+
+def test_prefilter_from_an_earlier_prefilters_rollouts(tmp_path: Path):
+    """The rollouts a sampling prefilter left (ungraded on disk) rate the items again the same way."""
+    from websailor.judge.base import load_judge
+    from websailor.train.rl import prefilter_from_file, prefilter_items
+
+    items = [Question(qid, q, Gold.parse(a)) for qid, (q, a, _) in PREFILTER_ITEMS.items()]
+    replies = {q: list(r) for q, _, r in PREFILTER_ITEMS.values()}
+    agent = Agent(
+        ScriptedModel(lambda m: f"<answer>{replies[m[-1]['content']].pop(0).replace('HTTP 503', 'x')}</answer>"),
+        [],
+        env="none",
+    )
+    rollouts = tmp_path / "run" / "prefilter_rollouts.jsonl"
+    rollouts.parent.mkdir()
+    live, counts = prefilter_items(items, agent, load_judge("em"), 4, rollouts, concurrency=1, progress=False)
+    kept, rec = prefilter_from_file(items, tmp_path / "run", load_judge("em"))
+    assert [it.id for it in kept] == [it.id for it in live] == ["mid", "flaky"]
+    assert {k: rec[k] for k in counts} == counts and rec["reused_grades"] == 0
+
+
+@pytest.mark.parametrize(
+    ("band", "rates"),
+    [
+        ("0<c<k", [(0, "too_hard"), (1, "kept"), (3, "kept"), (4, "too_easy")]),
+        ("0.25:0.5", [(0, "too_hard"), (1, "kept"), (2, "kept"), (3, "too_easy")]),
+    ],
+)
+def test_prefilter_bands(band: str, rates: list):
+    from websailor.train.rl import band_verdict
+
+    assert [band_verdict(c, 4, band) for c, _ in rates] == [v for _, v in rates]
+
+
+@pytest.mark.parametrize("band", ["0.5", "0.8:0.2", "a:b", "-1:0.5", "0<c<=k"])
+def test_bad_prefilter_bands_are_refused(band: str):
+    with pytest.raises(ConfigError, match="prefilter_band .*use 0<c<k"):
+        load_settings(None, prefilter_band=band)
+
+
+@pytest.mark.trainer
+def test_train_rl_prefilters_from_an_eval_and_records_it(tiny_rl, vital_dir: Path, tmp_path: Path):
+    root, tiny, qa, settings, _ = tiny_rl
+    rated = {
+        "a": ("Which city is the capital of France?", "Paris", ["Paris", "Lyon", "Paris", "Nice"]),
+        "b": ("Which river flows through Paris?", "Seine", ["Seine"] * 4),
+    }
+    _graded_eval(tmp_path / "eval", rated)
+    s = settings.model_copy(update={"prefilter_from": str(tmp_path / "eval"), "max_steps": 1})
+    out = tmp_path / "run"
+    summary = train_rl(qa, f"hf:{tiny}", out, s, env=EnvSpec(corpus=vital_dir), progress=False)
+    assert summary["questions"] == 1 and summary["steps"] == 1
+    assert summary["memory"]["checkpointing_kwargs"] == {"use_reentrant": False}  # the default
+    p = summary["prefilter"]
+    assert (p["kept"], p["too_easy"], p["too_hard"], p["band"], p["k"]) == (1, 1, 0, "0<c<k", 4)
+    assert p["source"] == str(tmp_path / "eval" / "trajectories.jsonl")
+    assert json.loads((out / "prefilter.json").read_text())["kept_ids"] == ["a"]
+    assert not (out / "prefilter_rollouts.jsonl").exists()  # nothing was sampled
+    assert {json.loads(x)["question"] for x in (out / "rollouts.jsonl").read_text().splitlines()} == {rated["a"][0]}
+    # continuing needs the same prefilter source and band
+    for change in ({"prefilter_band": "0:0.5"}, {"prefilter_from": str(tmp_path / "eval" / "trajectories.jsonl")}):
+        with pytest.raises(ConfigError, match="holds an RL run with other prefilter_"):
+            train_rl(
+                qa, f"hf:{tiny}", out, s.model_copy(update={**change, "max_steps": 2}), env=EnvSpec(corpus=vital_dir)
+            )

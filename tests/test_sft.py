@@ -253,10 +253,10 @@ def test_shipped_configs_are_valid():
 
     root = Path(__file__).resolve().parents[1] / "configs"
     paper = load_settings(root / "sft" / "paper.yaml")
-    assert paper.model_copy(update={"gradient_checkpointing": False}) == SFTSettings()  # the defaults are the paper's
+    assert paper == SFTSettings()  # the defaults are the paper's, gradient checkpointing included
     assert (paper.learning_rate, paper.weight_decay, paper.lr_scheduler, paper.batch_size) == (5e-6, 0.1, "cosine", 32)
     mini = load_settings(root / "sft" / "cpu_mini.yaml")
-    assert mini.max_steps == 80 and mini.lora is False
+    assert mini.max_steps == 80 and mini.lora is False and mini.gradient_checkpointing is True
     zero3 = yaml.safe_load((root / "accelerate" / "zero3.yaml").read_text())
     assert zero3["distributed_type"] == "DEEPSPEED" and zero3["deepspeed_config"]["zero_stage"] == 3
     assert zero3["deepspeed_config"]["zero3_save_16bit_model"] is True  # OUT stays a plain model directory

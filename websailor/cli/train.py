@@ -126,6 +126,21 @@ def train_rl_cmd(
             "keeps items solved sometimes but not always (0: off)."
         ),
     ] = None,
+    prefilter_from: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Take the moderate items from existing graded rollouts instead of sampling: an eval output "
+            "(directory or its trajectories.jsonl) or an RL run's prefilter_rollouts.jsonl; --prefilter K then "
+            "sets the graded rollouts each item needs (default: as many as the file has)."
+        ),
+    ] = None,
+    prefilter_band: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Which items the prefilter keeps: 0<c<k (solved sometimes, not always; default) or a pass-rate "
+            "interval LO:HI such as 0.1:0.75."
+        ),
+    ] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Rollouts run at once (default 8).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of sampling and data order.")] = None,
     env_spec: Any = None,
@@ -145,14 +160,18 @@ def train_rl_cmd(
         max_steps=max_steps,
         reward=reward,
         prefilter=prefilter,
+        prefilter_from=str(prefilter_from) if prefilter_from else None,
+        prefilter_band=prefilter_band,
         concurrency=concurrency,
         seed=seed,
     )
     s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec)
     if s.get("prefilter"):
         p = s["prefilter"]
+        where = f" from {p['source']}" if p.get("source") else ""
         print(
-            f"prefilter: {p['kept']} kept, {p['too_easy']} too easy, {p['too_hard']} too hard, {p['ungraded']} ungraded"
+            f"prefilter{where} (band {p.get('band', '0<c<k')}): {p['kept']} kept, {p['too_easy']} too easy, "
+            f"{p['too_hard']} too hard, {p['ungraded']} ungraded"
         )
     from websailor.train.rl_log import window_means
 

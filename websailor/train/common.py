@@ -25,7 +25,12 @@ class TrainSettings(BaseModel):
             ``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules`` shape them.
         precision: ``auto`` = bf16 on a GPU that has it, fp32 on CPU; ``bf16`` forces bf16
             autocast (also on CPUs with bf16 instructions); ``fp32``.
-        gradient_checkpointing: recompute activations in the backward pass (less memory).
+        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+            (non-reentrant ``torch.utils.checkpoint``): the activations kept for the backward
+            pass shrink from every layer's to the layer inputs, which at 4,096 tokens is most
+            of the memory of a step (``docs/benchmarks.md``), for about a third more compute.
+            On by default; the loss over the vocabulary never materializes the full logits
+            either way (TRL's fused LM head scores the tokens in tiles).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -36,7 +41,7 @@ class TrainSettings(BaseModel):
     lora_dropout: float = Field(0.05, ge=0, lt=1)
     lora_target_modules: str | list[str] = "all-linear"
     precision: Literal["auto", "bf16", "fp32"] = "auto"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True
 
 
 def read_settings(cls: type[S], what: str, config: str | Path | None = None, **overrides: Any) -> S:
@@ -155,6 +160,58 @@ def load_trainable_model(model_dir: Path, settings: Any) -> Any:
     except Exception as e:  # missing or broken weights: transformers raises several types
         raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
     return wrap_lora(net, settings) if settings.lora else net
+
+
+#: keyword arguments of ``torch.utils.checkpoint`` under ``gradient_checkpointing``
+CHECKPOINTING_KWARGS = {"use_reentrant": False}
+
+
+#: TRL's fused LM head on CPU: tokens x vocabulary columns per projection tile (TRL's own,
+#: 4,096 x 32,768, makes fp32 temporaries of 0.5 GB each at 4,096 tokens)
+CPU_LM_HEAD_TILE = (1024, 8192)
+#: allocations from this size up are mapped and unmapped on their own (glibc), so the freed
+#: activations of a long sequence go back to the system at once instead of staying in the heap
+MMAP_THRESHOLD = 1 << 20
+
+
+def limit_training_memory() -> dict[str, Any]:
+    """Settle the process for a long-sequence training run on CPU and say what was done: the
+    tiles of TRL's fused LM head (:data:`CPU_LM_HEAD_TILE`; TRL keeps them in module
+    constants) and glibc's fixed mmap threshold (:data:`MMAP_THRESHOLD`). A GPU run is left
+    as it is; a missing constant (another TRL) or C library is skipped."""
+    import torch
+
+    done: dict[str, Any] = {"lm_head_tile": None, "mmap_threshold": None}
+    if torch.cuda.is_available():
+        return done
+    try:
+        import trl.kernels.chunked_logprob as kernel
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        kernel = trl_utils = None
+    if hasattr(kernel, "TOKEN_CHUNK_SIZE") and hasattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE"):
+        kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = CPU_LM_HEAD_TILE
+        done["lm_head_tile"] = list(CPU_LM_HEAD_TILE)
+    try:
+        import ctypes
+
+        if ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD):  # M_MMAP_THRESHOLD
+            done["mmap_threshold"] = MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc
+        pass
+    return done
+
+
+def memory_record(settings: TrainSettings, limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the run summary says of the memory-saving mechanisms a run used (``limits``: what
+    :func:`limit_training_memory` returned)."""
+    on = settings.gradient_checkpointing
+    return {
+        "gradient_checkpointing": on,
+        "checkpointing_kwargs": dict(CHECKPOINTING_KWARGS) if on else None,
+        "loss": "TRL's fused LM head: log-probabilities computed in tiles, never the full logits",
+        **(limits or {}),
+    }
 
 
 def use_bf16(precision: str) -> bool:

@@ -34,10 +34,13 @@ from websailor.questions import Question, load_questions, resolve_split
 if TYPE_CHECKING:
     from websailor.tools.environment import EnvSpec
 from websailor.train.common import (
+    CHECKPOINTING_KWARGS,
     TrainSettings,
     check_resume,
+    limit_training_memory,
     load_tokenizer,
     load_trainable_model,
+    memory_record,
     read_settings,
     resolve_model_dir,
     save_model,
@@ -53,6 +56,43 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 PREFILTER_FILE = "prefilter.json"
 #: settings that may change between a run and its continuation (not part of a run's identity)
 CONTINUABLE = ("max_steps",)
+#: the moderate band of WebSailor's filter: solved sometimes but not always
+DEFAULT_BAND = "0<c<k"
+
+
+def parse_band(band: str) -> tuple[float, float] | None:
+    """The pass-rate interval ``(lo, hi)`` of a ``prefilter_band``; ``None`` for the default
+    :data:`DEFAULT_BAND` (``0 < correct < k``).
+
+    Raises:
+        ValueError: neither ``0<c<k`` nor ``LO:HI`` with ``0 <= LO <= HI <= 1``.
+    """
+    text = band.replace(" ", "")
+    if text == DEFAULT_BAND:
+        return None
+    lo_text, sep, hi_text = text.partition(":")
+    try:
+        lo, hi = float(lo_text), float(hi_text)
+    except ValueError:
+        lo = hi = float("nan")
+    if not sep or not 0 <= lo <= hi <= 1:
+        raise ValueError(
+            f"prefilter_band {band!r}: use {DEFAULT_BAND} (solved sometimes, not always) or a pass-rate "
+            "interval LO:HI with 0 <= LO <= HI <= 1, e.g. 0.1:0.75"
+        )
+    return lo, hi
+
+
+def band_verdict(correct: int, k: int, band: str) -> str:
+    """``"kept"``, ``"too_easy"`` or ``"too_hard"`` for an item solved ``correct`` times in
+    ``k`` under ``band`` (see :func:`parse_band`)."""
+    from websailor.synth.difficulty import verdict
+
+    interval = parse_band(band)
+    if interval is None:
+        return verdict(correct, k, "moderate")
+    rate = correct / k
+    return "too_hard" if rate < interval[0] else "too_easy" if rate > interval[1] else "kept"
 
 
 class RLSettings(TrainSettings):
@@ -74,7 +114,14 @@ class RLSettings(TrainSettings):
             the paper config sets 8,192).
         reward: judge spec: ``em``, ``f1[:T]`` or ``llm:MODEL_SPEC``.
         prefilter: run the starting model this many times per item before training and keep
-            the items it solves sometimes but not always (0: off).
+            the items it solves sometimes but not always (0: off). With ``prefilter_from``: the
+            graded rollouts each item needs (0: as many as the file has for its items).
+        prefilter_from: take the moderate items from rollouts that already exist instead of
+            sampling: an ``eval`` output directory (or its ``trajectories.jsonl``), an RL run
+            directory or its ``prefilter_rollouts.jsonl`` (:func:`prefilter_from_file`).
+        prefilter_band: which items are moderate: ``0<c<k`` (solved sometimes, not always;
+            the default) or a pass-rate interval ``LO:HI`` (``0.1:0.75`` keeps items with
+            ``0.1 <= correct / k <= 0.75``).
         concurrency: rollouts run at once (they share batched generation).
         skip_zero_advantage: do not spend a forward and backward pass on rollouts without
             gradient (advantage exactly 0, or left out of the loss); see
@@ -103,6 +150,8 @@ class RLSettings(TrainSettings):
     timeout_s: float = Field(150 * 60, gt=0)
     reward: str = "em"
     prefilter: int = Field(0, ge=0)
+    prefilter_from: str | None = None
+    prefilter_band: str = DEFAULT_BAND
     concurrency: int = Field(8, ge=1)
     skip_zero_advantage: bool = True
     epochs: float = Field(1.0, gt=0)
@@ -130,6 +179,7 @@ class RLSettings(TrainSettings):
             )
         if self.prefilter == 1:
             raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")
+        parse_band(self.prefilter_band)
         return self
 
 
@@ -214,9 +264,11 @@ def prefilter_items(
     concurrency: int,
     progress: bool = True,
     record: Path | None = None,
+    band: str = DEFAULT_BAND,
 ) -> tuple[list[Any], dict[str, int]]:
-    """Keep the items the starting model solves sometimes but not always (``0 < correct < k``;
-    DUPO's pre-training filter, WebSailor V1 Sec. 4, and SailorFog-QA-V2's moderate band).
+    """Keep the items the starting model solves sometimes but not always (``0 < correct < k``,
+    or another ``band``: :func:`parse_band`; DUPO's pre-training filter, WebSailor V1 Sec. 4,
+    and SailorFog-QA-V2's moderate band).
 
     Rollouts are appended to ``out`` as they finish, so a stopped prefilter resumes; the counts
     and kept ids go to ``record`` (JSON) when given, also when nothing is kept.
@@ -232,7 +284,6 @@ def prefilter_items(
     from websailor.agent.runner import finished, latest_rollouts, run_questions
     from websailor.jsonio import read_appended_jsonl
     from websailor.judge.base import Case
-    from websailor.synth.difficulty import verdict
 
     questions = [replace(it, answer=it.gold.answer) for it in items]
     run_questions(agent, questions, out, rollouts=k, concurrency=concurrency, progress=progress)
@@ -255,29 +306,231 @@ def prefilter_items(
         if len(marks) < k or any(m is None for m in marks):  # a model error, or the judge failed
             counts["ungraded"] += 1
             continue
-        v = verdict(sum(map(bool, marks)), k, "moderate")
+        v = band_verdict(sum(map(bool, marks)), k, band)
         counts[v] += 1
         if v == "kept":
             kept.append(it)
     logger.info(
-        "prefilter (%d rollouts per item): %d kept, %d too easy, %d too hard, %d ungraded",
+        "prefilter (%d rollouts per item, band %s): %d kept, %d too easy, %d too hard, %d ungraded",
         k,
+        band,
         counts["kept"],
         counts["too_easy"],
         counts["too_hard"],
         counts["ungraded"],
     )
     if record is not None:
-        record.write_text(
-            json.dumps({"k": k, **counts, "kept_ids": [it.id for it in kept]}, indent=2), encoding="utf-8"
-        )
+        _write_prefilter(record, {"k": k, "band": band, **counts}, kept)
     if not kept:
         raise ConfigError(
-            f"no moderate items left after the prefilter ({k} rollouts per item: {counts['too_easy']} "
-            f"too easy, {counts['too_hard']} too hard, {counts['ungraded']} ungraded out of {len(items)}): "
-            "start from a stronger model, use other items, or train without --prefilter"
+            f"no moderate items left after the prefilter ({k} rollouts per item: {counts['too_easy']} too easy, "
+            f"{counts['too_hard']} too hard, {counts['ungraded']} ungraded out of {len(items)}; band {band}): "
+            "start from a stronger model, use other items, a wider --prefilter-band, or train without --prefilter"
         )
     return kept, counts
+
+
+def _write_prefilter(record: Path, head: dict, kept: list[Any]) -> None:
+    """``prefilter.json``: how the items were chosen, the counts and the kept ids."""
+    record.write_text(json.dumps({**head, "kept_ids": [it.id for it in kept]}, indent=2), encoding="utf-8")
+
+
+def prefilter_source(path: str | Path) -> tuple[Path, Path | None]:
+    """The trajectories file behind a ``--prefilter-from`` path and the scores file beside
+    it, if any: an ``eval`` directory (``trajectories.jsonl``, ``scores.jsonl``), an RL run
+    directory (``prefilter_rollouts.jsonl``), or one of those files.
+
+    Raises:
+        ConfigError: the path does not exist, or a directory holds neither file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        for name in ("trajectories.jsonl", "prefilter_rollouts.jsonl"):
+            if (path / name).is_file():
+                return prefilter_source(path / name)
+        raise ConfigError(
+            f"--prefilter-from {path}: no trajectories.jsonl (an eval output) or prefilter_rollouts.jsonl "
+            "(an RL run's prefilter) in this directory"
+        )
+    if not path.is_file():
+        raise ConfigError(f"--prefilter-from {path}: no such file or directory")
+    scores = path.with_name("scores.jsonl")
+    return path, scores if path.name == "trajectories.jsonl" and scores.is_file() else None
+
+
+def _stored_grades(scores: Path | None, judge_name: str) -> dict[tuple[str, int], Any]:
+    """The grades of ``scores`` (an eval's ``scores.jsonl``) by ``judge_name``, by ``(id,
+    rollout)``; ungraded ones are left out."""
+    from websailor.eval.scoring import Score
+    from websailor.jsonio import read_appended_jsonl
+
+    if scores is None:
+        return {}
+    out = {}
+    for lineno, rec in read_appended_jsonl(scores, "a score record"):
+        try:
+            s = Score(**rec)
+        except TypeError:
+            raise InputFormatError(f"{scores} line {lineno} is not a score record") from None
+        if s.judge == judge_name and s.correct is not None:
+            out[(s.id, s.rollout)] = s
+    return out
+
+
+def prefilter_from_file(
+    items: list[Question],
+    source: str | Path,
+    judge: Any,
+    k: int = 0,
+    band: str = DEFAULT_BAND,
+    record: Path | None = None,
+) -> tuple[list[Question], dict[str, Any]]:
+    """Keep the moderate items of ``items`` as rated by rollouts that already exist (an
+    ``eval`` output or an earlier prefilter's rollouts) instead of sampling again.
+
+    The trajectories are read by :func:`websailor.eval.scoring.read_trajectories` and graded
+    against the gold answer of ``items`` with ``judge``; a grade of the same judge for the same
+    question, prediction and gold answer already in the eval's ``scores.jsonl`` is reused (the
+    file is not changed). Rollouts that ended in a model error, or that the judge could not
+    grade, are not counted. An item needs ``k`` graded rollouts (0: as many as the file holds
+    for any item; more than ``k``: the lowest rollout indices count); one with fewer is
+    ``short`` and not kept, and so is an item of ``items`` the file has no rollout of
+    (``unrated``). ``band``: :func:`parse_band`.
+
+    Returns:
+        The kept items and the record written to ``record`` (without the kept ids): ``from``
+        (``source`` as given), ``source`` (the trajectories file read), ``sha256`` of the trajectories file, ``band``, ``k``, the counts ``kept``, ``too_easy``,
+        ``too_hard``, ``ungraded`` (= ``short`` + ``unrated``, as the sampling prefilter
+        counts), ``short``, ``unrated``, and ``rollouts`` / ``graded`` / ``reused_grades``.
+
+    Raises:
+        ConfigError: a file of another question set (ids not in ``items``, or the same id with
+            another question text; the message gives the counts), a file without one graded
+            rollout, or no item left.
+        InputFormatError: an unreadable trajectories or scores file.
+    """
+    import hashlib
+
+    from websailor.eval.scoring import case_key, read_trajectories, score_trajectories
+
+    traj_path, scores_path = prefilter_source(source)
+    records = read_trajectories([traj_path])
+    by_id = {it.id: it for it in items}
+    foreign = sorted({str(r["id"]) for r in records if str(r["id"]) not in by_id})
+    changed = sorted(
+        {str(r["id"]) for r in records if str(r["id"]) in by_id and r["question"] != by_id[str(r["id"])].question}
+    )
+    if foreign or changed:
+        detail = []
+        if foreign:
+            detail.append(f"{len(foreign)} item ids are not in the training data (e.g. {foreign[0]!r})")
+        if changed:
+            detail.append(f"{len(changed)} ids ask another question than the training data's (e.g. {changed[0]!r})")
+        raise ConfigError(
+            f"--prefilter-from {traj_path} holds rollouts of another question set: {'; '.join(detail)} "
+            f"({len({str(r['id']) for r in records})} items in the file, {len(items)} in --data): rate these items "
+            "(websailor eval on the same file) or use --prefilter K"
+        )
+    records = [{**r, "answer": by_id[str(r["id"])].gold.to_dict()} for r in records]  # grade against --data's gold
+    stored = _stored_grades(scores_path, judge.name)
+    reuse = {}
+    for r in records:
+        s = stored.get((str(r["id"]), r["rollout"]))
+        if s is not None and s.key == case_key(r):
+            reuse[(str(r["id"]), r["rollout"])] = s.correct
+    todo = [r for r in records if (str(r["id"]), r["rollout"]) not in reuse]
+    fresh = score_trajectories(todo, judge, progress=False) if todo else []
+    grades = dict(reuse)
+    grades.update({(s.id, s.rollout): s.correct for s in fresh})
+    marks: dict[str, list[tuple[int, bool]]] = {it.id: [] for it in items}
+    for (qid, rollout), correct in grades.items():
+        if correct is not None:
+            marks[qid].append((rollout, bool(correct)))
+    graded = sum(len(m) for m in marks.values())
+    if not graded:
+        raise ConfigError(
+            f"--prefilter-from {traj_path}: none of its {len(records)} rollouts is graded (model errors, or "
+            f"the judge {judge.name} failed on every one): nothing tells which items are moderate"
+        )
+    per_item: dict[str, int] = {}
+    for r in records:
+        per_item[str(r["id"])] = per_item.get(str(r["id"]), 0) + 1
+    need = k or max(per_item.values())
+    counts = {"kept": 0, "too_easy": 0, "too_hard": 0, "ungraded": 0, "short": 0, "unrated": 0}
+    kept = []
+    for it in items:
+        if it.id not in per_item:
+            counts["unrated"] += 1
+            continue
+        got = sorted(marks[it.id])
+        if len(got) < need:
+            counts["short"] += 1
+            continue
+        v = band_verdict(sum(c for _, c in got[:need]), need, band)
+        counts[v] += 1
+        if v == "kept":
+            kept.append(it)
+    counts["ungraded"] = counts["short"] + counts["unrated"]
+    head = {
+        "from": str(source),
+        "source": str(traj_path),
+        "sha256": hashlib.sha256(traj_path.read_bytes()).hexdigest(),
+        "band": band,
+        "k": need,
+        **counts,
+        "rollouts": len(records),
+        "graded": graded,
+        "reused_grades": len(reuse),
+    }
+    if counts["short"]:
+        logger.warning(
+            "--prefilter-from %s: %d items have fewer than %d graded rollouts (model errors or ungraded): not kept",
+            traj_path,
+            counts["short"],
+            need,
+        )
+    if counts["unrated"]:
+        logger.warning(
+            "--prefilter-from %s: %d items of the data have no rollouts there: not kept", traj_path, counts["unrated"]
+        )
+    logger.info(
+        "prefilter from %s (%d graded rollouts per item, band %s): %d kept, %d too easy, %d too hard, %d short, %d unrated",
+        traj_path,
+        need,
+        band,
+        counts["kept"],
+        counts["too_easy"],
+        counts["too_hard"],
+        counts["short"],
+        counts["unrated"],
+    )
+    if record is not None:
+        _write_prefilter(record, head, kept)
+    if not kept:
+        raise ConfigError(
+            f"no moderate items in --prefilter-from {traj_path} ({need} graded rollouts per item, band {band}: "
+            f"{counts['too_easy']} too easy, {counts['too_hard']} too hard, {counts['short']} with fewer graded "
+            f"rollouts, {counts['unrated']} without rollouts, out of {len(items)}): use a wider --prefilter-band, "
+            "other rollouts, or train without a prefilter"
+        )
+    return kept, head
+
+
+def _check_prefilter_record(path: Path, saved: dict, settings: RLSettings) -> None:
+    """A resumed run keeps the items of its ``prefilter.json``, made from the same source
+    and band.
+
+    Raises:
+        ConfigError: the record was made from another ``prefilter_from`` or band.
+    """
+    source = settings.prefilter_from
+    then = (saved.get("from"), saved.get("band", DEFAULT_BAND))
+    if then != (source, settings.prefilter_band):
+        raise ConfigError(
+            f"{path} chose this run's items from {then[0] or 'sampled rollouts'} with band {then[1]}, not "
+            f"{source or 'sampled rollouts'} with band {settings.prefilter_band}: rerun with the same prefilter "
+            "settings to resume, or choose a new --out"
+        )
 
 
 def _trim_jsonl(path: Path, max_step: int) -> None:
@@ -469,6 +722,8 @@ def train_rl(
     tokenizer = load_tokenizer(model_dir)
     TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
     load_judge(settings.reward)  # a bad spec is refused before anything is written
+    if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
+        prefilter_source(settings.prefilter_from)  # so is a missing --prefilter-from (a resumed run needs it no more)
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
     split = resolve_split(data_path, split, "train")
@@ -496,15 +751,26 @@ def train_rl(
             (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
         prefilter_counts = None
-        if settings.prefilter and (out / PREFILTER_FILE).exists():  # a resumed run keeps its items
+        prefiltering = bool(settings.prefilter or settings.prefilter_from)
+        if prefiltering and (out / PREFILTER_FILE).exists():  # a resumed run keeps its items
             saved = json.loads((out / PREFILTER_FILE).read_text(encoding="utf-8"))
+            _check_prefilter_record(out / PREFILTER_FILE, saved, settings)
             kept_ids = set(saved["kept_ids"])
             items = [it for it in items if it.id in kept_ids]
-            prefilter_counts = {k: saved[k] for k in ("kept", "too_easy", "too_hard", "ungraded")}
+            prefilter_counts = {k: v for k, v in saved.items() if k != "kept_ids"}
+        elif settings.prefilter_from:
+            items, prefilter_counts = prefilter_from_file(
+                items,
+                settings.prefilter_from,
+                judge,
+                settings.prefilter,
+                settings.prefilter_band,
+                record=out / PREFILTER_FILE,
+            )
         elif settings.prefilter:
             start = Agent(load_model(model), tools, build_agent_config(settings), env=tool_env.name)
             try:
-                items, prefilter_counts = prefilter_items(
+                items, counts = prefilter_items(
                     items,
                     start,
                     judge,
@@ -513,10 +779,12 @@ def train_rl(
                     settings.concurrency,
                     progress,
                     record=out / PREFILTER_FILE,
+                    band=settings.prefilter_band,
                 )
+                prefilter_counts = {"k": settings.prefilter, "band": settings.prefilter_band, **counts}
             finally:
                 start.model.close()
-        if settings.prefilter:
+        if prefiltering:
             if not items:
                 raise ConfigError(
                     f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
@@ -525,6 +793,7 @@ def train_rl(
             _check_enough(items, settings, "the prefilter's moderate items")
 
         bf16 = use_bf16(settings.precision)
+        limits = limit_training_memory()
 
         def run_summary(steps: int) -> dict[str, Any]:
             """What ``rl_summary.json`` says of the run, less its time and log."""
@@ -538,6 +807,7 @@ def train_rl(
                 "steps": steps,
                 "gradient_accumulation": accumulation,
                 "bf16": bf16,
+                "memory": memory_record(settings, limits),
             }
 
         net = load_trainable_model(model_dir, settings)
@@ -597,6 +867,7 @@ def train_rl(
             bf16=bf16,
             gradient_checkpointing=None,  # the deprecated alias
             activation_checkpointing=settings.gradient_checkpointing,
+            activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
             save_strategy="steps",
             save_steps=settings.save_steps,
             save_total_limit=2,
@@ -632,4 +903,16 @@ def train_rl(
         tool_env.record_metrics(out / "tool_metrics.jsonl")
 
 
-__all__ = ["RLSettings", "accumulation_steps", "load_settings", "prefilter_items", "train_rl", "training_questions"]
+__all__ = [
+    "DEFAULT_BAND",
+    "RLSettings",
+    "accumulation_steps",
+    "band_verdict",
+    "load_settings",
+    "parse_band",
+    "prefilter_from_file",
+    "prefilter_items",
+    "prefilter_source",
+    "train_rl",
+    "training_questions",
+]

@@ -26,11 +26,14 @@ from pydantic import Field, model_validator
 from websailor.errors import ConfigError
 from websailor.log import get_logger
 from websailor.train.common import (  # noqa: F401
+    CHECKPOINTING_KWARGS,
     TrainSettings,
     check_resume,
     latest_checkpoint,
+    limit_training_memory,
     load_tokenizer,
     load_trainable_model,
+    memory_record,
     read_settings,
     resolve_model_dir,
     save_model,
@@ -163,6 +166,7 @@ def train_sft(
     _check_warmup(settings, len(data.examples), world, accumulation)
 
     bf16 = use_bf16(settings.precision)
+    limits = limit_training_memory()
     net = load_trainable_model(model_dir, settings)
     # written once everything is checked, just before training: a run that fails earlier leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
@@ -182,6 +186,7 @@ def train_sft(
         bf16=bf16,
         gradient_checkpointing=None,  # the deprecated alias; TRL's default would turn it on
         activation_checkpointing=settings.gradient_checkpointing,
+        activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
         save_strategy="steps",
         save_steps=settings.save_steps,
         save_total_limit=2,
@@ -213,6 +218,7 @@ def train_sft(
         "steps": trainer.state.global_step,
         "gradient_accumulation": accumulation,
         "bf16": bf16,
+        "memory": memory_record(settings, limits),
         "train_loss": result.training_loss,
         "train_seconds": round(seconds, 1),
         "loss_history": history,
