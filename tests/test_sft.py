@@ -295,3 +295,18 @@ def test_mask_follows_templates_that_reformat_replies(smollm2_path: Path, sample
         assert "<tool_response>" not in span and "user" not in span[-30:]
         tail = content.strip().split("</think>")[-1].strip()[-40:]  # the action part, as the model wrote it
         assert tail in span
+
+
+def test_cpu_training_memory_limits_are_set_and_recorded():
+    """On CPU, TRL's fused LM head gets the smaller tiles and the run summary says so."""
+    import trl.kernels.chunked_logprob as kernel
+    import trl.trainer.utils as trl_utils
+
+    from websailor.train.common import CPU_LM_HEAD_TILE, limit_training_memory, memory_record
+
+    done = limit_training_memory()
+    assert (kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE) == CPU_LM_HEAD_TILE
+    rec = memory_record(SFTSettings(), done)
+    assert rec["gradient_checkpointing"] is True and rec["checkpointing_kwargs"] == {"use_reentrant": False}
+    assert rec["lm_head_tile"] == [1024, 8192] and rec["mmap_threshold"] in (1 << 20, None)  # None off glibc
+    assert memory_record(SFTSettings(gradient_checkpointing=False))["checkpointing_kwargs"] is None
