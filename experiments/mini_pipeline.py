@@ -63,10 +63,12 @@ IDENTITY = (
     "eval_limit",
     "max_calls",
     "max_tokens",
+    "concurrency",
     "prefilter_limit",
     "sanity_items",
     "group_size",
     "rl_lr",
+    "rl_config",
 )
 
 
@@ -211,12 +213,14 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--prefilter-limit", type=int, default=48, help="training items the SFT model is rated on")
-    p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check")
+    p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
     p.add_argument("--sanity-steps", type=int, default=16)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--rl-lr", type=float, default=1e-5)
+    p.add_argument("--rl-lr", type=float, default=2e-5)
+    p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_ladder.yaml")
     p.add_argument("--rl-steps", type=int, default=40, help="RL steps of the main run (V2, and DUPO)")
     p.add_argument("--until", choices=STAGES, default=STAGES[-1], help="stop after this stage")
+    p.add_argument("--only", help="run only these stages (comma-separated; their inputs must exist)")
     a = p.parse_args()
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
@@ -237,12 +241,18 @@ def main() -> None:
     stages = results.setdefault("stages", {})
     results["settings"] = settings
     wanted = STAGES[: STAGES.index(a.until) + 1]
+    if a.only:
+        wanted = tuple(x.strip() for x in a.only.split(","))
+        unknown = [x for x in wanted if x not in STAGES]
+        if unknown:
+            raise SystemExit(f"--only: no stage {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
 
     qa, traj, sft = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
     obs = ["--observations", a.observations]
     agent = ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
     test = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.k)]
     rl_common = [
+        *["--config", str(a.rl_config)],
         *["--group-size", str(a.group_size), "--batch", str(a.group_size), "--lr", str(a.rl_lr)],
         *["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)],
         *obs,
@@ -254,7 +264,11 @@ def main() -> None:
             results_path.write_text(json.dumps(results, indent=2))
 
     n = str(a.items)
-    stage("synth", ["synth", "--n", n, "--out", str(qa), "--seed", str(a.seed), "--level", a.levels])
+    stage(
+        "synth",
+        ["synth", "--n", n, "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
+        + ["--test-fraction", str(a.test_fraction)],
+    )
     stage("synth", ["synth", "stats", str(qa)])
     stage(
         "traj",
