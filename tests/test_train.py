@@ -344,6 +344,7 @@ def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
     items = read_items(_qa(vital, tmp_path, n=6))
     kinds = set()
     for item in items:
+        item["level"] = 1
         first = next(c for c in item["constraints"] if c["kind"] == "linked")
         item["procedure"] = [
             {"action": "search", "query": first["params"]["other"]},
@@ -353,5 +354,6 @@ def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
         assert parse_turn(t.messages[-1]["content"]).answer == item["answer"]
         assert t.tool_calls[0].name == "search" and t.tool_calls[-1].arguments["url"] == item["target_url"]
         assert t.num_tool_calls == 2 + (t.construction == "distractor")
+        assert t.to_dict()["level"] == 1  # the item's level travels with its trajectory
         kinds.add(t.construction)
     assert kinds & {"verified", "distractor"}

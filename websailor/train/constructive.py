@@ -129,6 +129,7 @@ class _Replay:
             model="constructive",
             env="local",
             version=__version__,
+            level=item["level"] if isinstance(item.get("level"), int) else None,
         )
         self.traj.messages = [
             {"role": "system", "content": system_prompt(tools.values())},
