@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from websailor.agent import Agent
 from websailor.cli.main import app
 from websailor.errors import InvalidArgumentError
-from websailor.eval.compare import compare_runs, load_scores, paired_bootstrap
+from websailor.eval.compare import compare_runs, load_scores, paired_bootstrap, to_markdown
 from websailor.eval.harness import EvalConfig, evaluate
 from websailor.judge import Gold, load_judge
 from websailor.questions import Question
@@ -73,6 +73,18 @@ def test_cli_table_and_refusals(tmp_path: Path):
     assert res.exit_code != 0 and "no such file" in res.output
     res = runner.invoke(app, ["compare", str(base), str(tuned), "--name", "only-one"])
     assert res.exit_code != 0 and "--name takes two labels" in res.output
+    res = runner.invoke(app, ["compare", str(base), str(tuned), "--out", str(tuned / "scores.jsonl")])
+    assert res.exit_code != 0 and "inside the run directory" in res.output and load_scores(tuned)
+    res = runner.invoke(app, ["compare", str(base), str(tuned), "--name", "x", "--name", "x"])
+    assert res.exit_code != 0 and "two different, non-empty labels" in res.output
+    eight = tmp_path / "k8"
+    agent = Agent(ScriptedModel(_answers(set())), [], env="none")
+    evaluate(ITEMS, agent, load_judge("em"), eight, EvalConfig(rollouts=3, concurrency=2), progress=False)
+    with pytest.raises(InvalidArgumentError, match="only comparable at the same k"):
+        compare_runs(load_scores(base), load_scores(eight))
+    fewer = _eval(tmp_path, "fewer", set(RIVERS), ITEMS[:3])
+    c = compare_runs(load_scores(base), load_scores(fewer), ("base", "sft"))
+    assert c.graded == (6, 3) and "Compared on the 3 questions both graded (base graded 6, sft 3)" in to_markdown(c)
     disjoint = _eval(tmp_path, "disjoint", set(), [Question("z" + q.id, q.question, q.gold) for q in ITEMS])
     with pytest.raises(InvalidArgumentError, match="no graded question in common"):
         compare_runs(load_scores(base), load_scores(disjoint))

@@ -88,6 +88,10 @@ def test_presets_single_options_record_and_ignored():
     assert EnvSpec(tools_url="http://h:1", search_results=5).trajectory_settings() == {}
     assert EnvSpec.from_options(observations="compact", tools="search").ignored() == []  # the preset sets all three
     assert EnvSpec(kind="none", snippet_chars=50).ignored() == ["--snippet-chars is ignored: --env none has no tools"]
+    # the paper's values given explicitly are the defaults, recorded as nothing (a resume with and
+    # without them is the same run); a web snippet is the provider's unless cut, so 300 there is a setting
+    assert EnvSpec(search_results=10, snippet_chars=300, evidence_chars=4000).observations() == {}
+    assert EnvSpec(kind="web", snippet_chars=300).observations() == {"snippet_chars": 300}
 
 
 def test_a_resumed_rl_run_with_other_observations_is_refused(tmp_path: Path):

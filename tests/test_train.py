@@ -357,3 +357,34 @@ def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
         assert t.to_dict()["level"] == 1  # the item's level travels with its trajectory
         kinds.add(t.construction)
     assert kinds & {"verified", "distractor"}
+
+
+def test_a_path_the_compact_search_does_not_show_is_left_out(vital: Corpus, tmp_path, caplog):
+    """With fewer search results than synthesis replayed the path with, an item whose search no
+    longer lists the page the next step opens is left out (a trajectory would visit a page it was
+    never shown); synthesizing with the same settings keeps only items whose path shows."""
+    from websailor.synth.dataset import SynthConfig as Cfg
+    from websailor.train.constructive import HopNotShown, constructive_trajectory
+
+    kg = load_or_build(vital)
+    items = read_items(_qa(vital, tmp_path, n=12))
+    one = build_local_tools(vital, search_results=1)
+    out = tmp_path / "one.jsonl"
+    written, _ = build_constructive(items, one, out, progress=False)
+    left = len(items) - written
+    assert left > 0 and "left out" in caplog.text and len(out.read_text().splitlines()) == written
+    by_id = {str(it["id"]): it for it in items}
+    for line in out.read_text().splitlines():  # every visit after a search opens a page that search listed
+        rec = json.loads(line)
+        steps = by_id[rec["id"]]["procedure"]
+        for j, call in enumerate(rec["tool_calls"][:-1]):
+            after = rec["tool_calls"][j + 1]
+            if call["name"] == "search" and after["name"] == "visit" and j + 1 < len(steps):
+                assert f"({after['arguments']['url']})" in rec["messages"][3 + 2 * j]["content"]
+    missing = next(it for it in items if str(it["id"]) not in out.read_text())
+    with pytest.raises(HopNotShown, match="does not show"):
+        constructive_trajectory(missing, one)
+    shown = tmp_path / "shown.jsonl"
+    synthesize(kg, shown, Cfg(n=8, seed=5, test_fraction=0.0), progress=False, tools=one)
+    kept = read_items(shown)
+    assert build_constructive(kept, one, tmp_path / "kept.jsonl", progress=False)[0] == len(kept) == 8

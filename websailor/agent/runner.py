@@ -92,14 +92,15 @@ def check_env_settings(out: Path, records: list[tuple[int, dict]], settings: dic
 
 def append_new_trajectories(
     out: Path,
-    makers: list[tuple[str, Callable[[], Trajectory]]],
+    makers: list[tuple[str, Callable[[], Trajectory | None]]],
     desc: str,
     progress: bool = True,
     transform: Callable[[Trajectory], Trajectory] | None = None,
     model: str | None = None,
 ) -> tuple[int, int]:
     """Append one trajectory per id of ``makers`` that ``out`` does not hold yet, each made
-    on demand by its function (then passed through ``transform``, if given) and flushed at
+    on demand by its function (``None``: nothing for that id; then passed through
+    ``transform``, if given) and flushed at
     once (the file is locked meanwhile, see :func:`websailor.jsonio.appending`). With
     ``model`` (the trajectories' source), a file of another source is refused
     (:func:`check_source`). Returns ``(written, skipped)``.
@@ -115,6 +116,8 @@ def append_new_trajectories(
         todo = [make for qid, make in makers if qid not in done]
         for make in tqdm(todo, desc=desc, unit="traj", disable=not progress):
             traj = make()
+            if traj is None:  # the maker had nothing to write for this id
+                continue
             fh.write(trajectory_line(transform(traj) if transform else traj))
             fh.flush()
         os.fsync(fh.fileno())

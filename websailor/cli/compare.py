@@ -28,6 +28,15 @@ def compare(
     if name is not None and len(name) != 2:
         fail(f"--name takes two labels, one per run; got {len(name)}")
     labels = (name[0], name[1]) if name else (str(run_a), str(run_b))
+    if labels[0] == labels[1] or not all(x.strip() for x in labels):
+        fail(f"--name: give two different, non-empty labels, got {labels[0]!r} and {labels[1]!r}")
+    if out is not None:
+        for run in (run_a, run_b):
+            if run.is_dir() and out.resolve().is_relative_to(run.resolve()):
+                fail(
+                    f"--out {out} is inside the run directory {run}: write the table elsewhere (it would replace a file "
+                    "of the run)"
+                )
     check_same_questions(run_a, run_b)
     c = compare_runs(load_scores(run_a), load_scores(run_b), labels)
     text = to_markdown(c)

@@ -82,7 +82,8 @@ def synth(
         if spec is not None and not spec.strip():
             fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
     if not filter_with:
-        warn_unused_env(env_spec, "--filter-with's reference agent")
+        unused = env_spec.model_copy(update=dict.fromkeys(env_spec.observations()))  # they set the replay
+        warn_unused_env(unused, "--filter-with's reference agent")
     have = len(read_items(out))  # a wrong --out fails before the graph is built
     if have >= n:
         print(f"{out} already holds {have} items (--n {n}): nothing to do")
@@ -106,7 +107,10 @@ def synth(
             )
         kg = load_or_build(c)
         # every candidate's solution path is replayed through the local tools over the same corpus
-        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater, tools=build_local_tools(c))
+        # the solution path is replayed with the observation settings given, so that a file made for
+        # compact observations holds only items whose searches show the page the next step opens
+        replay = build_local_tools(c, **env_spec.observations())
+        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater, tools=replay)
     report = dataset_report(read_items(out))
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
     if report["items"] < n:

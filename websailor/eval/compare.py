@@ -16,6 +16,9 @@ from pathlib import Path
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.report import summarize
 from websailor.eval.scoring import Score, read_scores
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Comparison:
         only_a, only_b: ids of the questions that one run solves at least once and the other never.
         both, neither: ids solved by both, by neither.
         verdict: one sentence: a gain, a loss, or no difference shown.
+        graded: graded questions of each run (the comparison uses the ones both have).
     """
 
     names: tuple[str, str]
@@ -41,6 +45,7 @@ class Comparison:
     both: list[str]
     neither: list[str]
     verdict: str
+    graded: tuple[int, int] = (0, 0)
 
 
 def load_scores(run: Path) -> list[Score]:
@@ -114,6 +119,11 @@ def compare_runs(a: list[Score], b: list[Score], names: tuple[str, str] = ("A", 
         )
     keep = set(common)
     sums = tuple(summarize([s for s in run if s.id in keep]) for run in (a, b))
+    if sums[0]["k"] != sums[1]["k"]:
+        raise InvalidArgumentError(
+            f"{names[0]} has k = {sums[0]['k']} rollouts per question and {names[1]} k = {sums[1]['k']}: Avg@k and "
+            "Pass@k are only comparable at the same k; evaluate both with the same --rollouts"
+        )
     diff = sums[1]["avg_at_k"] - sums[0]["avg_at_k"]
     lo, hi = paired_bootstrap([acc_a[q] for q in common], [acc_b[q] for q in common])
     solved_a = {q for q in common if acc_a[q] > 0}
@@ -138,13 +148,14 @@ def compare_runs(a: list[Score], b: list[Score], names: tuple[str, str] = ("A", 
         both=sorted(solved_a & solved_b),
         neither=sorted(set(common) - solved_a - solved_b),
         verdict=verdict,
+        graded=(len(acc_a), len(acc_b)),
     )
 
 
 def check_same_questions(a: Path, b: Path) -> None:
     """Refuse two evaluation directories whose trajectories give one id two question texts
-    (evaluations of two question sets). Directories without ``trajectories.jsonl`` are not
-    checked.
+    (evaluations of two question sets). Directories without ``trajectories.jsonl`` (``score --out``) are not
+    checked; a warning says so.
 
     Raises:
         InvalidArgumentError: an id with another question in each run (the first one is named).
@@ -153,6 +164,11 @@ def check_same_questions(a: Path, b: Path) -> None:
 
     paths = [Path(p) / "trajectories.jsonl" for p in (a, b)]
     if not all(p.is_file() for p in paths):
+        logger.warning(
+            "%s: no trajectories.jsonl beside the scores, so the question texts behind the ids are not checked; "
+            "make sure both runs evaluated the same benchmark",
+            " and ".join(str(p.parent) for p in paths if not p.is_file()),
+        )
         return
     texts = [{str(r["id"]): r["question"] for r in read_trajectories([p])} for p in paths]
     odd = next((q for q in texts[0] if q in texts[1] and texts[0][q] != texts[1][q]), None)
@@ -195,6 +211,14 @@ def to_markdown(c: Comparison) -> str:
         row("ungraded", str(sa["ungraded"]), str(sb["ungraded"])),
         "",
         c.verdict,
+        *(
+            [
+                f"Compared on the {len(c.both) + len(c.only_a) + len(c.only_b) + len(c.neither)} questions both graded "
+                f"({c.names[0]} graded {c.graded[0]}, {c.names[1]} {c.graded[1]})."
+            ]
+            if c.graded[0] != c.graded[1] or len(c.both) + len(c.only_a) + len(c.only_b) + len(c.neither) != c.graded[0]
+            else []
+        ),
         f"Solved at least once: by both {len(c.both)}, only by {c.names[0]} {len(c.only_a)}, "
         f"only by {c.names[1]} {len(c.only_b)}, by neither {len(c.neither)}.",
     ]
@@ -216,4 +240,5 @@ def to_dict(c: Comparison) -> dict:
         "both": c.both,
         "neither": c.neither,
         "verdict": c.verdict,
+        "graded": list(c.graded),
     }

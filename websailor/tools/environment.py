@@ -204,9 +204,13 @@ class EnvSpec(BaseModel):
             raise ConfigError(f"{OPTIONS.get(field, field)}{sep}{message}") from None
 
     def observations(self) -> dict[str, int]:
-        """The observation settings that are set (not the paper's defaults), by field name:
-        what :meth:`record` and every trajectory (``env_settings``) record."""
-        return {f: getattr(self, f) for f in OBSERVATION_FIELDS if getattr(self, f) is not None}
+        """The observation settings that are set to something other than the paper's, by field
+        name (``--search-results 10`` is the default, not a setting): what :meth:`record` and
+        every trajectory (``env_settings``) record."""
+        # an explicit paper value is the default (a web snippet is the provider's unless cut, so
+        # --snippet-chars 300 on the web is a setting)
+        same = {f: v for f, v in PAPER_OBSERVATIONS.items() if f != "snippet_chars" or self.kind != "web"}
+        return {f: v for f in OBSERVATION_FIELDS if (v := getattr(self, f)) is not None and same.get(f) != v}
 
     def trajectory_settings(self) -> dict[str, int]:
         """The ``env_settings`` that trajectories run with this spec record: :meth:`observations`,

@@ -34,7 +34,10 @@ from websailor import __version__
 from websailor.agent.prompt import system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
 from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.log import get_logger
 from websailor.tools import Tool, execute_tool
+
+logger = get_logger(__name__)
 
 #: The kinds of constructive trajectory, in the order they are reported.
 CONSTRUCTIONS = ("direct", "verified", "distractor")
@@ -45,6 +48,24 @@ DEFAULT_DISTRACTOR_SHARE = 0.3
 #: Candidate pages tried (visited) before giving up on a distractor.
 _MAX_DISTRACTOR_TRIES = 6
 _SEARCH_TITLE = re.compile(r"^\d+\. \[([^\]]+)\]\(", re.M)
+
+
+class HopNotShown(InputFormatError):
+    """A search step of the solution path whose results, under the run's observation settings
+    (fewer results than synthesis replayed it with), do not show the page the next step opens:
+    a trajectory would visit a page the agent was never shown."""
+
+
+def _check_shown(item: dict, steps: list[dict], i: int, observation: str) -> None:
+    """Raise :class:`HopNotShown` when step ``i`` is a search and the visit after it opens a
+    URL its observation does not list."""
+    nxt = steps[i + 1] if i + 1 < len(steps) else None
+    if steps[i].get("action") == "search" and nxt is not None and nxt.get("action") == "visit":
+        if f"({nxt['url']})" not in observation:
+            raise HopNotShown(
+                f"item {item.get('id')!r}: the search {steps[i]['query']!r} does not show {nxt['url']} under these "
+                "observation settings"
+            )
 
 
 def _turn(thought: str, name: str, arguments: dict) -> str:
@@ -63,6 +84,11 @@ def _thought(step: dict, i: int, answer_title: str) -> str:
 
 def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
+
+
+def _names(text: str, title: str) -> bool:
+    """Whether normalized ``text`` names ``title`` as a whole word ("Cave" is not named by "caves")."""
+    return re.search(r"(?<!\w)" + re.escape(_norm(title)) + r"(?!\w)", text) is not None
 
 
 def _body(observation: str) -> str:
@@ -176,7 +202,7 @@ def _step_call(item: dict, step: dict, i: int, goal: str) -> tuple[str, dict]:
 def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     """Wrong candidates a solver could meet: nodes of the graph meeting all constraints but
     one (``candidates`` on every subset that leaves one out), then the pages the hops link to
-    and the titles of the search results, each named in ``observations``; nearest misses
+    and the titles of the search results, each named (as a whole word) in ``observations``; nearest misses
     first (fewest constraints failed), never the answer or a page already visited."""
     from websailor.synth.constraints import Constraint, candidates
 
@@ -195,7 +221,7 @@ def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     text = _norm("\n".join(_body(o) for o in observations))
     pool = []
     for node in sorted(seen):
-        if node == answer or kg.graph.nodes[node].get("url") in visited or _norm(node) not in text:
+        if node == answer or kg.graph.nodes[node].get("url") in visited or not _names(text, node):
             continue
         failed = sum(not c.matches(kg, node) for c in cs)
         if failed:
@@ -274,6 +300,8 @@ def constructive_trajectory(
 
     Raises:
         InputFormatError: the item has no procedure, or a step is neither a search nor a visit.
+        HopNotShown: a search of the path does not show the page the next step opens (with
+            fewer search results than the item was synthesized with).
         InvalidArgumentError: ``distractor`` without ``kg``.
     """
     steps = item.get("procedure") or []
@@ -295,7 +323,7 @@ def constructive_trajectory(
     def build(check: bool) -> tuple[Trajectory, bool]:
         r = _Replay(item, tools, rollout)
         for i, step in enumerate(before):
-            r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))
+            _check_shown(item, steps, i, r.step(_thought(step, i, answer), *_step_call(item, step, i, goal)))
         notes: dict = {}
         rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
         if distractor and isinstance(rejected, str):
@@ -419,8 +447,10 @@ def build_constructive(
     short-CoT reconstruction; ``source`` is the trajectories' ``model`` field after it, and
     ``out`` must hold no other source's. ``distractor_share`` of the items (drawn from each
     item's id, :func:`wants_distractor`; ``traj build`` uses :data:`DEFAULT_DISTRACTOR_SHARE`)
-    meet a wrong candidate first; ``kg`` is the corpus's knowledge graph they need (:func:`websailor.synth.graph.load_or_build`). Returns
-    ``(written, skipped)``.
+    meet a wrong candidate first; ``kg`` is the corpus's knowledge graph they need
+    (:func:`websailor.synth.graph.load_or_build`). Items whose path a search does not show
+    under the tools' observation settings (:class:`HopNotShown`) are left out, with a warning
+    (a rerun tries them again, with the same outcome). Returns ``(written, skipped)``.
 
     Raises:
         InputFormatError: no item in that split, an item without a procedure, or ``out``
@@ -438,21 +468,30 @@ def build_constructive(
     chosen = [it for it in items if split == "all" or it.get("split") == split]
     if not chosen:
         raise InputFormatError(f"no QA items in split {split!r}")
-    makers = [
-        (
-            str(it["id"]),
-            partial(
-                constructive_trajectory,
-                it,
-                tools,
-                kg=kg,
-                distractor=wants_distractor(str(it["id"]), distractor_share),
-                verify=verify,
-            ),
+    not_shown: list[str] = []
+
+    def make(it: dict) -> Trajectory | None:
+        try:
+            return constructive_trajectory(
+                it, tools, kg=kg, distractor=wants_distractor(str(it["id"]), distractor_share), verify=verify
+            )
+        except HopNotShown:
+            not_shown.append(str(it["id"]))
+            return None
+
+    makers = [(str(it["id"]), partial(make, it)) for it in chosen]
+    written, skipped = append_new_trajectories(
+        Path(out), makers, "constructive trajectories", progress, transform, source
+    )
+    if not_shown:
+        logger.warning(
+            "%d of %d items left out: a search of their solution path does not show the page the next step "
+            "opens under these observation settings (fewer results than synthesis used; e.g. %s)",
+            len(not_shown),
+            len(chosen),
+            not_shown[0],
         )
-        for it in chosen
-    ]
-    return append_new_trajectories(Path(out), makers, "constructive trajectories", progress, transform, source)
+    return written - len(not_shown), skipped
 
 
 def check_distractor_share(share: float) -> None:
