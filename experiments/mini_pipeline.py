@@ -269,7 +269,7 @@ def main() -> None:
     stage(
         "synth",
         ["synth", "--n", n, "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
-        + ["--test-fraction", str(a.test_fraction)],
+        + ["--test-fraction", str(a.test_fraction), *obs],
     )
     stage("synth", ["synth", "stats", str(qa)])
     stage(
