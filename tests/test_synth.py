@@ -699,6 +699,11 @@ def test_readers_never_change_the_file(kg: KnowledgeGraph, tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"id": "x", "seed": 0}\n')
     with pytest.raises(InputFormatError, match="line 1 is not a QA item: field 'question' is missing"):
         read_items(tmp_path / "bad.jsonl")
+    first = json.loads(whole.decode().splitlines()[0])
+    for level in (None, "2", 2.0, True, 9):  # a level the ladder does not have is named, never sorted or shown
+        (tmp_path / "lvl.jsonl").write_text(json.dumps({**first, "level": level}) + "\n")
+        with pytest.raises(InputFormatError, match="field 'level' is"):
+            read_items(tmp_path / "lvl.jsonl")
 
 
 def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vital: Corpus, tmp_path):

@@ -176,6 +176,12 @@ def _check_items(path: Path, records: list[tuple[int, dict]]) -> list[dict]:
                 raise InputFormatError(
                     f"{path} line {lineno} is not a QA item: field {name!r} is {what}; use another file or repair it"
                 )
+        level = rec.get("level", DEFAULT_LEVEL)  # files made before the ladder have none: level 4
+        if type(level) is not int or level not in LEVELS:
+            raise InputFormatError(
+                f"{path} line {lineno}: field 'level' is {level!r}, expected one of {', '.join(map(str, LEVELS))} "
+                "(or no field: level 4); use another file or repair it"
+            )
     return [rec for _, rec in records]
 
 

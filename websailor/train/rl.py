@@ -429,7 +429,8 @@ def prefilter_from_file(
         raise ConfigError(
             f"--prefilter-from {traj_path} holds rollouts of another question set: {'; '.join(detail)} "
             f"({len({str(r['id']) for r in records})} items in the file, {len(items)} in --data): rate these items "
-            "(websailor eval on the same file) or use --prefilter K"
+            "(websailor eval on the same file, with --split train: eval rates the test split unless told "
+            "otherwise) or use --prefilter K"
         )
     records = [{**r, "answer": by_id[str(r["id"])].gold.to_dict()} for r in records]  # grade against --data's gold
     stored = _stored_grades(scores_path, judge.name)
