@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # the demo's fine-tuning and before/after sizes (an idle two-core machine runs the demo in about 13 min)
-DEMO_SFT_STEPS ?= 40
+DEMO_SFT_STEPS ?= 16
 DEMO_EVAL_ITEMS ?= 6
 
 demo: venv
@@ -55,9 +55,9 @@ demo: venv
 	$(WS) synth show runs/demo/qa.jsonl --index 3
 	@echo "--- cold-start SFT on level-1 items: verifying constructive trajectories with compact observations, then $(DEMO_SFT_STEPS) steps of fine-tuning (the full run: experiments/mini_pipeline.py)"
 	rm -rf runs/demo/qa1.jsonl runs/demo/sft.jsonl runs/demo/sft runs/demo/eval_base runs/demo/eval_sft
-	$(WS) synth --n 120 --level 1 --test-fraction 0.1 --out runs/demo/qa1.jsonl --seed 7
+	$(WS) synth --n 120 --level 1 --test-fraction 0.1 --out runs/demo/qa1.jsonl --seed 7 --observations compact
 	$(WS) traj build --qa runs/demo/qa1.jsonl --out runs/demo/sft.jsonl --observations compact
-	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps $(DEMO_SFT_STEPS) --batch-size 2 --max-length 4096 --lr 2e-4 --warmup-ratio 0.1 --save-steps 1000
+	$(WS) train sft --data runs/demo/sft.jsonl --out runs/demo/sft --max-steps $(DEMO_SFT_STEPS) --batch-size 1 --max-length 4096 --lr 2e-4 --warmup-ratio 0.1 --save-steps 1000
 	@echo "--- before and after: the base model and the model just fine-tuned, on $(DEMO_EVAL_ITEMS) held-out level-1 items (k = 2, exact match)"
 	$(WS) eval --bench runs/demo/qa1.jsonl --split test --limit $(DEMO_EVAL_ITEMS) --rollouts 2 --max-calls 4 --max-tokens 160 --observations compact --model smollm2 --out runs/demo/eval_base
 	$(WS) eval --bench runs/demo/qa1.jsonl --split test --limit $(DEMO_EVAL_ITEMS) --rollouts 2 --max-calls 4 --max-tokens 160 --observations compact --model hf:runs/demo/sft --out runs/demo/eval_sft

@@ -67,6 +67,7 @@ IDENTITY = (
     "prefilter_limit",
     "sanity_items",
     "sanity_group_size",
+    "sanity_lr",
     "group_size",
     "rl_lr",
     "rl_config",
@@ -217,6 +218,7 @@ def main() -> None:
     p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
     p.add_argument("--sanity-steps", type=int, default=16)
     p.add_argument("--sanity-group-size", type=int, default=8, help="rollouts per group (and per step) of the check")
+    p.add_argument("--sanity-lr", type=float, default=5e-5, help="learning rate of the check (overfitting is its aim)")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--rl-lr", type=float, default=2e-5)
     p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_ladder.yaml")
@@ -299,7 +301,8 @@ def main() -> None:
             "sanity",
             ["train", "rl", "--data", str(sanity_qa), "--split", "all", "--model", f"hf:{sft}", "--out", str(sanity)]
             + ["--max-steps", str(a.sanity_steps), *rl_common]
-            + ["--group-size", str(a.sanity_group_size), "--batch", str(a.sanity_group_size)],
+            + ["--group-size", str(a.sanity_group_size), "--batch", str(a.sanity_group_size)]
+            + ["--lr", str(a.sanity_lr)],
         )
     rl_runs = {"rl": ("v2", out / "rl_model"), "dupo": ("dupo", out / "dupo_model")}
     for name, (algo, path) in rl_runs.items():
