@@ -159,11 +159,12 @@ def reward_gain(rl_dir: Path, n: int = 10, resamples: int = 2000, seed: int = 0)
     }
 
 
-def _row(name: str, f: dict) -> str:
+def _row(name: str, f: dict, k: int | None = None) -> str:
     lo, hi = f["avg_at_k_ci95"] or (None, None)
+    k = f.get("k", k)
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
     return (
-        f"| {name} | {f['questions']} x {f['k']} | {pct(f['format_validity'])}% | {pct(f['avg_at_k'])} "
+        f"| {name} | {f['questions']} x {k} | {pct(f['format_validity'])}% | {pct(f['avg_at_k'])} "
         f"({pct(lo)}-{pct(hi)}) | {pct(f['pass_at_k'])} | {f['mean_tool_calls']} | "
         + ", ".join(f"{t} {c}" for t, c in (f["terminations"] or {}).items())
         + " |"
@@ -179,7 +180,11 @@ def tables(results: dict) -> str:
     levels = sorted({lv for m in models for lv in results["eval"][m]["by_level"]})
     for lv in levels:
         lines += ["", f"Level {lv}:", "", head, "|---|---|---|---|---|---|---|"]
-        lines += [_row(m, results["eval"][m]["by_level"][lv]) for m in models if lv in results["eval"][m]["by_level"]]
+        lines += [
+            _row(m, results["eval"][m]["by_level"][lv], results["eval"][m]["k"])
+            for m in models
+            if lv in results["eval"][m]["by_level"]
+        ]
     for name, gain in (results.get("reward_gain") or {}).items():
         if gain:
             lo, hi = gain["diff_ci95"]
