@@ -261,7 +261,13 @@ def test_constructive_trajectories_use_and_record_the_settings(vital, vital_dir:
     from websailor.train.sft_data import load_sft_data
 
     qa = tmp_path / "qa.jsonl"
-    synthesize(load_or_build(vital), qa, SynthConfig(n=3, seed=3, test_fraction=0.0), progress=False)
+    from websailor.tools.local import build_local_tools
+
+    # replayed with compact observations at synthesis, so that both builds keep every item
+    compact_tools = build_local_tools(vital, **COMPACT_OBSERVATIONS)
+    synthesize(
+        load_or_build(vital), qa, SynthConfig(n=3, seed=3, test_fraction=0.0), progress=False, tools=compact_tools
+    )
     base = ["traj", "build", "--qa", str(qa), "--corpus", str(vital_dir)]
     paper, compact = tmp_path / "paper.jsonl", tmp_path / "compact.jsonl"
     assert runner.invoke(app, [*base, "--out", str(paper)]).exit_code == 0

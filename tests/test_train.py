@@ -15,9 +15,9 @@ from websailor.train.constructive import build_constructive
 
 def test_constructive_trajectories_follow_the_protocol_and_reach_the_answer(vital: Corpus, tmp_path):
     qa = tmp_path / "qa.jsonl"
-    synthesize(load_or_build(vital), qa, SynthConfig(n=20, seed=3, test_fraction=0.0), progress=False)
+    tools = build_local_tools(vital)  # the replay at synthesis makes every path one the searches show
+    synthesize(load_or_build(vital), qa, SynthConfig(n=20, seed=3, test_fraction=0.0), progress=False, tools=tools)
     out = tmp_path / "sft.jsonl"
-    tools = build_local_tools(vital)
     assert build_constructive(read_items(qa), tools, out, progress=False) == (20, 0)
     assert build_constructive(read_items(qa), tools, out, progress=False) == (0, 20)  # resumed: nothing twice
     for line in out.read_text().splitlines():
@@ -337,20 +337,17 @@ def test_sft_data_reads_every_kind(kinds_build, smollm2_path):
 
 
 def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
-    """Procedures of any length: a level-1 item solved by one search and the answer's page."""
+    """Procedures of any length: level-1 items, solved by one search and the answer's page."""
     from websailor.train.constructive import constructive_trajectory
 
     kg = load_or_build(vital)
-    items = read_items(_qa(vital, tmp_path, n=6))
+    tools = build_local_tools(vital)
+    qa = tmp_path / "one_hop.jsonl"
+    synthesize(kg, qa, SynthConfig(n=6, seed=5, test_fraction=0.0, levels=(1,)), progress=False, tools=tools)
     kinds = set()
-    for item in items:
-        item["level"] = 1
-        first = next(c for c in item["constraints"] if c["kind"] == "linked")
-        item["procedure"] = [
-            {"action": "search", "query": first["params"]["other"]},
-            {"action": "visit", "url": item["target_url"], "evidence": ""},
-        ]
-        t = constructive_trajectory(item, build_local_tools(vital), kg=kg, distractor=True)
+    for item in read_items(qa):
+        assert [s["action"] for s in item["procedure"]] == ["search", "visit"]
+        t = constructive_trajectory(item, tools, kg=kg, distractor=True)
         assert parse_turn(t.messages[-1]["content"]).answer == item["answer"]
         assert t.tool_calls[0].name == "search" and t.tool_calls[-1].arguments["url"] == item["target_url"]
         assert t.num_tool_calls == 2 + (t.construction == "distractor")

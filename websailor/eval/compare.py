@@ -138,6 +138,9 @@ def compare_runs(a: list[Score], b: list[Score], names: tuple[str, str] = ("A", 
         verdict = (
             f"No difference in accuracy is shown between {names[0]} and {names[1]}: {pts}; the interval includes 0."
         )
+    fa, fb = sums[0].get("format_validity"), sums[1].get("format_validity")
+    if fa is not None and fb is not None and abs(fb - fa) >= 0.005:
+        verdict += f" Format validity: {100 * fa:.1f}% of {names[0]}'s turns, {100 * fb:.1f}% of {names[1]}'s."
     return Comparison(
         names=names,
         summaries=sums,  # type: ignore[arg-type]

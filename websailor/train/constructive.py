@@ -486,7 +486,8 @@ def build_constructive(
     if not_shown:
         logger.warning(
             "%d of %d items left out: a search of their solution path does not show the page the next step "
-            "opens under these observation settings (fewer results than synthesis used; e.g. %s)",
+            "opens under these observation settings (e.g. %s); synthesize with the same observation settings "
+            "(the CLI replays every path; a library call without tools does not)",
             len(not_shown),
             len(chosen),
             not_shown[0],
