@@ -114,12 +114,13 @@ def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) ->
     """Training items that the SFT model solved sometimes but not always in ``scores_dir``."""
     from websailor.eval.compare import load_scores
     from websailor.synth.dataset import read_items
+    from websailor.synth.difficulty import verdict
 
     correct: dict[str, list[bool]] = {}
     for s in load_scores(scores_dir):
         if s.correct is not None:
             correct.setdefault(s.id, []).append(s.correct)
-    ids = [q for q, v in correct.items() if len(v) == k and 0 < sum(v) < k]
+    ids = [q for q, v in correct.items() if len(v) == k and verdict(sum(v), k, "moderate") == "kept"]
     random.Random(seed).shuffle(ids)
     by_id = {it["id"]: it for it in read_items(qa)}
     return [by_id[q] for q in ids[:limit]]

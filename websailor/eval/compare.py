@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from websailor.errors import InputFormatError, InvalidArgumentError
-from websailor.eval.report import summarize
+from websailor.eval.report import _pct, summarize
 from websailor.eval.scoring import Score, read_scores
 from websailor.log import get_logger
 
@@ -180,10 +180,6 @@ def check_same_questions(a: Path, b: Path) -> None:
             f"{a} and {b} are evaluations of different questions: id {odd!r} is {texts[0][odd][:80]!r} in one and "
             f"{texts[1][odd][:80]!r} in the other; compare two runs of the same benchmark"
         )
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}"
 
 
 def to_markdown(c: Comparison) -> str:
