@@ -39,6 +39,12 @@ def normalize_space(text: str) -> str:
     return _SPACE.sub(" ", clean_text(text)).strip()
 
 
+def fold_space(text: str) -> str:
+    """``text`` lower-cased with whitespace runs collapsed: the form in which synthesis and the
+    constructive trajectories look for a name or a sentence inside an observation."""
+    return " ".join(text.lower().split())
+
+
 def truncate(text: str, max_chars: int) -> str:
     """Cut ``text`` at a word boundary so that it has at most ``max_chars`` characters (adds "...")."""
     if len(text) <= max_chars:

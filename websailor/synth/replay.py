@@ -22,14 +22,11 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from websailor.corpus.urls import title_to_url
+from websailor.text import fold_space
 from websailor.tools.base import Tool
 
 #: the goal a replayed visit reads a page for (the goal of the constructive trajectories)
 GOAL = "what links this page to the entity asked about: {question}"
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
 
 
 class PathReplayer:
@@ -88,7 +85,7 @@ class PathReplayer:
                 observation = self._call("visit", {"url": url, "goal": goal}, ("visit", url, goal))
                 if not observation.startswith("Page ") or "could not be found" in observation[:300]:
                     return False, f"step {i}: the page {url} is not in the corpus"
-                seen = _norm(observation)
+                seen = fold_space(observation)
                 for name in step.get("mentions") or []:
                     if not _mentioned(name, step, seen):
                         return False, f"step {i}: the page {url} does not mention {name!r}"
@@ -104,9 +101,9 @@ class PathReplayer:
 def _mentioned(name: str, step: dict, seen: str) -> bool:
     """The name, its URL, or the step's evidence sentence (which mentions it, perhaps by
     another form such as "da Vinci") is in the observation."""
-    if _norm(name) in seen or _norm(title_to_url(name)) in seen:
+    if fold_space(name) in seen or fold_space(title_to_url(name)) in seen:
         return True
-    evidence = _norm(step.get("evidence") or "")
+    evidence = fold_space(step.get("evidence") or "")
     return bool(evidence) and evidence in seen
 
 

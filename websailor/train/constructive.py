@@ -35,6 +35,7 @@ from websailor.agent.prompt import system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.log import get_logger
+from websailor.text import fold_space
 from websailor.tools import Tool, execute_tool
 
 logger = get_logger(__name__)
@@ -82,13 +83,9 @@ def _thought(step: dict, i: int, answer_title: str) -> str:
     return "One of the results looks like the entity described. I read its page for what it is linked to."
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split()).lower()
-
-
 def _names(text: str, title: str) -> bool:
     """Whether normalized ``text`` names ``title`` as a whole word ("Cave" is not named by "caves")."""
-    return re.search(r"(?<!\w)" + re.escape(_norm(title)) + r"(?!\w)", text) is not None
+    return re.search(r"(?<!\w)" + re.escape(fold_space(title)) + r"(?!\w)", text) is not None
 
 
 def _body(observation: str) -> str:
@@ -110,9 +107,9 @@ def _confirmed(constraint: dict, observation: str, target_url: str, earlier: str
     Name masks are never "confirmed" this way: the title alone proves little."""
     if constraint["kind"] == "name":
         return None
-    obs = _norm(observation)
+    obs = fold_space(observation)
     mine = [e["sentence"] for e in constraint.get("evidence", []) if e.get("url") == target_url and e.get("sentence")]
-    shown = next((s for s in mine if _norm(s) in obs), None)
+    shown = next((s for s in mine if fold_space(s) in obs), None)
     if shown is None and constraint["kind"] == "linked":
         other = re.compile(rf"(?<!\w){re.escape(constraint['params']['other'])}(?!\w)")
         lines = [ln for ln in _body(observation).splitlines() if ln.strip()]
@@ -121,7 +118,7 @@ def _confirmed(constraint: dict, observation: str, target_url: str, earlier: str
         return None
     if constraint["kind"] in ("compare", "relative_start"):
         theirs = [e["sentence"] for e in constraint.get("evidence", []) if e.get("url") != target_url]
-        if not any(_norm(s) in _norm(earlier) for s in theirs):
+        if not any(fold_space(s) in fold_space(earlier) for s in theirs):
             return None
     return shown
 
@@ -218,7 +215,7 @@ def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     for obs in observations:
         seen.update(t for t in _SEARCH_TITLE.findall(obs) if t in kg.graph)
     visited = {s.get("url") for s in item.get("procedure") or []}
-    text = _norm("\n".join(_body(o) for o in observations))
+    text = fold_space("\n".join(_body(o) for o in observations))
     pool = []
     for node in sorted(seen):
         if node == answer or kg.graph.nodes[node].get("url") in visited or not _names(text, node):
@@ -236,14 +233,14 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
     from websailor.synth.vague import bare_name
 
     body = _body(observation)
-    obs = _norm(body)
+    obs = fold_space(body)
     attrs = kg.attributes(node)
     # what the page shows first (a name, a year, a number), an absent link last
     for d in sorted(item.get("constraints") or [], key=lambda d: d["kind"] == "linked"):
         c = Constraint.from_dict(d)
         if d["kind"] not in _REJECTABLE or c.matches(kg, node):
             continue
-        if d["kind"] == "name" and _norm(node) in obs:
+        if d["kind"] == "name" and fold_space(node) in obs:
             return d, f"its name is {node}"
         if d["kind"] in ("span_start", "span_end") and attrs.span:
             year = attrs.span[0 if d["kind"] == "span_start" else 1]
@@ -252,7 +249,11 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
                 return d, f'its page gives {year}: "{_quote(line)}"'
         if d["kind"] == "quantity":
             shown = next(
-                (q.sentence for q in attrs.quantities if q.kind == d["params"]["kind"] and _norm(q.sentence) in obs),
+                (
+                    q.sentence
+                    for q in attrs.quantities
+                    if q.kind == d["params"]["kind"] and fold_space(q.sentence) in obs
+                ),
                 None,
             )
             if shown:
@@ -261,7 +262,7 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
             others = d["params"].get("others") or [d["params"]["other"]]
             names = {n for o in others for n in (o, bare_name(o))}
             # strict: not even inside a word ("liverworts" mentions Liverwort)
-            if not any(_norm(n) in obs for n in names):
+            if not any(fold_space(n) in obs for n in names):
                 return d, f"nothing its page shows mentions {d['params']['other']}"
     return None
 
