@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
-from websailor.agent.trajectory import ToolCallRecord, Trajectory
+from websailor.agent.trajectory import ToolCallRecord, Trajectory, env_failure_summary
 from websailor.errors import InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, Generation, SamplingParams
 from websailor.text import clean_text
@@ -219,7 +219,12 @@ class Agent:
         latency = time.perf_counter() - tt
         traj.timings["tools_s"] += latency
         traj.num_tool_calls += 1
-        traj.tool_calls.append(ToolCallRecord(call.name, call.arguments, round(latency, 6), result.error))
+        env_failures = list(result.env_failures) or None
+        traj.tool_calls.append(ToolCallRecord(call.name, call.arguments, round(latency, 6), result.error, env_failures))
+        if env_failures:
+            traj.env_failures = env_failure_summary(traj.tool_calls)
         if action.warnings:
-            result = ToolResult("\n".join(action.warnings) + "\n" + result.observation, result.error, result.kind)
+            result = ToolResult(
+                "\n".join(action.warnings) + "\n" + result.observation, result.error, result.kind, result.env_failures
+            )
         return result

@@ -4,8 +4,10 @@ Written as one JSON line per rollout; SFT, RL and evaluation read it back. Field
 ``id, rollout, question, answer, prediction, termination, messages, num_model_calls,
 num_tool_calls, tool_calls, tokens, timings, model, env, seed, version`` (docs/agent.md,
 "Trajectory record"), and for constructive trajectories ``construction`` and
-``construction_notes`` (docs/sft.md; ``None`` in other records and in older files). An assistant message also records its ``finish_reason`` and, when the
-backend returned them, the sampled ``token_ids`` and their ``logprobs``.
+``construction_notes`` (docs/sft.md; ``None`` in other records and in older files), and
+``env_failures`` when a tool call's observation was degraded by the environment. An assistant
+message also records its ``finish_reason`` and, when the backend returned them, the sampled
+``token_ids`` and their ``logprobs``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,58 @@ TERMINATIONS = ("answer", "max_calls", "context", "timeout", "format_error", "mo
 
 @dataclass
 class ToolCallRecord:
-    """One executed tool call: ``latency_s`` in seconds, ``error`` if it failed."""
+    """One executed tool call: ``latency_s`` in seconds, ``error`` if it failed,
+    ``env_failures`` the kinds of environment failures that degraded its observation
+    (:attr:`websailor.tools.ToolResult.env_failures`; ``None`` when the environment held)."""
 
     name: str
     arguments: dict[str, Any]
     latency_s: float
     error: str | None = None
+    env_failures: list[str] | None = None
+
+
+def env_failure_summary(calls: list[ToolCallRecord]) -> dict[str, Any]:
+    """``{"calls": n, "tools": {name: n}, "kinds": {kind: n}}`` over the ``calls`` whose
+    observation the environment degraded (``{}`` when none was): ``calls`` counts tool calls,
+    ``kinds`` counts failed operations (one call may fail several queries)."""
+    failed = [c for c in calls if c.env_failures]
+    if not failed:
+        return {}
+    tools: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for c in failed:
+        tools[c.name] = tools.get(c.name, 0) + 1
+        for k in c.env_failures or ():
+            kinds[k] = kinds.get(k, 0) + 1
+    return {"calls": len(failed), "tools": dict(sorted(tools.items())), "kinds": dict(sorted(kinds.items()))}
+
+
+def env_failed_calls(record: dict[str, Any]) -> int:
+    """How many tool calls of a trajectory record the environment degraded (its
+    ``env_failures.calls``; 0 for records without the field, older files included).
+
+    Raises:
+        ValueError: ``env_failures`` is present but not ``{"calls": int >= 0, ...}``.
+    """
+    env = record.get("env_failures")
+    if env is None or env == {}:
+        return 0
+    calls = env.get("calls") if isinstance(env, dict) else None
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+        raise ValueError(f"env_failures must be an object with a count 'calls', got {env!r}")
+    return calls
+
+
+def environment_failed(record: dict[str, Any], max_env_failures: int = 0) -> bool:
+    """Whether a rollout is left ungraded for its environment: more than ``max_env_failures``
+    of its tool calls had their observation degraded by an environment failure (default 0:
+    any such call). Eval reruns such rollouts; RL gives them no reward.
+
+    Raises:
+        ValueError: a malformed ``env_failures`` field (:func:`env_failed_calls`).
+    """
+    return env_failed_calls(record) > max_env_failures
 
 
 @dataclass
@@ -59,16 +107,26 @@ class Trajectory:
     construction_notes: dict[str, Any] | None = None
     env_settings: dict[str, int] = field(default_factory=dict)
     level: int | None = None
+    #: :func:`env_failure_summary` of :attr:`tool_calls`: the tool calls whose observation an
+    #: environment failure degraded; ``{}`` when the environment held.
+    env_failures: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record; ``env_settings`` (the observation settings that are not the paper's,
         e.g. ``{"search_results": 5}``) only when there are any, ``level`` (the question's
-        difficulty level, see :func:`websailor.questions.question_level`) only when known."""
+        difficulty level, see :func:`websailor.questions.question_level`) only when known,
+        ``env_failures`` only when the environment failed a call; a tool call's
+        ``env_failures`` only when it has any."""
         out = asdict(self)
         if not out["env_settings"]:
             del out["env_settings"]
         if out["level"] is None:
             del out["level"]
+        if not out["env_failures"]:
+            del out["env_failures"]
+        for call in out["tool_calls"]:
+            if call["env_failures"] is None:
+                del call["env_failures"]
         return out
 
     @classmethod

@@ -28,6 +28,16 @@ TOOL_SERVER = "tool_server"  # a remote tool's server did not answer, refused or
 FORMAT_ERROR = "format_error"  # the model's turn had no valid tool call (agent feedback, not a call)
 ERROR_KINDS = (INVALID_ARGUMENTS, UNKNOWN_TOOL, TOOL_ERROR, TOOL_SERVER, FORMAT_ERROR)
 
+#: Kinds of environment failures (:attr:`ToolResult.env_failures`): what went wrong outside the
+#: model when a call's observation was degraded. The execution layer's provider fault kinds
+#: (``timeout``, ``server_error``, ``rate_limited``, ``connection``, ``truncated``,
+#: ``bad_response``, ``auth``, ``unusable``, ``upstream_unavailable``, ``provider_error``,
+#: ``circuit_open``, ``cancelled``) come from :mod:`websailor.tools.web.executor`; these come
+#: from the tool server's client.
+TOOL_SERVER_UNREACHABLE = "tool_server_unreachable"  # nothing answered, or a timeout/reset after the retries
+TOOL_SERVER_ERROR = "tool_server_error"  # the server answered an HTTP error (5xx, or a 4xx for a valid call)
+TOOL_SERVER_REPLY = "tool_server_reply"  # the server's reply is not a tool result
+
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -35,15 +45,27 @@ class ToolResult:
     a short ``error`` and its ``kind`` (one of :data:`ERROR_KINDS`; :data:`TOOL_ERROR` when
     an error is given without one).
 
+    ``env_failures`` names the environment failures that degraded the observation, one kind
+    per failed operation (a search query every provider failed for a server error, a tool
+    server that did not answer): failures outside the model, which eval leaves ungraded and RL
+    leaves out of the loss. Empty when the environment held, including calls that failed for
+    the model's own reasons (a bad argument, a dead link, a 404 page). A call may have
+    ``env_failures`` without an ``error``: a search where one of three queries failed still
+    answers the other two.
+
     Raises:
-        ValueError: a ``kind`` without an ``error``, or a kind not in :data:`ERROR_KINDS`.
+        ValueError: a ``kind`` without an ``error``, a kind not in :data:`ERROR_KINDS`, or
+            ``env_failures`` that are not a tuple of strings.
     """
 
     observation: str
     error: str | None = None
     kind: str | None = None
+    env_failures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.env_failures, tuple) or not all(isinstance(k, str) for k in self.env_failures):
+            raise ValueError(f"env_failures must be a tuple of kind names, got {self.env_failures!r}")
         if self.error is None:
             if self.kind is not None:
                 raise ValueError(f"a ToolResult without an error has no error kind, got {self.kind!r}")
@@ -125,14 +147,20 @@ class Tool(ABC):
         unknown = sorted(k for k in args if k not in known)
         note = f"Note: ignored unknown argument(s) {', '.join(map(repr, unknown))}.\n" if unknown else ""
         try:
-            return ToolResult(note + self.forward(**{k: v for k, v in args.items() if k in known}))
+            out = self.forward(**{k: v for k, v in args.items() if k in known})
         except WebsailorError as e:
-            return ToolResult(f"[{self.name}] Error: {e}", str(e))
+            return ToolResult(f"[{self.name}] Error: {e}", str(e), env_failures=tuple(getattr(e, "env_failures", ())))
+        if isinstance(out, ToolResult):  # a tool that reports environment failures returns its result
+            return ToolResult(note + out.observation, out.error, out.kind, out.env_failures)
+        return ToolResult(note + out)
 
     def __call__(self, arguments: str | Mapping[str, Any] | None = None) -> str:
         """Run the tool on raw arguments; always returns the observation string."""
         return self.execute(arguments).observation
 
     @abstractmethod
-    def forward(self, **kwargs: Any) -> str:
-        """Do the work on validated arguments and return the observation."""
+    def forward(self, **kwargs: Any) -> str | ToolResult:
+        """Do the work on validated arguments and return the observation (or a
+        :class:`ToolResult`, to report :attr:`ToolResult.env_failures`). A
+        :class:`~websailor.errors.WebsailorError` raised here becomes an error observation; one
+        with an ``env_failures`` attribute (a tuple of kinds) reports them too."""
