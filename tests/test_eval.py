@@ -458,7 +458,8 @@ def test_report_states_ungraded_and_leaves_them_out():
 
     s = summarize([sc("a", 0, True), sc("a", 1, None), sc("b", 0, False), sc("b", 1, None)])
     assert s["ungraded"] == 2 and s["avg_at_k"] == 0.5 and s["per_run_accuracy"] == [0.5, None]
-    assert "ungraded: 2 (left out of every figure)" in to_markdown(s)
+    assert s["ungraded_for"] == {"judge": 2}
+    assert "ungraded: 2 (judge 2; left out of every figure)" in to_markdown(s)
     s = summarize([sc("a", 0, None)])
     assert s["avg_at_k"] is None and "n/a" in to_markdown(s)
 

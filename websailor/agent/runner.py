@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from websailor.agent.loop import Agent
-from websailor.agent.trajectory import Trajectory
+from websailor.agent.trajectory import Trajectory, environment_failed
 from websailor.errors import InputFormatError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
@@ -149,12 +149,15 @@ class RunSummary:
     tool_calls: int = 0
     model_calls: int = 0
     seconds: float = 0.0
+    #: rollouts of this invocation in which the environment degraded a tool call's observation
+    env_failed: int = 0
 
     def add(self, t: Trajectory) -> None:
         self.finished += 1
         self.terminations[t.termination] += 1
         self.tool_calls += t.num_tool_calls
         self.model_calls += t.num_model_calls
+        self.env_failed += bool(t.env_failures)
 
 
 def stream_rollouts(
@@ -200,15 +203,21 @@ def latest_rollouts(out: Path, records: list[tuple[int, dict]]) -> dict[tuple[st
     return done
 
 
-def finished(rec: dict | None, question: str | None = None) -> bool:
+def finished(rec: dict | None, question: str | None = None, max_env_failures: int = 0) -> bool:
     """Whether a stored rollout counts as done: it did not end in a model error (the endpoint
-    failed: rerun it), and it answered ``question`` when one is given (the same id may carry
-    another question in an edited benchmark file: rerun it)."""
-    return (
-        rec is not None
-        and rec.get("termination") != "model_error"
-        and (question is None or rec.get("question") == question)
-    )
+    failed: rerun it), the environment degraded at most ``max_env_failures`` of its tool calls
+    (:func:`~websailor.agent.trajectory.environment_failed`: an outage, rerun it), and it
+    answered ``question`` when one is given (the same id may carry another question in an
+    edited benchmark file: rerun it). A record whose ``env_failures`` is malformed counts as
+    not done."""
+    if rec is None or rec.get("termination") == "model_error":
+        return False
+    if question is not None and rec.get("question") != question:
+        return False
+    try:
+        return not environment_failed(rec, max_env_failures)
+    except ValueError:
+        return False
 
 
 def run_questions(
@@ -218,11 +227,13 @@ def run_questions(
     rollouts: int = 1,
     concurrency: int = 4,
     progress: bool = True,
+    max_env_failures: int = 0,
 ) -> RunSummary:
     """Run every question ``rollouts`` times with ``concurrency`` threads, appending each
     finished trajectory to ``out``; resumes a previous run on the same file, rerunning the
-    rollouts that :func:`finished` does not accept. The file is locked while the run writes
-    it (a second run on it is refused).
+    rollouts that :func:`finished` does not accept (model errors, and rollouts in which the
+    environment degraded more than ``max_env_failures`` tool calls). The file is locked while
+    the run writes it (a second run on it is refused).
 
     Raises:
         InvalidArgumentError: another process is writing ``out``, or it holds trajectories
@@ -233,6 +244,8 @@ def run_questions(
 
     if rollouts < 1 or concurrency < 1:
         raise ValueError("rollouts and concurrency must be at least 1")
+    if isinstance(max_env_failures, bool) or not isinstance(max_env_failures, int) or max_env_failures < 0:
+        raise ValueError(f"max_env_failures must be an integer of at least 0, got {max_env_failures!r}")
     out = Path(out)
     with appending(out, "a trajectory record") as (fh, records):
         done = latest_rollouts(out, records)
@@ -252,15 +265,20 @@ def run_questions(
                         theirs,
                         ours,
                     )
-        todo = [(q, r) for q in questions for r in range(rollouts) if not finished(done.get((q.id, r)), q.question)]
+        todo = [
+            (q, r)
+            for q in questions
+            for r in range(rollouts)
+            if not finished(done.get((q.id, r)), q.question, max_env_failures)
+        ]
         redo = sum((q.id, r) in done for q, r in todo)
         summary = RunSummary(skipped=len(questions) * rollouts - len(todo))
         if summary.skipped:
             logger.info("%s: %d rollouts already done, %d to run", out, summary.skipped, len(todo))
         if redo:
             logger.warning(
-                "%s: %d stored rollouts are run again (they ended in a model error, or their id now has "
-                "another question); the new records supersede them",
+                "%s: %d stored rollouts are run again (they ended in a model error, the environment failed "
+                "their tool calls, or their id now has another question); the new records supersede them",
                 out,
                 redo,
             )

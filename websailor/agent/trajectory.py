@@ -136,6 +136,10 @@ class Trajectory:
         kw["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
         return cls(**kw)
 
+    def env_failed(self, max_env_failures: int = 0) -> bool:
+        """:func:`environment_failed` of this rollout."""
+        return environment_failed({"env_failures": self.env_failures}, max_env_failures)
+
     def token_view(self, tokenizer: Any, sampled: bool = False) -> tuple[list[int], list[int]]:
         """Token ids of the whole conversation as the model saw it, and the loss mask.
 

@@ -49,6 +49,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 # agent options of the commands that run the agent
 ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")]
 MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
+MaxEnvFailuresOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Tool calls per rollout the environment may degrade (provider outage, tool server down) and the "
+        "rollout still count; beyond it the rollout is ungraded and rerun (default 0: any).",
+    ),
+]
 MaxTokensOpt = Annotated[
     Optional[int],
     typer.Option(min=1, help="Completion tokens per model call (default: the model's, 256 for smollm2; paper: 8192)."),

@@ -11,6 +11,7 @@ import typer
 from websailor.cli.common import (
     JsonOpt,
     MaxCallsOpt,
+    MaxEnvFailuresOpt,
     MaxTokensOpt,
     ModelOpt,
     SeedOpt,
@@ -51,10 +52,13 @@ def eval_cmd(
     timeout: TimeoutOpt = None,
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
+    max_env_failures: MaxEnvFailuresOpt = 0,
     env_spec: Any = None,
 ) -> None:
     """Run the agent k times on a benchmark, grade every rollout and write the report (tool
-    metrics go to OUT/tool_metrics.jsonl)."""
+    metrics go to OUT/tool_metrics.jsonl). Rollouts that ended in a model error or whose tool
+    calls the environment failed are ungraded, counted in the report, and rerun by the next
+    run of the same command."""
     from websailor.agent.runner import done_rollouts
     from websailor.agent.session import open_agent
     from websailor.config import websailor_home
@@ -73,7 +77,12 @@ def eval_cmd(
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
     try:
         summary = evaluate(
-            items, session.agent, grader, out, EvalConfig(rollouts=rollouts, concurrency=concurrency), bench=bench
+            items,
+            session.agent,
+            grader,
+            out,
+            EvalConfig(rollouts=rollouts, concurrency=concurrency, max_env_failures=max_env_failures),
+            bench=bench,
         )
     finally:
         print_metrics(session.close(out / "tool_metrics.jsonl"))
@@ -88,9 +97,12 @@ def score(
     out: Annotated[
         Optional[Path], typer.Option(help="Also write scores.jsonl, summary.json, report.md, plots here.")
     ] = None,
+    max_env_failures: MaxEnvFailuresOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Grade existing trajectory files and print the report table."""
+    """Grade existing trajectory files and print the report table (rollouts whose tool calls
+    the environment failed beyond --max-env-failures are ungraded; a large value grades them
+    all, to see what an outage would have cost)."""
     from websailor.config import websailor_home
     from websailor.eval.report import summarize, write_report
     from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
@@ -112,9 +124,19 @@ def score(
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    scores = score_trajectories(records, grader, out / "scores.jsonl" if out else None, progress=not as_json)
+    scores = score_trajectories(
+        records,
+        grader,
+        out / "scores.jsonl" if out else None,
+        progress=not as_json,
+        max_env_failures=max_env_failures,
+    )
     bench = ", ".join(p.name for p in paths)
-    summary = write_report(scores, out, bench) if out else summarize(scores, bench)
+    summary = (
+        write_report(scores, out, bench, max_env_failures=max_env_failures)
+        if out
+        else summarize(scores, bench, max_env_failures=max_env_failures)
+    )
     if as_json:
         print_json(summary)
     else:

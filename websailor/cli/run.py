@@ -10,6 +10,7 @@ import typer
 
 from websailor.cli.common import (
     MaxCallsOpt,
+    MaxEnvFailuresOpt,
     MaxTokensOpt,
     ModelOpt,
     SeedOpt,
@@ -57,10 +58,13 @@ def run(
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     model: ModelOpt = "smollm2",
+    max_env_failures: MaxEnvFailuresOpt = 0,
     env_spec: Any = None,
 ) -> None:
     """Run the ReAct agent on one question (steps shown live) or on a questions file. Tool
-    metrics are printed at the end and appended to OUT.tool_metrics.jsonl."""
+    metrics are printed at the end and appended to OUT.tool_metrics.jsonl. A resumed batch run
+    reruns the rollouts that ended in a model error or whose tool calls the environment failed
+    (beyond --max-env-failures)."""
     from websailor.agent.runner import done_rollouts
     from websailor.agent.session import open_agent
     from websailor.questions import load_questions, resolve_split
@@ -81,13 +85,19 @@ def run(
     session = open_agent(model, env_spec, cfg)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
-        _run_agent(session.agent, question, items, out, rollouts, concurrency)
+        _run_agent(session.agent, question, items, out, rollouts, concurrency, max_env_failures)
     finally:
         print_metrics(session.close(metrics_file))
 
 
 def _run_agent(
-    agent: Any, question: Optional[str], items: Any, out: Optional[Path], rollouts: int, concurrency: int
+    agent: Any,
+    question: Optional[str],
+    items: Any,
+    out: Optional[Path],
+    rollouts: int,
+    concurrency: int,
+    max_env_failures: int = 0,
 ) -> None:
     from websailor.agent.runner import append_trajectory, run_questions
 
@@ -102,13 +112,27 @@ def _run_agent(
             f"tokens {traj.tokens['prompt']} prompt / {traj.tokens['completion']} completion, "
             f"time {traj.timings['total_s']:.1f} s (model {traj.timings['model_s']:.1f} s, tools {traj.timings['tools_s']:.2f} s)"
         )
+        if traj.env_failures:
+            env = traj.env_failures
+            print(
+                f"environment failures: {env['calls']} tool calls degraded ("
+                + ", ".join(f"{k} {n}" for k, n in env["kinds"].items())
+                + "): this rollout says nothing about the model"
+            )
         return
-    summary = run_questions(agent, items, out, rollouts=rollouts, concurrency=concurrency)
+    summary = run_questions(
+        agent, items, out, rollouts=rollouts, concurrency=concurrency, max_env_failures=max_env_failures
+    )
     terms = ", ".join(f"{k} {v}" for k, v in summary.terminations.most_common()) or "none"
     print(
         f"{summary.finished} trajectories written to {out} ({summary.skipped} already there) in {summary.seconds:.1f} s"
     )
     print(f"terminations: {terms}; tool calls {summary.tool_calls}, model calls {summary.model_calls}")
+    if summary.env_failed:
+        print(
+            f"environment failures: in {summary.env_failed} rollouts the environment degraded a tool call; "
+            f"rerunning the same command runs again those with more than {max_env_failures}"
+        )
 
 
 def register(app: typer.Typer) -> None:

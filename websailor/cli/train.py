@@ -143,6 +143,14 @@ def train_rl_cmd(
     ] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Rollouts run at once (default 8).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of sampling and data order.")] = None,
+    max_env_failures: Annotated[
+        Optional[int],
+        typer.Option(
+            min=0,
+            help="Tool calls per rollout the environment may degrade (provider outage, tool server down) and the "
+            "rollout still get a reward; beyond it the rollout has none and its group is skipped (default 0: any).",
+        ),
+    ] = None,
     env_spec: Any = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
@@ -164,6 +172,7 @@ def train_rl_cmd(
         prefilter_band=prefilter_band,
         concurrency=concurrency,
         seed=seed,
+        max_env_failures=max_env_failures,
     )
     s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec)
     if s.get("prefilter"):

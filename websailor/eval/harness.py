@@ -10,6 +10,7 @@ from pathlib import Path
 
 from websailor.agent.loop import Agent
 from websailor.agent.runner import run_questions
+from websailor.agent.trajectory import env_failed_calls
 from websailor.eval.report import write_report
 from websailor.eval.scoring import read_trajectories, score_trajectories
 from websailor.judge import Judge
@@ -21,14 +22,24 @@ logger = get_logger(__name__)
 
 @dataclass
 class EvalConfig:
-    """``rollouts``: k runs per question; ``concurrency``: rollouts at once."""
+    """``rollouts``: k runs per question; ``concurrency``: rollouts at once;
+    ``max_env_failures``: tool calls per rollout the environment may degrade (a failed search,
+    an unreachable tool server) and the rollout still be graded; beyond it the rollout is
+    ungraded and rerun (default 0: any such call)."""
 
     rollouts: int = 3
     concurrency: int = 8
+    max_env_failures: int = 0
 
     def __post_init__(self) -> None:
         if self.rollouts < 1 or self.concurrency < 1:
             raise ValueError("rollouts and concurrency must be at least 1")
+        if (
+            isinstance(self.max_env_failures, bool)
+            or not isinstance(self.max_env_failures, int)
+            or self.max_env_failures < 0
+        ):
+            raise ValueError(f"max_env_failures must be an integer of at least 0, got {self.max_env_failures!r}")
 
 
 def evaluate(
@@ -47,8 +58,9 @@ def evaluate(
     ``items`` (same id and question text, rollout below k) are graded, so a file left by a
     larger run does not leak into a smaller one; a stored gold answer that differs from the
     benchmark's is replaced by it, and so is the question's level (the figures come by level
-    when the questions have levels). Rollouts that ended in a model error are rerun by a resumed
-    run and are ungraded until then.
+    when the questions have levels). Rollouts that ended in a model error, and rollouts in
+    which the environment degraded more than ``cfg.max_env_failures`` tool calls, are rerun by
+    a resumed run and are ungraded until then.
     """
     cfg = cfg or EvalConfig()
     out = Path(out_dir)
@@ -56,7 +68,13 @@ def evaluate(
     traj_path = out / "trajectories.jsonl"
     questions = [it.with_gold_record() for it in items]
     summary = run_questions(
-        agent, questions, traj_path, rollouts=cfg.rollouts, concurrency=cfg.concurrency, progress=progress
+        agent,
+        questions,
+        traj_path,
+        rollouts=cfg.rollouts,
+        concurrency=cfg.concurrency,
+        progress=progress,
+        max_env_failures=cfg.max_env_failures,
     )
     logger.info("%d rollouts run (%d already done) in %.1f s", summary.finished, summary.skipped, summary.seconds)
     by_id = {it.id: it for it in items}
@@ -87,5 +105,16 @@ def evaluate(
             "command once the model answers to run them again",
             failed,
         )
-    scores = score_trajectories(records, judge, out / "scores.jsonl", progress=progress)
-    return write_report(scores, out, bench)
+    env_failed = sum(env_failed_calls(r) > cfg.max_env_failures for r in records)
+    if env_failed:
+        logger.warning(
+            "%d rollouts had more than %d tool calls degraded by the environment (failed providers, an "
+            "unreachable tool server): they are ungraded (not counted wrong); rerun the same command once "
+            "the environment answers to run them again",
+            env_failed,
+            cfg.max_env_failures,
+        )
+    scores = score_trajectories(
+        records, judge, out / "scores.jsonl", progress=progress, max_env_failures=cfg.max_env_failures
+    )
+    return write_report(scores, out, bench, max_env_failures=cfg.max_env_failures)

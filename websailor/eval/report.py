@@ -63,10 +63,37 @@ def by_level(scores: list[Score], n_resamples: int = 1000) -> dict[str, dict]:
     }
 
 
-def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> dict:
-    """Every figure of the report, as a JSON-able dict; ``by_level`` (:func:`by_level`) when
-    the questions have levels, ``env_settings`` (the distinct observation settings that were
-    not the paper's) when there are any.
+def environment_figures(scores: list[Score]) -> dict:
+    """What the environment's failures did to a run: ``rollouts`` in which the environment
+    degraded a tool call, how many of them are ``ungraded`` for it (left out of every figure),
+    the degraded ``calls`` by tool and the failed operations by ``kinds``; ``{}`` when the
+    environment held throughout."""
+    hit = [s for s in scores if s.env_failures]
+    if not hit:
+        return {}
+    tools: Counter = Counter()
+    kinds: Counter = Counter()
+    for s in hit:
+        tools.update(s.env_failures.get("tools") or {})
+        kinds.update(s.env_failures.get("kinds") or {})
+    return {
+        "rollouts": len(hit),
+        "ungraded": sum(s.ungraded_for == "environment" for s in scores),
+        "calls": sum(int(s.env_failures.get("calls") or 0) for s in hit),
+        "tools": dict(tools.most_common()),
+        "kinds": dict(kinds.most_common()),
+    }
+
+
+def summarize(
+    scores: list[Score], bench: str = "", n_resamples: int = 1000, max_env_failures: int | None = None
+) -> dict:
+    """Every figure of the report, as a JSON-able dict; ``ungraded_for`` (the ungraded rollouts
+    by reason: ``model_error``, ``environment``, ``judge``) when any is ungraded,
+    ``env_failures`` (:func:`environment_figures`, with the allowance ``max_env_failures`` when
+    given) when the environment failed any tool call, ``by_level`` (:func:`by_level`) when the
+    questions have levels, ``env_settings`` (the distinct observation settings that were not
+    the paper's) when there are any.
 
     Raises:
         ValueError: no scores, or questions with different numbers of rollouts.
@@ -115,6 +142,16 @@ def summarize(scores: list[Score], bench: str = "", n_resamples: int = 1000) -> 
             if by_calls.get(b)
         },
     }
+    if out["ungraded"]:
+        out["ungraded_for"] = dict(
+            Counter(s.ungraded_for or "judge" for s in scores if s.correct is None).most_common()
+        )
+    env = environment_figures(scores)
+    if env:
+        out["env_failures"] = {
+            **env,
+            **({"max_env_failures": max_env_failures} if max_env_failures is not None else {}),
+        }
     levels = by_level(scores, n_resamples)
     if levels:
         out["by_level"] = levels
@@ -136,7 +173,7 @@ def to_markdown(s: dict) -> str:
         "",
         f"- model: {', '.join(s['model']) or '?'}; environment: {', '.join(s['env']) or '?'}; judge: {s['judge']}",
         f"- {s['questions']} questions x k = {s['k']} rollouts = {s['trajectories']} trajectories; "
-        f"ungraded: {s['ungraded']}" + (" (left out of every figure)" if s["ungraded"] else ""),
+        f"ungraded: {_ungraded_text(s)}",
         "",
         f"| Avg@{s['k']} (95% CI) | Pass@{s['k']} | Best Pass@1 | per-run accuracy | mean tool calls | mean model calls |",
         "|---|---|---|---|---|---|",
@@ -155,6 +192,8 @@ def to_markdown(s: dict) -> str:
     ]
     if s.get("by_level"):  # after the main table and its blank line
         lines[9:9] = ["Figures by level of the questions:", "", *_level_table(s["by_level"], s["k"])]
+    if s.get("env_failures"):
+        lines.insert(3, _env_failures_line(s["env_failures"]))
     if s.get("env_settings"):
         from websailor.tools.environment import OPTIONS
 
@@ -163,6 +202,27 @@ def to_markdown(s: dict) -> str:
     lines += [f"| {b} | {v['n']} | {_pct(v['accuracy'])} |" for b, v in s["accuracy_by_tool_calls"].items()]
     lines += ["", "| j | Pass@j |", "|---|---|"] + [f"| {j} | {_pct(v)} |" for j, v in s["pass_at_j"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _ungraded_text(s: dict) -> str:
+    """``3 (model error 1, environment 2; left out of every figure)``, or ``0``."""
+    if not s["ungraded"]:
+        return "0"
+    why = ", ".join(f"{reason.replace('_', ' ')} {n}" for reason, n in (s.get("ungraded_for") or {}).items())
+    return f"{s['ungraded']} ({why + '; ' if why else ''}left out of every figure)"
+
+
+def _env_failures_line(env: dict) -> str:
+    """The report's line on environment failures."""
+    tools = ", ".join(f"{t} {n}" for t, n in env["tools"].items())
+    kinds = ", ".join(f"{k} {n}" for k, n in env["kinds"].items())
+    allowed = env.get("max_env_failures")
+    rule = f" (more than {allowed} degraded calls)" if allowed else ""
+    return (
+        f"- environment failures: in {env['rollouts']} rollouts the environment degraded {env['calls']} tool calls "
+        f"({tools}; failed operations: {kinds}); {env['ungraded']} of them are ungraded{rule} and rerun by the "
+        "next run of the same command"
+    )
 
 
 def _level_table(levels: dict[str, dict], k: int) -> list[str]:
@@ -237,10 +297,10 @@ def write_plots(s: dict, out_dir: Path) -> list[Path]:
     return paths
 
 
-def write_report(scores: list[Score], out_dir: Path, bench: str = "") -> dict:
+def write_report(scores: list[Score], out_dir: Path, bench: str = "", max_env_failures: int | None = None) -> dict:
     """Write ``summary.json``, ``report.md`` and the plots into ``out_dir``; return the summary."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    s = summarize(scores, bench)
+    s = summarize(scores, bench, max_env_failures=max_env_failures)
     (out_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n", encoding="utf-8")
     (out_dir / "report.md").write_text(to_markdown(s), encoding="utf-8")
     write_plots(s, out_dir)

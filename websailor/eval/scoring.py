@@ -3,8 +3,10 @@ grades to a scores file (resumable), and build the (questions x runs) table the 
 
 A scores line: ``{id, rollout, judge, correct, score, extracted, reasoning, confidence, error,
 termination, num_tool_calls, num_model_calls, prompt_tokens, completion_tokens, wall_s, model,
-env, key, assistant_turns, valid_turns, level, env_settings}``.
-``correct`` is ``null`` for an ungraded rollout (see :class:`websailor.judge.Grade`).
+env, key, assistant_turns, valid_turns, level, env_settings, env_failures, ungraded_for}``.
+``correct`` is ``null`` for an ungraded rollout (see :class:`websailor.judge.Grade`), and
+``ungraded_for`` says why: ``model_error`` (the model endpoint failed), ``environment`` (the
+environment degraded more tool calls than allowed) or ``judge`` (the judge gave no verdict).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from websailor.agent.parse import count_valid_turns
+from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.judge import Case, Gold, Grade, Judge
@@ -54,6 +57,8 @@ class Score:
     valid_turns: int = 0  # assistant turns that parse into a tool call or an answer (format validity)
     level: int | None = None  # the question's difficulty level, when the trajectory records one
     env_settings: dict = field(default_factory=dict)  # the observation settings that were not the paper's
+    env_failures: dict = field(default_factory=dict)  # the record's env_failures ({} when the environment held)
+    ungraded_for: str | None = None  # model_error, environment or judge, when correct is None
 
 
 def _check_record(path: Path, lineno: int, rec: dict) -> None:
@@ -81,6 +86,10 @@ def _check_record(path: Path, lineno: int, rec: dict) -> None:
             or isinstance(block.get(key, 0), bool)
         ):
             raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
+    try:
+        env_failed_calls(rec)
+    except ValueError as e:
+        raise InputFormatError(f"{where}: {e}") from None
     try:
         Gold.parse(rec["answer"])
     except ValueError as e:
@@ -196,13 +205,43 @@ def read_scores(path: Path) -> list[Score]:
     return list(last.values())
 
 
+def ungraded_reason(rec: dict, max_env_failures: int = 0) -> str | None:
+    """Why a trajectory record is left ungraded before the judge sees it: ``model_error`` (it
+    ended in a model error: the agent never got to answer), ``environment`` (the environment
+    degraded more than ``max_env_failures`` of its tool calls: an outage is not a wrong
+    answer), else ``None``."""
+    if rec["termination"] == "model_error":
+        return "model_error"
+    if env_failed_calls(rec) > max_env_failures:
+        return "environment"
+    return None
+
+
+def _ungraded_grade(rec: dict, reason: str) -> Grade:
+    if reason == "model_error":
+        return Grade(None, None, error=f"the rollout ended in a model error: {rec.get('error')}")
+    env = rec.get("env_failures") or {}
+    tools = ", ".join(f"{t} {n}" for t, n in (env.get("tools") or {}).items())
+    kinds = ", ".join(f"{k} {n}" for k, n in (env.get("kinds") or {}).items())
+    return Grade(
+        None, None, error=f"the environment failed {env.get('calls')} tool calls ({tools}; {kinds}): not graded"
+    )
+
+
 def score_trajectories(
-    records: list[dict], judge: Judge, out: Path | None = None, progress: bool = True, chunk: int = 2048
+    records: list[dict],
+    judge: Judge,
+    out: Path | None = None,
+    progress: bool = True,
+    chunk: int = 2048,
+    max_env_failures: int = 0,
 ) -> list[Score]:
     """Grade every record; with ``out``, append grades as they are made (the file is locked
     meanwhile) and reuse a grade already there only when it is by the same judge, for the
     same question, prediction and gold answer, and not ungraded (a resumed run retries those).
-    A rollout that ended in a model error is ungraded: the agent never got to answer.
+    A rollout is ungraded without asking the judge (:func:`ungraded_reason`) when it ended in a
+    model error, or when the environment degraded more than ``max_env_failures`` of its tool
+    calls.
 
     Raises:
         InputFormatError: ``out`` holds lines that are not scores.
@@ -217,13 +256,19 @@ def score_trajectories(
                 s = _score_record(out, lineno, rec)
                 if s.judge == judge.name and s.correct is not None:
                     done[(s.id, s.rollout)] = s
-        todo = [r for r in records if not ((k := done.get((str(r["id"]), r["rollout"]))) and k.key == case_key(r))]
+        todo = [
+            r
+            for r in records
+            if ungraded_reason(r, max_env_failures) is not None  # never a stored grade: the allowance may differ
+            or not ((k := done.get((str(r["id"]), r["rollout"]))) and k.key == case_key(r))
+        ]
         with tqdm(
             total=len(todo), desc=f"grading ({judge.name})", unit="traj", disable=not progress or not todo
         ) as bar:
             for part in _chunks(todo, chunk):
                 golds = {id(r): Gold.parse(r["answer"]) for r in part}
-                answered = [r for r in part if r["termination"] != "model_error"]
+                reasons = {id(r): ungraded_reason(r, max_env_failures) for r in part}
+                answered = [r for r in part if reasons[id(r)] is None]
                 grades = dict(
                     zip(
                         (id(r) for r in answered),
@@ -231,9 +276,8 @@ def score_trajectories(
                     )
                 )
                 for r in part:
-                    g = grades.get(id(r)) or Grade(
-                        None, None, error=f"the rollout ended in a model error: {r.get('error')}"
-                    )
+                    reason = reasons[id(r)]
+                    g = grades[id(r)] if reason is None else _ungraded_grade(r, reason)
                     tokens = r.get("tokens") or {}
                     s = Score(
                         str(r["id"]),
@@ -258,6 +302,7 @@ def score_trajectories(
                         **_context(r),
                     )
                     done[(s.id, s.rollout)] = s
+                    s.ungraded_for = reason or (None if s.correct is not None else "judge")
                     if fh is not None:
                         fh.write(_score_line(s))
                 if fh is not None:
@@ -269,12 +314,15 @@ def score_trajectories(
 
 
 def _context(rec: dict) -> dict:
-    """The ``level`` and ``env_settings`` of a trajectory record, as a :class:`Score` holds them."""
+    """The ``level``, ``env_settings`` and ``env_failures`` of a trajectory record, as a
+    :class:`Score` holds them."""
     level = rec.get("level")
     settings = rec.get("env_settings")
+    failures = rec.get("env_failures")
     return {
         "level": level if isinstance(level, int) and not isinstance(level, bool) else None,
         "env_settings": dict(settings) if isinstance(settings, dict) else {},
+        "env_failures": dict(failures) if isinstance(failures, dict) else {},
     }
 
 

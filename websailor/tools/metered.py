@@ -34,7 +34,7 @@ class MeteredTool(Tool):
         except Exception:
             self.metrics.record_call(self.name, time.perf_counter() - t0, "exception")
             raise
-        self.metrics.record_call(self.name, time.perf_counter() - t0, result.kind)
+        self.metrics.record_call(self.name, time.perf_counter() - t0, result.kind, bool(result.env_failures))
         return result
 
     def forward(self, **kwargs: Any) -> str:

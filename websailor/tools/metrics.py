@@ -23,10 +23,13 @@ class ToolStats:
     the ``requests`` fields count provider operations under it (one query, one page), where
     ``request_errors`` holds every failed attempt by kind, ``retries`` the attempts repeated,
     ``failovers`` the switches to a backup provider, ``degraded`` the operations that every
-    provider failed (the agent got an explanatory observation instead).
+    provider failed (the agent got an explanatory observation instead); ``env_failed`` the
+    agent's calls whose observation an environment failure degraded
+    (:attr:`websailor.tools.ToolResult.env_failures`).
     """
 
     calls: int = 0
+    env_failed: int = 0
     errors: Counter = field(default_factory=Counter)
     latencies_s: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     requests: int = 0
@@ -42,6 +45,7 @@ class ToolStats:
         return {
             "calls": self.calls,
             "errors": dict(self.errors),
+            "env_failed": self.env_failed,
             "p50_ms": _percentile(self.latencies_s, 50),
             "p99_ms": _percentile(self.latencies_s, 99),
             "requests": self.requests,
@@ -78,11 +82,13 @@ class ToolMetrics:
             for name in tools:
                 self._get(name)
 
-    def record_call(self, tool: str, latency_s: float, error_kind: str | None = None) -> None:
-        """One tool call of the agent (``error_kind`` when its result was an error)."""
+    def record_call(self, tool: str, latency_s: float, error_kind: str | None = None, env_failed: bool = False) -> None:
+        """One tool call of the agent (``error_kind`` when its result was an error,
+        ``env_failed`` when the environment degraded its observation)."""
         with self._lock:
             s = self._get(tool)
             s.calls += 1
+            s.env_failed += env_failed
             s.latencies_s.append(latency_s)
             if error_kind:
                 s.errors[error_kind] += 1
@@ -123,6 +129,7 @@ def metrics_table(summary: dict[str, dict[str, Any]]) -> Any:
         "tool",
         "calls",
         "errors",
+        "env failed",
         "requests",
         "cache hits",
         "retries",
@@ -138,6 +145,7 @@ def metrics_table(summary: dict[str, dict[str, Any]]) -> Any:
             name,
             str(s["calls"]),
             errors,
+            str(s.get("env_failed", 0)),
             str(s["requests"]),
             str(s["cache_hits"]),
             str(s["retries"]),

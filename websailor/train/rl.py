@@ -123,6 +123,10 @@ class RLSettings(TrainSettings):
             the default) or a pass-rate interval ``LO:HI`` (``0.1:0.75`` keeps items with
             ``0.1 <= correct / k <= 0.75``).
         concurrency: rollouts run at once (they share batched generation).
+        max_env_failures: tool calls per rollout the environment may degrade (a provider
+            outage, an unreachable tool server) and the rollout still get a reward; beyond it
+            the rollout has none and its group is skipped (``groups/env_failed``), and the
+            prefilter does not count it (default 0: any such call).
         skip_zero_advantage: do not spend a forward and backward pass on rollouts without
             gradient (advantage exactly 0, or left out of the loss); see
             :class:`websailor.train.rl_rollouts.RolloutSettings`.
@@ -153,6 +157,7 @@ class RLSettings(TrainSettings):
     prefilter_from: str | None = None
     prefilter_band: str = DEFAULT_BAND
     concurrency: int = Field(8, ge=1)
+    max_env_failures: int = Field(0, ge=0)
     skip_zero_advantage: bool = True
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1)
@@ -265,13 +270,17 @@ def prefilter_items(
     progress: bool = True,
     record: Path | None = None,
     band: str = DEFAULT_BAND,
+    max_env_failures: int = 0,
 ) -> tuple[list[Any], dict[str, int]]:
     """Keep the items the starting model solves sometimes but not always (``0 < correct < k``,
     or another ``band``: :func:`parse_band`; DUPO's pre-training filter, WebSailor V1 Sec. 4,
     and SailorFog-QA-V2's moderate band).
 
     Rollouts are appended to ``out`` as they finish, so a stopped prefilter resumes; the counts
-    and kept ids go to ``record`` (JSON) when given, also when nothing is kept.
+    and kept ids go to ``record`` (JSON) when given, also when nothing is kept. A rollout that
+    ended in a model error, or in which the environment degraded more than
+    ``max_env_failures`` tool calls, is rerun by a resumed prefilter and leaves its item
+    ``ungraded`` until then.
 
     Returns:
         The kept items and the counts ``{"kept", "too_easy", "too_hard", "ungraded"}``.
@@ -286,13 +295,15 @@ def prefilter_items(
     from websailor.judge.base import Case
 
     questions = [replace(it, answer=it.gold.answer) for it in items]
-    run_questions(agent, questions, out, rollouts=k, concurrency=concurrency, progress=progress)
+    run_questions(
+        agent, questions, out, rollouts=k, concurrency=concurrency, progress=progress, max_env_failures=max_env_failures
+    )
     done = latest_rollouts(out, read_appended_jsonl(out, "a trajectory record"))
     cases, owners = [], []
     for it in items:
         for r in range(k):
             rec = done.get((it.id, r))
-            if finished(rec, it.question):
+            if finished(rec, it.question, max_env_failures):
                 cases.append(Case(it.question, rec.get("prediction"), it.gold))
                 owners.append(it.id)
     grades = judge.grade(cases)
@@ -384,6 +395,7 @@ def prefilter_from_file(
     k: int = 0,
     band: str = DEFAULT_BAND,
     record: Path | None = None,
+    max_env_failures: int = 0,
 ) -> tuple[list[Question], dict[str, Any]]:
     """Keep the moderate items of ``items`` as rated by rollouts that already exist (an
     ``eval`` output or an earlier prefilter's rollouts) instead of sampling again.
@@ -391,8 +403,9 @@ def prefilter_from_file(
     The trajectories are read by :func:`websailor.eval.scoring.read_trajectories` and graded
     against the gold answer of ``items`` with ``judge``; a grade of the same judge for the same
     question, prediction and gold answer already in the eval's ``scores.jsonl`` is reused (the
-    file is not changed). Rollouts that ended in a model error, or that the judge could not
-    grade, are not counted. An item needs ``k`` graded rollouts (0: as many as the file holds
+    file is not changed). Rollouts that ended in a model error, in which the environment
+    degraded more than ``max_env_failures`` tool calls, or that the judge could not grade, are
+    not counted. An item needs ``k`` graded rollouts (0: as many as the file holds
     for any item; more than ``k``: the lowest rollout indices count); one with fewer is
     ``short`` and not kept, and so is an item of ``items`` the file has no rollout of
     (``unrated``). ``band``: :func:`parse_band`.
@@ -411,7 +424,7 @@ def prefilter_from_file(
     """
     import hashlib
 
-    from websailor.eval.scoring import case_key, read_trajectories, score_trajectories
+    from websailor.eval.scoring import case_key, read_trajectories, score_trajectories, ungraded_reason
 
     traj_path, scores_path = prefilter_source(source)
     records = read_trajectories([traj_path])
@@ -437,10 +450,10 @@ def prefilter_from_file(
     reuse = {}
     for r in records:
         s = stored.get((str(r["id"]), r["rollout"]))
-        if s is not None and s.key == case_key(r):
+        if s is not None and s.key == case_key(r) and ungraded_reason(r, max_env_failures) is None:
             reuse[(str(r["id"]), r["rollout"])] = s.correct
     todo = [r for r in records if (str(r["id"]), r["rollout"]) not in reuse]
-    fresh = score_trajectories(todo, judge, progress=False) if todo else []
+    fresh = score_trajectories(todo, judge, progress=False, max_env_failures=max_env_failures) if todo else []
     grades = dict(reuse)
     grades.update({(s.id, s.rollout): s.correct for s in fresh})
     marks: dict[str, list[tuple[int, bool]]] = {it.id: [] for it in items}
@@ -767,6 +780,7 @@ def train_rl(
                 settings.prefilter,
                 settings.prefilter_band,
                 record=out / PREFILTER_FILE,
+                max_env_failures=settings.max_env_failures,
             )
         elif settings.prefilter:
             start = Agent(load_model(model), tools, build_agent_config(settings), env=tool_env.name)
@@ -781,6 +795,7 @@ def train_rl(
                     progress,
                     record=out / PREFILTER_FILE,
                     band=settings.prefilter_band,
+                    max_env_failures=settings.max_env_failures,
                 )
                 prefilter_counts = {"k": settings.prefilter, "band": settings.prefilter_band, **counts}
             finally:
@@ -831,6 +846,7 @@ def train_rl(
                 settings.concurrency,
                 settings.seed,
                 skip_zero_advantage=settings.skip_zero_advantage,
+                max_env_failures=settings.max_env_failures,
             ),
             out / ROLLOUTS_FILE,
             env=tool_env.name,

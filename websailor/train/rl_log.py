@@ -5,7 +5,9 @@ the plot of its curves.
 Figures per step (names as logged):
 
 - ``reward/mean``, ``reward/accuracy``, ``reward/ungraded``: the batch's rewards.
-- ``groups/zero_spread_share``, ``groups/skipped``, ``groups/duplicated``: group signal.
+- ``groups/zero_spread_share``, ``groups/skipped``, ``groups/duplicated``: group signal;
+  ``groups/env_failed`` (groups with a rollout whose environment failed: skipped, no reward)
+  and ``rollouts/env_failed`` (such rollouts).
 - ``rollouts/tool_calls``, ``rollouts/model_calls``, ``rollouts/response_tokens``,
   ``rollouts/in_loss_share``, ``termination/<reason>`` (shares of the batch).
 - ``entropy``, ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,

@@ -49,7 +49,10 @@ logger = get_logger(__name__)
 class RolloutSettings:
     """How the policy acts during RL. ``temperature`` must equal the trainer's (it scales the
     logits of the recomputed log-probabilities). ``max_failed_steps``: batches in a row whose
-    every reward is missing (the judge is down) before training stops.
+    every reward is missing (the judge, the policy or the environment is down) before training
+    stops. ``max_env_failures``: tool calls of a rollout the environment may degrade (an
+    outage, not the policy's doing) and the rollout still get a reward; beyond it the rollout
+    has no reward and its group is skipped (logged as ``groups/env_failed``).
 
     ``skip_zero_advantage``: a rollout left out of the loss, or whose advantage is exactly 0,
     has no gradient; its completion is replaced by one masked token so the update does not
@@ -63,6 +66,7 @@ class RolloutSettings:
     seed: int = 0
     max_failed_steps: int = 3
     skip_zero_advantage: bool = True
+    max_env_failures: int = 0
 
 
 class AgentRollouts:
@@ -136,7 +140,11 @@ class AgentRollouts:
             pool.shutdown(wait=finished, cancel_futures=not finished)
 
     def _grade(self, items: list[Question], trajs: list[Trajectory]) -> list[bool | None]:
-        graded = [i for i, t in enumerate(trajs) if t.termination != "model_error"]
+        """The judge's verdicts; ``None`` (no reward) for rollouts that ended in a model error
+        or whose environment failed (:meth:`Trajectory.env_failed`): neither says anything
+        about the policy."""
+        limit = self.settings.max_env_failures
+        graded = [i for i, t in enumerate(trajs) if t.termination != "model_error" and not t.env_failed(limit)]
         correct: list[bool | None] = [None] * len(trajs)
         if not graded:
             return correct
@@ -203,9 +211,11 @@ class AgentRollouts:
         if plan.skipped_groups == len(trajs) // s.group_size:  # not one group could be graded
             self._failed_steps += 1
             if self._failed_steps >= s.max_failed_steps:
+                env = sum(t.env_failed(s.max_env_failures) for t in trajs)
+                why = f" ({env} of the last batch's {len(trajs)} rollouts had environment failures)" if env else ""
                 raise ModelError(
-                    f"no group could be graded in {self._failed_steps} batches in a row: the judge "
-                    "or the policy keeps failing; fix it and rerun the same command to resume"
+                    f"no group could be graded in {self._failed_steps} batches in a row{why}: the judge, "
+                    "the policy or the tool environment keeps failing; fix it and rerun the same command to resume"
                 )
         else:
             self._failed_steps = 0
@@ -280,9 +290,11 @@ class AgentRollouts:
         used: list[bool],
     ) -> dict[str, float]:
         n = len(trajs)
+        G = self.settings.group_size
         known = [r for r in rewards if r is not None]
         graded = [c for c in correct if c is not None]
-        groups = n // self.settings.group_size
+        groups = n // G
+        env_failed = [t.env_failed(self.settings.max_env_failures) for t in trajs]
         model_s = sum(t.timings["model_s"] for t in trajs)
         tools_s = sum(t.timings["tools_s"] for t in trajs)
         share_tools = tools_s / (model_s + tools_s) if model_s + tools_s > 0 else 0.0
@@ -293,6 +305,8 @@ class AgentRollouts:
             "groups/zero_spread_share": plan.zero_spread_groups / groups,
             "groups/skipped": float(plan.skipped_groups),
             "groups/duplicated": float(plan.duplicated_groups),
+            "groups/env_failed": float(sum(any(env_failed[g * G : g * G + G]) for g in range(groups))),
+            "rollouts/env_failed": float(sum(env_failed)),
             "rollouts/in_loss_share": sum(used) / n,
             "rollouts/tool_calls": sum(t.num_tool_calls for t in trajs) / n,
             "rollouts/model_calls": sum(t.num_model_calls for t in trajs) / n,

@@ -1,0 +1,223 @@
+"""Environment failures are kept out of grades, rewards and resumes: a rollout whose tool calls
+the environment degraded is recorded as such, left ungraded by eval (and rerun), and given no
+reward in RL, with the allowance ``max_env_failures``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import ScriptedModel, call
+from websailor.agent.loop import Agent, AgentConfig
+from websailor.agent.trajectory import Trajectory, environment_failed
+from websailor.errors import InputFormatError, ModelError
+from websailor.eval.harness import EvalConfig, evaluate
+from websailor.eval.scoring import read_trajectories, score_trajectories
+from websailor.judge import Gold, load_judge
+from websailor.questions import Question
+from websailor.tools.base import TOOL_ERROR, Tool, ToolResult
+
+
+class OutageSearch(Tool):
+    """The local ``search`` over the corpus, behind a switch: while ``down``, each call fails as
+    the web layer reports a provider outage (every provider answered HTTP 500 after retries)."""
+
+    def __init__(self, inner: Tool) -> None:
+        self.inner = inner
+        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
+        self.down = True
+
+    def execute(self, arguments=None) -> ToolResult:
+        if not self.down:
+            return self.inner.execute(arguments)
+        why = "serper: server_error, HTTP 500; searxng: server_error, HTTP 502"
+        return ToolResult(f"[search] Error: The search failed ({why}). Try again.", why, TOOL_ERROR, ("server_error",))
+
+    def forward(self, **kwargs):
+        return self.inner.forward(**kwargs)
+
+
+def _tools(vital) -> dict[str, Tool]:
+    from websailor.tools.local import build_local_tools
+
+    tools = build_local_tools(vital)
+    tools["search"] = OutageSearch(tools["search"])
+    return tools
+
+
+ITEMS = [
+    Question("paris", "Which city is the capital of France?", Gold.parse("Paris")),
+    Question("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
+]
+REPLIES = {
+    "paris": [call("search", query=["capital of France"]), "<answer>Paris</answer>"],
+    "nile": [call("search", query=["Cairo river"]), call("search", query=["Nile"]), "<answer>Nile</answer>"],
+}
+
+
+def _scripted() -> ScriptedModel:
+    """Answers each question after its searches, whatever the observations said."""
+
+    def reply(messages):
+        q = next(it for it in ITEMS if it.question == messages[1]["content"])
+        turn = sum(m["role"] == "assistant" for m in messages)
+        return REPLIES[q.id][min(turn, len(REPLIES[q.id]) - 1)]
+
+    return ScriptedModel(reply)
+
+
+def test_the_trajectory_records_the_degraded_calls_and_keeps_its_termination(vital):
+    tools = _tools(vital)
+    traj = Agent(_scripted(), tools, AgentConfig(max_calls=5)).run(ITEMS[1].question, "nile", 0, "Nile")
+    assert traj.termination == "answer" and traj.prediction == "Nile"
+    assert traj.env_failures == {"calls": 2, "tools": {"search": 2}, "kinds": {"server_error": 2}}
+    rec = traj.to_dict()
+    assert [c["env_failures"] for c in rec["tool_calls"]] == [["server_error"], ["server_error"]]
+    assert environment_failed(rec) and environment_failed(rec, 1) and not environment_failed(rec, 2)
+    assert Trajectory.from_dict(json.loads(json.dumps(rec))).env_failures == traj.env_failures
+    tools["search"].down = False
+    held = Agent(_scripted(), tools, AgentConfig(max_calls=5)).run(ITEMS[1].question, "nile", 0, "Nile").to_dict()
+    assert "env_failures" not in held and all("env_failures" not in c for c in held["tool_calls"])
+
+
+def test_eval_leaves_outage_rollouts_ungraded_reports_them_and_reruns_them(tmp_path: Path, vital):
+    tools = _tools(vital)
+    agent = Agent(_scripted(), tools, AgentConfig(max_calls=5))
+    s = evaluate(ITEMS, agent, load_judge("em"), tmp_path, EvalConfig(rollouts=2, concurrency=1), progress=False)
+    # every answer was right, but none of it may count: the environment failed every search
+    assert s["ungraded"] == 4 and s["avg_at_k"] is None and s["ungraded_for"] == {"environment": 4}
+    assert s["terminations"] == {"answer": 4}
+    assert s["env_failures"] == {
+        "rollouts": 4,
+        "ungraded": 4,
+        "calls": 6,
+        "tools": {"search": 6},
+        "kinds": {"server_error": 6},
+        "max_env_failures": 0,
+    }
+    report = (tmp_path / "report.md").read_text()
+    assert "ungraded: 4 (environment 4; left out of every figure)" in report
+    assert "the environment degraded 6 tool calls (search 6; failed operations: server_error 6)" in report
+    scores = [json.loads(x) for x in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert {x["ungraded_for"] for x in scores} == {"environment"} and all(x["correct"] is None for x in scores)
+    # the next run of the same command reruns them, now that the environment answers
+    tools["search"].down = False
+    s = evaluate(ITEMS, agent, load_judge("em"), tmp_path, EvalConfig(rollouts=2, concurrency=1), progress=False)
+    assert s["ungraded"] == 0 and s["avg_at_k"] == 1.0 and "env_failures" not in s
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 8  # 4 superseded, 4 new
+
+
+def test_an_allowance_grades_rollouts_with_few_degraded_calls(tmp_path: Path, vital):
+    agent = Agent(_scripted(), _tools(vital), AgentConfig(max_calls=5))
+    cfg = EvalConfig(rollouts=1, concurrency=1, max_env_failures=1)
+    s = evaluate(ITEMS, agent, load_judge("em"), tmp_path, cfg, progress=False)
+    # paris had one degraded search (allowed), nile two (not)
+    assert s["ungraded"] == 1 and s["avg_at_k"] == 1.0 and s["questions"] == 2
+    assert s["env_failures"]["rollouts"] == 2 and s["env_failures"]["ungraded"] == 1
+    assert s["env_failures"]["max_env_failures"] == 1
+    # the same run again keeps the graded one and reruns only nile (still down)
+    s2 = evaluate(ITEMS, agent, load_judge("em"), tmp_path, cfg, progress=False)
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 3 and s2["ungraded"] == 1
+
+
+def test_rescoring_with_a_large_allowance_shows_what_the_outage_cost(tmp_path: Path, vital):
+    agent = Agent(_scripted(), _tools(vital), AgentConfig(max_calls=5))
+    evaluate(ITEMS, agent, load_judge("em"), tmp_path, EvalConfig(rollouts=1, concurrency=1), progress=False)
+    records = read_trajectories([tmp_path / "trajectories.jsonl"])
+    strict = score_trajectories(records, load_judge("em"), tmp_path / "scores.jsonl", progress=False)
+    assert all(s.correct is None and s.ungraded_for == "environment" for s in strict)
+    lenient = score_trajectories(records, load_judge("em"), tmp_path / "scores.jsonl", False, max_env_failures=99)
+    assert all(s.correct is True and s.ungraded_for is None for s in lenient)
+    # and a stored grade is never reused for a rollout the strict allowance leaves ungraded
+    again = score_trajectories(records, load_judge("em"), tmp_path / "scores.jsonl", progress=False)
+    assert all(s.correct is None for s in again)
+
+
+def test_a_malformed_env_failures_field_is_refused_with_its_line(tmp_path: Path):
+    rec = {"id": "a", "rollout": 0, "question": "q?", "answer": "x", "prediction": "x", "termination": "answer"}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "id": "b", "env_failures": {"calls": "two"}}) + "\n")
+    with pytest.raises(InputFormatError, match=r"t.jsonl line 2: env_failures must be an object with a count"):
+        read_trajectories([path])
+
+
+def test_the_cli_score_takes_the_allowance(tmp_path: Path, vital):
+    from typer.testing import CliRunner
+
+    from websailor.cli.main import app
+
+    agent = Agent(_scripted(), _tools(vital), AgentConfig(max_calls=5))
+    evaluate(ITEMS, agent, load_judge("em"), tmp_path / "ev", EvalConfig(rollouts=1), progress=False)
+    path = str(tmp_path / "ev" / "trajectories.jsonl")
+    strict = CliRunner().invoke(app, ["score", path, "--json"])
+    assert strict.exit_code == 0, strict.output
+    assert json.loads(strict.output)["ungraded"] == 2
+    lenient = CliRunner().invoke(app, ["score", path, "--json", "--max-env-failures", "5"])
+    assert json.loads(lenient.output)["avg_at_k"] == 1.0
+
+
+# -- RL -----------------------------------------------------------------------------------------
+class _Judge:
+    name = "test"
+
+    def grade(self, cases):
+        from websailor.judge.base import Grade
+
+        return [Grade(c.prediction == "Paris", 1.0) for c in cases]
+
+
+def _group(vital, tools, down: list[bool]) -> list[Trajectory]:
+    out = []
+    for r, d in enumerate(down):
+        tools["search"].down = d
+        agent = Agent(_scripted(), tools, AgentConfig(max_calls=4))
+        out.append(agent.run(ITEMS[0].question, "paris", r, "Paris"))
+    return out
+
+
+def test_rl_gives_no_reward_to_outage_rollouts_and_skips_their_group(tmp_path: Path, vital, smollm2_path: Path):
+    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.sft import load_tokenizer
+
+    tok = load_tokenizer(smollm2_path)
+    tools = _tools(vital)
+    settings = RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1)
+    ro = AgentRollouts({ITEMS[0].question: ITEMS[0]}, tools, _Judge(), settings, tmp_path / "rollouts.jsonl")
+    # group 1: both rollouts held, one right and one wrong
+    held = _group(vital, tools, [False, False])
+    held[1] = Agent(ScriptedModel([call("search", query=["x"]), "<answer>Lyon</answer>"]), tools).run(
+        ITEMS[0].question, "paris", 1, "Paris"
+    )
+    outage = _group(vital, tools, [False, True])  # group 2: one rollout hit the outage
+    out = ro.batch([ITEMS[0]] * 4, held + outage, step=0, tokenizer=tok)
+    assert ro.last["groups/env_failed"] == 1.0 and ro.last["rollouts/env_failed"] == 1.0
+    assert ro.last["groups/skipped"] == 1.0 and out["advantage"][2:] == [0.0, 0.0]
+    records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["reward"] for r in records] == [1.0, 0.0, 1.0, None]
+    assert [r["in_loss"] for r in records] == [True, True, False, False]
+    assert not any(r["in_loss"] for r in records if r.get("env_failures"))
+    # the same group with an allowance of one degraded call is trained on
+    ro2 = AgentRollouts(
+        {ITEMS[0].question: ITEMS[0]},
+        tools,
+        _Judge(),
+        RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1, max_env_failures=1),
+        tmp_path / "rollouts2.jsonl",
+    )
+    ro2.batch([ITEMS[0]] * 4, held + outage, step=0, tokenizer=tok)
+    assert ro2.last["rollouts/env_failed"] == 0.0 and ro2.last["reward/ungraded"] == 0.0
+
+
+def test_rl_stops_after_batches_in_a_row_with_only_outages(tmp_path: Path, vital, smollm2_path: Path):
+    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.sft import load_tokenizer
+
+    tok = load_tokenizer(smollm2_path)
+    tools = _tools(vital)
+    settings = RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1, max_failed_steps=2)
+    ro = AgentRollouts({ITEMS[0].question: ITEMS[0]}, tools, _Judge(), settings, tmp_path / "rollouts.jsonl")
+    ro.batch([ITEMS[0]] * 2, _group(vital, tools, [True, False]), step=0, tokenizer=tok)
+    with pytest.raises(ModelError, match=r"2 batches in a row \(1 of the last batch's 2 rollouts had environment"):
+        ro.batch([ITEMS[0]] * 2, _group(vital, tools, [False, True]), step=1, tokenizer=tok)
