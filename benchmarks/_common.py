@@ -142,3 +142,37 @@ def write_results(
         raise
     print(f"results written to {path}")
     return path
+
+
+def start_imitation(rate: float = 0.0, seed: int = 0, kinds: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The web providers' imitation (``websailor.tools.web.fault_server``) in a child process,
+    faulting ``rate`` of its requests with ``kinds`` (comma-separated; default: all); returns
+    it and its base URL. Stop it with ``proc.terminate()``."""
+    cmd = [sys.executable, "-m", "websailor.tools.web.fault_server", "--rate", str(rate), "--seed", str(seed)]
+    cmd += ["--retry-after", "0.2", "--drip-interval", "0.2"]
+    if kinds:
+        cmd += ["--kinds", kinds]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def wait_for_health(url: str, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    """Wait until a tool server started as ``proc`` answers ``GET url/health``.
+
+    Raises:
+        RuntimeError: the server exited, or did not answer within ``timeout_s``.
+    """
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the tool server exited with status {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the tool server at {url} did not answer /health within {timeout_s:g} s")
