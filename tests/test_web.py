@@ -13,7 +13,7 @@ import pytest
 from websailor.errors import ConfigError
 from websailor.tools.environment import EnvSpec, open_environment
 from websailor.tools.web import build_web_tools, load_web_settings
-from websailor.tools.web.executor import CircuitBreaker, HttpReply, ProviderFailure, parse_retry_after
+from websailor.tools.web.executor import CircuitBreaker, Failure, HttpReply, ProviderFailure, parse_retry_after
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
 from websailor.tools.web.providers import clean_markdown, normalize_query, normalize_url
 
@@ -130,9 +130,10 @@ def test_persistent_5xx_fails_over_to_searxng(server, tmp_path):
 def test_wrong_key_is_not_retried_and_fails_over(server, tmp_path):
     tools, ex = web(server, tmp_path, SERPER_API_KEY="wrong")
     r = tools["search"].execute({"query": ["auth"]})
-    assert "Result 1 for auth" in r.observation
+    assert "Result 1 for auth" in r.observation and r.env_failures == ()  # the backup answered
     s = stats(ex)
-    assert s["retries"] == 0 and s["request_errors"] == {"auth": 1} and s["failovers"] == 1
+    assert s["retries"] == 0 and s["request_errors"] == {"unusable": 1} and s["failovers"] == 1
+    assert ex.unusable() == {("search", "serper"): "HTTP 403: Unauthorized. (check the API key and the plan)"}
     ex.close()
 
 
@@ -248,7 +249,11 @@ def test_bad_urls_get_observations(server, tmp_path):
     r = tools["visit"].execute({"url": ["ftp://example.org/x", "not a url"], "goal": "x"})
     assert r.observation.count("cannot be visited") == 2
     r = tools["visit"].execute({"url": f"{server.url}/missing/page", "goal": "x"})
-    assert "(jina: client_error, HTTP 404 (not found); direct: client_error, HTTP 404 (not found))" in r.observation
+    assert (
+        "(jina: target_error, the site answered HTTP 404 (Not Found) to the reader; "
+        "direct: client_error, HTTP 404 (not found))"
+    ) in r.observation
+    assert r.env_failures == ()  # a dead link is the model's choice
     assert (
         r.observation.endswith("Try another page with the same information, or search for it.\n")
         or "Try another page" in r.observation
@@ -344,7 +349,9 @@ def test_provider_bugs_become_observations_and_free_the_half_open_trial(server, 
 
     with ToolExecutor({"search": ToolPolicy(retries=0, breaker_failures=1, breaker_reset_s=0.05, qps=0.5)}) as ex:
         out = ex.call("search", {"q": "x"}, [Broken()])
-        assert not out.ok and out.failures == [("broken", "provider_error, KeyError")]
+        assert not out.ok and out.failure_text() == "broken: provider_error, KeyError"
+        assert out.failures == [Failure("broken", "provider_error", "provider_error, KeyError")]
+        assert out.env_failure == "provider_error"
         time.sleep(0.06)
         ex.call("search", {"q": "y"}, [Broken()])  # the half-open trial fails...
         time.sleep(0.06)
@@ -364,6 +371,7 @@ def test_close_with_calls_in_flight_returns_failures_then_restarts(server, tmp_p
     ex.close()
     t.join(timeout=5)
     assert not t.is_alive() and "cancelled: the tool environment was closed" in box["r"].observation
+    assert box["r"].env_failures == ("cancelled",) and box["r"].error
     server.plan.always.clear()
     assert "Result 1 for again" in tools["search"].execute({"query": ["again"]}).observation  # a fresh loop
     ex.close()

@@ -12,8 +12,14 @@ Every provider operation (one search query, one page fetch) goes through
    timeout; retryable failures (timeouts, HTTP 429 honouring ``Retry-After``, 5xx, dropped
    connections, truncated or unparsable bodies) are retried with exponential back-off and
    jitter (tenacity); a provider that still fails hands over to the next one (failover);
-4. when every provider failed, an :class:`Outcome` that says why; the tools turn it into an
-   observation for the model (graceful degradation), never an exception.
+4. when every provider failed, an :class:`Outcome` that says why, provider by provider
+   (:class:`Failure`), and whether the environment is to blame (:attr:`Outcome.env_failure`);
+   the tools turn it into an observation for the model (graceful degradation), never an
+   exception.
+
+A provider that says it cannot serve at all (out of credit, a refused key, a feature the
+instance does not enable: kind ``unusable``) is skipped for the rest of the run, with one
+warning.
 
 The executor runs its own asyncio loop in a background thread, so the agent's rollout threads
 (and a tool server's worker threads) call it synchronously and share its limits, breakers and
@@ -45,9 +51,28 @@ logger = get_logger(__name__)
 
 #: Failure kinds worth another attempt at the same provider.
 RETRYABLE = frozenset({"timeout", "rate_limited", "server_error", "connection", "truncated", "bad_response"})
-#: Failure kinds that say the provider itself is unwell, and count towards its circuit breaker
-#: (a missing page, a redirect loop or an empty page say something about the target instead).
-PROVIDER_FAULTS = RETRYABLE | {"auth", "provider_error"}
+#: The provider cannot serve for the rest of the run (out of credit, a refused key, the JSON
+#: format turned off): not retried, and the executor skips the provider from then on.
+UNUSABLE = "unusable"
+#: The provider answered, but every engine behind it failed (SearXNG's ``unresponsive_engines``).
+UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+#: The provider was skipped because its circuit breaker is open.
+CIRCUIT_OPEN = "circuit_open"
+#: The executor was closed while the operation was in flight.
+CANCELLED = "cancelled"
+#: The reader service fetched the target, and the target answered an error (Jina Reader's
+#: ``Warning: Target URL returned error 404``): the target's failure, not the reader's.
+TARGET_ERROR = "target_error"
+#: Failure kinds that say the provider itself (or the environment around it) is unwell: they
+#: count towards its circuit breaker and, from a provider that is not per-target, make a failed
+#: operation an environment failure (:attr:`Outcome.env_failure`).
+PROVIDER_FAULTS = RETRYABLE | {"auth", "provider_error", UNUSABLE, UPSTREAM_UNAVAILABLE, CIRCUIT_OPEN, CANCELLED}
+#: Failure kinds that say the target the model chose cannot be read (a dead link, a refused or
+#: private address, a redirect loop, an empty, unparsable or too large document): never an
+#: environment failure.
+TARGET_FAILURES = frozenset(
+    {"client_error", "redirect_loop", "empty", "too_large", "blocked", "unparsable", TARGET_ERROR}
+)
 
 
 class ProviderFailure(Exception):
@@ -55,18 +80,27 @@ class ProviderFailure(Exception):
 
     Attributes:
         kind: ``timeout``, ``rate_limited``, ``server_error``, ``connection``, ``truncated``,
-            ``bad_response`` (retryable), or ``auth``, ``client_error``, ``redirect_loop``,
-            ``empty``, ``too_large``, ``blocked`` (a private address), ``provider_error`` (the
-            provider's code raised) (not).
+            ``bad_response`` (retryable), or ``auth``, ``unusable`` (the provider cannot serve
+            for the rest of the run), ``upstream_unavailable`` (the provider's own engines all
+            failed), ``client_error``, ``target_error`` (the reader's target answered an
+            error), ``redirect_loop``, ``empty``, ``too_large``, ``blocked`` (a private
+            address), ``unparsable``, ``provider_error`` (the provider's code raised) (not).
         detail: what happened, for the observation and the log.
         retry_after: seconds the provider asked to wait (HTTP ``Retry-After``), if any.
+        status: the HTTP status of an error answer, if the failure is one.
+        message: the start of an error answer's body (at most 2,000 characters), for
+            providers that read the reason from it (Serper's ``"Not enough credits"``).
     """
 
-    def __init__(self, kind: str, detail: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, kind: str, detail: str, retry_after: float | None = None, status: int | None = None, message: str = ""
+    ) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
         self.retry_after = retry_after
+        self.status = status
+        self.message = message
 
     @property
     def retryable(self) -> bool:
@@ -166,17 +200,42 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+#: Most bytes of an error answer read for its reason (Serper and Jina say it in the body).
+ERROR_BODY_BYTES = 4096
+
+
+async def _error_message(resp: httpx.Response) -> str:
+    """The start of an error answer's body as text (at most :data:`ERROR_BODY_BYTES`); empty
+    when it cannot be read."""
+    body = bytearray()
+    try:
+        async for chunk in resp.aiter_bytes():
+            body += chunk
+            if len(body) >= ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:
+        pass
+    return decode_text(bytes(body[:ERROR_BODY_BYTES]), charset_of(resp.headers.get("content-type")))[:2000]
+
+
 async def http_request(
     client: httpx.AsyncClient,
     method: str,
     url: str,
     max_bytes: int,
     check_peer: Callable[[tuple | None], None] | None = None,
+    target: bool = False,
     **kwargs: Any,
 ) -> HttpReply:
     """Send one request and read at most ``max_bytes`` of the body. ``check_peer``, if given,
     sees the server's ``(address, port)`` before the body is read, and may raise
-    :class:`ProviderFailure` to refuse it.
+    :class:`ProviderFailure` to refuse it. ``target``: the URL is a page the agent asked for
+    (a direct fetch), so 401, 402 and 403 are the site refusing access (``client_error``), not
+    a provider's key.
+
+    Error answers carry their status and the start of their body
+    (:attr:`ProviderFailure.status`, :attr:`ProviderFailure.message`), so that a provider can
+    read the reason and classify it again.
 
     Raises:
         ProviderFailure: ``rate_limited`` (429, with ``Retry-After``), ``server_error`` (5xx),
@@ -190,14 +249,21 @@ async def http_request(
                 stream = resp.extensions.get("network_stream")
                 check_peer(stream.get_extra_info("server_addr") if stream is not None else None)
             code = resp.status_code
-            if code == 429:
-                raise ProviderFailure("rate_limited", "HTTP 429", parse_retry_after(resp.headers.get("retry-after")))
-            if code >= 500:
-                raise ProviderFailure("server_error", f"HTTP {code}")
-            if code in (401, 403):
-                raise ProviderFailure("auth", f"HTTP {code} (check the API key)")
             if code >= 400:
-                raise ProviderFailure("client_error", f"HTTP {code}" + (" (not found)" if code in (404, 410) else ""))
+                message = await _error_message(resp)
+                if code == 429:
+                    retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                    raise ProviderFailure("rate_limited", "HTTP 429", retry_after, code, message)
+                if code >= 500:
+                    raise ProviderFailure("server_error", f"HTTP {code}", status=code, message=message)
+                if code in (401, 402, 403) and target:
+                    raise ProviderFailure(
+                        "client_error", f"HTTP {code} (the site refuses access)", status=code, message=message
+                    )
+                if code in (401, 403):
+                    raise ProviderFailure("auth", f"HTTP {code} (check the API key)", status=code, message=message)
+                gone = " (not found)" if code in (404, 410) else ""
+                raise ProviderFailure("client_error", f"HTTP {code}{gone}", status=code, message=message)
             body = bytearray()
             truncated = False
             async for chunk in resp.aiter_bytes():
@@ -261,15 +327,38 @@ class CircuitBreaker:
             self.opened_at, self.trial = time.monotonic(), False
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why one provider did not give an operation its result.
+
+    Attributes:
+        provider: the provider's name (``executor`` when the executor itself was closed).
+        kind: a :class:`ProviderFailure` kind, ``circuit_open`` or ``unusable`` for a skipped
+            provider, ``cancelled`` for a closed executor.
+        description: the clause shown to the model (``"server_error, HTTP 500"``).
+        per_target: the provider is a direct fetch, whose failures belong to the target site.
+    """
+
+    provider: str
+    kind: str
+    description: str
+    per_target: bool = False
+
+
+def cancelled_failure() -> Failure:
+    """The failure of an operation cut short by :meth:`ToolExecutor.close`."""
+    return Failure("executor", CANCELLED, "cancelled: the tool environment was closed")
+
+
 @dataclass
 class Outcome:
     """The result of one operation: ``value`` from ``provider`` (or the cache), or the
-    ``failures`` of every provider tried, as ``(provider, description)``."""
+    ``failures`` of every provider tried (:class:`Failure`, in order)."""
 
     value: Any = None
     provider: str | None = None
     cached: bool = False
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -277,7 +366,28 @@ class Outcome:
 
     def failure_text(self) -> str:
         """Why the operation failed, one clause per provider (for the observation)."""
-        return "; ".join(f"{name}: {why}" for name, why in self.failures) or "no provider is configured"
+        return "; ".join(f"{f.provider}: {f.description}" for f in self.failures) or "no provider is configured"
+
+    @property
+    def env_failure(self) -> str | None:
+        """The kind of environment failure that degraded this operation, or ``None``.
+
+        A degraded operation (every provider failed) is an environment failure when no
+        provider reported a failure of the target (:data:`TARGET_FAILURES`: a dead link, an
+        error page, a private address, ...) and at least one provider that is not per-target
+        (a search API, the reader service) reported a provider fault (:data:`PROVIDER_FAULTS`);
+        the kind is the first such fault's. A closed executor is always one (``cancelled``).
+        So Jina down and the site answering 404 is a dead link (the model's choice), Jina down
+        and the site timing out is the environment, and a direct fetch alone never is.
+        """
+        if self.ok:
+            return None
+        if any(f.kind == CANCELLED for f in self.failures):
+            return CANCELLED
+        if any(f.kind in TARGET_FAILURES for f in self.failures):
+            return None
+        faults = [f.kind for f in self.failures if not f.per_target and f.kind in PROVIDER_FAULTS]
+        return faults[0] if faults else None
 
 
 class ToolExecutor:
@@ -291,7 +401,9 @@ class ToolExecutor:
         headers: sent with every request (for example a ``User-Agent``).
 
     Thread-safe: :meth:`call` and :meth:`call_many` may be called from any thread except the
-    executor's own. :meth:`close` stops the loop thread and closes the connection pool.
+    executor's own. :meth:`close` stops the loop thread and closes the connection pool. A
+    provider that failed ``unusable`` stays skipped for the executor's life, across
+    :meth:`close` (:meth:`unusable` lists them).
     """
 
     def __init__(
@@ -311,6 +423,7 @@ class ToolExecutor:
         #: (httpcore's pool does work per pooled connection on every request).
         self.pool_size = min(256, max([self.default.concurrency, *(p.concurrency for p in self.policies.values())]))
         self._breakers: dict[tuple[str, str], CircuitBreaker] = {}
+        self._unusable: dict[tuple[str, str], str] = {}  # (tool, provider) -> why; kept across close()
         self._limits: dict[str, tuple[asyncio.Semaphore, AsyncLimiter | None]] = {}
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -384,7 +497,7 @@ class ToolExecutor:
         try:
             return self._run(self.acall(tool, request, providers, key))
         except concurrent.futures.CancelledError:
-            return Outcome(failures=[("executor", "cancelled: the tool environment was closed")])
+            return Outcome(failures=[cancelled_failure()])
 
     def call_many(
         self,
@@ -402,7 +515,7 @@ class ToolExecutor:
         try:
             return self._run(gather())
         except concurrent.futures.CancelledError:
-            return [Outcome(failures=[("executor", "cancelled: the tool environment was closed")]) for _ in requests]
+            return [Outcome(failures=[cancelled_failure()]) for _ in requests]
 
     async def acall(
         self, tool: str, request: dict[str, Any], providers: Sequence[Provider], key: dict[str, Any] | None = None
@@ -421,22 +534,37 @@ class ToolExecutor:
         for i, provider in enumerate(providers):
             if i > 0 and outcome.failures:
                 self.metrics.record_failover(tool)
-            breaker = None if getattr(provider, "per_target", False) else self.breaker(tool, provider.name)
+            per_target = bool(getattr(provider, "per_target", False))
+            unusable = self._unusable.get((tool, provider.name))
+            if unusable is not None:
+                outcome.failures.append(
+                    Failure(provider.name, UNUSABLE, f"{UNUSABLE}, skipped for the rest of the run ({unusable})")
+                )
+                self.metrics.record_attempt_error(tool, UNUSABLE)
+                continue
+            breaker = None if per_target else self.breaker(tool, provider.name)
             if breaker is not None and not breaker.allow():
                 outcome.failures.append(
-                    (provider.name, f"skipped, its circuit is open after {breaker.failures} failed operations in a row")
+                    Failure(
+                        provider.name,
+                        CIRCUIT_OPEN,
+                        f"skipped, its circuit is open after {breaker.failures} failed operations in a row",
+                    )
                 )
-                self.metrics.record_attempt_error(tool, "circuit_open")
+                self.metrics.record_attempt_error(tool, CIRCUIT_OPEN)
                 continue
             try:
                 value = await self._with_retries(tool, provider, request, policy)
             except ProviderFailure as e:
                 if breaker is not None:
-                    if e.kind in PROVIDER_FAULTS:
+                    if e.kind == UNUSABLE:
+                        breaker.release()
+                        self._disable(tool, provider.name, e.detail)
+                    elif e.kind in PROVIDER_FAULTS:
                         breaker.failure()
                     else:
                         breaker.release()
-                outcome.failures.append((provider.name, f"{e.kind}, {e.detail}"))
+                outcome.failures.append(Failure(provider.name, e.kind, f"{e.kind}, {e.detail}", per_target))
                 continue
             except BaseException:
                 if breaker is not None:
@@ -452,6 +580,24 @@ class ToolExecutor:
             logger.debug("%s %s failed: %s", tool, request, outcome.failure_text())
         self.metrics.record_request(tool, time.perf_counter() - t0, degraded=not outcome.ok)
         return outcome
+
+    def _disable(self, tool: str, provider: str, why: str) -> None:
+        """Skip ``provider`` under ``tool`` for the rest of the run (the life of this executor),
+        with one warning."""
+        if (tool, provider) in self._unusable:
+            return
+        self._unusable[(tool, provider)] = why
+        logger.warning(
+            "%s: provider %s cannot serve (%s); it is skipped for the rest of the run, its operations go to the "
+            "next provider",
+            tool,
+            provider,
+            why,
+        )
+
+    def unusable(self) -> dict[tuple[str, str], str]:
+        """The providers skipped for the rest of the run: ``(tool, provider) -> why``."""
+        return dict(self._unusable)
 
     def _cache_get(self, key: str, ttl_s: float) -> Any | None:
         try:

@@ -3,9 +3,14 @@ benchmarks of the execution layer (loopback only; no real internet is needed).
 
 Routes (``{url}`` is the server's base address):
 
-- ``POST /search``, ``POST /scholar``: Serper (``X-API-KEY`` required), ``{"organic": [...]}``;
-- ``GET /searxng/search?q=...&format=json``: SearXNG, ``{"results": [...]}``;
-- ``GET /jina/<page url>``: the Jina Reader, markdown after ``Markdown Content:``;
+- ``POST /search``, ``POST /scholar``: Serper (``X-API-KEY`` required, else 403
+  ``{"message": "Unauthorized.", "statusCode": 403}``), ``{"organic": [...]}``;
+- ``GET /searxng/search?q=...&format=json``: SearXNG, ``{"results": [...], "unresponsive_engines":
+  [...]}``; with :attr:`FaultPlan.limiter` on, requests whose headers fail SearXNG's bot
+  detection get 429 (:func:`bot_refusal`);
+- ``GET /jina/<page url>``: the Jina Reader, markdown after ``Markdown Content:``; a target it
+  cannot fetch (not a ``/page/`` URL) gets 200 with ``Warning: Target URL returned error 404:
+  Not Found``, as the real reader answers;
 - ``GET /page/<name>``: an HTML page (navigation boilerplate around an article);
 - ``GET /file/<name>``: bytes registered with :meth:`FaultServer.add_file`;
 - ``GET /_served``: requests served so far, by ``route/fault``.
@@ -14,9 +19,17 @@ Results echo the request (the query, the page name), so a caller can check that 
 answer belongs to its own request.
 
 Faults (:data:`FAULTS`) come from a per-route script (consumed one per request), a per-route
-permanent fault, or at random with ``rate``. The server is a small asyncio HTTP/1.1
-implementation rather than a framework because several faults (a body shorter than its
-``Content-Length``, a slow drip, a hang) are malformed on purpose.
+permanent fault, or at random with ``rate`` (drawn from the transient faults by default). The
+account faults answer in each service's own shape: ``nocredit`` (Serper: 400 ``"Not enough
+credits"``; Jina: 402 ``InsufficientBalanceError``), ``badkey`` (Serper: 403 ``Unauthorized.``;
+Jina: 401 ``AuthenticationRequiredError``; a page: 403, a site refusing the reader). The
+SearXNG faults: ``noengines`` (200, no results, ``unresponsive_engines`` filled),
+``fewengines`` (results, and some engines unresponsive), ``jsonoff`` (403: ``json`` not in
+``search.formats``). A fault without a shape for a route answers 500 there.
+
+The server is a small asyncio HTTP/1.1 implementation rather than a framework because several
+faults (a body shorter than its ``Content-Length``, a slow drip, a hang) are malformed on
+purpose.
 """
 
 from __future__ import annotations
@@ -24,13 +37,20 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-#: Every fault the server can inject.
-FAULTS = ("429", "500", "hang", "drip", "truncated", "badjson", "huge", "latin1", "redirect")
+#: Faults a service shows now and then (the random draw's default).
+TRANSIENT_FAULTS = ("429", "500", "hang", "drip", "truncated", "badjson", "huge", "latin1", "redirect")
+#: Every fault the server can inject: the transient ones, then answers that say the account or
+#: the instance cannot serve, and SearXNG's engines failing upstream.
+FAULTS = TRANSIENT_FAULTS + ("nocredit", "badkey", "noengines", "fewengines", "jsonoff")
+#: SearXNG's ``unresponsive_engines`` in the engine-fault answers (``[engine, reason]`` pairs,
+#: reasons as ``searx/webutils.py`` words them).
+UNRESPONSIVE = [["bing", "Suspended: CAPTCHA"], ["google", "Suspended: too many requests"]]
 #: Route names for scripts and permanent faults.
 ROUTES = ("serper", "searxng", "jina", "page", "file")
 
@@ -43,7 +63,11 @@ class FaultPlan:
         scripts: per route, faults for its next requests in order (``"ok"`` for none).
         always: per route, a fault injected into every request.
         rate: probability of a random fault from ``kinds`` when no script or permanent fault applies.
-        kinds: the random faults.
+        kinds: the random faults (default: :data:`TRANSIENT_FAULTS`).
+        limiter: the SearXNG route refuses (429) requests that its bot detection would
+            (:func:`bot_refusal`), as an instance with ``server.limiter: true``.
+        serper_extras: Serper's fields that only some real hits carry: web hits 2 and 4 get a
+            ``date`` and hit 2 a ``source``; scholar hit 3 has a ``pdfUrl`` and no ``link``.
         seed: seed of the random faults.
         retry_after: the ``Retry-After`` header of 429 answers (seconds, as text).
         hang_s: how long a hang holds the connection (seconds).
@@ -54,7 +78,9 @@ class FaultPlan:
     scripts: dict[str, deque] = field(default_factory=dict)
     always: dict[str, str] = field(default_factory=dict)
     rate: float = 0.0
-    kinds: tuple[str, ...] = FAULTS
+    kinds: tuple[str, ...] = TRANSIENT_FAULTS
+    limiter: bool = False
+    serper_extras: bool = False
     seed: int = 0
     retry_after: str = "1"
     hang_s: float = 3600.0
@@ -87,6 +113,7 @@ class FaultServer:
 
     Attributes:
         served: requests by ``(route, fault)``.
+        received: the last 200 requests as ``(route, headers, body)`` (headers lower-cased).
         api_key: the key Serper routes require.
     """
 
@@ -98,6 +125,7 @@ class FaultServer:
         self.host = host
         self.port = port
         self.served: Counter = Counter()
+        self.received: deque[tuple[str, dict[str, str], bytes]] = deque(maxlen=200)
         self.files: dict[str, tuple[bytes, str]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -172,10 +200,20 @@ class FaultServer:
         self, method: str, target: str, headers: dict[str, str], body: bytes, writer: asyncio.StreamWriter
     ) -> bool:
         route, status, ctype, payload = self._route(method, target, headers, body)
+        if route != "stats":
+            with self._lock:
+                self.received.append((route, headers, body))
+        if route == "searxng" and self.plan.limiter and bot_refusal(headers) is not None:
+            with self._lock:
+                self.served[(route, "limited")] += 1
+            return await self._send(writer, 429, "text/plain", b"Too Many Requests")
         fault = self.plan.next_fault(route) if status == 200 and route != "stats" else "ok"
         if route != "stats":
             with self._lock:
                 self.served[(route, fault)] += 1
+        if fault in ("nocredit", "badkey", "noengines", "fewengines", "jsonoff"):
+            status, ctype, payload = self._account_or_engine_fault(fault, route, target, payload)
+            return await self._send(writer, status, ctype, payload)
         if fault == "429":
             return await self._send(writer, 429, "text/plain", b"rate limited", {"Retry-After": self.plan.retry_after})
         if fault == "500":
@@ -214,7 +252,7 @@ class FaultServer:
             return "stats", 200, "application/json", json.dumps(counts).encode()
         if method == "POST" and path in ("/search", "/scholar"):
             if headers.get("x-api-key") != self.api_key:
-                return "serper", 403, "application/json", b'{"message": "Unauthorized."}'
+                return "serper", 403, "application/json", SERPER_UNAUTHORIZED
             try:
                 q = str(json.loads(body or b"{}").get("q", ""))
             except ValueError:
@@ -233,6 +271,13 @@ class FaultServer:
                 }
                 for i in range(1, 11)
             ]
+            if self.plan.serper_extras:
+                if path == "/scholar":
+                    hits[2]["pdfUrl"] = f"{self.url}/file/paper-3.pdf"
+                    del hits[2]["link"]
+                else:
+                    hits[1].update(date="Mar 5, 2024", source="Example News")
+                    hits[3]["date"] = "2 days ago"
             return "serper", 200, "application/json", json.dumps({"organic": hits}).encode()
         if method == "GET" and path == "/searxng/search":
             q = parse_qs(parts.query).get("q", [""])[0]
@@ -244,11 +289,15 @@ class FaultServer:
                 }
                 for i in range(1, 11)
             ]
-            return "searxng", 200, "application/json", json.dumps({"results": hits}).encode()
+            return "searxng", 200, "application/json", json.dumps(_searxng_answer(q, hits, [])).encode()
         if method == "GET" and path.startswith("/jina/"):
             page = path[len("/jina/") :]
-            if "/page/" not in page:  # the reader could not fetch the target
-                return "jina", 404, "text/plain", b"target page not found"
+            if "/page/" not in page:  # the target answered 404: the reader says so in a 200 answer
+                text = (
+                    f"Title: \n\nURL Source: {page}\n\nWarning: Target URL returned error 404: Not Found\n\n"
+                    "Markdown Content:\nnot found\n"
+                )
+                return "jina", 200, "text/plain; charset=utf-8", text.encode()
             name = page.rstrip("/").rsplit("/", 1)[-1]
             text = f"Title: Page {name}\nURL Source: {page}\n\nMarkdown Content:\n# Page {name}\n\n{_article(name)}"
             return "jina", 200, "text/plain; charset=utf-8", text.encode()
@@ -266,6 +315,40 @@ class FaultServer:
             data, ctype = self.files[path[len("/file/") :]]
             return "file", 200, ctype, data
         return "page", 404, "text/plain", b"not found"
+
+    @staticmethod
+    def _account_or_engine_fault(fault: str, route: str, target: str, payload: bytes) -> tuple[int, str, bytes]:
+        """``(status, content type, body)`` of an account or SearXNG-engine fault on ``route``."""
+        shapes: dict[tuple[str, str], tuple[int, str, bytes]] = {
+            ("nocredit", "serper"): (400, "application/json", SERPER_NO_CREDIT),
+            ("nocredit", "jina"): (
+                402,
+                "application/json",
+                _jina_error(
+                    402,
+                    "InsufficientBalanceError",
+                    40203,
+                    ("Account balance not enough to run this query, please recharge."),
+                ),
+            ),
+            ("badkey", "serper"): (403, "application/json", SERPER_UNAUTHORIZED),
+            ("badkey", "jina"): (
+                401,
+                "application/json",
+                _jina_error(401, "AuthenticationRequiredError", 40101, ("Authentication failed")),
+            ),
+            ("badkey", "page"): (403, "text/html; charset=utf-8", b"<h1>Forbidden</h1><p>Sign in to read.</p>"),
+            ("jsonoff", "searxng"): (403, "text/html; charset=utf-8", SEARXNG_FORBIDDEN),
+        }
+        if (fault, route) in shapes:
+            return shapes[(fault, route)]
+        if route == "searxng" and fault in ("noengines", "fewengines"):
+            data = json.loads(payload)
+            if fault == "noengines":
+                data["results"] = []
+            data["unresponsive_engines"] = UNRESPONSIVE
+            return 200, "application/json", json.dumps(data).encode()
+        return 500, "text/plain", f"no {fault} answer for the {route} route".encode()
 
     @staticmethod
     def _latin1(route: str, payload: bytes) -> bytes:
@@ -299,6 +382,8 @@ class FaultServer:
             200: "OK",
             302: "Found",
             400: "Bad Request",
+            401: "Unauthorized",
+            402: "Payment Required",
             403: "Forbidden",
             404: "Not Found",
             429: "Too Many Requests",
@@ -314,6 +399,92 @@ class FaultServer:
         writer.write(self._head(status, ctype, len(payload), extra) + payload)
         await writer.drain()
         return True
+
+
+#: Serper's answer to a refused key (``{'message': 'Unauthorized.', 'statusCode': 403}``, as users
+#: report it) and to an exhausted account (users report HTTP 400 with this body; not confirmed
+#: from Serper's documentation).
+SERPER_UNAUTHORIZED = b'{"message": "Unauthorized.", "statusCode": 403}'
+SERPER_NO_CREDIT = b'{"message": "Not enough credits", "statusCode": 400}'
+#: What Flask's ``abort(403)`` sends when ``json`` is not in the instance's ``search.formats``.
+SEARXNG_FORBIDDEN = (
+    b"<!doctype html>\n<html lang=en>\n<title>403 Forbidden</title>\n<h1>Forbidden</h1>\n"
+    b"<p>You don't have the permission to access the requested resource. It is either read-protected "
+    b"or not readable by the server.</p>\n"
+)
+
+
+def _jina_error(code: int, name: str, status: int, message: str) -> bytes:
+    """A Jina Reader error envelope (civkit's ``ApplicationError`` as JSON)."""
+    return json.dumps(
+        {
+            "data": None,
+            "code": code,
+            "name": name,
+            "status": status,
+            "message": message,
+            "readableMessage": f"{name}: {message}",
+        }
+    ).encode()
+
+
+def _searxng_answer(q: str, results: list[dict], unresponsive: list[list[str]]) -> dict:
+    """SearXNG's JSON answer (``searx/webutils.py::get_json_response``)."""
+    return {
+        "query": q,
+        "number_of_results": 0,
+        "results": results,
+        "answers": [],
+        "corrections": [],
+        "infoboxes": [],
+        "suggestions": [],
+        "unresponsive_engines": unresponsive,
+    }
+
+
+#: User agents SearXNG's bot detection refuses (a part of ``searx/botdetection/http_user_agent.py``,
+#: matched at the start; a request without the header counts as ``unknown``).
+_BOT_AGENTS = re.compile(
+    r"(unknown|[Cc][Uu][Rr][Ll]|[wW]get|Scrapy|python-requests|Go-http-client|Java|okhttp|HttpClient|Python"
+    r"|libwww-perl|Ruby|Googlebot|bingbot|HeadlessChrome)"
+)
+
+
+def _accepts_html(accept: str) -> bool:
+    """Whether an ``Accept`` header accepts ``text/html`` as werkzeug's ``MIMEAccept`` judges it
+    (``text/html``, ``text/*`` or ``*/*``, with a quality above 0)."""
+    for item in accept.split(","):
+        mime, *params = [p.strip() for p in item.split(";")]
+        quality = next((p.split("=", 1)[1] for p in params if p.replace(" ", "").startswith("q=")), "1")
+        try:
+            if float(quality) <= 0:
+                continue
+        except ValueError:
+            continue
+        if mime.lower() in ("text/html", "text/*", "*/*"):
+            return True
+    return False
+
+
+def bot_refusal(headers: dict[str, str]) -> str | None:
+    """Why SearXNG's limiter would refuse a ``/search`` request with these (lower-cased)
+    headers, or ``None``: the checks of ``searx/botdetection`` (``http_accept``,
+    ``http_accept_encoding``, ``http_accept_language``, ``http_connection``,
+    ``http_user_agent``; the IP rate limit and the Sec-Fetch checks of HTTPS browser requests
+    are left out)."""
+    if not _accepts_html(headers.get("accept", "")):
+        return "HTTP header Accept did not contain text/html"
+    encodings = [e.strip() for e in headers.get("accept-encoding", "").split(",")]
+    if "gzip" not in encodings and "deflate" not in encodings:
+        return "HTTP header Accept-Encoding did not contain gzip nor deflate"
+    if not headers.get("accept-language", "").strip():
+        return "missing HTTP header Accept-Language"
+    if headers.get("connection", "").strip() == "close":
+        return "HTTP header Connection=close"
+    agent = headers.get("user-agent", "unknown")
+    if _BOT_AGENTS.match(agent):
+        return f"bot detected, HTTP header User-Agent: {agent}"
+    return None
 
 
 def _article(name: str) -> str:
@@ -336,7 +507,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one)")
     ap.add_argument("--rate", type=float, default=0.0, help="share of requests faulted at random")
-    ap.add_argument("--kinds", default=",".join(FAULTS), help="comma-separated faults to draw from")
+    ap.add_argument(
+        "--kinds",
+        default=",".join(TRANSIENT_FAULTS),
+        help=f"comma-separated faults to draw from (default: the transient ones; all: {','.join(FAULTS)})",
+    )
+    ap.add_argument(
+        "--searxng-limiter", action="store_true", help="refuse SearXNG requests that its bot detection would (429)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--retry-after", default="1")
     ap.add_argument("--drip-interval", type=float, default=0.5)
@@ -347,7 +525,12 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         ap.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     plan = FaultPlan(
-        rate=args.rate, kinds=kinds, seed=args.seed, retry_after=args.retry_after, drip_interval_s=args.drip_interval
+        rate=args.rate,
+        kinds=kinds,
+        seed=args.seed,
+        retry_after=args.retry_after,
+        drip_interval_s=args.drip_interval,
+        limiter=args.searxng_limiter,
     )
     import logging
 

@@ -19,7 +19,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from websailor.tools.web.executor import HttpReply, ProviderFailure, ToolPolicy, http_request
+from websailor.tools.web.executor import (
+    TARGET_ERROR,
+    UNUSABLE,
+    UPSTREAM_UNAVAILABLE,
+    HttpReply,
+    ProviderFailure,
+    ToolPolicy,
+    http_request,
+)
 
 
 def normalize_query(query: str) -> str:
@@ -66,12 +74,73 @@ def _link(value: Any) -> str:
     return str(value).strip()[:2000] if isinstance(value, str) else ""
 
 
+def has_chinese(text: str) -> bool:
+    """Whether ``text`` holds a CJK unified ideograph (U+4E00 to U+9FFF), the test the released
+    Tongyi DeepResearch search tool uses to pick a Chinese Google locale."""
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+#: Serper's locale fields by query language, as the released Tongyi DeepResearch search tool
+#: sends them (``inference/tool_search.py``): Chinese queries search Google as from China.
+SERPER_LOCALES = {
+    "zh": {"location": "China", "gl": "cn", "hl": "zh-cn"},
+    "en": {"location": "United States", "gl": "us", "hl": "en"},
+}
+
+
+def query_locale(query: str) -> str:
+    """``"zh"`` for a query with Chinese characters, else ``"en"`` (keys of :data:`SERPER_LOCALES`)."""
+    return "zh" if has_chinese(query) else "en"
+
+
+def _json_message(text: str) -> str:
+    """The ``message`` of a JSON error body (Serper: ``{"message": ..., "statusCode": ...}``;
+    Jina: ``{"code": ..., "name": ..., "message": ...}``), else the text itself, one line."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        text = data["message"]
+    return " ".join(text.split())[:300]
+
+
+#: Words of an answer that says the account has run out (Serper's ``"Not enough credits"``).
+_OUT_OF_CREDIT = re.compile(r"\b(credits?|quota|balance|recharge|top up)\b", re.IGNORECASE)
+
+
+def account_failure(e: ProviderFailure) -> ProviderFailure:
+    """``e`` as ``unusable`` when the answer says the account cannot serve for the rest of the
+    run: HTTP 401, 402 or 403 (a refused key, no credit, a disabled feature), or a 400 or 429
+    whose message speaks of credits, quota or balance (Serper's exhausted quota: users report
+    ``{"message": "Not enough credits", "statusCode": 400}``); other failures unchanged."""
+    if e.status is None or e.kind == UNUSABLE:
+        return e
+    message = _json_message(e.message)
+    out_of_credit = e.status in (400, 429) and bool(_OUT_OF_CREDIT.search(message))
+    if e.status not in (401, 402, 403) and not out_of_credit:
+        return e
+    said = f": {message}" if message else ""
+    advice = "check the account's credit" if e.status == 402 or out_of_credit else "check the API key and the plan"
+    return ProviderFailure(UNUSABLE, f"HTTP {e.status}{said} ({advice})", status=e.status, message=e.message)
+
+
 @dataclass(frozen=True)
 class SerperSearch:
     """Serper's Google search (``endpoint="search"``) or Google Scholar (``"scholar"``).
 
-    Result: up to ``top_k`` hits ``{title, url, snippet}`` (scholar adds ``publication``,
-    ``year``, ``cited_by``).
+    Web searches carry the locale of the query's language (:func:`query_locale`:
+    ``location``, ``gl``, ``hl`` as the released Tongyi DeepResearch tool sends them); scholar
+    searches only the query, as Tongyi's scholar tool.
+
+    Result: up to ``top_k`` hits ``{title, url, snippet}``, plus ``date`` and ``source`` when
+    Serper gives them; scholar adds ``publication``, ``year``, ``cited_by``, and takes the
+    ``pdfUrl`` of a hit without a ``link``.
+
+    Raises (as :class:`ProviderFailure`): ``unusable`` for a refused key or an exhausted
+    account (:func:`account_failure`), else as :func:`http_request`.
     """
 
     api_key: str
@@ -80,19 +149,33 @@ class SerperSearch:
     top_k: int = 10
     name: str = "serper"
 
+    def payload(self, query: str) -> dict[str, Any]:
+        """The JSON body of one query."""
+        body: dict[str, Any] = {"q": query, "num": self.top_k}
+        if self.endpoint == "search":
+            body.update(SERPER_LOCALES[query_locale(query)])
+        return body
+
     async def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Any:
-        reply = await http_request(
-            client,
-            "POST",
-            f"{self.base_url.rstrip('/')}/{self.endpoint}",
-            policy.max_bytes,
-            json={"q": request["q"], "num": self.top_k},
-            headers={"X-API-KEY": self.api_key},
-        )
+        try:
+            reply = await http_request(
+                client,
+                "POST",
+                f"{self.base_url.rstrip('/')}/{self.endpoint}",
+                policy.max_bytes,
+                json=self.payload(request["q"]),
+                headers={"X-API-KEY": self.api_key},
+            )
+        except ProviderFailure as e:
+            raise account_failure(e) from None
         hits = []
         for r in _results(reply.json(), "organic", "Serper")[: self.top_k]:
             hit = {"title": _text(r.get("title")), "url": _link(r.get("link")), "snippet": _text(r.get("snippet"))}
+            for name in ("date", "source"):
+                if _text(r.get(name)):
+                    hit[name] = _text(r.get(name), 200)
             if self.endpoint == "scholar":
+                hit["url"] = hit["url"] or _link(r.get("pdfUrl"))
                 hit.update(
                     publication=_text(r.get("publicationInfo")), year=_text(r.get("year")), cited_by=r.get("citedBy")
                 )
@@ -100,10 +183,42 @@ class SerperSearch:
         return hits
 
 
+#: Request headers that pass a SearXNG instance's bot detection when its limiter is on
+#: (``searx/botdetection``: ``Accept`` must accept ``text/html``, ``Accept-Encoding`` must
+#: name gzip or deflate, ``Accept-Language`` must be set; the executor's ``User-Agent`` is not
+#: one of the bot names it refuses).
+SEARXNG_HEADERS = {
+    "Accept": "application/json, text/html;q=0.9",
+    "Accept-Encoding": "gzip, deflate",
+    "Accept-Language": "en-US,en;q=0.9",
+}
+
+
+def _searxng_failure(e: ProviderFailure) -> ProviderFailure:
+    """SearXNG's refusals, said plainly: 403 is ``search.formats`` without ``json``
+    (``unusable``); 429 is its limiter (retried)."""
+    if e.status == 403:
+        return ProviderFailure(
+            UNUSABLE,
+            "HTTP 403: the instance does not serve the JSON format (add json to search.formats in its settings.yml)",
+            status=403,
+        )
+    if e.status == 429:
+        e.detail = "HTTP 429 (the instance's limiter: too many requests, or its bot detection refused the request)"
+    return e
+
+
 @dataclass(frozen=True)
 class SearxngSearch:
     """A SearXNG instance's JSON API (``format=json`` must be enabled in its settings);
-    ``category="science"`` stands in for Google Scholar."""
+    ``category="science"`` stands in for Google Scholar. Requests carry
+    :data:`SEARXNG_HEADERS`, so an instance with its limiter on lets them through.
+
+    Raises (as :class:`ProviderFailure`): ``unusable`` for 403 (the JSON format is off),
+    ``upstream_unavailable`` for no results while engines did not answer
+    (``unresponsive_engines``: blocked, rate limited or timed out upstream), else as
+    :func:`http_request`. No results with every engine answering is a real empty result.
+    """
 
     base_url: str
     category: str | None = None
@@ -114,9 +229,25 @@ class SearxngSearch:
         params = {"q": request["q"], "format": "json"}
         if self.category:
             params["categories"] = self.category
-        reply = await http_request(
-            client, "GET", f"{self.base_url.rstrip('/')}/search", policy.max_bytes, params=params
-        )
+        try:
+            reply = await http_request(
+                client,
+                "GET",
+                f"{self.base_url.rstrip('/')}/search",
+                policy.max_bytes,
+                params=params,
+                headers=SEARXNG_HEADERS,
+            )
+        except ProviderFailure as e:
+            raise _searxng_failure(e) from None
+        data = reply.json()
+        results = _results(data, "results", "SearXNG")
+        if not results:
+            down = unresponsive_engines(data)
+            if down:
+                shown = ", ".join(f"{engine} ({why})" if why else engine for engine, why in down[:5])
+                more = f" and {len(down) - 5} more" if len(down) > 5 else ""
+                raise ProviderFailure(UPSTREAM_UNAVAILABLE, f"no results, its engines did not answer: {shown}{more}")
         return [
             {
                 "title": _text(r.get("title")),
@@ -126,8 +257,21 @@ class SearxngSearch:
                 "year": _text(r.get("publishedDate"))[:4],
                 "cited_by": None,
             }
-            for r in _results(reply.json(), "results", "SearXNG")[: self.top_k]
+            for r in results[: self.top_k]
         ]
+
+
+def unresponsive_engines(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """SearXNG's ``unresponsive_engines`` (``[[engine, reason], ...]``) as pairs; malformed
+    entries are kept by their engine name alone."""
+    out: list[tuple[str, str]] = []
+    entries = data.get("unresponsive_engines")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, (list, tuple)) and entry:
+            out.append((_text(entry[0], 100), _text(entry[1], 100) if len(entry) > 1 else ""))
+        elif isinstance(entry, str):
+            out.append((_text(entry, 100), ""))
+    return out
 
 
 def _page(url: str, title: str, text: str, truncated: bool, provider: str) -> dict[str, Any]:
@@ -136,11 +280,63 @@ def _page(url: str, title: str, text: str, truncated: bool, provider: str) -> di
     return {"url": url, "title": title, "text": text, "truncated": truncated}
 
 
+#: Jina Reader's header line for a target that answered an error (``snapshot-formatter.ts``:
+#: any status below 200 or from 400 up).
+_JINA_TARGET_ERROR = re.compile(r"^Warning: Target URL returned error (\d{3})(?::\s*(.*))?$", re.MULTILINE)
+
+
+def _jina_failure(e: ProviderFailure) -> ProviderFailure:
+    """The Jina Reader's refusals: 401 and 402 (a refused key, no balance:
+    ``InsufficientBalanceError``) and a 403 that is not a block of one domain are ``unusable``;
+    a 403 that blocks one domain (``Anonymous access to domain ... blocked``) stays ``auth``,
+    a provider fault of this page only."""
+    if e.status == 403 and re.search(r"\bdomain\b|AbuseAlleviation", e.message):
+        e.detail = f"HTTP 403: {_json_message(e.message)}"
+        return e
+    return account_failure(e)
+
+
+def _jina_envelope(text: str) -> ProviderFailure | None:
+    """A JSON error envelope in a 200 answer (``{"data": null, "code": 402, "name":
+    "InsufficientBalanceError", ...}``, seen from some clients), as the failure its code means."""
+    import json
+
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("code"), int) or "name" not in data:
+        return None
+    code = data["code"]
+    if code < 400:
+        return None
+    if code >= 500:
+        return ProviderFailure("server_error", f"HTTP 200 with an error {code}: {_json_message(text)}")
+    if code == 429:
+        return ProviderFailure("rate_limited", f"HTTP 200 with an error 429: {_json_message(text)}")
+    failure = _jina_failure(ProviderFailure("client_error", f"error {code}", status=code, message=text))
+    if failure.kind == "client_error":
+        failure.detail = f"error {code}: {_json_message(text)}"
+    return failure
+
+
 @dataclass(frozen=True)
 class JinaReader:
     """The Jina Reader: ``GET {base_url}/{url}`` returns the page as markdown, after
-    ``Title:`` and ``URL Source:`` header lines. The API key is optional (lower rate limits
-    without one)."""
+    ``Title:``, ``URL Source:`` and optional ``Warning:`` header lines. The API key is optional
+    (lower rate limits without one).
+
+    The reader answers HTTP 200 also for a target that answered an error, with a header line
+    ``Warning: Target URL returned error 404: Not Found``: that is a ``target_error`` (the
+    page is dead; the direct fetch is tried, nothing is cached). Other warnings (a page not
+    fully loaded, hidden iframes) keep the content.
+
+    Raises (as :class:`ProviderFailure`): ``target_error``; ``unusable`` for 401, 402 and a
+    403 that is not a domain block (:func:`_jina_failure`), also when sent as a JSON error in
+    a 200 answer; ``empty`` for no text; else as :func:`http_request`.
+    """
 
     base_url: str = "https://r.jina.ai"
     api_key: str | None = None
@@ -150,17 +346,28 @@ class JinaReader:
         headers = {"X-Return-Format": "markdown"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        reply = await http_request(
-            client, "GET", f"{self.base_url.rstrip('/')}/{request['url']}", policy.max_bytes, headers=headers
-        )
+        try:
+            reply = await http_request(
+                client, "GET", f"{self.base_url.rstrip('/')}/{request['url']}", policy.max_bytes, headers=headers
+            )
+        except ProviderFailure as e:
+            raise _jina_failure(e) from None
         text = reply.text()
         title = ""
         head, sep, body = text.partition("Markdown Content:")
         if sep:
+            error = _JINA_TARGET_ERROR.search(head)
+            if error:
+                reason = f" ({error.group(2).strip()})" if error.group(2) and error.group(2).strip() else ""
+                raise ProviderFailure(TARGET_ERROR, f"the site answered HTTP {error.group(1)}{reason} to the reader")
             for line in head.splitlines():
                 if line.startswith("Title:"):
                     title = line[len("Title:") :].strip()
             text = body
+        else:
+            envelope = _jina_envelope(text)
+            if envelope is not None:
+                raise envelope
         return _page(request["url"], title, text.strip(), reply.truncated, self.name)
 
 
@@ -239,7 +446,9 @@ async def fetch_target(client: httpx.AsyncClient, url: str, policy: ToolPolicy, 
         if not allow_private:
             await check_public(url)
             peer = _check_peer(url)
-        reply = await http_request(client, "GET", url, policy.max_bytes, follow_redirects=False, check_peer=peer)
+        reply = await http_request(
+            client, "GET", url, policy.max_bytes, follow_redirects=False, check_peer=peer, target=True
+        )
         location = reply.headers.get("location")
         if reply.status not in (301, 302, 303, 307, 308) or not location:
             return reply

@@ -3,7 +3,9 @@ ones, backed by providers through the :class:`~websailor.tools.web.executor.Tool
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,13 +15,13 @@ from websailor.corpus.index import BM25Index
 from websailor.corpus.store import Document
 from websailor.errors import WebsailorError
 from websailor.text import truncate
-from websailor.tools.base import Tool
+from websailor.tools.base import Tool, ToolResult
 from websailor.tools.extract import EVIDENCE_CHARS, extract_for_goal
 from websailor.tools.metrics import ToolMetrics
 from websailor.tools.search import BLOCK_SEPARATOR, BaseSearchTool, format_search_results, search_description
 from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, format_visit
 from websailor.tools.web.cache import ResultCache
-from websailor.tools.web.executor import Outcome, Provider, ToolExecutor
+from websailor.tools.web.executor import CANCELLED, Outcome, Provider, ToolExecutor
 from websailor.tools.web.providers import (
     DirectFetch,
     JinaReader,
@@ -29,17 +31,29 @@ from websailor.tools.web.providers import (
     clean_markdown,
     normalize_query,
     normalize_url,
+    query_locale,
 )
 from websailor.tools.web.settings import WebSettings
 
 
 class ToolUnavailableError(WebsailorError):
-    """Every provider of a tool failed for every item of the call (the observation says why)."""
+    """Every provider of a tool failed for every item of the call (the observation says why).
+
+    Attributes:
+        env_failures: the environment failure kind of each item the environment failed
+            (:attr:`Outcome.env_failure`); empty when the items failed for the target's or
+            the model's reasons (a dead link, a refused URL).
+    """
+
+    def __init__(self, message: str, env_failures: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.env_failures = tuple(env_failures)
 
 
 @dataclass(frozen=True)
 class WebHit:
-    """One web search result, in the fields :func:`format_search_results` lays out."""
+    """One web search result, in the fields :func:`format_search_results` lays out (made by
+    :func:`web_hit`, which puts a hit's date and source at the head of its snippet)."""
 
     rank: int
     title: str
@@ -47,10 +61,46 @@ class WebHit:
     snippet: str
 
 
+def web_hit(rank: int, hit: dict[str, Any], snippet: str) -> WebHit:
+    """A provider's hit as a :class:`WebHit`: ``Date published:`` and ``Source:`` lines (the
+    released Tongyi DeepResearch search tool's) go under the title line, before the snippet,
+    when the provider gave them."""
+    lines = [f"Date published: {hit['date']}"] if hit.get("date") else []
+    lines += [f"Source: {hit['source']}"] if hit.get("source") else []
+    return WebHit(rank, hit["title"], hit["url"], "\n".join([*lines, snippet]))
+
+
 def failed_block(what: str, outcome: Outcome, hint: str) -> str:
     """The observation of an operation every provider failed (graceful degradation): what
     failed, each provider's reason, and what the agent can do instead."""
     return f"{what} failed ({outcome.failure_text()}). {hint}"
+
+
+#: The environment failures of the tool call running in this thread (set by the web tools'
+#: ``forward``; each operation whose outcome is an environment failure adds its kind).
+_CALL_ENV_FAILURES: ContextVar[list[str] | None] = ContextVar("web_call_env_failures", default=None)
+
+
+@contextmanager
+def collect_env_failures() -> Iterator[list[str]]:
+    """A list that gathers the environment failure kinds of this thread's operations while the
+    block runs (nested blocks gather their own)."""
+    kinds: list[str] = []
+    token = _CALL_ENV_FAILURES.set(kinds)
+    try:
+        yield kinds
+    finally:
+        _CALL_ENV_FAILURES.reset(token)
+
+
+def note_env_failures(outcomes: Sequence[Outcome]) -> list[str]:
+    """The environment failure kinds of ``outcomes`` (one per env-failed operation), also added
+    to the current :func:`collect_env_failures` list."""
+    kinds = [kind for o in outcomes if (kind := o.env_failure) is not None]
+    sink = _CALL_ENV_FAILURES.get()
+    if sink is not None:
+        sink.extend(kinds)
+    return kinds
 
 
 class WebSearchTool(BaseSearchTool):
@@ -85,16 +135,31 @@ class WebSearchTool(BaseSearchTool):
             self.description = search_description(top_k)
 
     def cache_key(self, query: str) -> dict[str, Any]:
-        """The cache key of ``query``: its normalized text, and the number of results asked for
-        when it is not the paper's 10 (so cached 10-result lists stay valid)."""
+        """The cache key of ``query``: its normalized text, the number of results asked for
+        when it is not the paper's 10, and the Chinese locale for a query with Chinese
+        characters (Serper is asked as from China, :func:`query_locale`). Keys of the default
+        request (10 results, English locale) are those written before the locale was sent:
+        those entries were asked without a locale, which Serper answers as ``gl=us``,
+        ``hl=en`` (its playground's defaults; not confirmed from its documentation), so they
+        are kept; a Chinese query's older entries are not reused."""
         key: dict[str, Any] = {"q": normalize_query(query)}
         if self.top_k != 10:
             key["num"] = self.top_k
+        if self.tool_key == "search" and query_locale(query) != "en":
+            key["locale"] = query_locale(query)
         return key
 
     def snippet(self, text: str) -> str:
         """A provider's snippet, cut to :attr:`snippet_chars` when set."""
         return truncate(text, self.snippet_chars) if self.snippet_chars is not None else text
+
+    def forward(self, query: list[str]) -> ToolResult:
+        """The observation of :meth:`BaseSearchTool.forward`, with one environment failure
+        kind per query the environment failed (:attr:`ToolResult.env_failures`); when every
+        query failed, :class:`ToolUnavailableError` carries them."""
+        with collect_env_failures() as kinds:
+            text = super().forward(query)
+        return ToolResult(text, env_failures=tuple(kinds))
 
     def search_blocks(self, queries: list[str]) -> list[str]:
         outcomes = self.executor.call_many(
@@ -103,11 +168,12 @@ class WebSearchTool(BaseSearchTool):
             self.providers,
             keys=[self.cache_key(q) for q in queries],
         )
+        kinds = note_env_failures(outcomes)
         if all(not o.ok for o in outcomes):
             what = f"The {self.label}" + (
                 f" for '{queries[0]}'" if len(queries) == 1 else f" for all {len(queries)} queries"
             )
-            raise ToolUnavailableError(failed_block(what, outcomes[0], self.hint))
+            raise ToolUnavailableError(failed_block(what, outcomes[0], self.hint), kinds)
         return [
             self.format_hits(q, o.value) if o.ok else failed_block(f"The {self.label} for '{q}'", o, self.hint)
             for q, o in zip(queries, outcomes)
@@ -116,7 +182,7 @@ class WebSearchTool(BaseSearchTool):
     def format_hits(self, query: str, hits: list[dict[str, Any]]) -> str:
         return format_search_results(
             query,
-            [WebHit(i, h["title"], h["url"], self.snippet(h["snippet"])) for i, h in enumerate(hits[: self.top_k], 1)],
+            [web_hit(i, h, self.snippet(h["snippet"])) for i, h in enumerate(hits[: self.top_k], 1)],
         )
 
 
@@ -174,6 +240,14 @@ class WebVisitTool(BaseVisitTool):
         self.cut_llm_evidence = cut_llm_evidence
         self.index = BM25Index(bm25s.BM25())  # only its analyzer ranks a page's passages
 
+    def forward(self, url: str | list[str], goal: str) -> ToolResult:
+        """The observation of :meth:`BaseVisitTool.forward`, with one environment failure kind
+        per page the environment kept from being read (:attr:`ToolResult.env_failures`; a dead
+        link is none)."""
+        with collect_env_failures() as kinds:
+            text = super().forward(url, goal)
+        return ToolResult(text, env_failures=tuple(kinds))
+
     def visit_one(self, url: str, goal: str) -> str:
         try:
             clean = normalize_url(url)
@@ -182,6 +256,7 @@ class WebVisitTool(BaseVisitTool):
         # pages read with private addresses allowed stay out of the cache of runs without
         key = {"url": clean, "private": True} if self.allow_private else None
         outcome = self.executor.call("visit", {"url": clean}, self.providers, key=key)
+        note_env_failures([outcome])
         if not outcome.ok:
             return failed_block(
                 f"Reading {truncate(url, MAX_ECHO_CHARS)}",
@@ -285,7 +360,9 @@ def executor_fetch(executor: ToolExecutor, allow_private: bool = False) -> Any:
     (limits, retries; no cache: files are bytes).
 
     Raises:
-        ToolUnavailableError: the download failed after retries (the message says why).
+        ToolUnavailableError: the download failed after retries (the message says why). A
+            download is per-target, so its failure is the file's, not the environment's
+            (no ``env_failures``), unless the executor was closed (``cancelled``).
     """
 
     def fetch(url: str) -> tuple[bytes, str | None]:
@@ -300,7 +377,8 @@ def executor_fetch(executor: ToolExecutor, allow_private: bool = False) -> Any:
                     f"Downloading {truncate(url, MAX_ECHO_CHARS)}",
                     outcome,
                     "Check the URL, or look for another copy of the file.",
-                )
+                ),
+                (CANCELLED,) if outcome.env_failure == CANCELLED else (),
             )
         return outcome.value
 
@@ -316,5 +394,7 @@ __all__ = [
     "WebSearchTool",
     "WebVisitTool",
     "build_web_tools",
+    "collect_env_failures",
     "executor_fetch",
+    "web_hit",
 ]
