@@ -6,8 +6,11 @@ Routes (all JSON):
 * ``GET /health`` -> ``{"status": "ok", "env": ..., "tools": [names], "version": ...}``
 * ``GET /tools`` -> the tools' :meth:`~websailor.tools.Tool.schema` dicts, in order
 * ``POST /tools/{name}`` with ``{"arguments": object | string | null}`` ->
-  ``{"observation": str, "error": str | null}``; HTTP 404 for an unknown tool (the body names
-  the available ones), HTTP 422 for a malformed body
+  ``{"observation": str, "error": str | null, "kind": str | null, "env_failures": [str]}``
+  (a :class:`~websailor.tools.ToolResult`; ``env_failures`` is ``[]`` when the environment
+  held). Arguments the tool refuses are such a result too (kind ``invalid_arguments``), never
+  an HTTP error. HTTP 404 for an unknown tool (the body names the available ones), 413 for a
+  body over :data:`MAX_BODY_BYTES`, 422 for a body that is not ``{"arguments": ...}``
 * ``GET /metrics`` -> whatever the ``metrics`` callable returns, or ``{}``
 
 Tool calls block (BM25 search, page fetches, LLM summaries), so they run in a thread pool of
@@ -52,10 +55,14 @@ class ToolCallRequest(BaseModel):
 
 
 class ToolCallReply(BaseModel):
-    """Reply of ``POST /tools/{name}``: a :class:`~websailor.tools.ToolResult`."""
+    """Reply of ``POST /tools/{name}``: a :class:`~websailor.tools.ToolResult` (``kind`` set
+    when ``error`` is; ``env_failures`` the kinds of the environment failures that degraded
+    the observation, ``[]`` when none)."""
 
     observation: str
     error: str | None = None
+    kind: str | None = None
+    env_failures: list[str] = []
 
 
 def _json(body: object, status_code: int = 200) -> Response:
@@ -196,7 +203,14 @@ def create_app(
                 status_code=404,
             )
         result = await asyncio.get_running_loop().run_in_executor(pool, run_tool, tool, body.arguments)
-        return _json({"observation": result.observation, "error": result.error, "kind": result.kind})
+        return _json(
+            {
+                "observation": result.observation,
+                "error": result.error,
+                "kind": result.kind,
+                "env_failures": list(result.env_failures),
+            }
+        )
 
     @app.get("/metrics")
     def get_metrics() -> Response:

@@ -37,7 +37,8 @@ DEFAULT_TOOLS = {
 }
 EXTRA_TOOLS = {"local": ("PythonInterpreter", "parse_file"), "web": (), "none": ()}
 #: How long a client waits for a tool server's answer to one call (seconds): a web call may
-#: spend several attempts and a failover on the server.
+#: spend several attempts and a failover on the server. The start-up check (``/health``,
+#: ``/tools``) has its own short timeout (:data:`websailor.server.client.HEALTH_TIMEOUT_S`).
 REMOTE_TIMEOUT_S = 600.0
 
 logger = get_logger(__name__)
