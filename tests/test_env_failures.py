@@ -221,3 +221,123 @@ def test_rl_stops_after_batches_in_a_row_with_only_outages(tmp_path: Path, vital
     ro.batch([ITEMS[0]] * 2, _group(vital, tools, [True, False]), step=0, tokenizer=tok)
     with pytest.raises(ModelError, match=r"2 batches in a row \(1 of the last batch's 2 rollouts had environment"):
         ro.batch([ITEMS[0]] * 2, _group(vital, tools, [False, True]), step=1, tokenizer=tok)
+
+
+# -- real failures: the provider imitation and a tool server killed mid-run ----------------------
+@pytest.fixture
+def providers(monkeypatch, tmp_path):
+    from tests.fakes import web_providers
+
+    with web_providers(monkeypatch, tmp_path) as server:
+        yield server
+
+
+def test_eval_over_a_web_outage_then_after_it(tmp_path: Path, providers):
+    """Every search provider answers 500: the web layer degrades the search, the rollout is
+    ungraded; once the providers answer, the same command reruns and grades it."""
+    from websailor.tools.web import WebSettings
+    from websailor.tools.web.tools import build_web_tools
+
+    settings = WebSettings(
+        serper_api_key=providers.api_key,
+        serper_base_url=providers.url,
+        searxng_base_url=f"{providers.url}/searxng",
+        cache=False,
+        policies={"search": {"retries": 0}},
+    )
+    tools, executor = build_web_tools(settings, names=("search",))
+    item = Question("t1", "Who founded Topic town?", Gold.parse("Result 1 for Who founded Topic town?"))
+
+    def reply(messages):
+        if len(messages) == 2:
+            return call("search", query=[item.question])
+        seen = messages[-1]["content"]
+        return f"<answer>{'Result 1 for ' + item.question if 'Result 1 for' in seen else 'unknown'}</answer>"
+
+    try:
+        agent = Agent(ScriptedModel(reply), tools, AgentConfig(max_calls=3), env="web")
+        providers.plan.always.update(serper="500", searxng="500")
+        cfg = EvalConfig(rollouts=1, concurrency=1)
+        s = evaluate([item], agent, load_judge("em"), tmp_path, cfg, progress=False)
+        assert s["ungraded_for"] == {"environment": 1} and s["avg_at_k"] is None
+        assert s["env_failures"]["kinds"] == {"server_error": 1} and s["env_failures"]["tools"] == {"search": 1}
+        providers.plan.always.clear()
+        s = evaluate([item], agent, load_judge("em"), tmp_path, cfg, progress=False)
+        assert s["ungraded"] == 0 and s["avg_at_k"] == 1.0
+    finally:
+        executor.close()
+
+
+SEARCH_SERVER = """
+import sys
+from websailor.corpus import Corpus
+from websailor.server import serve_tools
+from websailor.tools.local import build_local_tools
+
+tools = build_local_tools(Corpus.open(sys.argv[1]))
+serve_tools({"search": tools["search"]}, "local", port=int(sys.argv[2]))
+"""
+
+
+def _start_search_server(corpus_dir: Path, port: int):
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-c", SEARCH_SERVER, str(corpus_dir), str(port)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while True:
+        assert proc.poll() is None, f"the tool server exited: {proc.stderr.read().decode()[-2000:]}"
+        assert time.monotonic() < deadline, "the tool server did not start within 90 s"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+
+
+def test_rl_over_a_tool_server_killed_and_restarted(tmp_path: Path, vital_dir: Path, smollm2_path: Path):
+    """Batches before, during and after a tool server outage: the outage's groups get no
+    reward and nothing of them enters the loss; after the restart training signal returns."""
+    from websailor.server.client import RetryPolicy, connect_tools
+    from websailor.server.app import bind_socket
+    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.sft import load_tokenizer
+
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    tok = load_tokenizer(smollm2_path)
+    proc = _start_search_server(vital_dir, port)
+    fast = RetryPolicy(max_attempts=2, backoff_s=0.05, max_backoff_s=0.1)
+    try:
+        tools, env = connect_tools(f"http://127.0.0.1:{port}", timeout_s=30, retry=fast, health_retry=fast)
+        item = ITEMS[0]
+        settings = RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1)
+        ro = AgentRollouts({item.question: item}, tools, _Judge(), settings, tmp_path / "rollouts.jsonl", env=env)
+
+        def group() -> list[Trajectory]:
+            right = Agent(_scripted(), tools, AgentConfig(max_calls=4), env=env)
+            wrong = Agent(ScriptedModel([call("search", query=["France"]), "<answer>Lyon</answer>"]), tools, env=env)
+            return [right.run(item.question, "paris", 0, "Paris"), wrong.run(item.question, "paris", 1, "Paris")]
+
+        ro.batch([item] * 2, group(), step=0, tokenizer=tok)
+        assert ro.last["groups/env_failed"] == 0.0 and ro.last["rollouts/in_loss_share"] == 1.0
+        proc.kill()
+        proc.wait(10)
+        ro.batch([item] * 2, group(), step=1, tokenizer=tok)
+        assert ro.last["groups/env_failed"] == 1.0 and ro.last["rollouts/in_loss_share"] == 0.0
+        proc = _start_search_server(vital_dir, port)
+        ro.batch([item] * 2, group(), step=2, tokenizer=tok)
+        assert ro.last["groups/env_failed"] == 0.0 and ro.last["rollouts/in_loss_share"] == 1.0
+        records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+        outage = [r for r in records if r["step"] == 2]
+        assert all(r["env_failures"]["kinds"] == {"tool_server_unreachable": 1} for r in outage)
+        assert [r["reward"] for r in outage] == [None, None] and not any(r["in_loss"] for r in outage)
+        assert [r["reward"] for r in records if r["step"] != 2] == [1.0, 0.0, 1.0, 0.0]
+        tools["search"].client.close()
+    finally:
+        proc.kill()
+        proc.wait(10)

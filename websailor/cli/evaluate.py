@@ -20,6 +20,7 @@ from websailor.cli.common import (
     TimeoutOpt,
     agent_config,
     env_options,
+    fail,
     handle_errors,
     logger,
     print_json,
@@ -68,12 +69,14 @@ def eval_cmd(
 
     cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
     items = load_questions(bench, split=split.value if split else None, limit=limit)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file; eval writes a directory")
     done_rollouts(
         out / "trajectories.jsonl", env_spec.trajectory_settings()
     )  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
-    session = open_agent(model, env_spec, cfg)
+    session = open_agent(model, env_spec, cfg)  # the tools and the model answer before anything is written
+    out.mkdir(parents=True, exist_ok=True)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
     try:
         summary = evaluate(

@@ -80,9 +80,10 @@ def run(
     if questions is not None:  # every layout eval reads; all items of a synth file
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
     if out is not None:  # check the output before spending any model time
-        out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out, env_spec.trajectory_settings())
-    session = open_agent(model, env_spec, cfg)
+    session = open_agent(model, env_spec, cfg)  # the tools and the model answer before anything is written
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
         _run_agent(session.agent, question, items, out, rollouts, concurrency, max_env_failures)
