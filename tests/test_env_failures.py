@@ -301,8 +301,8 @@ def _start_search_server(corpus_dir: Path, port: int):
 def test_rl_over_a_tool_server_killed_and_restarted(tmp_path: Path, vital_dir: Path, smollm2_path: Path):
     """Batches before, during and after a tool server outage: the outage's groups get no
     reward and nothing of them enters the loss; after the restart training signal returns."""
-    from websailor.server.client import RetryPolicy, connect_tools
     from websailor.server.app import bind_socket
+    from websailor.server.client import RetryPolicy, connect_tools
     from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
     from websailor.train.sft import load_tokenizer
 

@@ -335,7 +335,8 @@ class JinaReader:
 
     Raises (as :class:`ProviderFailure`): ``target_error``; ``unusable`` for 401, 402 and a
     403 that is not a domain block (:func:`_jina_failure`), also when sent as a JSON error in
-    a 200 answer; ``empty`` for no text; else as :func:`http_request`.
+    a 200 answer; ``bad_response`` (retryable, a provider fault) for an empty body without
+    the reader's header lines; ``empty`` for a page without text; else as :func:`http_request`.
     """
 
     base_url: str = "https://r.jina.ai"
@@ -368,6 +369,8 @@ class JinaReader:
             envelope = _jina_envelope(text)
             if envelope is not None:
                 raise envelope
+            if not text.strip():  # not even the reader's header lines: the reader failed, not the page
+                raise ProviderFailure("bad_response", "the reader answered an empty body")
         return _page(request["url"], title, text.strip(), reply.truncated, self.name)
 
 
