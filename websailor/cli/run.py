@@ -78,7 +78,7 @@ def run(
     if out is not None:  # check the output before spending any model time
         out.parent.mkdir(parents=True, exist_ok=True)
         done_rollouts(out, env_spec.trajectory_settings())
-    session = open_agent(model, env_spec, cfg)
+    session = open_agent(model, env_spec, cfg, check=True)  # an openai: endpoint answers, or one line in seconds
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
         _run_agent(session.agent, question, items, out, rollouts, concurrency)
