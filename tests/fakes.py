@@ -4,8 +4,9 @@ providers' imitation wired into the web settings' environment variables."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -42,62 +43,189 @@ def call(name: str, **arguments) -> str:
     return f"<think>I will use {name}.</think>\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
+#: The model names the suite's tests put in their ``openai:NAME@URL`` specs: what a
+#: :class:`FakeOpenAIServer` lists in ``GET /models`` unless told otherwise.
+DEFAULT_SERVED = ("fake", "m", "ref", "j", "w", "x")
+
+#: vLLM's wordings of a context overflow (HTTP 400), oldest first (seen in its issues from 2023
+#: to mid-2025, in late 2025, and in 2026 releases).
+CONTEXT_WORDINGS = {
+    "requested": (
+        "This model's maximum context length is {limit} tokens. However, you requested {total} tokens "
+        "({prompt} in the messages, {completion} in the completion). Please reduce the length of the messages "
+        "or completion."
+    ),
+    "too_large": (
+        "'max_tokens' or 'max_completion_tokens' is too large: {completion}. This model's maximum context length "
+        "is {limit} tokens and your request has {prompt} input tokens ({completion} > {limit} - {prompt})."
+    ),
+    "at_least": (
+        "This model's maximum context length is {limit} tokens. However, you requested {completion} output tokens "
+        "and your prompt contains at least {prompt} input tokens, for a total of at least {total} tokens. Please "
+        "reduce the length of the input prompt or the number of requested output tokens. "
+        "(parameter=input_tokens, value={prompt})"
+    ),
+}
+
+#: What an OpenAI reasoning model (o1, o3, gpt-5) accepts of each sampling parameter: its default only.
+REASONING_DEFAULTS = {"temperature": 1, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0}
+
+
 class FakeOpenAIServer:
-    """A local HTTP server that speaks /v1/chat/completions and answers at once.
+    """A local HTTP server that speaks /v1/chat/completions and /v1/models and answers at once.
 
     ``fail_first`` requests get HTTP 500 before the server starts answering; with ``raw``,
-    every answer is HTTP 200 with that body (a broken server). ``token_ids`` and ``logprobs``
-    (any JSON values, to imitate a broken server too) go into the choice when the request asks
-    for them (``return_token_ids``, ``logprobs``), as vLLM does; each log-probability becomes a
-    ``logprobs.content`` entry. With ``refuse_tokens``, a request that asks for either gets
-    HTTP 400 (a hosted API). ``bodies`` holds the request bodies received.
+    every answer is HTTP 200 with that body, of ``raw_type`` (a broken server, or a proxy's HTML
+    page). ``token_ids`` and ``logprobs`` (any JSON values, to imitate a broken server too) go
+    into the choice when the request asks for them (``return_token_ids``, ``logprobs``), as vLLM
+    does; each log-probability becomes a ``logprobs.content`` entry. With ``refuse_tokens``, a
+    request that asks for either gets HTTP 400 (a hosted API). ``bodies`` holds the chat request
+    bodies received, ``model_lists`` counts the ``GET /models`` answered.
+
+    ``reply`` may be ``None`` (``content: null``). ``reasoning`` goes into the message's
+    ``reasoning_field`` (vLLM with a reasoning parser: ``reasoning``, or ``reasoning_content``
+    in older releases); ``finish_reason`` is the choice's.
+
+    ``GET /models`` lists ``served`` (vLLM model cards, with ``max_model_len`` when given), or
+    answers ``models_raw`` (of ``models_type``, with ``models_status``) as it is. With ``context_limit``, a chat request
+    whose prompt (its words) plus ``max_tokens`` exceeds it gets vLLM's HTTP 400 in the wording of
+    ``context_wording`` (:data:`CONTEXT_WORDINGS`), and the usage counts the prompt's words
+    (``context_unstated`` more tokens count against the limit without being stated). With
+    ``reasoning_model``, the server refuses what OpenAI's reasoning models refuse (HTTP 400, one
+    refusal per request): ``max_tokens``, and any sampling parameter but its default
+    (:data:`REASONING_DEFAULTS`). ``bad_request``: every chat request gets HTTP 400 with that
+    message (or that error object). With ``api_key``, a request without that bearer key gets 401.
     """
 
     def __init__(
         self,
-        reply: str | Callable = "<answer>Paris</answer>",
+        reply: str | Callable | None = "<answer>Paris</answer>",
         fail_first: int = 0,
         raw: bytes | None = None,
         token_ids: list | None = None,
         logprobs: list | None = None,
         refuse_tokens: bool = False,
+        *,
+        raw_type: str = "application/json",
+        reasoning: str | None = None,
+        reasoning_field: str = "reasoning",
+        finish_reason: str = "stop",
+        served: Sequence[str] = DEFAULT_SERVED,
+        max_model_len: int | None = None,
+        models_raw: bytes | None = None,
+        models_type: str = "application/json",
+        models_status: int = 200,
+        context_limit: int | None = None,
+        context_wording: str = "requested",
+        context_unstated: int = 0,
+        reasoning_model: bool = False,
+        bad_request: str | dict | None = None,
+        api_key: str | None = None,
     ) -> None:
         state = {"left": fail_first, "requests": 0}
         bodies: list[dict] = []
+        lists: list[int] = []
         lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
 
+            def _send(self, status: int, data: bytes, ctype: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _refuse(self, status: int, message: str, param: str | None = None, code: object = None) -> None:
+                err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+                self._send(status, json.dumps({"error": err}).encode())
+
+            def _authorized(self) -> bool:
+                if api_key is None or self.headers.get("Authorization") == f"Bearer {api_key}":
+                    return True
+                self._send(401, b'{"error": "Unauthorized"}')  # vLLM's answer with --api-key
+                return False
+
+            def do_GET(self):
+                if not self._authorized():
+                    return
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, b'{"detail": "Not Found"}')
+                    return
+                with lock:
+                    lists.append(1)
+                if models_raw is not None:
+                    self._send(models_status, models_raw, models_type)
+                    return
+                cards = [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "vllm", "root": name, "parent": None,
+                     "max_model_len": max_model_len, "permission": []}
+                    for name in served
+                ]  # fmt: skip
+                self._send(200, json.dumps({"object": "list", "data": cards}).encode())
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self._authorized():
+                    return
                 with lock:
                     bodies.append(body)
                     state["requests"] += 1
                     fail = state["left"] > 0
                     state["left"] -= 1
                 if fail:
-                    self.send_response(500)
-                    self.send_header("Content-Type", "application/json")
-                    self.end_headers()
-                    self.wfile.write(b'{"error": {"message": "overloaded"}}')
+                    self._send(500, b'{"error": {"message": "overloaded"}}')
                     return
                 if raw is not None:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
+                    self._send(200, raw, raw_type)
+                    return
+                if isinstance(bad_request, dict):
+                    self._send(400, json.dumps({"error": bad_request}).encode())
+                    return
+                if bad_request is not None:
+                    self._refuse(400, bad_request)
                     return
                 if refuse_tokens and ("logprobs" in body or "return_token_ids" in body):
-                    self.send_response(400)
-                    self.send_header("Content-Type", "application/json")
-                    self.end_headers()
-                    self.wfile.write(b'{"error": {"message": "Unrecognized request argument supplied: logprobs"}}')
+                    self._refuse(400, "Unrecognized request argument supplied: logprobs")
+                    return
+                if reasoning_model and "max_tokens" in body:
+                    self._refuse(
+                        400,
+                        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                        "Use 'max_completion_tokens' instead.",
+                        "max_tokens",
+                        "unsupported_parameter",
+                    )
+                    return
+                for name, default in REASONING_DEFAULTS.items() if reasoning_model else ():
+                    if name in body and body[name] != default:
+                        self._refuse(
+                            400,
+                            f"Unsupported value: '{name}' does not support {body[name]} with this model. "
+                            f"Only the default ({default}) value is supported.",
+                            name,
+                            "unsupported_value",
+                        )
+                        return
+                words = sum(len(str(m["content"]).split()) for m in body["messages"])
+                completion = body.get("max_tokens", body.get("max_completion_tokens")) or 0
+                if context_limit is not None and words + context_unstated + completion > context_limit:
+                    message = CONTEXT_WORDINGS[context_wording].format(
+                        limit=context_limit, prompt=words, completion=completion, total=words + completion
+                    )
+                    self._send(
+                        400,
+                        json.dumps({"object": "error", "message": message, "type": "BadRequestError", "param": None,
+                                    "code": 400}).encode(),
+                    )  # fmt: skip
                     return
                 content = reply(body["messages"]) if callable(reply) else reply
-                choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                message = {"role": "assistant", "content": content}
+                if reasoning is not None:
+                    message[reasoning_field] = reasoning
+                choice = {"index": 0, "finish_reason": finish_reason, "message": message}
                 if token_ids is not None and body.get("return_token_ids"):
                     choice["token_ids"] = token_ids
                 if logprobs is not None and body.get("logprobs"):
@@ -106,23 +234,20 @@ class FakeOpenAIServer:
                         for i, x in enumerate(logprobs)
                     ]
                     choice["logprobs"] = {"content": entries}
+                prompt = words if context_limit is not None else 10
                 resp = {
                     "id": "x",
                     "object": "chat.completion",
                     "created": 0,
                     "model": body["model"],
                     "choices": [choice],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3},
                 }
-                data = json.dumps(resp).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._send(200, json.dumps(resp).encode())
 
         self.state = state
         self.bodies = bodies
+        self.model_lists = lists
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
@@ -135,6 +260,24 @@ class FakeOpenAIServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def dead_url() -> str:
+    """The ``/v1`` URL of a loopback port nobody listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def silent_socket() -> Iterator[str]:
+    """The ``/v1`` URL of a socket that accepts connections (the kernel's backlog) and never
+    reads or answers: a stuck server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 @contextmanager
@@ -158,4 +301,12 @@ def web_providers(monkeypatch, tmp_path) -> Iterator:
         yield server
 
 
-__all__ = ["FakeOpenAIServer", "ModelError", "ScriptedModel", "call", "web_providers"]
+__all__ = [
+    "FakeOpenAIServer",
+    "ModelError",
+    "ScriptedModel",
+    "call",
+    "dead_url",
+    "silent_socket",
+    "web_providers",
+]

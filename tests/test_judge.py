@@ -52,3 +52,47 @@ def test_fanoutqa_conventions_and_cjk_f1():
     assert exact_match("920,000,000", "920000000")
     # Chinese is scored character by character: 2 of 3 predicted characters, all 2 gold ones
     assert token_f1("青海省", "青海") == pytest.approx(0.8)
+
+
+# -- the LLM judge on servers that answer like OpenAI's reasoning models and vLLM's reasoning parsers
+def _verdict(messages) -> str:
+    import json
+
+    prompt = messages[-1]["content"]
+    ok = "[response]: The Nile" in prompt and "[correct_answer]: Nile" in prompt
+    return json.dumps({"extracted_final_answer": "The Nile", "reasoning": "same river", "correct": "yes" if ok else "no",
+                       "confidence": 90})  # fmt: skip
+
+
+def test_the_llm_judge_grades_on_an_openai_reasoning_model():
+    from fakes import FakeOpenAIServer
+
+    from websailor.judge.base import Case, Gold
+    from websailor.judge.llm import JUDGE_MAX_TOKENS, LLMJudge
+    from websailor.models import load_model
+
+    with FakeOpenAIServer(_verdict, reasoning_model=True) as srv:  # refuses max_tokens and temperature 0
+        judge = LLMJudge(load_model(f"openai:j@{srv.url}", backoff_s=0.01), max_attempts=1, concurrency=2)
+        grades = judge.grade([Case("Which river?", "The Nile", Gold.parse("Nile")),
+                              Case("Which river?", "The Danube", Gold.parse("Nile"))])  # fmt: skip
+    assert [g.correct for g in grades] == [True, False] and all(g.error is None for g in grades)
+    last = srv.bodies[-1]
+    assert last["max_completion_tokens"] == JUDGE_MAX_TOKENS and "max_tokens" not in last and "temperature" not in last
+    assert last["top_p"] == 1.0 and last["presence_penalty"] == 0.0  # the defaults, accepted
+
+
+def test_the_llm_judge_reads_the_verdict_after_a_reasoning_servers_thought():
+    from fakes import FakeOpenAIServer
+
+    from websailor.judge.base import Case, Gold
+    from websailor.judge.llm import LLMJudge, parse_verdict
+    from websailor.models import load_model
+
+    thought = 'Draft: {"correct": "no"} -- but "The Nile" is the Nile, so yes.'
+    with FakeOpenAIServer(_verdict, reasoning=thought, reasoning_field="reasoning_content") as srv:
+        (grade,) = LLMJudge(load_model(f"openai:j@{srv.url}"), max_attempts=1).grade(
+            [Case("Which river?", "The Nile", Gold.parse("Nile"))]
+        )
+    assert grade.correct is True and grade.reasoning == "same river"
+    assert parse_verdict('<think>{"correct": "yes"}</think>\nI cannot tell.') is None  # the thought is no verdict
+    assert parse_verdict('<think>maybe</think>\n{"correct": "no"}').correct is False

@@ -34,3 +34,18 @@ class DownloadError(WebsailorError):
 
 class ModelError(WebsailorError):
     """A model backend failed (after retries): unreachable server, HTTP 5xx, timeout."""
+
+
+class ContextLengthError(ModelError):
+    """The server refused a request whose prompt plus completion budget exceeds the model's
+    context length (and no smaller budget of at least a few tokens fits).
+
+    Attributes:
+        limit: the served context length in tokens, when the server's message states it.
+        prompt_tokens: the prompt's length in tokens as the server counted it, when stated.
+    """
+
+    def __init__(self, message: str, limit: int | None = None, prompt_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.prompt_tokens = prompt_tokens

@@ -11,7 +11,7 @@ from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory, env_failure_summary
-from websailor.errors import InvalidArgumentError, ModelError
+from websailor.errors import ContextLengthError, InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, Generation, SamplingParams
 from websailor.text import clean_text
 from websailor.tools import Tool, execute_tool
@@ -155,6 +155,9 @@ class Agent:
             tm = time.perf_counter()
             try:
                 gen = self.model.chat(traj.messages, params)
+            except ContextLengthError as e:  # the server refused a conversation longer than its context
+                traj.termination, traj.error = "context", str(e)
+                break
             except ModelError as e:
                 timed_out = time.perf_counter() - t0 >= timeout_s
                 traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)

@@ -65,6 +65,7 @@ def eval_cmd(
     from websailor.config import websailor_home
     from websailor.eval.harness import EvalConfig, evaluate
     from websailor.judge import load_judge
+    from websailor.models import check_endpoint
     from websailor.questions import load_questions
 
     cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
@@ -75,7 +76,8 @@ def eval_cmd(
         out / "trajectories.jsonl", env_spec.trajectory_settings()
     )  # a wrong --out fails before any model time
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
-    session = open_agent(model, env_spec, cfg)  # the tools and the model answer before anything is written
+    check_endpoint(judge)  # an llm: judge's endpoint answers, or one line in seconds
+    session = open_agent(model, env_spec, cfg, check=True)  # tools and model answer before anything is written
     out.mkdir(parents=True, exist_ok=True)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
     try:
@@ -110,6 +112,7 @@ def score(
     from websailor.eval.report import summarize, write_report
     from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
     from websailor.judge import load_judge
+    from websailor.models import check_endpoint
 
     records = read_trajectories(paths)
     rollouts_per_question(records)
@@ -125,6 +128,7 @@ def score(
                 "these trajectories come from different %s (%s): the figures pool them", what, ", ".join(seen)
             )
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
+    check_endpoint(judge)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     scores = score_trajectories(

@@ -81,7 +81,7 @@ def run(
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
     if out is not None:  # check the output before spending any model time
         done_rollouts(out, env_spec.trajectory_settings())
-    session = open_agent(model, env_spec, cfg)  # the tools and the model answer before anything is written
+    session = open_agent(model, env_spec, cfg, check=True)  # tools and model answer before anything is written
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None

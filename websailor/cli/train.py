@@ -155,6 +155,7 @@ def train_rl_cmd(
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
     environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
+    from websailor.models import check_endpoint
     from websailor.train.rl import load_settings, train_rl
 
     settings = load_settings(
@@ -174,6 +175,7 @@ def train_rl_cmd(
         seed=seed,
         max_env_failures=max_env_failures,
     )
+    check_endpoint(settings.reward)  # an llm: judge's endpoint answers, or one line in seconds
     s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec)
     if s.get("prefilter"):
         p = s["prefilter"]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from websailor.agent.parse import split_thought
 from websailor.errors import ModelError
 from websailor.jsonio import load_lenient_json
 from websailor.judge.base import Case, Grade
@@ -43,14 +44,19 @@ Reply with a single JSON object and nothing else, with these keys:
 
 #: wall-clock budget of one verdict (HTTP retries included): a hanging judge costs at most this per try
 JUDGE_TIMEOUT_S = 120.0
+#: completion budget of one verdict: the JSON verdict is short, but a reasoning model (o3, gpt-5,
+#: Qwen3 thinking) spends its thought from the same budget
+JUDGE_MAX_TOKENS = 4096
 _PARAMS = SamplingParams(
-    temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=1024, stop=[], timeout_s=JUDGE_TIMEOUT_S
+    temperature=0.0, top_p=1.0, presence_penalty=0.0, max_tokens=JUDGE_MAX_TOKENS, stop=[], timeout_s=JUDGE_TIMEOUT_S
 )
 
 
 def parse_verdict(text: str) -> Grade | None:
-    """The grade in a judge reply, or ``None`` if the reply holds no usable verdict."""
-    obj = load_lenient_json(text)
+    """The grade in a judge reply, or ``None`` if the reply holds no usable verdict. A thought
+    before the verdict (``<think>...</think>``, what a reasoning model's backend puts back) is
+    not read."""
+    obj = load_lenient_json(split_thought(text)[1])
     if not obj:
         return None
     verdict = str(obj.get("correct", "")).strip().strip(".!\"'").lower()

@@ -35,12 +35,20 @@ def local_model_dir(spec: str) -> Path | None:
     return None
 
 
-def load_model(spec: str, **kwargs) -> ChatModel:
+def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
     """Build a backend from a spec string.
 
+    Args:
+        spec: one of the forms in :data:`SPEC_HELP`.
+        check: for ``openai:`` specs, check the endpoint now
+            (:meth:`~websailor.models.openai_compat.OpenAIModel.check`: ``GET /models`` within a
+            few seconds, and the served context length), as the commands do before their first
+            rollout; other backends ignore it.
+        kwargs: passed to the backend.
+
     Raises:
-        ConfigError: the spec is not one of the forms in :data:`SPEC_HELP`, or the path is not
-            a model directory.
+        ConfigError: the spec is not one of the forms in :data:`SPEC_HELP`, the path is not
+            a model directory, or (``check``) the endpoint cannot serve the model.
         DownloadError: the embedded model could not be fetched.
     """
     spec = (spec or "").strip()
@@ -63,8 +71,38 @@ def load_model(spec: str, **kwargs) -> ChatModel:
         model, sep, base_url = spec[len("openai:") :].rpartition("@")
         if not sep or not model or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model spec {spec!r}: expected openai:MODEL@http(s)://HOST[:PORT]/v1")
-        return OpenAIModel(model, base_url, **kwargs)
+        chat = OpenAIModel(model, base_url, **kwargs)
+        if check:
+            try:
+                chat.check()
+            except BaseException:
+                chat.close()
+                raise
+        return chat
     raise ConfigError(f"unknown model spec {spec!r}; use {SPEC_HELP}")
 
 
-__all__ = ["SPEC_HELP", "ChatModel", "Generation", "Message", "SamplingParams", "load_model", "local_model_dir"]
+def check_endpoint(spec: str | None) -> None:
+    """Check the endpoint of an ``openai:`` spec (see :func:`load_model`'s ``check``), or of the
+    model of an ``llm:`` judge spec; nothing for any other spec (or ``None``).
+
+    Raises:
+        ConfigError: the spec is malformed, or the endpoint cannot serve the model.
+    """
+    spec = (spec or "").strip()
+    if spec.startswith("llm:"):
+        spec = spec[4:].strip()
+    if spec.startswith("openai:"):
+        load_model(spec, check=True).close()
+
+
+__all__ = [
+    "SPEC_HELP",
+    "ChatModel",
+    "Generation",
+    "Message",
+    "SamplingParams",
+    "check_endpoint",
+    "load_model",
+    "local_model_dir",
+]

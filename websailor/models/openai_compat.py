@@ -4,23 +4,53 @@ Transient failures (connection refused or reset, timeouts, HTTP 429 and 5xx) are
 with exponential back-off and jitter (tenacity); after the retries, or on a permanent error
 (4xx), :class:`ModelError` is raised and the trajectory ends with ``model_error``.
 
-Each request asks for the sampled tokens' log-probabilities (``logprobs``, standard) and
-their ids (``return_token_ids``, a vLLM extension). On HTTP 400 the request is sent once more
-without them: when that one is accepted, the server refused them and is not asked for them
-again by this model (one warning); when it fails too, its error is raised as above.
+What servers refuse, and how each refusal is met (each is learned once per model, with one
+warning, and later requests go without it):
+
+* **context overflow** (vLLM: HTTP 400 "This model's maximum context length is 4096 tokens.
+  However, you requested ..."; the newer wordings and OpenAI's too): when the message states
+  the limit and the prompt's tokens and at least :data:`MIN_RETRY_TOKENS` remain, the request
+  is sent once more with ``max_tokens`` cut to fit; otherwise :class:`ContextLengthError`
+  (a :class:`ModelError` carrying ``limit`` and ``prompt_tokens``) is raised. This one is
+  per request, not learned.
+* ``max_tokens`` refused (OpenAI's reasoning models: "Unsupported parameter: 'max_tokens' is
+  not supported with this model. Use 'max_completion_tokens' instead."): sent as
+  ``max_completion_tokens`` from then on.
+* a sampling parameter refused (``temperature``, ``top_p``, ``presence_penalty``,
+  ``frequency_penalty``, ``stop``, ``seed``; e.g. "Unsupported value: 'temperature' does not
+  support 0.85 with this model. Only the default (1) value is supported."): left out from
+  then on, so the server's default applies (stop strings are still cut here).
+* the sampled tokens' log-probabilities (``logprobs``, standard) and their ids
+  (``return_token_ids``, a vLLM extension), asked with every request: on another HTTP 400
+  the request is sent once more without them; when that one is accepted, the server refused
+  them and is not asked for them again.
+
+A reasoning server (vLLM with ``--reasoning-parser``) returns the thought apart from the
+content, in ``message.reasoning`` (vLLM since late 2025) or ``message.reasoning_content``
+(older vLLM, and DeepSeek's API), leaving ``content`` empty or null: the reply's text puts it
+back as ``<think>\\n{reasoning}\\n</think>\\n\\n{content}`` (unclosed when the reply was cut at
+its token limit inside the thought), as the model wrote it.
+
+The served context length is read from ``GET {base_url}/models`` (vLLM's model cards carry
+``max_model_len``): by :meth:`OpenAIModel.check` at start-up, which also refuses an endpoint
+that cannot serve (:func:`probe_models`), or lazily on the first read of ``max_context``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import openai
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
-from websailor.errors import ModelError
+from websailor.errors import ConfigError, ContextLengthError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
 
@@ -28,12 +58,237 @@ log = get_logger(__name__)
 
 #: Environment variables read for the API key, in order.
 API_KEY_ENV = ("WEBSAILOR_API_KEY", "OPENAI_API_KEY")
+#: Set to 1 to skip the start-up check of model endpoints (a server without ``/models``).
+SKIP_CHECK_ENV = "WEBSAILOR_SKIP_MODEL_CHECK"
+#: The context length assumed when neither the user nor the server states one.
+DEFAULT_CONTEXT = 131072
+#: Seconds per attempt, and attempts (for a failed connection; a timeout is final), of the
+#: start-up check of an endpoint.
+CHECK_TIMEOUT_S = 5.0
+CHECK_ATTEMPTS = 2
+#: The smallest completion budget a context-overflow retry is made with.
+MIN_RETRY_TOKENS = 16
+#: Sampling parameters a server may refuse, that the request can go without.
+DROPPABLE = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed")
+_TOKEN_PARAMS = ("logprobs", "top_logprobs", "return_token_ids")
+_MAX_ADJUSTMENTS = 10  # refusals met in one call (each kind at most once): a bound, not a budget
+
+
+def api_key() -> str:
+    """The API key of :data:`API_KEY_ENV`, or ``"EMPTY"`` (what vLLM without ``--api-key`` takes)."""
+    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "EMPTY")
 
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError)):
         return True
     return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+
+
+# -- context overflow ---------------------------------------------------------------------------
+_LIMIT = (
+    re.compile(r"maximum context length is (\d+)", re.I),  # vLLM (every version), OpenAI, OpenRouter
+    re.compile(r"maximum model length of (\d+)", re.I),  # vLLM: "The decoder prompt (length N) is longer than ..."
+    re.compile(
+        r"context length \((\d+) tokens?\)", re.I
+    ),  # SGLang: "... longer than the model's context length (N tokens)"
+    re.compile(r"exceeds (?:the )?limit of (\d+)", re.I),  # vLLM's scheduler: "Input prompt (N tokens) ... limit of L"
+)
+_PROMPT = (
+    re.compile(r"\((\d+) in the messages", re.I),  # older vLLM: "(3726 in the messages, 1000 in the completion)"
+    re.compile(
+        r"request has (\d+) input tokens", re.I
+    ),  # vLLM: "your request has 2778 input tokens (8000 > 4096 - 2778)"
+    re.compile(r"prompt contains at least (\d+) input tokens", re.I),  # current vLLM
+    re.compile(r"messages resulted in (\d+) tokens", re.I),  # OpenAI
+    re.compile(r"prompt \(length (\d+)\)", re.I),  # vLLM: "The decoder prompt (length N)"
+    re.compile(r"input prompt \((\d+) tokens\)", re.I),
+    re.compile(r"the input \((\d+) tokens\)", re.I),  # SGLang
+    re.compile(r"input length (?:of |\()?(\d+)", re.I),
+)
+_OVERFLOW = re.compile(
+    r"maximum context length|maximum model length|context length exceeded|context_length_exceeded"
+    r"|is too long and exceeds|longer than the model's context length|'max_completion_tokens' is too large"
+    r"|input length .{0,40}exceeds",
+    re.I,
+)
+
+
+def parse_context_error(message: str) -> tuple[int | None, int | None] | None:
+    """``(limit, prompt_tokens)`` of a server's context-overflow message, each ``None`` when the
+    message does not state it; ``None`` when the message is not about the context length."""
+    if not _OVERFLOW.search(message or ""):
+        return None
+
+    def first(patterns: tuple[re.Pattern[str], ...]) -> int | None:
+        for p in patterns:
+            m = p.search(message)
+            if m:
+                return int(m.group(1))
+        return None
+
+    return first(_LIMIT), first(_PROMPT)
+
+
+def _error_body(e: openai.APIStatusError) -> dict[str, Any]:
+    """The error object of a refusal: OpenAI's ``{"error": {...}}`` or vLLM's top-level one."""
+    body = e.body if isinstance(e.body, dict) else {}
+    inner = body.get("error")
+    return inner if isinstance(inner, dict) else body
+
+
+def _error_message(e: openai.APIStatusError) -> str:
+    message = _error_body(e).get("message")
+    return message if isinstance(message, str) and message else str(e)
+
+
+def _refused_param(e: openai.APIStatusError) -> str | None:
+    """The request parameter a refusal names: its ``param`` field, or the one quoted in
+    "Unsupported parameter: 'x'" / "Unsupported value: 'x'"."""
+    param = _error_body(e).get("param")
+    if isinstance(param, str) and param:
+        return param
+    m = re.search(r"Unsupported (?:parameter|value): '(\w+)'", _error_message(e))
+    return m.group(1) if m else None
+
+
+# -- the start-up check -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServedModel:
+    """A model of a server's ``GET /models`` list: its ``id`` and, when the server states it
+    (vLLM's ``max_model_len``), its context length in tokens."""
+
+    id: str
+    max_model_len: int | None = None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def _snippet(text: str, n: int = 120) -> str:
+    """The start of a body as one line, tags dropped."""
+    return " ".join(re.sub(r"<[^>]*>", " ", text).split())[:n]
+
+
+def _unreachable(url: str, exc: BaseException, timeout_s: float, attempts: int) -> str:
+    tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return (
+            f"no connection to {url} within {timeout_s:g} s ({tries}): the host does not answer "
+            "(down, firewalled or a wrong address)"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return (
+            f"something listens at {url} but does not answer (timed out after {timeout_s:g} s, {tries}): "
+            "is it the model server, and is it stuck?"
+        )
+    causes = _causes(exc)
+    if any(isinstance(c, ConnectionRefusedError) for c in causes) or "refused" in str(exc).lower():
+        return f"nothing listens at {url} (connection refused, {tries}): is the model server running on that port?"
+    if any(type(c).__name__ == "gaierror" for c in causes) or "name or service not known" in str(exc).lower():
+        return f"cannot resolve the host of {url} ({exc}): check the model URL"
+    return f"cannot reach {url} ({type(exc).__name__}: {exc}, {tries})"
+
+
+def probe_models(
+    base_url: str,
+    model: str,
+    key: str | None = None,
+    timeout_s: float | None = None,
+    attempts: int | None = None,
+) -> ServedModel:
+    """Ask ``GET {base_url}/models`` whether the server serves ``model``.
+
+    The request waits at most ``timeout_s`` seconds (default :data:`CHECK_TIMEOUT_S`); a failed
+    connection (refused, reset: a server restarting) is tried again, up to ``attempts`` in all
+    (default :data:`CHECK_ATTEMPTS`), half a second apart; a timeout is not (it would only
+    double the wait); an answer is final.
+
+    Returns:
+        The served model's card.
+
+    Raises:
+        ConfigError: one line naming the URL: nothing listens there, it accepts connections but
+            does not answer, it refused the API key (HTTP 401/403), it answers but not as an
+            OpenAI-compatible server (HTML, not JSON, no ``data`` list, another status), or it
+            does not serve ``model`` (the message lists what it serves).
+    """
+    timeout_s = CHECK_TIMEOUT_S if timeout_s is None else timeout_s
+    attempts = CHECK_ATTEMPTS if attempts is None else max(1, attempts)
+    url = base_url.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    resp = None
+    for attempt in range(1, attempts + 1):
+        try:
+            resp = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=True)
+            break
+        except httpx.TransportError as e:  # connection refused or reset, DNS, timeouts
+            if attempt >= attempts or isinstance(e, httpx.TimeoutException):  # waiting again would double the wait
+                raise ConfigError(_unreachable(url, e, timeout_s, attempt)) from None
+            time.sleep(0.5)
+    assert resp is not None
+    skip = f"set {SKIP_CHECK_ENV}=1 to skip this check"
+    if resp.status_code in (401, 403):
+        given = "no API key is set" if key in (None, "", "EMPTY") else "the API key was refused"
+        raise ConfigError(
+            f"{url} answers HTTP {resp.status_code}: {given}; set {' or '.join(API_KEY_ENV)} to a key this server accepts"
+        )
+    if resp.status_code >= 500:
+        raise ConfigError(
+            f"{url} answers HTTP {resp.status_code} ({_snippet(resp.text)!r}): the server is failing or still "
+            "starting; try again shortly"
+        )
+    if resp.status_code != 200:
+        raise ConfigError(
+            f"{url} answers HTTP {resp.status_code}, not an OpenAI-compatible model list ({_snippet(resp.text)!r}): "
+            f"is the base URL right (it usually ends in /v1)? ({skip})"
+        )
+    try:
+        listing = resp.json()
+    except ValueError:
+        kind = "an HTML page" if resp.text.lstrip()[:1] == "<" else "a body that is not JSON"
+        raise ConfigError(
+            f"{url} answers, but not as an OpenAI-compatible server: {kind} ({_snippet(resp.text)!r}) ({skip})"
+        ) from None
+    cards = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(cards, list):
+        raise ConfigError(
+            f"{url} answers JSON, but not as an OpenAI-compatible server: no `data` list of models ({skip})"
+        )
+    served = [c for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    card = next((c for c in served if c["id"] == model), None)
+    if card is None:
+        names = [c["id"] for c in served]
+        listed = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        raise ConfigError(
+            f"the server at {base_url} does not serve model {model!r} (it serves: {listed or 'nothing'}); "
+            f"use one of those names in openai:MODEL@{base_url} ({skip})"
+        )
+    length = card.get("max_model_len")
+    valid = isinstance(length, int) and not isinstance(length, bool) and length > 0
+    return ServedModel(model, length if valid else None)
+
+
+def skip_check() -> bool:
+    """Whether :data:`SKIP_CHECK_ENV` asks to skip the start-up check."""
+    return os.environ.get(SKIP_CHECK_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+# -- the backend --------------------------------------------------------------------------------
+@dataclass
+class _Call:
+    """What one call learned on the way: its completion budget, whether it was cut to fit the
+    context, and whether it goes without the token parameters (after an unexplained 400)."""
+
+    max_tokens: int
+    shrunk: bool = False
+    without_tokens: bool = False
+    refusal: openai.APIStatusError | None = None
 
 
 class OpenAIModel(ChatModel):
@@ -45,7 +300,9 @@ class OpenAIModel(ChatModel):
         timeout_s: per-request timeout.
         max_attempts: tries per call for transient failures.
         backoff_s: first back-off (doubles, with jitter, up to 30 s).
-        max_context: the served context length in tokens.
+        max_context: the context length in tokens; ``None``: the server's ``max_model_len``
+            (``GET /models``), or :data:`DEFAULT_CONTEXT` when it states none. A value given
+            here wins over the server's (with a warning when it is larger).
 
     A reply's :class:`Generation` carries ``token_ids`` and ``logprobs`` when the server
     returns them (vLLM with ``return_token_ids``; ``logprobs`` alone from most others), each
@@ -62,32 +319,97 @@ class OpenAIModel(ChatModel):
         timeout_s: float = 600.0,
         max_attempts: int = 5,
         backoff_s: float = 1.0,
-        max_context: int = 131072,
+        max_context: int | None = None,
     ) -> None:
-        key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "EMPTY")
-        self.client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s)
+        self._key = api_key()
+        self.client = openai.OpenAI(base_url=base_url, api_key=self._key, max_retries=0, timeout=timeout_s)
         self.timeout_s = timeout_s
         self.model = model
         self.base_url = base_url
         self.name = f"openai:{model}@{base_url}"
-        self.max_context = max_context
+        self._explicit_context = max_context
+        self._context: int | None = None  # resolved on check() or the first read of max_context
+        self.served: ServedModel | None = None  # the server's card, once read
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self._ask_tokens = True  # False once the server refused logprobs / return_token_ids
+        self._token_param = "max_tokens"  # "max_completion_tokens" once the server refused max_tokens
+        self._dropped: set[str] = set()  # sampling parameters the server refused
         self._lock = threading.Lock()
+        self._probe_lock = threading.Lock()
 
-    def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
-        kwargs = dict(
-            model=self.model,
-            messages=[{"role": m["role"], "content": m["content"]} for m in messages],
+    # -- the context length and the start-up check
+    @property
+    def max_context(self) -> int:  # type: ignore[override]
+        """The context length in tokens (see the class docstring); the first read asks the
+        server (one attempt, :data:`CHECK_TIMEOUT_S`) unless :meth:`check` already did, and
+        keeps the default, with a warning, when it cannot tell."""
+        if self._context is None:
+            with self._probe_lock:
+                if self._context is None:
+                    try:
+                        self._apply(probe_models(self.base_url, self.model, self._key, attempts=1))
+                    except ConfigError as e:
+                        self._context = self._explicit_context or DEFAULT_CONTEXT
+                        log.warning("%s: %s; assuming a context of %d tokens", self.name, e, self._context)
+        return self._context
+
+    @max_context.setter
+    def max_context(self, value: int) -> None:
+        self._explicit_context = self._context = value
+
+    def check(self, timeout_s: float | None = None, attempts: int | None = None) -> ServedModel | None:
+        """Check that the endpoint serves this model (:func:`probe_models`, by default
+        :data:`CHECK_ATTEMPTS` attempts of :data:`CHECK_TIMEOUT_S` seconds) and take its context
+        length; ``None`` when :data:`SKIP_CHECK_ENV` skips the check.
+
+        Raises:
+            ConfigError: the endpoint cannot serve (see :func:`probe_models`).
+        """
+        if skip_check():
+            log.info("%s: start-up check skipped (%s)", self.name, SKIP_CHECK_ENV)
+            return None
+        with self._probe_lock:
+            self._apply(probe_models(self.base_url, self.model, self._key, timeout_s, attempts))
+        return self.served
+
+    def _apply(self, served: ServedModel) -> None:
+        self.served = served
+        server, explicit = served.max_model_len, self._explicit_context
+        if explicit is not None:
+            if server is not None and explicit > server:
+                log.warning(
+                    "%s: max_context %d exceeds the server's max_model_len %d; long conversations will be "
+                    "refused with a context error",
+                    self.name,
+                    explicit,
+                    server,
+                )
+            self._context = explicit
+        else:
+            self._context = server or DEFAULT_CONTEXT
+        if server is not None:
+            log.info("%s: the server serves a context of %d tokens", self.name, server)
+
+    # -- one request
+    def _kwargs(self, messages: list[Message], params: SamplingParams, call: _Call) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(
+            model=self.model, messages=[{"role": m["role"], "content": m["content"]} for m in messages]
+        )
+        wanted = dict(
             temperature=params.temperature,
             top_p=params.top_p,
             presence_penalty=params.presence_penalty,
-            max_tokens=params.max_tokens,
             stop=params.stop[:4] or None,
+            seed=params.seed,
         )
-        if params.seed is not None:
-            kwargs["seed"] = params.seed
+        kwargs.update({k: v for k, v in wanted.items() if v is not None and k not in self._dropped})
+        kwargs[self._token_param] = call.max_tokens
+        if self._ask_tokens and not call.without_tokens:
+            kwargs.update(logprobs=True, extra_body={"return_token_ids": True})
+        return kwargs
+
+    def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
         client, stop = self.client, stop_after_attempt(self.max_attempts)
         if params.timeout_s is not None:  # the question's remaining wall-clock budget
             budget = max(0.1, params.timeout_s)
@@ -99,18 +421,18 @@ class OpenAIModel(ChatModel):
             wait=wait_exponential_jitter(multiplier=self.backoff_s, max=30),
             retry=retry_if_exception(_transient),
         )
-        asked = self._ask_tokens
-        if asked:
-            kwargs.update(logprobs=True, extra_body={"return_token_ids": True})
+        call = _Call(params.max_tokens)
         try:
-            try:
-                resp = retrying(client.chat.completions.create, **kwargs)
-            except openai.BadRequestError as e:
-                if not asked:
-                    raise
-                del kwargs["logprobs"], kwargs["extra_body"]
-                resp = retrying(client.chat.completions.create, **kwargs)
-                self._stop_asking(e)  # the same request without them was accepted
+            for _ in range(_MAX_ADJUSTMENTS):
+                kwargs = self._kwargs(messages, params, call)
+                try:
+                    resp = retrying(client.chat.completions.create, **kwargs)
+                    break
+                except openai.APIStatusError as e:
+                    if e.status_code not in (400, 413, 422) or not self._adapt(e, kwargs, call):
+                        raise
+            else:
+                raise ModelError(f"{self.name}: the server refused {_MAX_ADJUSTMENTS} versions of the request")
         except openai.OpenAIError as e:
             tries = f" after {self.max_attempts} attempts" if _transient(e) else ""
             raise ModelError(f"{self.name}: {type(e).__name__}{tries}: {e}") from e
@@ -118,18 +440,86 @@ class OpenAIModel(ChatModel):
             raise ModelError(
                 f"{self.name}: the server's reply is not a chat completion ({type(e).__name__}: {e})"
             ) from e
+        if call.without_tokens and call.refusal is not None:
+            self._stop_asking(call.refusal)  # the same request without them was accepted
+        if isinstance(resp, str):  # the client hands back a body that is not JSON as text
+            kind = "an HTML page" if resp.lstrip()[:1] == "<" else "text that is not JSON"
+            raise ModelError(
+                f"{self.name}: {self.base_url.rstrip('/')}/chat/completions answered with {kind}, not a chat "
+                f"completion (a proxy's error page?): {_snippet(resp)!r}"
+            )
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
             raise ModelError(f"{self.name}: the server's reply is not a chat completion (no choices)")
         choice = choices[0]
-        text, _ = cut_at_stop(choice.message.content or "", params.stop)
+        text = self._text(choice, params.stop)
         usage = resp.usage
         prompt = usage.prompt_tokens if usage and usage.prompt_tokens else sum(len(m["content"]) for m in messages) // 4
         completion = usage.completion_tokens if usage and usage.completion_tokens else len(text) // 4
         token_ids, logprobs = self._tokens(choice)
         return Generation(text, prompt, completion, choice.finish_reason or "stop", token_ids, logprobs)
 
-    def _stop_asking(self, refusal: openai.BadRequestError) -> None:
+    def _adapt(self, e: openai.APIStatusError, kwargs: dict[str, Any], call: _Call) -> bool:
+        """Change the request for a refusal it can be met by; ``False`` when it cannot.
+
+        Raises:
+            ContextLengthError: the conversation does not fit the context, and a completion of at
+                least :data:`MIN_RETRY_TOKENS` tokens would not either (or was already tried).
+        """
+        message, param, code = _error_message(e), _refused_param(e), _error_body(e).get("code")
+        overflow = parse_context_error(message)
+        if overflow is None and code == "context_length_exceeded":  # OpenAI's code, whatever the wording
+            overflow = (None, None)
+        if overflow is not None:
+            limit, prompt = overflow
+            room = limit - prompt if limit is not None and prompt is not None else None
+            if not call.shrunk and room is not None and MIN_RETRY_TOKENS <= room < call.max_tokens:
+                log.info(
+                    "%s: %d completion tokens do not fit the context; asking for %d", self.name, call.max_tokens, room
+                )
+                call.max_tokens, call.shrunk = room, True
+                return True
+            size = f" of {limit} tokens" if limit is not None else ""
+            held = f" ({prompt} in the prompt)" if prompt is not None else ""
+            raise ContextLengthError(
+                f"{self.name}: the conversation does not fit the model's context{size}{held}: {message}",
+                limit=limit,
+                prompt_tokens=prompt,
+            ) from e
+        if (
+            param == "max_tokens"
+            and "max_tokens" in kwargs
+            and (code == "unsupported_parameter" or "max_completion_tokens" in message)
+        ):
+            return self._learn("max_tokens", message)
+        if param in DROPPABLE and param in kwargs:
+            return self._learn(param, message)
+        if "logprobs" not in kwargs:
+            return False
+        if param in _TOKEN_PARAMS:
+            self._stop_asking(e)
+            return True
+        if call.without_tokens:
+            return False
+        call.without_tokens, call.refusal = True, e  # perhaps the token parameters: try without them
+        return True
+
+    def _learn(self, param: str, message: str) -> bool:
+        """Remember that the server refuses ``param`` (``max_tokens``: send
+        ``max_completion_tokens`` instead; a sampling parameter: leave it out), warning once."""
+        with self._lock:
+            if param == "max_tokens":
+                first, self._token_param = self._token_param == "max_tokens", "max_completion_tokens"
+                what = "the completion budget goes as max_completion_tokens"
+            else:
+                first = param not in self._dropped
+                self._dropped.add(param)
+                what = f"requests go without {param} (the server's default applies)"
+        if first:
+            log.warning("%s refused %s (%s); %s", self.name, param, message[:200], what)
+        return True
+
+    def _stop_asking(self, refusal: openai.APIStatusError) -> None:
         """Ask this server for logprobs and token ids no more (warning once)."""
         with self._lock:
             if not self._ask_tokens:
@@ -140,6 +530,26 @@ class OpenAIModel(ChatModel):
             self.name,
             str(refusal)[:200],
         )
+
+    def _text(self, choice: Any, stop: list[str]) -> str:
+        """The reply as the model wrote it: the content cut at the first stop string, after the
+        thought a reasoning parser split off (``reasoning`` or ``reasoning_content``)."""
+        message = choice.message
+        content = message.content if isinstance(message.content, str) else ""
+        content, _ = cut_at_stop(content, stop)
+        reasoning = None
+        for field in ("reasoning", "reasoning_content"):
+            value = getattr(message, field, None)
+            if value is None:
+                value = (getattr(message, "model_extra", None) or {}).get(field)
+            if isinstance(value, str) and value.strip():
+                reasoning = value.strip()
+                break
+        if reasoning is None or "</think>" in content:  # no thought apart, or the content holds it already
+            return content
+        if not content.strip() and choice.finish_reason == "length":  # cut inside the thought
+            return f"<think>\n{reasoning}"
+        return f"<think>\n{reasoning}\n</think>\n\n{content.lstrip()}"
 
     def _tokens(self, choice: Any) -> tuple[list[int] | None, list[float] | None]:
         """The sampled token ids (vLLM's ``choice.token_ids``) and their log-probabilities
