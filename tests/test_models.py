@@ -326,6 +326,19 @@ def test_a_conversation_past_the_context_is_a_context_length_error(words, prompt
     assert srv.state["requests"] == 1  # no retry that cannot fit
 
 
+def test_an_agent_whose_conversation_outgrows_the_served_context_ends_with_context():
+    from fakes import FakeOpenAIServer
+
+    from websailor.agent.loop import Agent, AgentConfig
+
+    # the model's limit is 100 tokens but the check was skipped, so the agent believes 131,072:
+    # the server's refusal, not a guess, ends the rollout
+    with FakeOpenAIServer(context_limit=100, context_wording="at_least") as srv:
+        model = _openai(srv)
+        traj = Agent(model, [], AgentConfig(max_calls=3)).run("word " * 120, id="long")
+    assert traj.termination == "context" and "does not fit the model's context of 100 tokens" in traj.error
+
+
 def test_a_cut_budget_that_is_still_refused_is_a_context_length_error():
     from fakes import FakeOpenAIServer
 
