@@ -5,6 +5,7 @@ reward in RL, with the allowance ``max_env_failures``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,8 @@ def test_eval_leaves_outage_rollouts_ungraded_reports_them_and_reruns_them(tmp_p
     }
     report = (tmp_path / "report.md").read_text()
     assert "ungraded: 4 (environment 4; left out of every figure)" in report
-    assert "the environment degraded 6 tool calls (search 6; failed operations: server_error 6)" in report
+    assert "in 4 rollouts the environment degraded 6 tool calls (search 6; failed operations: server_error 6)" in report
+    assert "4 of them ungraded, which the same eval or run command runs again" in report
     scores = [json.loads(x) for x in (tmp_path / "scores.jsonl").read_text().splitlines()]
     assert {x["ungraded_for"] for x in scores} == {"environment"} and all(x["correct"] is None for x in scores)
     # the next run of the same command reruns them, now that the environment answers
@@ -135,12 +137,36 @@ def test_rescoring_with_a_large_allowance_shows_what_the_outage_cost(tmp_path: P
     assert all(s.correct is None for s in again)
 
 
-def test_a_malformed_env_failures_field_is_refused_with_its_line(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ({"calls": "two"}, "env_failures must be an object with a count 'calls'"),
+        (3, "env_failures must be an object with a count 'calls'"),
+        ({"calls": True}, "env_failures must be an object with a count 'calls'"),
+        ({"calls": 1, "tools": 5}, "env_failures.tools must map names to counts"),
+        ({"calls": 1, "kinds": ["x"]}, "env_failures.kinds must map names to counts"),
+        ({"calls": 1, "tools": {"search": "a"}}, "env_failures.tools must map names to counts"),
+    ],
+)
+def test_a_malformed_env_failures_field_is_refused_with_its_line(tmp_path: Path, field, message):
     rec = {"id": "a", "rollout": 0, "question": "q?", "answer": "x", "prediction": "x", "termination": "answer"}
     path = tmp_path / "t.jsonl"
-    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "id": "b", "env_failures": {"calls": "two"}}) + "\n")
-    with pytest.raises(InputFormatError, match=r"t.jsonl line 2: env_failures must be an object with a count"):
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "id": "b", "env_failures": field}) + "\n")
+    with pytest.raises(InputFormatError, match=rf"t.jsonl line 2: {re.escape(message)}"):
         read_trajectories([path])
+
+
+def test_a_malformed_record_superseded_by_its_rerun_does_not_block_the_file(tmp_path: Path, vital):
+    agent = Agent(_scripted(), _tools(vital), AgentConfig(max_calls=5))
+    agent.tools["search"].down = False
+    cfg = EvalConfig(rollouts=1, concurrency=1)
+    evaluate(ITEMS, agent, load_judge("em"), tmp_path, cfg, progress=False)
+    path = tmp_path / "trajectories.jsonl"
+    lines = path.read_text().splitlines()
+    broken = {**json.loads(lines[0]), "env_failures": 3}
+    path.write_text("\n".join([json.dumps(broken), lines[1]]) + "\n")
+    s = evaluate(ITEMS, agent, load_judge("em"), tmp_path, cfg, progress=False)  # reruns it, then grades
+    assert s["ungraded"] == 0 and s["avg_at_k"] == 1.0 and len(path.read_text().splitlines()) == 3
 
 
 def test_the_cli_score_takes_the_allowance(tmp_path: Path, vital):
@@ -341,3 +367,24 @@ def test_rl_over_a_tool_server_killed_and_restarted(tmp_path: Path, vital_dir: P
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_an_output_under_a_file_is_refused_before_the_tools_are_tried(tmp_path: Path):
+    import time
+
+    from typer.testing import CliRunner
+
+    from websailor.cli.main import app
+
+    (tmp_path / "afile").write_text("x")
+    qs = tmp_path / "q.jsonl"
+    qs.write_text(json.dumps({"question": "Which river flows through Cairo?", "answer": "Nile"}) + "\n")
+    dead = "http://127.0.0.1:9"  # nothing listens: the tool check would take seconds
+    for args in (
+        ["eval", "--bench", str(qs), "--out", str(tmp_path / "afile" / "sub"), "--tools-url", dead],
+        ["run", "--questions", str(qs), "--out", str(tmp_path / "afile" / "t.jsonl"), "--tools-url", dead],
+    ):
+        t0 = time.perf_counter()
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and "afile is a file, not a folder" in result.output, result.output
+        assert time.perf_counter() - t0 < 2

@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+import re
 import pytest
 from fakes import ScriptedModel, call
 
@@ -688,3 +689,20 @@ def test_the_commands_refuse_a_dead_model_endpoint_in_seconds_before_writing(com
             assert elapsed < 8
             assert not (out / "t.jsonl").exists() and not (out / "trajectories.jsonl").exists()
             assert not (out / "scores.jsonl").exists() and not (out / "rl_settings.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ("openai:m@http://127.0.0.1:notaport/v1", "Invalid port: 'notaport'"),
+        ("openai:m@http://[::1/v1", "is invalid"),
+        ("openai:m@http://", "has no host"),
+    ],
+)
+def test_an_openai_spec_with_an_unusable_url_is_one_clear_error(spec, why):
+    from websailor.errors import ConfigError
+    from websailor.models import load_model
+
+    with pytest.raises(ConfigError, match=re.escape(why)) as err:
+        load_model(spec)
+    assert str(err.value).startswith(f"model spec {spec!r}")

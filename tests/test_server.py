@@ -624,3 +624,20 @@ def test_a_server_killed_mid_run_and_restarted():
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_credentials_in_the_tool_server_url_are_never_shown():
+    url = dead_url().replace("http://", "http://alice:s3cret@")
+    with pytest.raises(ConfigError) as err:
+        connect_tools(url, health_retry=FAST)
+    assert "s3cret" not in str(err.value) and "alice" not in str(err.value)
+    assert f"nothing listens at {dead_url_of(url)}" in str(err.value)
+    client = httpx.Client(base_url=url, trust_env=False)
+    tool = RemoteTool({"name": "echo", "description": "d", "parameters": {"type": "object"}}, client, FAST)
+    result = tool.execute({})
+    assert "s3cret" not in result.observation + (result.error or "") and tool.url == dead_url_of(url)
+    client.close()
+
+
+def dead_url_of(url: str) -> str:
+    return url.replace("alice:s3cret@", "")

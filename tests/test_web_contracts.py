@@ -381,3 +381,19 @@ def test_dates_sources_and_pdf_links_are_shown(server, tmp_path):
     s = tools["google_scholar"].execute({"query": ["papers"]})
     assert f"3. [Result 3 for papers]({server.url}/file/paper-3.pdf)" in s.observation
     ex.close()
+
+
+def test_an_account_or_engine_fault_drawn_for_a_route_without_one_serves_it_as_usual():
+    import httpx
+
+    from websailor.tools.web.fault_server import FaultPlan, FaultServer
+
+    with FaultServer(FaultPlan(rate=1.0, kinds=("noengines", "nocredit"))) as server:
+        serper = httpx.post(f"{server.url}/search", json={"q": "nile"}, headers={"X-API-KEY": server.api_key})
+        page = httpx.get(f"{server.url}/page/Nile")
+        searxng = httpx.get(f"{server.url}/searxng/search", params={"q": "nile", "format": "json"})
+    # serper has no engines to lose and a page no credit: both answer normally, whichever was drawn
+    assert page.status_code == 200 and "Page Nile" in page.text
+    assert serper.status_code in (200, 400)  # 400: nocredit drawn, Serper's real answer
+    assert serper.status_code == 400 or serper.json()["organic"]
+    assert searxng.status_code == 200  # noengines (empty results) or served as usual

@@ -48,20 +48,30 @@ def env_failure_summary(calls: list[ToolCallRecord]) -> dict[str, Any]:
     return {"calls": len(failed), "tools": dict(sorted(tools.items())), "kinds": dict(sorted(kinds.items()))}
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def env_failed_calls(record: dict[str, Any]) -> int:
     """How many tool calls of a trajectory record the environment degraded (its
-    ``env_failures.calls``; 0 for records without the field, older files included).
+    ``env_failures.calls``; 0 for records without the field, or with ``null`` or ``{}``,
+    older files included).
 
     Raises:
-        ValueError: ``env_failures`` is present but not ``{"calls": int >= 0, ...}``.
+        ValueError: ``env_failures`` is present but not ``{"calls": n, "tools": {name: n},
+            "kinds": {kind: n}}`` with counts that are integers of at least 0 (``tools`` and
+            ``kinds`` may be absent).
     """
     env = record.get("env_failures")
     if env is None or env == {}:
         return 0
-    calls = env.get("calls") if isinstance(env, dict) else None
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-        raise ValueError(f"env_failures must be an object with a count 'calls', got {env!r}")
-    return calls
+    if not isinstance(env, dict) or not _count(env.get("calls")):
+        raise ValueError(f"env_failures must be an object with a count 'calls', got {env!r}"[:300])
+    for part in ("tools", "kinds"):
+        counts = env.get(part, {})
+        if not isinstance(counts, dict) or not all(isinstance(k, str) and _count(n) for k, n in counts.items()):
+            raise ValueError(f"env_failures.{part} must map names to counts, got {counts!r}"[:300])
+    return env["calls"]
 
 
 def environment_failed(record: dict[str, Any], max_env_failures: int = 0) -> bool:

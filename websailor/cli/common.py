@@ -75,6 +75,16 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def check_output_path(path: Path, option: str = "--out") -> None:
+    """Refuse an output path that cannot be created because one of its folders is a file, so
+    that the mistake is told before the tools and the model are started."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                fail(f"{option} {path}: {parent} is a file, not a folder")
+            return
+
+
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, ensure_ascii=False, indent=2))
 

@@ -19,6 +19,7 @@ from websailor.cli.common import (
     TemperatureOpt,
     TimeoutOpt,
     agent_config,
+    check_output_path,
     env_options,
     fail,
     handle_errors,
@@ -72,6 +73,7 @@ def eval_cmd(
     items = load_questions(bench, split=split.value if split else None, limit=limit)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} is a file; eval writes a directory")
+    check_output_path(out)
     done_rollouts(
         out / "trajectories.jsonl", env_spec.trajectory_settings()
     )  # a wrong --out fails before any model time

@@ -17,6 +17,7 @@ from websailor.cli.common import (
     TemperatureOpt,
     TimeoutOpt,
     agent_config,
+    check_output_path,
     env_options,
     fail,
     handle_errors,
@@ -80,6 +81,7 @@ def run(
     if questions is not None:  # every layout eval reads; all items of a synth file
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
     if out is not None:  # check the output before spending any model time
+        check_output_path(out)
         done_rollouts(out, env_spec.trajectory_settings())
     session = open_agent(model, env_spec, cfg, check=True)  # tools and model answer before anything is written
     if out is not None:

@@ -212,16 +212,21 @@ def _ungraded_text(s: dict) -> str:
     return f"{s['ungraded']} ({why + '; ' if why else ''}left out of every figure)"
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 rollout``, ``2 rollouts``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _env_failures_line(env: dict) -> str:
     """The report's line on environment failures."""
     tools = ", ".join(f"{t} {n}" for t, n in env["tools"].items())
     kinds = ", ".join(f"{k} {n}" for k, n in env["kinds"].items())
     allowed = env.get("max_env_failures")
-    rule = f" (more than {allowed} degraded calls)" if allowed else ""
+    rule = f" (more than {_n(allowed, 'degraded call')})" if allowed else ""
     return (
-        f"- environment failures: in {env['rollouts']} rollouts the environment degraded {env['calls']} tool calls "
-        f"({tools}; failed operations: {kinds}); {env['ungraded']} of them are ungraded{rule} and rerun by the "
-        "next run of the same command"
+        f"- environment failures: in {_n(env['rollouts'], 'rollout')} the environment degraded "
+        f"{_n(env['calls'], 'tool call')} ({tools}; failed operations: {kinds}); {env['ungraded']} of them "
+        f"ungraded{rule}, which the same eval or run command runs again"
     )
 
 

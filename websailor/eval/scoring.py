@@ -87,10 +87,6 @@ def _check_record(path: Path, lineno: int, rec: dict) -> None:
         ):
             raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
     try:
-        env_failed_calls(rec)
-    except ValueError as e:
-        raise InputFormatError(f"{where}: {e}") from None
-    try:
         Gold.parse(rec["answer"])
     except ValueError as e:
         raise InputFormatError(
@@ -107,9 +103,10 @@ def _turns(rec: dict) -> tuple[int, int]:
 def read_trajectories(paths: list[Path]) -> list[dict]:
     """Trajectory records of one or more files, checked: each has the fields in
     :data:`REQUIRED` with the right types (``prediction`` may be ``null``: no final answer)
-    and a gold answer. An ``(id, rollout)`` appears once, except that a later record
-    supersedes one that ended in a model error or answered another question (a resumed run
-    reruns those). Files are read, never changed.
+    and a gold answer, and each record kept has a well-formed ``env_failures`` when it has
+    one. An ``(id, rollout)`` appears once, except that a later record supersedes one that
+    ended in a model error, whose environment failed, or that answered another question (a
+    resumed run reruns those). Files are read, never changed.
 
     Raises:
         InputFormatError: a missing file, a line that is not a trajectory record (which
@@ -135,6 +132,11 @@ def read_trajectories(paths: list[Path]) -> list[dict]:
             by_key[key] = (f"{path} line {lineno}", rec)
     if not by_key:
         raise InputFormatError(f"no trajectories in {', '.join(map(str, paths))}")
+    for where, rec in by_key.values():  # the kept records only: a rerun supersedes a malformed one
+        try:
+            env_failed_calls(rec)
+        except ValueError as e:
+            raise InputFormatError(f"{where}: {e}") from None
     return [rec for _, rec in by_key.values()]
 
 
@@ -223,8 +225,11 @@ def _ungraded_grade(rec: dict, reason: str) -> Grade:
     env = rec.get("env_failures") or {}
     tools = ", ".join(f"{t} {n}" for t, n in (env.get("tools") or {}).items())
     kinds = ", ".join(f"{k} {n}" for k, n in (env.get("kinds") or {}).items())
+    calls = env.get("calls")
     return Grade(
-        None, None, error=f"the environment failed {env.get('calls')} tool calls ({tools}; {kinds}): not graded"
+        None,
+        None,
+        error=f"the environment failed {calls} tool call{'' if calls == 1 else 's'} ({tools}; {kinds}): not graded",
     )
 
 

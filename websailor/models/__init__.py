@@ -35,6 +35,22 @@ def local_model_dir(spec: str) -> Path | None:
     return None
 
 
+def _check_base_url(spec: str, base_url: str) -> None:
+    """Refuse an ``openai:`` base URL that cannot be requested (a bad port, no host).
+
+    Raises:
+        ConfigError: naming the spec and what is wrong.
+    """
+    import httpx
+
+    try:
+        parsed = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError, ValueError) as e:
+        raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} is invalid ({e})") from None
+    if not parsed.host:
+        raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} has no host; expected http(s)://HOST[:PORT]/v1")
+
+
 def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
     """Build a backend from a spec string.
 
@@ -71,6 +87,7 @@ def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
         model, sep, base_url = spec[len("openai:") :].rpartition("@")
         if not sep or not model or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model spec {spec!r}: expected openai:MODEL@http(s)://HOST[:PORT]/v1")
+        _check_base_url(spec, base_url)
         chat = OpenAIModel(model, base_url, **kwargs)
         if check:
             try:

@@ -228,7 +228,7 @@ class RemoteTool(Tool):
         self.parameters = self._schema["parameters"]
         self.client = client
         self.retry = retry or RetryPolicy()
-        self.url = str(client.base_url).rstrip("/")
+        self.url = shown_url(str(client.base_url).rstrip("/"))
 
     def __repr__(self) -> str:
         return f"RemoteTool({self.name!r}, url={self.url!r})"
@@ -361,6 +361,17 @@ def _base_url(url: str) -> str:
     return str(parsed).rstrip("/")
 
 
+def shown_url(url: str) -> str:
+    """``url`` as messages, observations and records show it: without a user name and
+    password (``http://alice:secret@host:8000`` -> ``http://host:8000``), which stay secrets.
+    A URL that cannot be parsed is returned as is."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return url
+    return str(parsed.copy_with(userinfo=b"")) if parsed.userinfo else url
+
+
 def _not_a_tool_server(url: str, what: str) -> ConfigError:
     return ConfigError(f"{url} answers but is not a websailor tool server ({what})")
 
@@ -459,6 +470,7 @@ def connect_tools(
             One line naming the URL and the attempts made.
     """
     base = _base_url(url)
+    shown = shown_url(base)
     for key, value in (("timeout_s", timeout_s), ("health_timeout_s", health_timeout_s)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ConfigError(f"{key} must be a positive number of seconds, got {value!r}")
@@ -471,19 +483,19 @@ def connect_tools(
         trust_env=False,
     )
     try:
-        env = _check_health(_get_json(client, health_retry, "/health", base, health_timeout_s), base)
-        schemas = _get_json(client, health_retry, "/tools", base, health_timeout_s)
+        env = _check_health(_get_json(client, health_retry, "/health", shown, health_timeout_s), shown)
+        schemas = _get_json(client, health_retry, "/tools", shown, health_timeout_s)
         if not isinstance(schemas, list) or not schemas:
-            shown = json.dumps(schemas, ensure_ascii=False, default=str)[:200]
-            raise _not_a_tool_server(base, f"GET /tools gave no list of tool schemas: {shown}")
+            listed = json.dumps(schemas, ensure_ascii=False, default=str)[:200]
+            raise _not_a_tool_server(shown, f"GET /tools gave no list of tool schemas: {listed}")
         tools: dict[str, Tool] = {}
         for schema in schemas:
             try:
                 tool = RemoteTool(schema, client, retry)
             except ConfigError as e:
-                raise ConfigError(f"{base} listed a bad tool: {e}") from None
+                raise ConfigError(f"{shown} listed a bad tool: {e}") from None
             if tool.name in tools:
-                raise ConfigError(f"{base} lists the tool {tool.name!r} twice")
+                raise ConfigError(f"{shown} lists the tool {tool.name!r} twice")
             tools[tool.name] = tool
     except BaseException:
         client.close()

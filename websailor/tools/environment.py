@@ -237,7 +237,7 @@ class EnvSpec(BaseModel):
             if getattr(self, f)
         ]
         if self.tools_url is not None:
-            where = f"the tools are the tool server's at {self.tools_url}"
+            where = f"the tools are the tool server's at {_shown(self.tools_url)}"
             lines = [f"--env {self.kind} is ignored: {where}"] if self.kind != "local" else []
             return lines + [f"{OPTIONS[f]} is ignored: {where} (give it to `websailor serve tools`)" for f in given]
         if self.kind == "none":
@@ -267,7 +267,9 @@ class EnvSpec(BaseModel):
             out["corpus"] = str(Path(self.corpus).resolve())
         if self.kind != "local" or self.tools_url is not None or self.tools is not None:
             out.update(
-                env=self.kind, tools_url=self.tools_url, tools=list(self.tools) if self.tools is not None else None
+                env=self.kind,
+                tools_url=_shown(self.tools_url),
+                tools=list(self.tools) if self.tools is not None else None,
             )
         if self.summary_model is not None:
             out["summary_model"] = self.summary_model
@@ -342,10 +344,10 @@ def open_environment(spec: EnvSpec | None = None, *, summary_model: Any = None) 
         from websailor.server.client import connect_tools
 
         remote, name = connect_tools(spec.tools_url, timeout_s=REMOTE_TIMEOUT_S)
-        chosen = _choose(remote, spec.tools, f"the tool server at {spec.tools_url}")
+        chosen = _choose(remote, spec.tools, f"the tool server at {_shown(spec.tools_url)}")
         metrics.register(chosen)
         tools = {n: MeteredTool(t, metrics) for n, t in chosen.items()}
-        return ToolEnvironment(name, tools, metrics, url=spec.tools_url)
+        return ToolEnvironment(name, tools, metrics, url=_shown(spec.tools_url))
     env = spec.kind
     wanted = list(spec.offered())
     known = DEFAULT_TOOLS[env] + EXTRA_TOOLS[env]
@@ -432,3 +434,10 @@ def _choose(available: dict[str, Tool], names: Sequence[str] | None, where: str)
     if missing:
         raise ConfigError(f"{where} has no tool {', '.join(map(repr, missing))}; it offers {', '.join(available)}")
     return {n: available[n] for n in names}
+
+
+def _shown(url: str | None) -> str | None:
+    """A tool server URL without its credentials (:func:`websailor.server.client.shown_url`)."""
+    from websailor.server.client import shown_url
+
+    return None if url is None else shown_url(url)

@@ -157,7 +157,7 @@ class RLSettings(TrainSettings):
     prefilter_from: str | None = None
     prefilter_band: str = DEFAULT_BAND
     concurrency: int = Field(8, ge=1)
-    max_env_failures: int = Field(0, ge=0)
+    max_env_failures: int = Field(0, ge=0, strict=True)
     skip_zero_advantage: bool = True
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1)

@@ -106,6 +106,24 @@ class FaultPlan:
         return "ok"
 
 
+#: Faults of an account (no credit, a bad key) or of SearXNG's engines: each has a real answer
+#: on some routes only (:func:`applies`); elsewhere the request is served as usual.
+ACCOUNT_FAULTS = ("nocredit", "badkey", "noengines", "fewengines", "jsonoff")
+_APPLIES = {
+    "nocredit": ("serper", "jina"),
+    "badkey": ("serper", "jina", "page"),
+    "noengines": ("searxng",),
+    "fewengines": ("searxng",),
+    "jsonoff": ("searxng",),
+}
+
+
+def applies(fault: str, route: str) -> bool:
+    """Whether ``fault`` has an answer on ``route`` (an account fault on a provider that has
+    accounts, an engine fault on SearXNG); every other fault applies everywhere."""
+    return route in _APPLIES.get(fault, (route,))
+
+
 class FaultServer:
     """The provider imitation, in a background thread.
 
@@ -208,10 +226,12 @@ class FaultServer:
                 self.served[(route, "limited")] += 1
             return await self._send(writer, 429, "text/plain", b"Too Many Requests")
         fault = self.plan.next_fault(route) if status == 200 and route != "stats" else "ok"
+        if fault in ACCOUNT_FAULTS and not applies(fault, route):
+            fault = "ok"  # the route has no such answer (no credit on a page, no engines at Serper): served as usual
         if route != "stats":
             with self._lock:
                 self.served[(route, fault)] += 1
-        if fault in ("nocredit", "badkey", "noengines", "fewengines", "jsonoff"):
+        if fault in ACCOUNT_FAULTS:
             status, ctype, payload = self._account_or_engine_fault(fault, route, target, payload)
             return await self._send(writer, status, ctype, payload)
         if fault == "429":
@@ -348,7 +368,7 @@ class FaultServer:
                 data["results"] = []
             data["unresponsive_engines"] = UNRESPONSIVE
             return 200, "application/json", json.dumps(data).encode()
-        return 500, "text/plain", f"no {fault} answer for the {route} route".encode()
+        raise ValueError(f"no {fault} answer for the {route} route")  # applies() keeps these out
 
     @staticmethod
     def _latin1(route: str, payload: bytes) -> bytes:
