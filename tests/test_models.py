@@ -1,11 +1,11 @@
 """The embedded model and the local backend, on the real SmolLM2 weights and tokenizer; the
 OpenAI-compatible backend's token ids and log-probabilities, against a local fake server."""
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-import re
 import pytest
 from fakes import ScriptedModel, call
 
