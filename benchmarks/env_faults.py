@@ -276,8 +276,8 @@ def startup_checks() -> dict:
     try:
         from websailor.models import load_model
 
-        out["model_dead_port"] = timed_error(lambda: load_model(f"openai:m@{dead}/v1"))
-        out["model_silent"] = timed_error(lambda: load_model(f"openai:m@{silent}/v1"))
+        out["model_dead_port"] = timed_error(lambda: load_model(f"openai:m@{dead}/v1", check=True))
+        out["model_silent"] = timed_error(lambda: load_model(f"openai:m@{silent}/v1", check=True))
     finally:
         stop.set()
         sock.close()

@@ -75,7 +75,7 @@ class RetryPolicy:
 
 #: The start-up check's timeout per request (seconds; connecting included): ``GET /health``
 #: and ``GET /tools`` answer at once from a tool server, however busy its tool threads are.
-HEALTH_TIMEOUT_S = 5.0
+HEALTH_TIMEOUT_S = 3.0
 #: The start-up check's retries: 3 attempts, the waits between them 1-2 s and 2-3 s, so a
 #: server that is restarting has about 3-5 s to listen again. Read timeouts are retried too
 #: (a ``GET`` is safe to repeat, unlike a tool call).
