@@ -388,3 +388,47 @@ def test_an_output_under_a_file_is_refused_before_the_tools_are_tried(tmp_path: 
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2 and "afile is a file, not a folder" in result.output, result.output
         assert time.perf_counter() - t0 < 2
+
+
+def test_rl_over_the_faulted_web_providers_keeps_outage_rollouts_out_of_the_loss(
+    tmp_path: Path, providers, smollm2_path: Path
+):
+    from websailor.tools.web import WebSettings
+    from websailor.tools.web.tools import build_web_tools
+    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.sft import load_tokenizer
+
+    settings = WebSettings(
+        serper_api_key=providers.api_key,
+        serper_base_url=providers.url,
+        cache=False,
+        policies={"search": {"retries": 0}},
+    )
+    tools, executor = build_web_tools(settings, names=("search",))
+    tok = load_tokenizer(smollm2_path)
+    item = ITEMS[0]
+    try:
+        ro = AgentRollouts(
+            {item.question: item},
+            tools,
+            _Judge(),
+            RolloutSettings(2, "v2", AgentConfig(max_calls=3), concurrency=1),
+            tmp_path / "rollouts.jsonl",
+            env="web",
+        )
+
+        def rollout(answer: str, r: int) -> Trajectory:
+            script = [call("search", query=["capital of France"]), f"<answer>{answer}</answer>"]
+            return Agent(ScriptedModel(script), tools, env="web").run(item.question, "paris", r, "Paris")
+
+        providers.plan.script("serper", "ok", "ok", "500", "ok")  # the third rollout's search fails
+        trajs = [rollout("Paris", 0), rollout("Lyon", 1), rollout("Paris", 2), rollout("Lyon", 3)]
+        ro.batch([item] * 4, trajs, step=0, tokenizer=tok)
+    finally:
+        executor.close()
+    records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert [bool(r.get("env_failures")) for r in records] == [False, False, True, False]
+    assert records[2]["env_failures"]["kinds"] == {"server_error": 1}
+    assert [r["reward"] for r in records] == [1.0, 0.0, None, 0.0]
+    assert [r["in_loss"] for r in records] == [True, True, False, False]
+    assert ro.last["groups/env_failed"] == 1.0 and ro.last["groups/skipped"] == 1.0
