@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from websailor.agent.parse import split_thought
 from websailor.errors import ModelError
 from websailor.jsonio import load_lenient_json
 from websailor.judge.base import Case, Grade
@@ -55,8 +54,8 @@ _PARAMS = SamplingParams(
 def parse_verdict(text: str) -> Grade | None:
     """The grade in a judge reply, or ``None`` if the reply holds no usable verdict. A thought
     before the verdict (``<think>...</think>``, what a reasoning model's backend puts back) is
-    not read."""
-    obj = load_lenient_json(split_thought(text)[1])
+    not read: the verdict is looked for after the last ``</think>``."""
+    obj = load_lenient_json(text.rpartition("</think>")[2])
     if not obj:
         return None
     verdict = str(obj.get("correct", "")).strip().strip(".!\"'").lower()
