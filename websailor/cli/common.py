@@ -53,8 +53,9 @@ MaxEnvFailuresOpt = Annotated[
     int,
     typer.Option(
         min=0,
-        help="Tool calls per rollout the environment may degrade (provider outage, tool server down) and the "
-        "rollout still count; beyond it the rollout is ungraded and rerun (default 0: any).",
+        help="Tool calls per rollout the environment may degrade (provider outage, tool server down) with the "
+        "rollout still graded; beyond it the rollout is ungraded (eval and run rerun it). Default 0: a single "
+        "degraded call leaves it ungraded.",
     ),
 ]
 MaxTokensOpt = Annotated[

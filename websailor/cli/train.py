@@ -148,7 +148,8 @@ def train_rl_cmd(
         typer.Option(
             min=0,
             help="Tool calls per rollout the environment may degrade (provider outage, tool server down) and the "
-            "rollout still get a reward; beyond it the rollout has none and its group is skipped (default 0: any).",
+            "rollout still get a reward; beyond it the rollout has none and its group is skipped. Default 0: a "
+            "single degraded call is enough.",
         ),
     ] = None,
     env_spec: Any = None,
