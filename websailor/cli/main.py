@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from websailor.cli import compare, corpus, evaluate, run, serve, synth, tools, train, traj
+from websailor.cli import compare, corpus, evaluate, run, serve, synth, tools, train, traj, view
 from websailor.log import setup_logging
 
 app = typer.Typer(
@@ -29,5 +29,5 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug lo
     signal.signal(signal.SIGTERM, _terminate)
 
 
-for module in (corpus, tools, run, synth, evaluate, compare, traj, serve, train):
+for module in (corpus, tools, run, synth, evaluate, compare, traj, serve, train, view):
     module.register(app)

@@ -1,0 +1,133 @@
+"""The viewer's FastAPI app: the runs index, shared page chrome and error pages; each kind of
+run has its views in its own module (:mod:`websailor.view.eval_views`,
+:mod:`websailor.view.rl_views`, :mod:`websailor.view.synth_views`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.view.discover import RunEntry, find_runs, resolve
+
+HERE = Path(__file__).parent
+
+
+@dataclass
+class ViewContext:
+    """What every view needs: the viewed ``root`` and the template environment (autoescaping
+    every string)."""
+
+    root: Path
+    templates: jinja2.Environment
+
+    def path(self, rel: str) -> Path:
+        """:func:`~websailor.view.discover.resolve` under :attr:`root`."""
+        return resolve(self.root, rel)
+
+    def page(self, name: str, request: Request | None = None, status_code: int = 200, **values: Any) -> HTMLResponse:
+        """Render template ``name`` with ``values`` (and ``root``, the viewed folder's name)."""
+        html = self.templates.get_template(name).render(root=self.root.name or str(self.root), **values)
+        return HTMLResponse(html, status_code=status_code)
+
+
+def context(request: Request) -> ViewContext:
+    """The :class:`ViewContext` of the app serving ``request``."""
+    return request.app.state.view
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
+    env.filters["pct"] = lambda x: "n/a" if x is None else f"{100 * x:.1f}"
+    env.filters["size"] = human_size
+    env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
+    env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=True)
+    return env
+
+
+def human_size(n: int) -> str:
+    """``1536`` -> ``1.5 KB``."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def headline(ctx: ViewContext, run: RunEntry) -> dict[str, Any]:
+    """The index's figures of one run: for ``eval`` its summary (model, environment, Avg@k with
+    its interval, Pass@k, format validity), for ``rl`` its last step and reward; ``error``
+    when a file cannot be read (the index keeps listing the others)."""
+    path = ctx.path(run.rel)
+    try:
+        if run.kind == "eval":
+            summary = path / "summary.json"
+            if not summary.is_file():
+                return {"note": "running: no summary yet"}
+            s = json.loads(summary.read_text(encoding="utf-8"))
+            return {
+                "model": ", ".join(s.get("model") or []),
+                "env": ", ".join(s.get("env") or []),
+                "avg_at_k": s.get("avg_at_k"),
+                "ci": s.get("avg_at_k_ci95"),
+                "pass_at_k": s.get("pass_at_k"),
+                "k": s.get("k"),
+                "format_validity": s.get("format_validity"),
+            }
+        if run.kind == "rl":
+            from websailor.train.rl_log import read_log
+
+            log = read_log(path) if (path / "rl_log.jsonl").is_file() else []
+            last = log[-1] if log else {}
+            return {"steps": len(log), "reward": last.get("reward/mean"), "accuracy": last.get("reward/accuracy")}
+    except (InputFormatError, OSError, ValueError) as e:
+        return {"error": str(e)[:300]}
+    return {}
+
+
+def create_view_app(root: str | Path) -> FastAPI:
+    """The viewer over ``root`` (a folder of runs, or one run's folder or file).
+
+    Raises:
+        InvalidArgumentError: ``root`` does not exist.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise InvalidArgumentError(f"{root} does not exist")
+    app = FastAPI(title="websailor view", docs_url=None, redoc_url=None, openapi_url=None)
+    ctx = ViewContext(root, _environment())
+    app.state.view = ctx
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+    @app.exception_handler(InvalidArgumentError)
+    async def refused(request: Request, exc: InvalidArgumentError) -> Response:
+        return ctx.page("error.html", title="Not here", message=str(exc), status_code=404)
+
+    @app.exception_handler(InputFormatError)
+    async def unreadable(request: Request, exc: InputFormatError) -> Response:
+        return ctx.page("error.html", title="A file cannot be read", message=str(exc), status_code=422)
+
+    def runs() -> list[dict[str, Any]]:
+        return [{**vars(r), "figures": headline(ctx, r)} for r in find_runs(root)]
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index() -> Response:
+        return ctx.page("index.html", title="Runs", runs=runs())
+
+    @app.get("/api/runs")
+    async def api_runs() -> Response:
+        return JSONResponse(runs())
+
+    from websailor.view import eval_views, rl_views, synth_views
+
+    for module in (eval_views, rl_views, synth_views):
+        app.include_router(module.router)
+    return app

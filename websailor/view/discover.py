@@ -1,0 +1,141 @@
+"""Finding the runs under a folder, and keeping URL paths inside it.
+
+A run is one of:
+
+- ``eval``: a folder with ``trajectories.jsonl`` and ``scores.jsonl`` or ``summary.json``;
+- ``rl``: a folder with ``rl_log.jsonl`` or ``rollouts.jsonl`` (``websailor train rl``);
+- ``sft``: a folder with ``sft_summary.json`` or ``sft_settings.json`` (``websailor train sft``);
+- ``trajectories``: a JSONL file whose first record is a trajectory (``run``, ``traj build``);
+- ``qa``: a JSONL file whose first record is a synthesized item (``synth``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from websailor.errors import InvalidArgumentError
+
+#: Folders never searched for runs (checkpoints hold no run files of their own).
+SKIPPED = frozenset({".git", ".venv", "__pycache__", "checkpoints", "tensorboard", "node_modules"})
+#: Most folders walked under the root (a home directory must not hang the index).
+MAX_FOLDERS = 5000
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run found under the root: ``kind`` (``eval``, ``rl``, ``sft``, ``trajectories``,
+    ``qa``), ``rel`` (its path relative to the root, POSIX form, ``"."`` for the root itself),
+    ``bytes`` (its files' size) and ``mtime`` (seconds since the epoch, its newest file)."""
+
+    kind: str
+    rel: str
+    bytes: int
+    mtime: float
+
+
+def resolve(root: Path, rel: str) -> Path:
+    """``root / rel``, refused unless it stays inside ``root``: no absolute path, no ``..``, no
+    symbolic link that leads out.
+
+    Raises:
+        InvalidArgumentError: the path leaves the root (the message names it).
+    """
+    if rel in ("", "."):
+        return root.resolve()
+    if rel.startswith(("/", "\\")) or os.path.isabs(rel) or "\x00" in rel:
+        raise InvalidArgumentError(f"{rel!r} is not a path inside the viewed folder")
+    parts = Path(rel).parts
+    if any(p == ".." for p in parts):
+        raise InvalidArgumentError(f"{rel!r} leaves the viewed folder")
+    real_root = root.resolve()
+    target = (real_root / rel).resolve()
+    if target != real_root and real_root not in target.parents:
+        raise InvalidArgumentError(f"{rel!r} leads out of the viewed folder (a symbolic link?)")
+    return target
+
+
+def _first_record(path: Path) -> dict | None:
+    try:
+        with path.open("rb") as fh:
+            line = fh.readline(1 << 20)
+        rec = json.loads(line)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def file_kind(path: Path) -> str | None:
+    """``trajectories``, ``qa`` or ``None`` for a JSONL file, from its first record."""
+    if path.suffix != ".jsonl":
+        return None
+    rec = _first_record(path)
+    if rec is None:
+        return None
+    if "messages" in rec and "termination" in rec:
+        return "trajectories"
+    if "question" in rec and ("subgraph" in rec or "split" in rec):
+        return "qa"
+    return None
+
+
+def folder_kind(path: Path) -> str | None:
+    """``eval``, ``rl``, ``sft`` or ``None`` for a folder, from the files it holds."""
+    if (path / "trajectories.jsonl").is_file() and (
+        (path / "scores.jsonl").is_file() or (path / "summary.json").is_file()
+    ):
+        return "eval"
+    if (path / "rl_log.jsonl").is_file() or (
+        (path / "rollouts.jsonl").is_file() and (path / "rl_settings.json").is_file()
+    ):
+        return "rl"
+    if (path / "sft_summary.json").is_file() or (path / "sft_settings.json").is_file():
+        return "sft"
+    return None
+
+
+def _size(path: Path) -> tuple[int, float]:
+    files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+    stats = [f.stat() for f in files]
+    return sum(s.st_size for s in stats), max((s.st_mtime for s in stats), default=0.0)
+
+
+def find_runs(root: Path) -> list[RunEntry]:
+    """Every run under ``root`` (``root`` itself included), sorted by path. Folders in
+    :data:`SKIPPED`, hidden ones and symbolic links are not entered; files inside a run folder
+    are part of that run, not runs of their own.
+
+    Raises:
+        InvalidArgumentError: ``root`` does not exist.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise InvalidArgumentError(f"{root} does not exist")
+    real = root.resolve()
+    if real.is_file():
+        kind = file_kind(real)
+        return [RunEntry(kind, ".", *_size(real))] if kind else []
+    out: list[RunEntry] = []
+    walked = 0
+    for folder, dirs, files in os.walk(real, followlinks=False):
+        walked += 1
+        here = Path(folder)
+        rel = here.relative_to(real).as_posix()
+        kind = folder_kind(here)
+        if kind:
+            out.append(RunEntry(kind, rel, *_size(here)))
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED and not d.startswith(".") and not (here / d).is_symlink())
+        for name in sorted(files):
+            p = here / name
+            if p.is_symlink():
+                continue
+            kind = file_kind(p)
+            if kind:
+                out.append(RunEntry(kind, p.relative_to(real).as_posix(), *_size(p)))
+        if walked >= MAX_FOLDERS:
+            break
+    return sorted(out, key=lambda e: e.rel)

@@ -1,0 +1,5 @@
+"""Views of rl runs (to be filled in)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()
