@@ -1,5 +1,462 @@
-"""Views of rl runs (to be filled in)."""
+"""Views of ``train rl`` and ``train sft`` runs.
 
-from fastapi import APIRouter
+- ``GET /rl/{rel}``: the step log (``rl_log.jsonl``, read with
+  :func:`websailor.train.rl_log.read_log`) as interactive SVG curves drawn by
+  ``static/charts.js``, following the run while it is written (it polls ``GET /api/rl/{rel}/log``);
+  the steps of ``rollouts.jsonl`` link to their groups.
+- ``GET /rl/{rel}/step/{n}``: the groups of step ``n``, each rollout with its reward, advantage
+  and whether it entered the loss (better ones green, worse ones red), linking to
+- ``GET /rl/{rel}/rollout/{line}``: one rollout's steps (thought, tool call, observation,
+  final answer).
+- ``GET /sft/{rel}``: an SFT run's summary, loss curve and memory settings.
+
+``rollouts.jsonl`` grows by a batch per step and can reach gigabytes, so it is not held in
+memory: :class:`RolloutIndex` keeps each record's byte offset and a few small figures, and
+extends itself by the bytes appended since it last looked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from markupsafe import Markup
+
+from websailor.agent.parse import parse_turn
+from websailor.agent.trajectory import env_failed_calls
+from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.jsonio import loads_object
+from websailor.train.rl_log import LOG_FILE, read_log
+from websailor.view.app import ViewContext, context
 
 router = APIRouter()
+
+ROLLOUTS_FILE = "rollouts.jsonl"
+SETTINGS_FILE = "rl_settings.json"
+SFT_SUMMARY = "sft_summary.json"
+SFT_SETTINGS = "sft_settings.json"
+
+#: curves of the RL page, in panel order: ``(step log name, title)``; ``groups/env_failed`` is
+#: drawn only when the log has it
+CURVES: tuple[tuple[str, str], ...] = (
+    ("reward/mean", "mean reward"),
+    ("reward/accuracy", "accuracy"),
+    ("groups/zero_spread_share", "zero-spread groups (share)"),
+    ("groups/duplicated", "duplicated groups"),
+    ("entropy", "entropy"),
+    ("clip_ratio/region_mean", "clip fraction"),
+    ("rollouts/response_tokens", "model tokens per rollout"),
+    ("rollouts/tool_calls", "tool calls per rollout"),
+    ("time/step_s", "seconds per step"),
+    ("groups/env_failed", "groups with environment failures"),
+)
+OPTIONAL_CURVES = frozenset({"groups/env_failed"})
+#: fields a rollout record must have (``websailor.train.rl_rollouts`` writes them)
+ROLLOUT_FIELDS = ("step", "id", "rollout", "question", "messages", "reward", "advantage", "in_loss")
+#: most problems (bad lines) of a rollouts file kept for the page
+MAX_PROBLEMS = 20
+
+
+def script_json(value: Any) -> Markup:
+    """``value`` as JSON to put inside ``<script type="application/json">``: ASCII only, with
+    ``<``, ``>`` and ``&`` written as ``\\u003c``... so no ``</script>`` or ``<!--`` in the data
+    can end the element (``JSON.parse`` reads them back unchanged)."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text)  # noqa: S704 - every character that HTML would read is escaped above
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def log_curves(records: list[dict]) -> dict[str, Any]:
+    """The page's curve data from step records: ``{"steps": N, "last_step": s, "curves": [{key,
+    title, points: [[step, value], ...]}]}`` (values that are not finite numbers are left out;
+    an optional curve with no points is not listed)."""
+    curves = []
+    for key, title in CURVES:
+        points = [[r["step"], v] for r in records if (v := _number(r.get(key))) is not None]
+        if key in OPTIONAL_CURVES and not points:
+            continue
+        curves.append({"key": key, "title": title, "points": points})
+    return {"steps": len(records), "last_step": records[-1]["step"] if records else None, "curves": curves}
+
+
+def _run_dir(ctx: ViewContext, rel: str) -> Path:
+    path = ctx.path(rel)
+    if not path.is_dir():
+        raise InvalidArgumentError(f"{rel!r} is not an RL run directory")
+    return path
+
+
+def _read_log(run: Path) -> list[dict]:
+    return read_log(run) if (run / LOG_FILE).is_file() else []
+
+
+# -- the rollouts file, indexed by byte offset --------------------------------------------------
+@dataclass
+class RolloutRow:
+    """What the step page shows of one rollout record (the record itself stays in the file)."""
+
+    line: int
+    offset: int
+    step: int
+    id: str
+    rollout: int
+    question: str
+    prediction: str | None
+    gold: str
+    correct: bool | None
+    reward: float | None
+    advantage: float | None
+    in_loss: bool
+    termination: str
+    tool_calls: int
+    env_failed_calls: int
+
+
+def _gold_text(answer: Any) -> str:
+    if isinstance(answer, dict):
+        return str(answer.get("answer", ""))
+    return "" if answer is None else str(answer)
+
+
+def _row(path: Path, line: int, offset: int, rec: dict) -> RolloutRow:
+    """A :class:`RolloutRow` of record ``rec``.
+
+    Raises:
+        InputFormatError: a field of :data:`ROLLOUT_FIELDS` is missing or of the wrong type.
+    """
+    where = f"{path} line {line}"
+    missing = [f for f in ROLLOUT_FIELDS if f not in rec]
+    if missing:
+        raise InputFormatError(f"{where}: not a rollout record (no {', '.join(missing)})")
+    if isinstance(rec["step"], bool) or not isinstance(rec["step"], int):
+        raise InputFormatError(f"{where}: 'step' must be an integer, got {rec['step']!r}")
+    if not isinstance(rec["question"], str) or not isinstance(rec["messages"], list):
+        raise InputFormatError(f"{where}: 'question' must be text and 'messages' a list")
+    try:
+        env_calls = env_failed_calls(rec)
+    except ValueError as e:
+        raise InputFormatError(f"{where}: {e}") from None
+    return RolloutRow(
+        line=line,
+        offset=offset,
+        step=rec["step"],
+        id=str(rec["id"]),
+        rollout=rec["rollout"] if isinstance(rec["rollout"], int) else -1,
+        question=rec["question"][:2000],
+        prediction=rec.get("prediction") if isinstance(rec.get("prediction"), str) else None,
+        gold=_gold_text(rec.get("answer"))[:500],
+        correct=rec.get("correct") if isinstance(rec.get("correct"), bool) else None,
+        reward=_number(rec["reward"]),
+        advantage=_number(rec["advantage"]),
+        in_loss=rec["in_loss"] is True,
+        termination=str(rec.get("termination", "")),
+        tool_calls=rec.get("num_tool_calls") if isinstance(rec.get("num_tool_calls"), int) else 0,
+        env_failed_calls=env_calls,
+    )
+
+
+@dataclass
+class RolloutIndex:
+    """The records of one ``rollouts.jsonl`` by step: each complete line's offset and
+    :class:`RolloutRow`; ``problems`` are lines that are not rollout records (``"FILE line N:
+    why"``; the others stay readable). A last line without its newline is still being written
+    and is read once it is finished, as :func:`websailor.jsonio.read_appended_jsonl` does."""
+
+    path: Path
+    size: int = 0  # bytes read so far (up to the end of the last complete line)
+    lines: int = 0
+    inode: int = 0
+    rows: list[RolloutRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refresh(self) -> RolloutIndex:
+        """Read what was appended since the last call (all of it again when the file was
+        replaced or cut back, as a resumed run cuts it)."""
+        with self.lock:
+            try:
+                st = self.path.stat()
+            except FileNotFoundError:
+                st = None
+            if st is None or st.st_size < self.size or st.st_ino != self.inode:
+                self.size, self.lines, self.rows, self.problems = 0, 0, [], []
+                self.inode = st.st_ino if st else 0
+            if st is None or st.st_size == self.size:
+                return self
+            with self.path.open("rb") as fh:
+                fh.seek(self.size)
+                offset = self.size
+                for raw in fh:
+                    if not raw.endswith(b"\n"):
+                        break  # being written: read it when it is whole
+                    self.lines += 1
+                    self._add(raw, offset)
+                    offset += len(raw)
+                self.size = offset
+            return self
+
+    def _add(self, raw: bytes, offset: int) -> None:
+        if offset == 0 and raw.startswith(b"\xef\xbb\xbf"):
+            raw, offset = raw[3:], 3
+        if not raw.strip():
+            return
+        try:
+            rec = loads_object(raw.decode("utf-8"))
+            self.rows.append(_row(self.path, self.lines, offset, rec))
+        except (ValueError, UnicodeDecodeError) as e:
+            self._problem(f"{self.path} line {self.lines} is not a rollout record ({e})")
+        except InputFormatError as e:
+            self._problem(str(e))
+
+    def _problem(self, message: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(message)
+
+    def steps(self) -> list[tuple[int, int]]:
+        """``[(step, rollouts)]`` in step order."""
+        counts: dict[int, int] = {}
+        for r in self.rows:
+            counts[r.step] = counts.get(r.step, 0) + 1
+        return sorted(counts.items())
+
+    def record(self, line: int) -> dict:
+        """The whole record on ``line`` (read from the file at its offset).
+
+        Raises:
+            InvalidArgumentError: no rollout record on that line.
+        """
+        row = next((r for r in self.rows if r.line == line), None)
+        if row is None:
+            raise InvalidArgumentError(f"{self.path.name} has no rollout record on line {line}")
+        with self.path.open("rb") as fh:
+            fh.seek(row.offset)
+            raw = fh.readline()
+        try:
+            return loads_object(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:  # the file was rewritten under us
+            raise InputFormatError(f"{self.path} line {line} is not a rollout record ({e})") from None
+
+
+_INDEXES: dict[Path, RolloutIndex] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def rollout_index(run: Path) -> RolloutIndex:
+    """The refreshed :class:`RolloutIndex` of ``run/rollouts.jsonl`` (one per file per process)."""
+    path = run / ROLLOUTS_FILE
+    with _INDEXES_LOCK:
+        index = _INDEXES.setdefault(path, RolloutIndex(path))
+    return index.refresh()
+
+
+def _group_size(run: Path) -> int | None:
+    try:
+        g = json.loads((run / SETTINGS_FILE).read_text(encoding="utf-8")).get("group_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return g if isinstance(g, int) and g > 0 else None
+
+
+def groups_of(rows: list[RolloutRow], group_size: int | None) -> list[list[RolloutRow]]:
+    """A step's rollouts in groups: contiguous records of one question, cut every
+    ``group_size`` records when the run's settings give it (a question drawn twice in a batch
+    makes two groups)."""
+    groups: list[list[RolloutRow]] = []
+    for r in rows:
+        last = groups[-1] if groups else None
+        if last and last[-1].id == r.id and (group_size is None or len(last) < group_size):
+            last.append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def verdict_class(row: RolloutRow, group: list[RolloutRow]) -> str:
+    """``good`` (a better rollout of its group: positive advantage, or a reward above the
+    group's mean when no advantage was given), ``worse`` (the opposite) or ``even``."""
+    if row.advantage is not None:
+        return "good" if row.advantage > 0 else "worse" if row.advantage < 0 else "even"
+    known = [g.reward for g in group if g.reward is not None]
+    if row.reward is None or not known:
+        return "even"
+    mean = sum(known) / len(known)
+    return "good" if row.reward > mean else "worse" if row.reward < mean else "even"
+
+
+# -- one rollout's steps ------------------------------------------------------------------------
+def timeline(rec: dict) -> list[dict[str, Any]]:
+    """The steps of a trajectory record: ``{kind, ...}`` with kind ``system``, ``question``,
+    ``model`` (``thought``, ``tool`` name, ``arguments`` as JSON text, ``answer``, ``error``,
+    ``text``) or ``observation`` (``text``, ``chars``)."""
+    out: list[dict[str, Any]] = []
+    tools = rec.get("env") != "none"
+    for m in rec.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        role, text = m.get("role"), str(m.get("content") or "")
+        if role == "system":
+            out.append({"kind": "system", "text": text})
+        elif role == "assistant":
+            action = parse_turn(text, tools=tools)
+            call = action.tool_call
+            out.append(
+                {
+                    "kind": "model",
+                    "thought": action.thought,
+                    "tool": call.name if call else None,
+                    "arguments": (call.code if call and call.code else json.dumps(call.arguments, ensure_ascii=False))
+                    if call
+                    else None,
+                    "answer": action.answer,
+                    "error": action.error,
+                    "text": text,
+                }
+            )
+        elif role in ("user", "tool"):
+            kind = "question" if not any(s["kind"] in ("model", "question") for s in out) else "observation"
+            out.append({"kind": kind, "text": text, "chars": len(text)})
+    return out
+
+
+# -- routes -------------------------------------------------------------------------------------
+@router.get("/api/rl/{rel:path}/log")
+def api_log(rel: str, request: Request) -> Response:
+    """The curve data of :func:`log_curves` (the page polls it)."""
+    ctx = context(request)
+    run = _run_dir(ctx, rel)
+    try:
+        data = log_curves(_read_log(run))
+    except InputFormatError as e:
+        return JSONResponse({"error": str(e)}, status_code=422)
+    data["rollout_steps"] = rollout_index(run).steps()
+    return JSONResponse(data)
+
+
+@router.get("/rl/{rel:path}/step/{n}", response_class=HTMLResponse)
+def rl_step(rel: str, n: int, request: Request) -> Response:
+    """The groups of step ``n``."""
+    ctx = context(request)
+    run = _run_dir(ctx, rel)
+    index = rollout_index(run)
+    rows = [r for r in index.rows if r.step == n]
+    groups = [
+        {"rows": [(r, verdict_class(r, g)) for r in g], "question": g[0].question, "id": g[0].id, "gold": g[0].gold}
+        for g in groups_of(rows, _group_size(run))
+    ]
+    steps = [s for s, _ in index.steps()]
+    pos = steps.index(n) if n in steps else -1
+    return ctx.page(
+        "rl_step.html",
+        title=f"{rel} · step {n}",
+        rel=rel,
+        step=n,
+        groups=groups,
+        problems=index.problems,
+        prev_step=steps[pos - 1] if pos > 0 else None,
+        next_step=steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
+        status_code=200 if rows or not index.problems else 422,
+    )
+
+
+@router.get("/rl/{rel:path}/rollout/{line}", response_class=HTMLResponse)
+def rl_rollout(rel: str, line: int, request: Request) -> Response:
+    """The rollout on ``line`` of the run's ``rollouts.jsonl``."""
+    ctx = context(request)
+    run = _run_dir(ctx, rel)
+    index = rollout_index(run)
+    rec = index.record(line)
+    row = next(r for r in index.rows if r.line == line)
+    return ctx.page(
+        "rl_rollout.html",
+        title=f"{rel} · step {row.step} · {row.id} rollout {row.rollout}",
+        rel=rel,
+        row=row,
+        rec=rec,
+        steps=timeline(rec),
+        file=ROLLOUTS_FILE,
+    )
+
+
+@router.get("/rl/{rel:path}", response_class=HTMLResponse)
+def rl_run(rel: str, request: Request) -> Response:
+    """The run's curves and its steps."""
+    ctx = context(request)
+    run = _run_dir(ctx, rel)
+    data = log_curves(_read_log(run))
+    index = rollout_index(run)
+    data["rollout_steps"] = index.steps()
+    settings = _json_file(run / SETTINGS_FILE)
+    return ctx.page(
+        "rl_run.html",
+        title=f"RL run {rel}",
+        rel=rel,
+        data=script_json(data),
+        logged=data["steps"],
+        steps=index.steps(),
+        problems=index.problems,
+        settings=settings,
+    )
+
+
+def _json_file(path: Path) -> dict | None:
+    """A run's JSON file (settings, summary), ``None`` when absent.
+
+    Raises:
+        InputFormatError: the file is not a JSON object.
+    """
+    if not path.is_file():
+        return None
+    try:
+        return loads_object(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputFormatError(f"{path}: {e}") from None
+
+
+def _sft_losses(run: Path, summary: dict | None) -> list[list[float]]:
+    """``[[step, loss]]`` from the summary's ``loss_history``, or while the run trains, from the
+    newest checkpoint's ``trainer_state.json``."""
+    history = (summary or {}).get("loss_history")
+    if history is None:
+        states = sorted(run.glob("checkpoints/*/trainer_state.json"), key=lambda p: p.stat().st_mtime)
+        history = (_json_file(states[-1]) or {}).get("log_history") if states else None
+    points = []
+    for h in history or []:
+        if isinstance(h, dict) and _number(h.get("step")) is not None and _number(h.get("loss")) is not None:
+            points.append([h["step"], h["loss"]])
+    return points
+
+
+@router.get("/sft/{rel:path}", response_class=HTMLResponse)
+def sft_run(rel: str, request: Request) -> Response:
+    """An SFT run: its summary (or settings while it trains), loss curve and memory settings."""
+    ctx = context(request)
+    run = _run_dir(ctx, rel)
+    summary = _json_file(run / SFT_SUMMARY)
+    settings = (summary or {}).get("settings") or _json_file(run / SFT_SETTINGS)
+    losses = _sft_losses(run, summary)
+    data = {"curves": [{"key": "loss", "title": "training loss", "points": losses}]}
+    scalars = {
+        k: v for k, v in (summary or {}).items() if k not in ("settings", "memory", "loss_history", "counts", "data")
+    }
+    return ctx.page(
+        "sft_run.html",
+        title=f"SFT run {rel}",
+        rel=rel,
+        summary=summary,
+        scalars=scalars,
+        settings=settings if isinstance(settings, dict) else {},
+        memory=(summary or {}).get("memory") or {},
+        counts=(summary or {}).get("counts") or {},
+        data_files=(summary or {}).get("data") or [],
+        data=script_json(data),
+        has_losses=bool(losses),
+    )

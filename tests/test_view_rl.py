@@ -1,0 +1,220 @@
+"""The viewer's RL and SFT views over a real ``rollouts.jsonl`` (written by
+:meth:`AgentRollouts.batch` from scripted rollouts in the local environment) and a step log
+written by :class:`StepLogger`, in TestClient and in a real browser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.fakes import ScriptedModel, call
+from websailor.agent.loop import Agent, AgentConfig
+from websailor.judge import Gold
+from websailor.questions import Question
+from websailor.tools.base import Tool, ToolResult  # noqa: F401
+from websailor.view import create_view_app
+from websailor.view.rl_views import script_json
+
+XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
+ITEMS = [
+    Question("paris", f"Which city is the capital of France? {XSS}", Gold.parse("Paris")),
+    Question("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
+]
+
+
+class Tainted(Tool):
+    """The local ``search``, with page text that tries to run script appended to each result."""
+
+    def __init__(self, inner: Tool) -> None:
+        self.inner = inner
+        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
+
+    def execute(self, arguments=None) -> ToolResult:
+        import dataclasses
+
+        got = self.inner.execute(arguments)
+        return dataclasses.replace(got, observation=got.observation + "\n" + XSS)
+
+    def forward(self, **kwargs):
+        return self.inner.forward(**kwargs)
+
+
+class _Judge:
+    name = "test"
+
+    def grade(self, cases):
+        from websailor.judge.base import Grade
+
+        return [Grade(c.prediction == c.gold.answer, 1.0) for c in cases]
+
+
+def _rollout(tools, item: Question, r: int, answer: str):
+    model = ScriptedModel(
+        [call("search", query=[item.question[:30]]), f"<think>Found it.</think><answer>{answer}</answer>"]
+    )
+    return Agent(model, tools, AgentConfig(max_calls=4)).run(item.question, item.id, r, item.gold.answer)
+
+
+def _step(run: Path, ro, tools, tok, step: int, logger) -> None:
+    answers = {"paris": ["Paris", "Lyon"], "nile": ["Nile", "Nile"]}
+    items = [it for it in ITEMS for _ in range(2)]
+    trajs = [_rollout(tools, it, i % 2, answers[it.id][i % 2]) for i, it in enumerate(items)]
+    ro.batch(items, trajs, step=step, tokenizer=tok)
+    logger.write(step + 1, {**ro.last, "entropy": 0.5 - 0.1 * step, "clip_ratio/region_mean": 0.01, "time/step_s": 2.0})
+
+
+@pytest.fixture(scope="module")
+def rl_run(vital, smollm2_path: Path, tmp_path_factory) -> Path:
+    """A run folder with two steps: each step a group of ``paris`` (one right, one wrong) and
+    a group of ``nile`` (both right: zero spread)."""
+    from websailor.tools.local import build_local_tools
+    from websailor.train.rl_log import StepLogger
+    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.sft import load_tokenizer
+
+    root = tmp_path_factory.mktemp("rlroot")
+    run = root / "rl"
+    run.mkdir()
+    tok = load_tokenizer(smollm2_path)
+    tools = build_local_tools(vital)
+    tools["search"] = Tainted(tools["search"])
+    settings = RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1)
+    (run / "rl_settings.json").write_text(json.dumps({"model": "smollm2", "group_size": 2, "algo": "v2"}))
+    ro = AgentRollouts({it.question: it for it in ITEMS}, tools, _Judge(), settings, run / "rollouts.jsonl")
+    logger = StepLogger(run)
+    for step in range(2):
+        _step(run, ro, tools, tok, step, logger)
+    logger.close()
+    return root
+
+
+def _client(root: Path) -> TestClient:
+    return TestClient(create_view_app(root))
+
+
+def test_the_run_page_carries_the_curves_and_the_steps(rl_run: Path):
+    client = _client(rl_run)
+    html = client.get("/rl/rl").text
+    assert 'id="rl-data"' in html and "/static/charts.js" in html
+    assert 'href="/rl/rl/step/1"' in html and 'href="/rl/rl/step/2"' in html
+    data = client.get("/api/rl/rl/log").json()
+    curves = {c["key"]: c["points"] for c in data["curves"]}
+    assert data["steps"] == 2 and curves["reward/mean"] == [[1, 0.75], [2, 0.75]]
+    assert curves["groups/zero_spread_share"] == [[1, 0.5], [2, 0.5]] and curves["entropy"][1] == [2, 0.4]
+    assert "groups/env_failed" in curves  # logged (as 0) by the real batch
+    assert data["rollout_steps"] == [[1, 4], [2, 4]]
+    assert "<script>alert" not in html
+
+
+def test_script_json_cannot_end_its_script_element():
+    text = str(script_json({"q": "</script><script>alert(1)</script>", "b": "<!-- & >"}))
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"q": "</script><script>alert(1)</script>", "b": "<!-- & >"}
+
+
+def test_the_step_page_shows_groups_better_and_worse(rl_run: Path):
+    html = _client(rl_run).get("/rl/rl/step/1").text
+    assert html.count('class="group"') == 2
+    assert 'class="rollout good"' in html and 'class="rollout worse"' in html  # paris: Paris and Lyon
+    assert "+1.000" in html and "-1.000" in html  # the paris group's advantages
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert" not in html
+    assert 'href="/rl/rl/rollout/1"' in html and 'href="/rl/rl/step/2"' in html
+
+
+def test_the_rollout_page_shows_its_steps(rl_run: Path):
+    client = _client(rl_run)
+    html = client.get("/rl/rl/rollout/2").text
+    assert "Lyon" in html and '<details class="step observation">' in html and "search" in html
+    assert "Found it." in html and "rollouts.jsonl line 2" in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    assert client.get("/rl/rl/rollout/99").status_code == 404
+
+
+def test_a_truncated_last_line_and_a_record_missing_fields(rl_run: Path, tmp_path: Path):
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(rl_run, root)
+    lines = (root / "rl" / "rollouts.jsonl").read_text().splitlines()
+    bad = json.loads(lines[1])
+    del bad["reward"]
+    lines[1] = json.dumps(bad)
+    (root / "rl" / "rollouts.jsonl").write_text("\n".join(lines) + "\n" + lines[2][:40])  # a half line: being written
+    client = _client(root)
+    html = client.get("/rl/rl/step/1").text
+    assert "rollouts.jsonl line 2: not a rollout record (no reward)" in html
+    assert html.count('class="rollout ') == 3  # the others are shown; the half line is not read yet
+    assert client.get("/rl/rl").status_code == 200 and client.get("/").status_code == 200
+    # a step log line that is not a record: the page names the file and the line
+    with (root / "rl" / "rl_log.jsonl").open("a") as fh:
+        fh.write('{"step": 3, "reward/me')
+    r = client.get("/rl/rl")
+    assert r.status_code == 422 and "rl_log.jsonl line 3" in r.text
+    assert client.get("/api/rl/rl/log").status_code == 422
+    assert client.get("/").status_code == 200 and client.get("/rl/rl/step/2").status_code == 200
+
+
+def test_paths_outside_and_folders_that_are_no_run(rl_run: Path):
+    client = _client(rl_run)
+    assert client.get("/rl/..%2F..%2Fetc").status_code == 404
+    assert client.get("/rl/rl/rollouts.jsonl").status_code == 404
+
+
+def test_the_sft_page(tmp_path: Path):
+    run = tmp_path / "sft"
+    run.mkdir()
+    summary = {
+        "model": "smollm2",
+        "data": ["train.jsonl"],
+        "settings": {"learning_rate": 1e-5, "epochs": 1},
+        "counts": {"kept": 10},
+        "steps": 3,
+        "memory": {"gradient_checkpointing": True},
+        "train_loss": 1.5,
+        "train_seconds": 4.2,
+        "loss_history": [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 3, "loss": 1.0}],
+    }
+    (run / "sft_summary.json").write_text(json.dumps(summary))
+    html = _client(tmp_path).get("/sft/sft").text
+    assert 'id="sft-data"' in html and "gradient_checkpointing" in html and "train_seconds" in html
+    (run / "sft_summary.json").write_text("{not json")
+    r = _client(tmp_path).get("/sft/sft")
+    assert r.status_code == 422 and "sft_summary.json" in r.text
+
+
+# -- in a real browser ----------------------------------------------------------------------------
+def test_in_a_browser_curves_follow_the_run_and_a_click_reaches_a_rollout(rl_run: Path, tmp_path: Path, page):
+    import shutil
+
+    from browser import serve_view
+
+    root = tmp_path / "root"
+    shutil.copytree(rl_run, root)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with serve_view(root) as url:
+        page.goto(url + "/rl/rl")
+        page.wait_for_selector('svg.chart[data-key="reward/mean"] path.curve', state="attached")
+        assert page.locator('svg.chart[data-key="reward/mean"] circle.dot').count() == 2
+        page.locator('svg.chart[data-key="reward/mean"]').hover()
+        assert page.locator('svg.chart[data-key="reward/mean"] .hover-label').text_content().startswith("step ")
+        with (root / "rl" / "rl_log.jsonl").open("a") as fh:
+            fh.write(json.dumps({"step": 3, "reward/mean": 1.0, "reward/accuracy": 1.0}) + "\n")
+        page.wait_for_function(
+            "document.querySelectorAll('svg.chart[data-key=\"reward/mean\"] circle.dot').length === 3", timeout=15000
+        )
+        assert page.locator("#rl-steps").text_content() == "3"
+        page.click('a[href="/rl/rl/step/1"]')
+        page.wait_for_selector("section.group")
+        assert page.locator("tr.rollout.good").count() >= 1 and page.locator("tr.rollout.worse").count() >= 1
+        assert XSS in page.locator("section.group .question").first.text_content()
+        page.locator("tr.rollout.worse a").first.click()
+        page.wait_for_selector("#timeline")
+        assert page.locator("#final-answer").text_content() == "Lyon"
+        obs = page.locator("details.step.observation").first
+        obs.locator("summary").click()
+        assert XSS in obs.locator("pre").text_content()
+    assert dialogs == []

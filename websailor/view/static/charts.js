@@ -1,0 +1,145 @@
+// websailor view: small SVG line charts of run curves (RL step log, SFT loss). No library;
+// every value reaches the page with textContent or setAttribute, never as HTML.
+//
+// A container <div class="charts" data-source="ID" [data-poll="URL"]> is filled with one
+// panel per curve of the JSON in <script type="application/json" id="ID">: {curves: [{key,
+// title, points: [[step, value], ...]}]}. With data-poll, the URL is fetched every few seconds
+// and the panels are redrawn when new steps appear.
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const W = 340, H = 190, PAD = { l: 48, r: 10, t: 22, b: 26 };
+const POLL_MS = 2000;
+
+function svgEl(name, attrs) {
+  const el = document.createElementNS(SVG_NS, name);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  return el;
+}
+
+function fmt(v) {
+  if (!isFinite(v)) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(2);
+  return Number.isInteger(v) ? String(v) : v.toFixed(a >= 100 ? 1 : 3);
+}
+
+function extent(values) {
+  let lo = Math.min(...values), hi = Math.max(...values);
+  if (lo === hi) { lo -= Math.abs(lo) * 0.1 || 0.5; hi += Math.abs(hi) * 0.1 || 0.5; }
+  return [lo, hi];
+}
+
+// One panel: an <svg class="chart"> with axes, the curve as a <path>, a dot per step and a
+// hover read-out of the nearest step and its value.
+function lineChart(curve) {
+  const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, width: W, height: H, "data-key": curve.key });
+  const title = svgEl("text", { x: PAD.l, y: 14, class: "chart-title" });
+  title.textContent = curve.title;
+  svg.append(title);
+  const pts = curve.points;
+  if (!pts.length) {
+    const none = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "mute" });
+    none.textContent = "not logged";
+    svg.append(none);
+    return svg;
+  }
+  const [x0, x1] = extent(pts.map((p) => p[0]));
+  const [y0, y1] = extent(pts.map((p) => p[1]));
+  const sx = (x) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r);
+  const sy = (y) => H - PAD.b - ((y - y0) / (y1 - y0)) * (H - PAD.t - PAD.b);
+  svg.append(svgEl("line", { x1: PAD.l, y1: H - PAD.b, x2: W - PAD.r, y2: H - PAD.b, class: "axis" }));
+  svg.append(svgEl("line", { x1: PAD.l, y1: PAD.t, x2: PAD.l, y2: H - PAD.b, class: "axis" }));
+  for (const [v, y] of [[y0, sy(y0)], [y1, sy(y1)]]) {
+    const t = svgEl("text", { x: PAD.l - 4, y: y + 4, "text-anchor": "end", class: "tick" });
+    t.textContent = fmt(v);
+    svg.append(t);
+  }
+  for (const [v, x] of [[x0, sx(x0)], [x1, sx(x1)]]) {
+    const t = svgEl("text", { x: x, y: H - PAD.b + 14, "text-anchor": "middle", class: "tick" });
+    t.textContent = "step " + fmt(v);
+    svg.append(t);
+  }
+  const d = pts.map((p, i) => (i ? "L" : "M") + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ");
+  svg.append(svgEl("path", { d: d, class: "curve", fill: "none" }));
+  if (pts.length <= 400) {
+    for (const p of pts) svg.append(svgEl("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 2, class: "dot" }));
+  }
+  const marker = svgEl("circle", { r: 4, class: "hover-dot", visibility: "hidden" });
+  const label = svgEl("text", { x: W - PAD.r, y: 14, "text-anchor": "end", class: "hover-label" });
+  svg.append(marker, label);
+  svg.addEventListener("mousemove", (ev) => {
+    const box = svg.getBoundingClientRect();
+    const x = ((ev.clientX - box.left) / box.width) * W;
+    let best = pts[0];
+    for (const p of pts) if (Math.abs(sx(p[0]) - x) < Math.abs(sx(best[0]) - x)) best = p;
+    marker.setAttribute("cx", sx(best[0]));
+    marker.setAttribute("cy", sy(best[1]));
+    marker.setAttribute("visibility", "visible");
+    label.textContent = "step " + best[0] + ": " + fmt(best[1]);
+  });
+  svg.addEventListener("mouseleave", () => {
+    marker.setAttribute("visibility", "hidden");
+    label.textContent = "";
+  });
+  return svg;
+}
+
+function drawCharts(box, data) {
+  box.replaceChildren(...(data.curves || []).map(lineChart));
+  box.dataset.steps = String(data.steps === undefined ? "" : data.steps);
+  box.dataset.lastStep = String(data.last_step === undefined || data.last_step === null ? "" : data.last_step);
+}
+
+// New steps of rollouts.jsonl become rows of the steps table.
+function addStepRows(steps) {
+  const table = document.getElementById("rl-steps-table");
+  if (!table || !steps) return;
+  const body = table.tBodies[0];
+  const known = new Set([...body.rows].map((tr) => tr.dataset.step || tr.cells[0].textContent.replace("step ", "")));
+  const base = document.getElementById("rl-curves").dataset.poll.replace(/^\/api/, "").replace(/\/log$/, "");
+  for (const [step, n] of steps) {
+    if (known.has(String(step))) continue;
+    const tr = body.insertRow();
+    tr.dataset.step = String(step);
+    const a = document.createElement("a");
+    a.href = base + "/step/" + step;
+    a.textContent = "step " + step;
+    tr.insertCell().append(a);
+    tr.insertCell().textContent = String(n);
+  }
+}
+
+function follow(box) {
+  const error = document.getElementById("rl-poll-error");
+  async function refresh() {
+    let data;
+    try {
+      const resp = await fetch(box.dataset.poll);
+      data = await resp.json();
+    } catch (e) {
+      return; // the server is restarting or gone: keep what is drawn
+    }
+    if (data.error) {
+      if (error) { error.textContent = data.error; error.hidden = false; }
+      return;
+    }
+    if (error) error.hidden = true;
+    if (String(data.steps) !== box.dataset.steps || String(data.last_step) !== box.dataset.lastStep) {
+      drawCharts(box, data);
+      const count = document.getElementById("rl-steps");
+      if (count) count.textContent = String(data.steps);
+    }
+    addStepRows(data.rollout_steps);
+  }
+  setInterval(refresh, POLL_MS);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  for (const box of document.querySelectorAll("div.charts[data-source]")) {
+    const src = document.getElementById(box.dataset.source);
+    if (!src) continue;
+    drawCharts(box, JSON.parse(src.textContent));
+    if (box.dataset.poll && !document.body.dataset.static) follow(box);
+  }
+});
