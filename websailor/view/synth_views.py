@@ -196,12 +196,13 @@ def draw_subgraph(item: dict) -> dict[str, Any]:
     g.add_nodes_from(str(n["id"]) for n in nodes)
     g.add_edges_from((str(e["src"]), str(e["dst"])) for e in edges)
     pos = nx.spring_layout(g, seed=0) if len(g) > 1 else {n: (0.0, 0.0) for n in g}
-    margin = 70
+    margin = {GRAPH_W: 130, GRAPH_H: 40}  # room for the names either side of a node
     xs = [p[0] for p in pos.values()] or [0.0]
     ys = [p[1] for p in pos.values()] or [0.0]
 
     def scale(v: float, lo: float, hi: float, size: int) -> float:
-        return size / 2 if hi == lo else margin + (v - lo) / (hi - lo) * (size - 2 * margin)
+        m = margin[size]
+        return size / 2 if hi == lo else m + (v - lo) / (hi - lo) * (size - 2 * m)
 
     xy = {n: (scale(p[0], min(xs), max(xs), GRAPH_W), scale(p[1], min(ys), max(ys), GRAPH_H)) for n, p in pos.items()}
     order = {node: i for i, node in enumerate(solution_path(item)["nodes"], 1)}

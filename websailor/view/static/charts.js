@@ -55,8 +55,8 @@ function lineChart(curve) {
     t.textContent = fmt(v);
     svg.append(t);
   }
-  for (const [v, x] of [[x0, sx(x0)], [x1, sx(x1)]]) {
-    const t = svgEl("text", { x: x, y: H - PAD.b + 14, "text-anchor": "middle", class: "tick" });
+  for (const [v, x, anchor] of [[x0, sx(x0), "start"], [x1, sx(x1), "end"]]) {
+    const t = svgEl("text", { x: x, y: H - PAD.b + 14, "text-anchor": anchor, class: "tick" });
     t.textContent = "step " + fmt(v);
     svg.append(t);
   }
