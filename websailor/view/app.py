@@ -161,7 +161,11 @@ def create_view_app(root: str | Path) -> FastAPI:
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
-        message = "No page here." if exc.status_code == 404 else str(exc.detail)
+        message = (
+            f"No page at {request.url.path}: the runs are listed on the first page."
+            if exc.status_code == 404
+            else str(exc.detail)
+        )
         return ctx.page("error.html", title="Not here", message=message, status_code=exc.status_code)
 
     @app.exception_handler(InputFormatError)
