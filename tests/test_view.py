@@ -387,3 +387,13 @@ def test_the_cli_refuses_a_missing_path_and_a_busy_port(runs_root: Path, fake_se
     assert res.exit_code == 0 and f"4 pages written to {out}" in res.stdout
     res = _cli(str(runs_root), "--export", str(runs_root / "site"))
     assert res.exit_code == 2 and "is inside the viewed folder" in res.stderr
+
+
+def test_a_file_that_is_not_a_run_gets_an_error_page_and_the_rest_keeps_serving(runs_root: Path):
+    client = TestClient(create_view_app(runs_root))
+    for url in ("/trajectories/notes.jsonl", "/qa/notes.jsonl", "/eval/nested", "/no/such/page"):
+        r = client.get(url)
+        assert r.status_code in (404, 422) and 'id="error-message"' in r.text, url
+        assert r.headers["content-type"].startswith("text/html")
+    assert client.get("/api/no-such").json() == {"detail": "Not Found"}  # the API stays JSON
+    assert client.get("/").status_code == 200 and client.get("/api/runs").status_code == 200
