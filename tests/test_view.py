@@ -3,11 +3,15 @@ browser too), and what bad input gets."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi import Request
+from fastapi.responses import PlainTextResponse
 from fastapi.testclient import TestClient
 
 from websailor.errors import InvalidArgumentError
@@ -95,3 +99,301 @@ def test_the_index_in_a_browser_follows_a_run_being_written(runs_root: Path, pag
         (runs_root / "later" / "rl_log.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
         page.wait_for_selector('#runs tr[data-rel="later"]', timeout=15000)
         assert "1 steps, last reward 0.500" in page.locator('#runs tr[data-rel="later"]').inner_text()
+
+
+# --- bad input in the index ------------------------------------------------------------------
+
+
+def test_the_index_names_the_bad_file_and_keeps_listing_the_others(runs_root: Path):
+    (runs_root / "badsum").mkdir()
+    (runs_root / "badsum" / "trajectories.jsonl").write_text(json.dumps(_traj("c")) + "\n")
+    (runs_root / "badsum" / "summary.json").write_text('{"k": 1, "avg_at')  # truncated
+    (runs_root / "nofields").mkdir()
+    (runs_root / "nofields" / "trajectories.jsonl").write_text(json.dumps(_traj("d")) + "\n")
+    (runs_root / "nofields" / "summary.json").write_text("[1, 2]")
+    (runs_root / "rlbad").mkdir()
+    (runs_root / "rlbad" / "rl_log.jsonl").write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2, "rew')
+    (runs_root / "rlnostep").mkdir()
+    (runs_root / "rlnostep" / "rl_log.jsonl").write_text(json.dumps({"reward/mean": 1.0}) + "\n")
+    client = TestClient(create_view_app(runs_root))
+    r = client.get("/")
+    assert r.status_code == 200
+    figures = {x["rel"]: x["figures"] for x in client.get("/api/runs").json()}
+    assert figures["badsum"]["error"].startswith("badsum/summary.json is not JSON")
+    assert figures["nofields"]["error"] == "nofields/summary.json is not an eval summary (no integer 'k')"
+    assert figures["rlbad"]["error"].startswith("rlbad/rl_log.jsonl line 2 is not JSON")
+    assert figures["rlnostep"]["error"].startswith("rlnostep/rl_log.jsonl line 1 is not an RL step record")
+    assert str(runs_root) not in r.text  # names relative to the root
+    assert "badsum/summary.json is not JSON" in r.text and "rlbad/rl_log.jsonl line 2" in r.text
+    assert figures["ev"]["avg_at_k"] == 0.5 and figures["nested/rl"]["reward"] == 0.25  # the others still listed
+
+
+def test_a_1_gb_file_does_not_stop_the_index(runs_root: Path):
+    import time
+
+    with (runs_root / "big.jsonl").open("w") as f:  # sparse: a valid first line, then 1 GB of holes
+        f.write(json.dumps(_traj("big")) + "\n")
+        f.truncate(1 << 30)
+    (runs_root / "bigrl").mkdir()
+    with (runs_root / "bigrl" / "rl_log.jsonl").open("w") as f:
+        f.write(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+        f.truncate(1 << 30)
+    (runs_root / "bigsum").mkdir()
+    (runs_root / "bigsum" / "trajectories.jsonl").write_text(json.dumps(_traj("e")) + "\n")
+    with (runs_root / "bigsum" / "summary.json").open("w") as f:
+        f.truncate(1 << 30)
+    client = TestClient(create_view_app(runs_root))
+    t = time.perf_counter()
+    runs = {x["rel"]: x for x in client.get("/api/runs").json()}
+    assert time.perf_counter() - t < 2.0  # nothing read whole
+    assert runs["big.jsonl"]["kind"] == "trajectories" and runs["big.jsonl"]["bytes"] == 1 << 30
+    assert runs["bigrl"]["figures"]["error"] == "bigrl/rl_log.jsonl: 1.0 GB, too large for the index"
+    assert runs["bigsum"]["figures"]["error"] == "bigsum/summary.json: 1.0 GB, too large for a summary"
+    html = client.get("/").text
+    assert "1.0 GB" in html and "Avg@1 50.0" in html
+
+
+# --- paths in real HTTP requests ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _serve_app(app) -> Iterator[str]:
+    """``app`` on a free loopback port in a thread (a real server: the URL reaches it as sent)."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from websailor.server.app import bind_socket
+
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def test_paths_in_raw_http_requests_cannot_leave_the_root(runs_root: Path, tmp_path_factory):
+    import httpx
+
+    from websailor.view.app import context
+
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.txt").write_text("TOP-SECRET")
+    os.symlink(outside, runs_root / "link")
+    os.symlink(outside / "secret.txt", runs_root / "ev" / "file-link.txt")
+    app = create_view_app(runs_root)
+
+    @app.get("/probe/{rel:path}")
+    async def probe(rel: str, request: Request) -> PlainTextResponse:  # reads a file the way the views do
+        return PlainTextResponse(context(request).path(rel).read_text())
+
+    escape = outside.name + "/secret.txt"
+    targets = [
+        f"/probe/../{escape}",
+        f"/probe/ev/../../{escape}",
+        f"/probe/%2e%2e/{escape}",
+        f"/probe/%2E%2E%2F{escape.replace('/', '%2F')}",
+        f"/probe/ev%2F..%2F..%2F{escape}",
+        f"/probe/{outside}/secret.txt",
+        f"/probe/%2F{str(outside).lstrip('/')}/secret.txt",
+        "/probe/link/secret.txt",
+        "/probe/ev/file-link.txt",
+        "/probe/ev/%00x",
+        "/static/../app.py",
+        "/static/%2e%2e/app.py",
+        "/static/..%2Fapp.py",
+    ] + [f"/{kind}/..%2F{escape}" for kind in ("eval", "rl", "sft", "trajectories", "qa", "compare")]
+    with _serve_app(app) as url, httpx.Client() as client:
+        ok = client.get(url + "/probe/ev/summary.json")
+        assert ok.status_code == 200 and '"avg_at_k"' in ok.text  # the probe reads inside the root
+        for target in targets:
+            r = client.get(url + "/", extensions={"target": target.encode()})
+            assert r.status_code in (400, 404, 422), (target, r.status_code)
+            assert "TOP-SECRET" not in r.text and "HERE = Path" not in r.text, target
+            if target.startswith("/probe/"):
+                assert "viewed folder" in r.text, target  # refused by resolve, said on the error page
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def test_export_writes_static_pages_with_relative_links(runs_root: Path, tmp_path_factory):
+    from fastapi.responses import HTMLResponse
+    from fastapi.routing import APIRoute
+
+    from websailor.view.export import MARKER, export_site
+
+    app = create_view_app(runs_root)
+    start = (
+        '<html><head><link rel="stylesheet" href="/static/view.css"></head><body>'
+        '<a href="/eval/ev?outcome=wrong&amp;page=2#row-3">filtered</a> <a href="/">runs</a>'
+        '<a href="/deep/a%20b/c">deep</a> <a href="https://example.org/x">out</a> <a href="#top">top</a>'
+        "<a href=/unquoted>bare</a><img src='/static/none.png' alt=\"x &amp; y\"/></body></html>"
+    )
+    deep = '<html><body data-x="1"><a href="../../eval/ev">up</a> <a href="/">home</a></body></html>'
+
+    async def first() -> HTMLResponse:
+        return HTMLResponse(start)
+
+    async def deep_page() -> HTMLResponse:
+        return HTMLResponse(deep)
+
+    app.router.routes.insert(0, APIRoute("/", first, methods=["GET"]))
+    app.router.routes.insert(0, APIRoute("/deep/{rest:path}", deep_page, methods=["GET"]))
+    out = tmp_path_factory.mktemp("export") / "site"
+    written = export_site(runs_root, out, app=app)
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == [
+        MARKER,
+        "deep/a b/c.html",
+        "eval/ev.html",
+        "eval/ev@outcome_3Dwrong_26page_3D2.html",
+        "index.html",
+        "static/view.css",
+        "static/view.js",
+        "unquoted.html",
+    ]
+    assert written == 5
+    index = (out / "index.html").read_text()
+    assert 'href="static/view.css"' in index and 'href="eval/ev@outcome_3Dwrong_26page_3D2.html#row-3"' in index
+    assert 'href="deep/a%20b/c.html"' in index and 'href="https://example.org/x"' in index
+    assert 'href="#top"' in index and 'href="index.html"' in index and 'href="unquoted.html"' in index
+    assert '<img src="static/none.png" alt="x &amp; y" />' in index
+    deep_html = (out / "deep" / "a b" / "c.html").read_text()
+    assert 'href="../../eval/ev.html"' in deep_html and 'href="../../index.html"' in deep_html
+    # the viewer's own pages are marked static, so view.js does not poll /api/runs
+    assert '<body data-static="1">' in (out / "eval" / "ev.html").read_text()
+
+
+def test_export_of_the_index_and_its_refusals(runs_root: Path, tmp_path_factory):
+    from websailor.view.export import MARKER, export_site
+
+    out = tmp_path_factory.mktemp("export") / "site"
+    assert export_site(runs_root, out, max_pages=2) == 2  # cut: the index and its first run
+    assert export_site(runs_root, out) == 4  # again over a previous export: replaced
+    index = (out / "index.html").read_text()
+    assert '<body data-static="1">' in index and 'href="nested/rl/../../eval/ev.html"' not in index
+    assert {'href="eval/ev.html"', 'href="rl/nested/rl.html"', 'href="trajectories/t.jsonl.html"'} <= set(
+        index.replace(">", " ").split()
+    )
+    assert (out / MARKER).is_file() and (out / "static" / "view.js").is_file()
+    for target, says in [
+        (runs_root / "exported", "is inside the viewed folder"),
+        (runs_root / "ev" / "x", "is inside the viewed folder"),
+        (runs_root.parent, "holds the viewed path"),
+        (runs_root / "t.jsonl", "is inside the viewed folder"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=says):
+            export_site(runs_root, target)
+    busy = tmp_path_factory.mktemp("busy")
+    (busy / "thesis.tex").write_text("mine")
+    with pytest.raises(InvalidArgumentError, match="is not empty and holds no earlier export"):
+        export_site(runs_root, busy)
+    assert (busy / "thesis.tex").read_text() == "mine"
+    afile = busy / "thesis.tex"
+    with pytest.raises(InvalidArgumentError, match="is a file"):
+        export_site(runs_root / "t.jsonl", afile)
+
+
+def test_an_export_opens_from_file_urls_in_a_browser(runs_root: Path, tmp_path_factory, page):
+    from websailor.view.export import export_site
+
+    out = tmp_path_factory.mktemp("export") / "site"
+    export_site(runs_root, out)
+    page.goto((out / "index.html").as_uri())
+    assert page.locator("#runs tbody tr").count() == 3
+    assert page.evaluate("getComputedStyle(document.querySelector('header')).backgroundColor") == "rgb(246, 248, 250)"
+    page.click("text=nested/rl")
+    page.wait_for_load_state()
+    assert page.url == (out / "rl" / "nested" / "rl.html").as_uri()
+    page.click("header a.home")
+    assert page.url == (out / "index.html").as_uri()
+    page.wait_for_timeout(200)  # view.js does not poll /api/runs from file:// (a console error would fail)
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_serving(monkeypatch) -> list[str]:
+    """``uvicorn.Server.run`` returns at once; ``webbrowser.open`` records its URL (and finds no
+    browser when the list starts with ``"none"``)."""
+    import webbrowser
+
+    import uvicorn
+
+    opened: list[str] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+
+    def fake_open(url: str, *args, **kwargs) -> bool:
+        opened.append(url)
+        return "none" not in opened[:1]
+
+    monkeypatch.setattr(webbrowser, "open", fake_open)
+    return opened
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+
+    return CliRunner().invoke(app, ["view", *args])
+
+
+def test_the_cli_prints_the_url_and_opens_a_browser(runs_root: Path, fake_serving: list[str]):
+    res = _cli(str(runs_root), "--port", "0")
+    assert res.exit_code == 0, res.output
+    url = res.stdout.split("websailor view: ")[1].split()[0]
+    assert url.startswith("http://127.0.0.1:") and fake_serving == [url]
+    assert "WARNING" not in res.stderr
+    res = _cli(str(runs_root), "--port", "0", "--no-browser")
+    assert res.exit_code == 0 and len(fake_serving) == 1
+    fake_serving[:] = ["none"]
+    res = _cli(str(runs_root), "--port", "0")
+    assert res.exit_code == 0 and "no browser found here: open http://127.0.0.1:" in res.stdout
+
+
+def test_the_cli_warns_when_it_listens_beyond_loopback(runs_root: Path, fake_serving: list[str]):
+    res = _cli(str(runs_root), "--host", "0.0.0.0", "--port", "0", "--no-browser")
+    assert res.exit_code == 0, res.output
+    assert "WARNING: websailor view is listening on 0.0.0.0, not on 127.0.0.1" in res.stderr
+    assert str(runs_root.resolve()) in res.stderr
+
+
+def test_the_cli_refuses_a_missing_path_and_a_busy_port(runs_root: Path, fake_serving: list[str], tmp_path_factory):
+    import socket
+
+    res = _cli("/nonexistent/websailor-runs", "--no-browser")
+    assert res.exit_code == 2 and "error: /nonexistent/websailor-runs does not exist" in res.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = _cli(str(runs_root), "--port", str(port), "--no-browser")
+    assert res.exit_code == 2 and f"127.0.0.1:{port}" in res.stderr and res.stderr.startswith("error: ")
+    out = tmp_path_factory.mktemp("cli-export") / "site"
+    res = _cli(str(runs_root), "--export", str(out))
+    assert res.exit_code == 0 and f"4 pages written to {out}" in res.stdout
+    res = _cli(str(runs_root), "--export", str(runs_root / "site"))
+    assert res.exit_code == 2 and "is inside the viewed folder" in res.stderr
+
+
+def test_a_file_that_is_not_a_run_gets_an_error_page_and_the_rest_keeps_serving(runs_root: Path):
+    client = TestClient(create_view_app(runs_root))
+    for url in ("/trajectories/notes.jsonl", "/qa/notes.jsonl", "/eval/nested", "/no/such/page"):
+        r = client.get(url)
+        assert r.status_code in (404, 422) and 'id="error-message"' in r.text, url
+        assert r.headers["content-type"].startswith("text/html")
+    assert client.get("/api/no-such").json() == {"detail": "Not Found"}  # the API stays JSON
+    assert client.get("/").status_code == 200 and client.get("/api/runs").status_code == 200

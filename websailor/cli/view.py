@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from websailor.cli.common import fail, handle_errors, logger
+from websailor.cli.common import fail, handle_errors
 
 
 @handle_errors
@@ -23,36 +25,58 @@ def view(
     ] = None,
 ) -> None:
     """Serve a local web app to read trajectories, compare runs, follow RL and inspect
-    synthesized items (docs/viewer.md); prints the URL."""
-    import uvicorn
-
-    from websailor.server.app import bind_socket
-    from websailor.view import create_view_app
-
+    synthesized items (docs/viewer.md); prints the URL. It listens on 127.0.0.1 only unless
+    --host says otherwise."""
     if not path.exists():
         fail(f"{path} does not exist")
     if export is not None:
         from websailor.view.export import export_site
 
         written = export_site(path, export)
-        print(f"{written} pages written to {export}; open {export / 'index.html'}")
+        print(f"{written} pages written to {export}; open {export / 'index.html'} in a browser (no server needed)")
         return
+    serve(path, host, port, open_browser=not no_browser)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(path: Path, host: str, port: int, open_browser: bool = True) -> None:
+    """Bind ``host:port`` (a busy port is a one-line error), print the URL, open a browser when
+    asked and one is available, and serve until Ctrl-C."""
+    import uvicorn
+
+    from websailor.server.app import bind_socket
+    from websailor.view import create_view_app
+
     app = create_view_app(path)
     sock = bind_socket(host, port)
     bound = sock.getsockname()[1]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/"
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning(
-            "serving on %s: anyone who can reach this address can read the runs under %s", host, path.resolve()
+    if not is_loopback(host):
+        print(
+            f"WARNING: websailor view is listening on {host}, not on 127.0.0.1: anyone who can reach this "
+            f"address can read every run under {path.resolve()} (trajectories, questions, model outputs).",
+            file=sys.stderr,
+            flush=True,
         )
     print(f"websailor view: {url} (Ctrl-C to stop)", flush=True)
-    if not no_browser:
+    if open_browser:
         import webbrowser
 
         try:
-            webbrowser.open(url)
+            opened = webbrowser.open(url)
         except webbrowser.Error:
-            pass
+            opened = False
+        if not opened:
+            print(f"no browser found here: open {url} yourself", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=bound, log_level="warning"))
     try:
         server.run(sockets=[sock])

@@ -14,6 +14,7 @@ import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.view.discover import RunEntry, find_runs, resolve
@@ -62,35 +63,80 @@ def human_size(n: int) -> str:
     return f"{n:.1f} GB"
 
 
+#: Largest file the index reads for a run's figures (a bigger one gets a note, not a read).
+HEADLINE_MAX_BYTES = 32 << 20
+
+
 def headline(ctx: ViewContext, run: RunEntry) -> dict[str, Any]:
     """The index's figures of one run: for ``eval`` its summary (model, environment, Avg@k with
     its interval, Pass@k, format validity), for ``rl`` its last step and reward; ``error``
-    when a file cannot be read (the index keeps listing the others)."""
+    (naming the file, relative to the root, and the line) when a file cannot be read, so the
+    index keeps listing the others. Only ``summary.json`` and ``rl_log.jsonl`` are read, and
+    neither when it is larger than :data:`HEADLINE_MAX_BYTES`: the index never reads a whole
+    large file."""
     path = ctx.path(run.rel)
+    prefix = run.rel + "/" if run.rel != "." else ""
     try:
         if run.kind == "eval":
-            summary = path / "summary.json"
-            if not summary.is_file():
-                return {"note": "running: no summary yet"}
-            s = json.loads(summary.read_text(encoding="utf-8"))
-            return {
-                "model": ", ".join(s.get("model") or []),
-                "env": ", ".join(s.get("env") or []),
-                "avg_at_k": s.get("avg_at_k"),
-                "ci": s.get("avg_at_k_ci95"),
-                "pass_at_k": s.get("pass_at_k"),
-                "k": s.get("k"),
-                "format_validity": s.get("format_validity"),
-            }
+            return _eval_headline(path / "summary.json", prefix + "summary.json")
         if run.kind == "rl":
-            from websailor.train.rl_log import read_log
+            from websailor.train.rl_log import LOG_FILE, read_log
 
-            log = read_log(path) if (path / "rl_log.jsonl").is_file() else []
+            log_path = path / LOG_FILE
+            if not log_path.is_file():
+                return {"steps": 0, "reward": None, "accuracy": None}
+            if log_path.stat().st_size > HEADLINE_MAX_BYTES:
+                return {"error": f"{prefix}{LOG_FILE}: {human_size(log_path.stat().st_size)}, too large for the index"}
+            log = read_log(log_path)
             last = log[-1] if log else {}
-            return {"steps": len(log), "reward": last.get("reward/mean"), "accuracy": last.get("reward/accuracy")}
+            reward = last.get("reward/mean")
+            return {
+                "steps": len(log),
+                "reward": reward if isinstance(reward, (int, float)) else None,
+                "accuracy": last.get("reward/accuracy"),
+            }
     except (InputFormatError, OSError, ValueError) as e:
-        return {"error": str(e)[:300]}
+        return {"error": _relative(str(e), ctx.root)[:300]}
     return {}
+
+
+def _relative(message: str, root: Path) -> str:
+    """``message`` with the viewed folder's absolute path left out of the file names in it."""
+    real = str(root.resolve())
+    return message.replace(real + "/", "").replace(real, ".")
+
+
+def _eval_headline(summary: Path, name: str) -> dict[str, Any]:
+    if not summary.is_file():
+        return {"note": "running: no summary yet"}
+    size = summary.stat().st_size
+    if size > HEADLINE_MAX_BYTES:
+        return {"error": f"{name}: {human_size(size)}, too large for a summary"}
+    try:
+        s = json.loads(summary.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        return {"error": f"{name} is not JSON ({e})"}
+    if not isinstance(s, dict) or not isinstance(s.get("k"), int):
+        return {"error": f"{name} is not an eval summary (no integer 'k')"}
+
+    def names(v: Any) -> str:
+        return ", ".join(map(str, v)) if isinstance(v, list) else str(v or "")
+
+    def number(key: str) -> float | None:
+        v = s.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    ci = s.get("avg_at_k_ci95")
+    ok_ci = isinstance(ci, list) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci)
+    return {
+        "model": names(s.get("model")),
+        "env": names(s.get("env")),
+        "avg_at_k": number("avg_at_k"),
+        "ci": ci if ok_ci else None,
+        "pass_at_k": number("pass_at_k"),
+        "k": s["k"],
+        "format_validity": number("format_validity"),
+    }
 
 
 def create_view_app(root: str | Path) -> FastAPI:
@@ -110,6 +156,17 @@ def create_view_app(root: str | Path) -> FastAPI:
     @app.exception_handler(InvalidArgumentError)
     async def refused(request: Request, exc: InvalidArgumentError) -> Response:
         return ctx.page("error.html", title="Not here", message=str(exc), status_code=404)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+        message = (
+            f"No page at {request.url.path}: the runs are listed on the first page."
+            if exc.status_code == 404
+            else str(exc.detail)
+        )
+        return ctx.page("error.html", title="Not here", message=message, status_code=exc.status_code)
 
     @app.exception_handler(InputFormatError)
     async def unreadable(request: Request, exc: InputFormatError) -> Response:

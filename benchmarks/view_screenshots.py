@@ -1,0 +1,261 @@
+"""Screenshots of every view of ``websailor view``, for docs/viewer.md.
+
+Serves the viewer over a folder of runs and shoots, with headless Chromium through Playwright
+(Debian's ``chromium``; the flags of ``tests/browser.py``), at 1280x800:
+
+- the runs index;
+- each run's page (every link of the index);
+- the first deeper link of each run's page (a question, a step, an item): whatever the run's
+  view links to under its own URL, so the script shoots the views as they are written.
+
+``--root PATH`` shoots real runs; without it the script builds a small realistic set in a
+temporary folder with the library, over the embedded corpus (``websailor corpus build``):
+
+- ``qa.jsonl``: 12 items synthesized from the corpus's knowledge graph (``synthesize``);
+- ``eval-search`` and ``eval-visit``: ``evaluate`` of two scripted policies over the local
+  ``search`` and ``visit`` on those items and 12 easy look-up questions (a search result's lead
+  sentence with its title masked), k = 3 (both answer with the first search result's
+  title; the second searches the quoted words only and visits the result first);
+- ``rl-run/rl_log.jsonl``: a 12-step RL step log (the figures of ``websailor train rl``).
+
+Usage: ``python benchmarks/view_screenshots.py [--root PATH] [--out docs/screenshots]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # browser.py: Chromium's flags
+
+from browser import CHROMIUM_ARGS, chromium_path  # noqa: E402
+
+from websailor.models.base import ChatModel, Generation  # noqa: E402
+
+LINK = re.compile(r"\[([^\]]+)\]\((https?://[^)\s]+)\)")
+
+
+class ReadingPolicy(ChatModel):
+    """Search the question and answer with the first result's title; with ``visit=True``,
+    search the quoted words only and visit the first result before answering. Deterministic."""
+
+    max_context = 131072
+
+    def __init__(self, visit: bool) -> None:
+        self.visit = visit
+        self.name = "reader-visit" if visit else "reader-search"
+
+    def generate(self, conversations, params):
+        return [self._reply(m) for m in conversations]
+
+    def _reply(self, messages) -> Generation:
+        turn = sum(m["role"] == "assistant" for m in messages)
+        seen = messages[-1]["content"] if turn else ""
+        links = LINK.findall(seen)
+        if turn == 0:
+            question = messages[-1]["content"]
+            if self.visit:  # the quoted words only
+                question = question.split(":", 1)[-1].strip(' "?')
+            text = "<think>I start with a search for the question's words.</think>\n" + _call(
+                "search", {"query": [question[:200]]}
+            )
+        elif turn == 1 and self.visit and links:
+            text = f"<think>The first result, {links[0][0]}, looks relevant; I read it.</think>\n" + _call(
+                "visit", {"url": links[0][1], "goal": "the answer to the question"}
+            )
+        else:
+            found = [LINK.findall(m["content"]) for m in messages[2:] if m["role"] != "assistant"]
+            first = next((x for x in found if x), [])
+            answer = first[0][0] if first else "unknown"
+            text = f"<think>The evidence points to {answer}.</think>\n<answer>{answer}</answer>"
+        return Generation(text, 120 * (turn + 1), len(text.split()))
+
+
+def _call(name: str, arguments: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def build_runs(root: Path) -> None:
+    """A synthesized QA file, two eval runs of scripted policies on it, and an RL step log."""
+    from websailor.agent.loop import Agent, AgentConfig
+    from websailor.corpus import Corpus
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.judge import Gold, load_judge
+    from websailor.questions import Question
+    from websailor.synth.dataset import SynthConfig, read_items, synthesize
+    from websailor.synth.graph import build_knowledge_graph
+    from websailor.tools.local import build_local_tools
+
+    corpus = Corpus.open(None)
+    tools = build_local_tools(corpus)
+    qa = root / "qa.jsonl"
+    synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=12, levels=(1, 2)), progress=False, tools=tools)
+    items = [Question(it["id"], it["question"], Gold.parse(it["answer"])) for it in read_items(qa)]
+    items += lookup_questions(tools["search"])
+    for visit in (False, True):
+        agent = Agent(ReadingPolicy(visit), tools, AgentConfig(max_calls=4))
+        out = root / ("eval-visit" if visit else "eval-search")
+        evaluate(items, agent, load_judge("em"), out, EvalConfig(rollouts=3, concurrency=4), bench="qa", progress=False)
+    rl = root / "rl-run"
+    rl.mkdir()
+    rng = random.Random(0)
+    with (rl / "rl_log.jsonl").open("w", encoding="utf-8") as fh:
+        for step in range(1, 13):
+            reward = 0.1 + 0.5 * (1 - math.exp(-step / 5)) + rng.uniform(-0.05, 0.05)
+            rec = {
+                "step": step,
+                "reward/mean": round(reward, 4),
+                "reward/accuracy": round(max(0.0, reward - 0.1), 4),
+                "groups/zero_spread_share": round(0.8 - 0.04 * step + rng.uniform(-0.05, 0.05), 4),
+                "rollouts/tool_calls": round(2 + 0.1 * step + rng.uniform(-0.2, 0.2), 3),
+                "rollouts/response_tokens": round(380 + 9 * step + rng.uniform(-20, 20), 1),
+                "entropy": round(0.9 - 0.02 * step + rng.uniform(-0.03, 0.03), 4),
+                "clip_ratio/region_mean": round(0.01 + rng.uniform(0, 0.01), 4),
+                "time/step_s": round(40 + rng.uniform(-5, 5), 2),
+            }
+            fh.write(json.dumps(rec) + "\n")
+
+
+RESULT = re.compile(r"^\d+\. \[([^\]]+)\]\([^)]+\)\n(.+)$", re.M)
+
+
+def lookup_questions(search) -> list:
+    """Easy questions a search answers: the lead sentence of a search result with its title's
+    words masked; the gold answer is the title."""
+    from websailor.judge import Gold
+    from websailor.questions import Question
+
+    out = []
+    for topic in ("volcano", "composer", "river delta", "empire capital", "painter", "island nation"):
+        for title, snippet in RESULT.findall(search({"query": [topic]}))[:2]:
+            masked = snippet.split(". ")[0]
+            for word in title.split():
+                masked = re.sub(rf"\b{re.escape(word)}\b", "___", masked)
+            out.append(Question(f"lookup-{len(out)}", f'Which article begins: "{masked[:240]}"?', Gold.parse(title)))
+    return out
+
+
+class _Hrefs(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href and href.startswith("/") and not href.startswith("//"):
+            self.hrefs.append(href)
+
+
+def hrefs(html: str) -> list[str]:
+    """The same-site absolute ``<a href>`` of a page, in order."""
+    parser = _Hrefs()
+    parser.feed(html)
+    return parser.hrefs
+
+
+def urls_to_shoot(get) -> list[str]:
+    """The index, each run's page, and the first link of each run's page under its own URL;
+    ``get(url)`` returns a page's HTML, or ``None`` when it is not there (a view not written
+    yet: not shot)."""
+    out = ["/"]
+    for run in dict.fromkeys(h for h in hrefs(get("/") or "") if h != "/"):
+        html = get(run)
+        if html is None:
+            print(f"skipped {run}: no page there")
+            continue
+        out.append(run)
+        deeper = [h for h in hrefs(html) if h.split("?")[0].startswith(run.rstrip("/") + "/")]
+        if deeper and get(deeper[0]) is not None:
+            out.append(deeper[0])
+    return list(dict.fromkeys(out))
+
+
+def slug(url: str) -> str:
+    """``/eval/eval-search/q/x`` -> ``eval-eval-search-q-x`` (``index`` for ``/``)."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", url).strip("-")[:80] or "index"
+
+
+def serve(root: Path):
+    """The viewer over ``root`` in a thread: ``(base url, stop)``."""
+    import uvicorn
+
+    from websailor.server.app import bind_socket
+    from websailor.view import create_view_app
+
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_view_app(root), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
+
+
+def shoot(root: Path, out: Path) -> list[Path]:
+    """Write ``out/<slug>.png`` for every URL of :func:`urls_to_shoot`; returns the files."""
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    base, stop = serve(root)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    try:
+        with httpx.Client(base_url=base, timeout=30) as client:
+
+            def get(url: str) -> str | None:
+                r = client.get(url)
+                return r.text if r.status_code == 200 else None
+
+            urls = urls_to_shoot(get)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            for url in urls:
+                page.goto(base + url)
+                page.wait_for_load_state("networkidle")
+                path = out / f"{slug(url)}.png"
+                page.screenshot(path=str(path))
+                written.append(path)
+                print(f"{path} ({path.stat().st_size // 1024} KB): {url}")
+            browser.close()
+    finally:
+        stop()
+    return written
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, help="a folder of real runs (default: build a small set)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    args = ap.parse_args()
+    if args.root is not None:
+        shoot(args.root, args.out)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "runs"
+        root.mkdir()
+        t = time.perf_counter()
+        build_runs(root)
+        print(f"runs built in {time.perf_counter() - t:.1f} s under {root}")
+        shoot(root, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
