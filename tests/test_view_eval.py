@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -291,12 +292,12 @@ def test_in_a_browser_from_the_index_to_a_step_filter_compare_and_nothing_execut
         page.wait_for_selector(".columns .rollout")
         assert page.locator(".columns .rollout").count() == 2
         page.click('a[href="#r0-step-2"]')
-        assert page.locator("#r0-step-2 details.thought").get_attribute("open") is not None  # unfolded
+        page.wait_for_selector("#r0-step-2 details.thought[open]", timeout=5000)  # unfolded
         page.click("#r0-step-1 details.observation summary")  # collapsed until opened
         assert XSS in page.locator("#r0-step-1 details.observation pre").inner_text()
         # a step's own URL reopens it
         page.goto(url + "/eval/base/q/nile?rollout=0#step-2")
-        assert page.locator("#step-2 details.observation").get_attribute("open") is not None
+        page.wait_for_selector("#step-2 details.observation[open]", timeout=5000)
         # compare
         page.goto(url + "/eval/base")
         page.select_option('#compare-form select[name="b"]', "rl")
@@ -309,3 +310,26 @@ def test_in_a_browser_from_the_index_to_a_step_filter_compare_and_nothing_execut
         assert XSS in page.locator("#question").inner_text()
         page.wait_for_timeout(200)
     assert dialogs == []
+
+
+def test_a_large_file_shows_its_first_page_while_the_rest_is_read(tmp_path: Path, root: Path, monkeypatch):
+    import websailor.view.eval_views as ev
+    import websailor.view.pages as pages
+
+    rec = json.loads((root / "traj.jsonl").read_text().splitlines()[0])
+    (tmp_path / "big.jsonl").write_text("".join(json.dumps({**rec, "id": f"q{i}"}) + "\n" for i in range(6000)))
+    index_line = pages._index_line
+
+    def slowly(*args):  # a slow disk: the file takes over a second to read
+        time.sleep(0.0002)
+        index_line(*args)
+
+    monkeypatch.setattr(pages, "_index_line", slowly)
+    monkeypatch.setattr(pages, "_CHUNK", 100)
+    monkeypatch.setattr(ev, "WAIT_S", 0.0)  # show at once what is read
+    c = TestClient(create_view_app(tmp_path))
+    html = c.get("/trajectories/big.jsonl").text
+    assert 'id="reading"' in html and "this page reloads itself" in html and len(_rows(html)) <= 50
+    assert c.get("/trajectories/big.jsonl/q/q5999").status_code == 200  # a question view waits for the file
+    html = c.get("/trajectories/big.jsonl").text
+    assert 'id="reading"' not in html and "6000 questions" in html

@@ -11,14 +11,16 @@ Routes:
 - ``/compare?a=REL&b=REL`` and ``/compare/q/{qid}?a=REL&b=REL``: two eval runs.
 
 Trajectories are read through :mod:`websailor.view.pages` (a cached index by byte offset, with
-the library's record checks); grades through :func:`websailor.eval.scoring.read_scores`.
+the library's record checks); grades line by line with the checks of :func:`websailor.eval.scoring.read_scores` (into compact
+:class:`Grade` records); a comparison through :mod:`websailor.eval.compare`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -26,46 +28,112 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from websailor.errors import InvalidArgumentError
-from websailor.eval.scoring import Score, read_scores
+from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.view.app import ViewContext, context
 from websailor.view.discover import find_runs
-from websailor.view.pages import FileIndex, Question, Row, file_index, page_of, read_row
+from websailor.view.pages import WAIT_S, FileIndex, Question, Row, file_index, iter_lines, page_of, read_row
 
 router = APIRouter()
 
 #: The cell outcomes, in the order the legend lists them.
 OUTCOMES = ("correct", "wrong", "no_answer", "model_error", "ungraded")
+#: Seconds a question or compare view waits for a whole file to be indexed.
+FULL_WAIT_S = 120.0
 #: A thought longer than this many lines (or characters) is shown collapsed.
 THOUGHT_LINES, THOUGHT_CHARS = 4, 400
 
 # -- grades ------------------------------------------------------------------------------------
 
-_SCORES: dict[Path, tuple[tuple[int, float], dict[tuple[str, int], Score]]] = {}
-_SCORES_LOCK = threading.Lock()
+
+@dataclass(slots=True)
+class Grade:
+    """What the viewer keeps of a :class:`~websailor.eval.scoring.Score` (a compact copy: a
+    100,000-rollout scores file stays small)."""
+
+    judge: str
+    correct: bool | None
+    score: float | None
+    extracted: str | None
+    reasoning: str | None
+    confidence: float | None
+    error: str | None
+    ungraded_for: str | None
 
 
-def scores_of(run: Path) -> dict[tuple[str, int], Score]:
-    """The latest grade per ``(id, rollout)`` of an eval folder's ``scores.jsonl`` (``{}``
-    without one), cached per (size, mtime).
+@dataclass
+class Grades:
+    """The grades of one ``scores.jsonl`` by ``(id, rollout)`` (the latest of each), read in a
+    background thread: ``complete`` is set when all are read, ``error`` says why reading
+    stopped."""
+
+    path: Path
+    size: int
+    mtime: float
+    by_key: dict[tuple[str, int], Grade] = field(default_factory=dict)
+    complete: threading.Event = field(default_factory=threading.Event)
+    error: InputFormatError | None = None
+
+    def get(self, key: tuple[str, int]) -> Grade | None:
+        return self.by_key.get(key)
+
+
+_NO_GRADES = Grades(Path(), 0, 0.0)
+_NO_GRADES.complete.set()
+_GRADES: dict[Path, Grades] = {}
+_GRADES_LOCK = threading.Lock()
+
+
+def _read_grades(g: Grades) -> None:
+    """Fill ``g`` from its file, line by line: each line checked as
+    :func:`websailor.eval.scoring.read_scores` checks it (streamed with
+    :func:`websailor.view.pages.iter_lines` rather than read whole, for the memory of large
+    files)."""
+    from websailor.eval.scoring import _score_record
+    from websailor.jsonio import loads_object
+
+    try:
+        for _, lineno, raw in iter_lines(g.path, "a score record"):
+            if not raw.strip():
+                continue
+            try:
+                rec = loads_object(raw.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                raise InputFormatError(f"{g.path} line {lineno} is not a score record: is it the right file?") from None
+            s = _score_record(g.path, lineno, rec)
+            g.by_key[(s.id, s.rollout)] = Grade(
+                s.judge, s.correct, s.score, s.extracted, s.reasoning, s.confidence, s.error, s.ungraded_for
+            )
+    except InputFormatError as e:
+        g.error = e
+    except OSError as e:
+        g.error = InputFormatError(f"{g.path} cannot be read: {e}")
+    finally:
+        g.complete.set()
+
+
+def grades_of(run: Path, wait_s: float = WAIT_S) -> Grades:
+    """The grades of an eval folder's ``scores.jsonl`` (none without one), cached per (size,
+    mtime); waits up to ``wait_s`` for them to be read, then returns those read so far.
 
     Raises:
         InputFormatError: a line that is not a score record.
     """
     path = run / "scores.jsonl"
     if not path.is_file():
-        return {}
+        return _NO_GRADES
     st = path.stat()
-    with _SCORES_LOCK:
-        hit = _SCORES.get(path)
-        if hit is not None and hit[0] == (st.st_size, st.st_mtime):
-            return hit[1]
-        grades = {(s.id, s.rollout): s for s in read_scores(path)}
-        _SCORES[path] = ((st.st_size, st.st_mtime), grades)
-        return grades
+    with _GRADES_LOCK:
+        g = _GRADES.get(path)
+        if g is None or (g.complete.is_set() and (g.size, g.mtime) != (st.st_size, st.st_mtime)):
+            g = _GRADES[path] = Grades(path, st.st_size, st.st_mtime)
+            threading.Thread(target=_read_grades, args=(g,), name=f"grades {run.name}", daemon=True).start()
+    g.complete.wait(wait_s)
+    if g.error is not None:
+        raise g.error
+    return g
 
 
-def outcome(row: Row, score: Score | None) -> str:
+def outcome(row: Row, score: Grade | None) -> str:
     """The cell class of a rollout: from its grade when it has one (``correct``, ``wrong``,
     ``no_answer`` for a wrong rollout without a final answer, ``model_error`` or ``ungraded``),
     else from its termination (``model_error``, ``no_answer`` or ``ungraded``)."""
@@ -130,25 +198,14 @@ class Filters:
         )
 
 
-def _cells(q: Question, grades: dict[tuple[str, int], Score]) -> list[tuple[Row, str, Score | None]]:
+def _cells(q: Question, grades: Grades) -> list[tuple[Row, str, Grade | None]]:
     return [(row, outcome(row, g := grades.get((q.id, row.rollout))), g) for row in q.ordered()]
 
 
-def _pass(cells: list[tuple[Row, str, Score | None]]) -> bool | None:
+def _pass(cells: list[tuple[Row, str, Grade | None]]) -> bool | None:
     """Pass@k of a question: solved by a rollout, ``None`` when none is graded."""
     graded = [s.correct for _, _, s in cells if s is not None and s.correct is not None]
     return any(graded) if graded else None
-
-
-def _keep(q: Question, cells: list, f: Filters) -> bool:
-    if f.q:
-        needle = f.q.lower()
-        texts = [q.question, q.gold, q.id, *(row.prediction or "" for row, _, _ in cells)]
-        if not any(needle in t.lower() for t in texts):
-            return False
-    if f.outcome or f.termination or f.min_calls is not None or f.max_calls is not None:
-        return any(f.rollout_matches(row, cell) for row, cell, _ in cells)
-    return True
 
 
 def run_base(kind: str, rel: str) -> str:
@@ -161,6 +218,55 @@ def question_url(base: str, qid: str, **query: Any) -> str:
     return f"{base}/q/{quote(qid, safe='')}" + (f"?{urlencode(query)}" if query else "")
 
 
+@dataclass
+class Summary:
+    """The table's rows before filtering, computed once per state of the index and grades:
+    ``rows`` of ``(question, cells, Pass@k, lower-cased text for the search)``, the outcome
+    ``counts``, the ``terminations`` seen, and the questions ``graded`` and ``solved``."""
+
+    rows: list[tuple[Question, list, bool | None, str]]
+    counts: dict[str, int]
+    terminations: list[str]
+    graded: int
+    solved: int
+
+
+_SUMMARIES: dict[tuple[Path, Path], tuple[tuple, Summary]] = {}
+
+
+def summary_of(index: FileIndex, grades: Grades) -> Summary:
+    """:class:`Summary` of ``index`` with ``grades``, cached until either changes."""
+    key = (id(index), index.version, id(grades), len(grades.by_key), grades.complete.is_set())
+    hit = _SUMMARIES.get((index.path, grades.path))
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    rows, counts, terminations = [], dict.fromkeys(OUTCOMES, 0), set()
+    graded = solved = 0
+    with index.lock:
+        for q in index.questions.values():
+            cells = _cells(q, grades)
+            for row, cell, _ in cells:
+                counts[cell] += 1
+                terminations.add(row.termination)
+            p = _pass(cells)
+            if p is not None:
+                graded += 1
+                solved += p
+            text = "\n".join([q.question, q.gold, q.id, *(row.prediction or "" for row, _, _ in cells)]).lower()
+            rows.append((q, cells, p, text))
+    out = Summary(rows, counts, sorted(terminations), graded, solved)
+    _SUMMARIES[(index.path, grades.path)] = (key, out)
+    return out
+
+
+def _keep(cells: list, text: str, f: Filters) -> bool:
+    if f.q and f.q.lower() not in text:
+        return False
+    if f.outcome or f.termination or f.min_calls is not None or f.max_calls is not None:
+        return any(f.rollout_matches(row, cell) for row, cell, _ in cells)
+    return True
+
+
 def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     path = ctx.path(rel)
     traj = path / "trajectories.jsonl" if kind == "eval" else path
@@ -168,25 +274,17 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
         raise InvalidArgumentError(f"{rel!r} is not an eval output folder")
     if kind == "trajectories" and not path.is_file():
         raise InvalidArgumentError(f"{rel!r} is not a trajectories file")
-    index = file_index(traj)
-    grades = scores_of(path) if kind == "eval" else {}
+    deadline = time.monotonic() + WAIT_S
+    if kind == "eval":
+        grades_of(path, 0)  # both read at once: the page waits WAIT_S in all, not twice
+    index = file_index(traj, WAIT_S)
+    grades = grades_of(path, max(0.0, deadline - time.monotonic())) if kind == "eval" else _NO_GRADES
     f = Filters.of(request)
-    kept, counts, terminations = [], dict.fromkeys(OUTCOMES, 0), set()
-    solved = graded_q = 0
-    for q in index.questions.values():
-        cells = _cells(q, grades)
-        for row, cell, _ in cells:
-            counts[cell] += 1
-            terminations.add(row.termination)
-        p = _pass(cells)
-        if p is not None:
-            graded_q += 1
-            solved += p
-        if _keep(q, cells, f):
-            kept.append((q, cells, p))
+    summary = summary_of(index, grades)
+    kept = [r for r in summary.rows if _keep(r[1], r[3], f)]
     shown, page, pages = page_of(kept, f.page)
     base = run_base(kind, rel)
-    k = max((len(q.rows) for q in index.questions.values()), default=0)
+    k = max((len(r[0].rows) for r in summary.rows), default=0)
     others = (
         [r.rel for r in find_runs(ctx.root) if r.kind == "eval" and r.rel != (rel or ".")] if kind == "eval" else []
     )
@@ -206,8 +304,16 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
             "pass": p,
             "calls": [row.calls for row, _, _ in cells],
         }
-        for q, cells, p in shown
+        for q, cells, p, _ in shown
     ]
+    reading = None
+    if not index.complete.is_set() or not grades.complete.is_set():
+        done = min(index.end, index.size)
+        reading = {
+            "lines": index.lines,
+            "percent": round(100 * done / index.size) if index.size else 100,
+            "grades": grades.complete.is_set(),
+        }
     return ctx.page(
         "eval_table.html",
         title=f"{'Evaluation' if kind == 'eval' else 'Trajectories'}: {rel or '.'}",
@@ -215,22 +321,25 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
         rel=rel or ".",
         base=base,
         index=index,
+        questions=len(summary.rows),
+        rollouts=sum(summary.counts.values()),
+        reading=reading,
         rows=rows,
         f=f,
         page=page,
         pages=pages,
         matching=len(kept),
         k=k,
-        counts=counts,
+        counts=summary.counts,
         outcomes=OUTCOMES,
-        terminations=sorted(terminations),
-        pass_at_k=(solved / graded_q) if graded_q else None,
-        graded_questions=graded_q,
+        terminations=summary.terminations,
+        pass_at_k=(summary.solved / summary.graded) if summary.graded else None,
+        graded_questions=summary.graded,
         others=others,
     )
 
 
-def _cell_title(row: Row, cell: str, g: Score | None) -> str:
+def _cell_title(row: Row, cell: str, g: Grade | None) -> str:
     pred = "no answer" if row.prediction is None else f"answer: {row.prediction[:200]}"
     parts = [f"rollout {row.rollout}: {cell.replace('_', ' ')}", f"termination: {row.termination}", pred]
     parts.append(f"{row.calls} tool call{'' if row.calls == 1 else 's'}")
@@ -332,7 +441,7 @@ def steps_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def rollout_view(rec: dict[str, Any], score: Score | None, row: Row, label: str = "") -> dict[str, Any]:
+def rollout_view(rec: dict[str, Any], score: Grade | None, row: Row, label: str = "") -> dict[str, Any]:
     """What the template shows of one rollout: its record's figures, the prompt, the steps
     (:func:`steps_of`), the grade and the outcome class."""
     messages = [m for m in rec.get("messages") or [] if isinstance(m, dict)]
@@ -353,13 +462,20 @@ def rollout_view(rec: dict[str, Any], score: Score | None, row: Row, label: str 
 
 
 def _find(index: FileIndex, qid: str) -> Question:
-    q = index.questions.get(qid)
+    with index.lock:
+        q = index.questions.get(qid)
+    if q is None and not index.complete.is_set():  # not read yet: wait for the whole file
+        index.complete.wait(FULL_WAIT_S)
+        if index.error is not None:
+            raise index.error
+        with index.lock:
+            q = index.questions.get(qid)
     if q is None:
         raise InvalidArgumentError(f"no question {qid!r} in {index.path.name}")
     return q
 
 
-def _rollouts_of(index: FileIndex, q: Question, grades: dict, only: int | None, label: str = "") -> list[dict]:
+def _rollouts_of(index: FileIndex, q: Question, grades: Grades, only: int | None, label: str = "") -> list[dict]:
     rows = q.ordered() if only is None else [r for r in q.ordered() if r.rollout == only]
     if only is not None and not rows:
         raise InvalidArgumentError(f"question {q.id!r} has no rollout {only}")
@@ -378,7 +494,7 @@ def _question(ctx: ViewContext, request: Request, kind: str, rel: str, qid: str)
         )
     index = file_index(traj)
     q = _find(index, qid)
-    grades = scores_of(path) if kind == "eval" else {}
+    grades = grades_of(path, FULL_WAIT_S) if kind == "eval" else _NO_GRADES
     try:
         only = int(request.query_params["rollout"]) if "rollout" in request.query_params else None
     except ValueError:
@@ -412,7 +528,7 @@ def _eval_dir(ctx: ViewContext, rel: str | None, which: str) -> Path:
 
 def _same_questions(a: Path, b: Path, names: tuple[str, str]) -> None:
     """:func:`websailor.eval.compare.check_same_questions` over the cached indexes."""
-    idx = [file_index(p / "trajectories.jsonl") for p in (a, b) if (p / "trajectories.jsonl").is_file()]
+    idx = [file_index(p / "trajectories.jsonl", FULL_WAIT_S) for p in (a, b) if (p / "trajectories.jsonl").is_file()]
     if len(idx) < 2:
         return
     qa, qb = idx[0].questions, idx[1].questions
@@ -427,7 +543,7 @@ def _same_questions(a: Path, b: Path, names: tuple[str, str]) -> None:
 @router.get("/compare")
 async def compare(request: Request) -> Response:
     """Two eval runs of the same questions: figures, and which questions flipped."""
-    from websailor.eval.compare import compare_runs
+    from websailor.eval.compare import compare_runs, load_scores
 
     ctx = context(request)
     a_rel, b_rel = request.query_params.get("a"), request.query_params.get("b")
@@ -435,13 +551,13 @@ async def compare(request: Request) -> Response:
     names = (a_rel or "", b_rel or "")
     try:
         _same_questions(a, b, names)
-        c = compare_runs(list(scores_of(a).values()), list(scores_of(b).values()), names)
+        c = compare_runs(load_scores(a), load_scores(b), names)
     except InvalidArgumentError as e:
         return ctx.page("error.html", title="These runs cannot be compared", message=str(e), status_code=422)
     texts = {}
     for p in (a, b):
         if (p / "trajectories.jsonl").is_file():
-            for qid, q in file_index(p / "trajectories.jsonl").questions.items():
+            for qid, q in file_index(p / "trajectories.jsonl", FULL_WAIT_S).questions.items():
                 texts.setdefault(qid, q.question)
 
     def listed(ids: list[str]) -> list[dict]:
@@ -481,7 +597,7 @@ async def compare_question(request: Request, qid: str) -> Response:
     for label, p in (("A ", a), ("B ", b)):
         index = file_index(p / "trajectories.jsonl")
         q = _find(index, qid)
-        rollouts += _rollouts_of(index, q, scores_of(p), None, label)
+        rollouts += _rollouts_of(index, q, grades_of(p, FULL_WAIT_S), None, label)
     assert q is not None
     return ctx.page(
         "eval_question.html",

@@ -1,4 +1,4 @@
-// websailor view: the question view. Opening #step-N (or #rC-step-N) unfolds that step's
+// websailor view: the eval views. In the question view, opening #step-N (or #rC-step-N) unfolds that step's
 // collapsed parts and scrolls it into view. Nothing from the server is put on the page here.
 "use strict";
 
@@ -10,5 +10,11 @@ function openStep() {
   step.scrollIntoView({ block: "start" });
 }
 
-document.addEventListener("DOMContentLoaded", openStep);
+// A table shown while its file is still being read reloads itself until the file is read.
+function reloadWhileReading() {
+  const note = document.getElementById("reading");
+  if (note && !document.body.dataset.static) setTimeout(() => location.reload(), Number(note.dataset.reload) || 2000);
+}
+
+document.addEventListener("DOMContentLoaded", () => { openStep(); reloadWhileReading(); });
 window.addEventListener("hashchange", openStep);
