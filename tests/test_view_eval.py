@@ -1,0 +1,335 @@
+"""The viewer's eval views: the question table and its filters and pages, a question's rollouts
+as timelines, two runs compared, a trajectories file; over real eval outputs made by the
+library (a scripted model over the local tools of the vital corpus), in a real browser too."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.fakes import ScriptedModel, call
+from websailor.agent.loop import Agent, AgentConfig
+from websailor.eval.harness import EvalConfig, evaluate
+from websailor.judge import Gold, load_judge
+from websailor.models.base import Generation
+from websailor.questions import Question
+from websailor.tools.base import Tool, ToolResult
+from websailor.view import create_view_app
+from websailor.view.pages import file_index
+
+XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
+ITEMS = [
+    Question("paris", "Which city is the capital of France?", Gold.parse("Paris")),
+    Question("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
+    Question("xss", f"{XSS} Which planet is red?", Gold.parse("Mars")),
+]
+#: Each run's replies per question: base solves paris, rl solves nile; both solve xss.
+ANSWERS = {
+    "base": {"paris": "Paris", "nile": "Amazon", "xss": "Mars"},
+    "rl": {"paris": "Lyon", "nile": "Nile", "xss": "Mars"},
+}
+
+
+class HostileSearch(Tool):
+    """The local ``search``, its observation led by markup that must render as text."""
+
+    def __init__(self, inner: Tool) -> None:
+        self.inner = inner
+        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
+
+    def execute(self, arguments=None) -> ToolResult:
+        r = self.inner.execute(arguments)
+        return ToolResult(XSS + "\n" + r.observation, r.error, r.kind, r.env_failures)
+
+    def forward(self, **kwargs):
+        return self.inner.forward(**kwargs)
+
+
+class TokenModel(ScriptedModel):
+    """A scripted model that also returns sampled token ids (one per word)."""
+
+    def generate(self, conversations, params):
+        return [
+            Generation(g.text, g.prompt_tokens, g.completion_tokens, "stop", list(range(len(g.text.split()))))
+            for g in super().generate(conversations, params)
+        ]
+
+
+def _agent(vital, run: str) -> Agent:
+    from websailor.tools.local import build_local_tools
+
+    tools = build_local_tools(vital)
+    tools["search"] = HostileSearch(tools["search"])
+    thought = "\n".join(f"Line {i} of a long thought about where to look." for i in range(8))
+
+    def reply(messages):
+        q = next(it for it in ITEMS if it.question == messages[1]["content"])
+        turn = sum(m["role"] == "assistant" for m in messages)
+        if turn == 0:
+            return call("search", query=[q.question[-30:]])
+        if turn == 1 and q.id == "nile":
+            return f"<think>{thought}</think>\n" + call("search", query=["Nile"]).split("</think>\n", 1)[1]
+        return f"<think>done</think><answer>{ANSWERS[run][q.id]}</answer>"
+
+    return Agent(TokenModel(reply), tools, AgentConfig(max_calls=4))
+
+
+@pytest.fixture(scope="module")
+def root(vital, tmp_path_factory) -> Path:
+    """Two eval runs of the same questions (k = 2) and a trajectories file."""
+    root = tmp_path_factory.mktemp("viewroot")
+    for run in ("base", "rl"):
+        evaluate(
+            ITEMS,
+            _agent(vital, run),
+            load_judge("em"),
+            root / run,
+            EvalConfig(rollouts=2, concurrency=1),
+            progress=False,
+        )
+    shutil.copy(root / "base" / "trajectories.jsonl", root / "traj.jsonl")
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(root: Path) -> TestClient:
+    return TestClient(create_view_app(root))
+
+
+def _rows(html: str) -> list[str]:
+    return re.findall(r'<tr data-id="([^"]+)"', html)
+
+
+def test_the_eval_table_shows_a_row_per_question_with_coloured_cells(client: TestClient):
+    r = client.get("/eval/base")
+    assert r.status_code == 200, r.text
+    html = r.text
+    assert _rows(html) == ["paris", "nile", "xss"]
+    assert html.count('<a class="cell correct"') == 4 and html.count('<a class="cell wrong"') == 2
+    assert "termination: answer\nanswer: Amazon" in html  # the hover title
+    assert "Pass@2 66.7" in html and "solved" in html and "not solved" in html
+    assert 'href="/eval/base/q/paris"' in html and 'href="/eval/base/q/paris?rollout=1#step-1"' in html
+    # escaped, never markup
+    assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # the compare form offers the other eval run
+    assert '<option value="rl">rl</option>' in html and 'action="/compare"' in html
+
+
+@pytest.mark.parametrize(
+    ("query", "ids"),
+    [
+        ("outcome=wrong", ["nile"]),
+        ("outcome=correct", ["paris", "xss"]),
+        ("termination=answer", ["paris", "nile", "xss"]),
+        ("termination=max_calls", []),
+        ("min_calls=2", ["nile"]),
+        ("max_calls=1", ["paris", "xss"]),
+        ("q=cairo", ["nile"]),
+        ("q=AMAZON", ["nile"]),  # a prediction
+        ("q=mars", ["xss"]),  # a gold answer
+        ("outcome=wrong&min_calls=3", []),  # one rollout must match every rollout filter
+    ],
+)
+def test_filters(client: TestClient, query: str, ids: list[str]):
+    html = client.get(f"/eval/base?{query}").text
+    assert _rows(html) == ids
+    if not ids:
+        assert "No question matches" in html
+
+
+def test_pages_of_fifty_questions(tmp_path: Path, root: Path):
+    rec = json.loads((root / "traj.jsonl").read_text().splitlines()[0])
+    lines = [json.dumps({**rec, "id": f"q{i:03d}", "rollout": 0}) for i in range(120)]
+    (tmp_path / "many.jsonl").write_text("\n".join(lines) + "\n")
+    c = TestClient(create_view_app(tmp_path))
+    first = c.get("/trajectories/many.jsonl").text
+    assert _rows(first)[0] == "q000" and len(_rows(first)) == 50 and "page 1 of 3" in first
+    assert _rows(c.get("/trajectories/many.jsonl?page=3").text) == [f"q{i:03d}" for i in range(100, 120)]
+    assert _rows(c.get("/trajectories/many.jsonl?page=99").text)[0] == "q100"  # clamped
+    filtered = c.get("/trajectories/many.jsonl?q=q0").text  # q000..q099: the pager keeps the filter
+    assert "page 1 of 2" in filtered and 'href="/trajectories/many.jsonl?q=q0&amp;page=2"' in filtered
+    assert 'id="pager"' not in c.get("/trajectories/many.jsonl?q=q01").text
+
+
+def test_the_trajectories_view_has_no_grades(client: TestClient):
+    html = client.get("/trajectories/traj.jsonl").text
+    assert _rows(html) == ["paris", "nile", "xss"]
+    assert html.count('<a class="cell ungraded"') == 6 and "Pass@" not in html.split("<table")[1]
+    q = client.get("/trajectories/traj.jsonl/q/nile")
+    assert q.status_code == 200 and "not graded" in q.text and "Amazon" in q.text
+
+
+def test_the_question_view_shows_the_rollouts_as_timelines(client: TestClient):
+    html = client.get("/eval/base/q/nile").text
+    assert html.count('<section class="rollout wrong"') == 2
+    assert 'id="r0-step-1"' in html and 'id="r1-step-3"' in html and 'href="#r0-step-2"' in html
+    assert '<details class="thought">' in html  # the long thought is collapsed
+    assert "Line 7 of a long thought" in html
+    assert '<b class="tool">search</b>' in html and "&#34;query&#34;: [\n    &#34;Nile&#34;" in html
+    assert re.search(r"≈ \d+ tokens \(estimate: characters / 4\)", html)
+    assert "judge em</span> wrong" in html and "<b>Nile</b>" in html and '<b class="prediction">Amazon</b>' in html
+    assert re.search(r"tool \d+\.\d\d s", html) and "tokens:" in html and " s model" in html
+    assert re.search(r"\d+ sampled token ids</summary><pre class=\"text\">0 1 2", html)
+    assert "assistant text: trained tokens" in html and 'class="trained"' in html and "observation untrained" in html
+    assert XSS not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    alone = client.get("/eval/base/q/nile?rollout=1").text
+    assert alone.count('<section class="rollout') == 1 and 'id="step-1"' in alone and 'id="all-rollouts"' in alone
+
+
+def test_a_question_id_with_odd_characters_round_trips(tmp_path: Path, root: Path):
+    rec = json.loads((root / "traj.jsonl").read_text().splitlines()[0])
+    (tmp_path / "t.jsonl").write_text(json.dumps({**rec, "id": "a/b c?#"}) + "\n")
+    c = TestClient(create_view_app(tmp_path))
+    html = c.get("/trajectories/t.jsonl").text
+    assert 'href="/trajectories/t.jsonl/q/a%2Fb%20c%3F%23"' in html
+    assert c.get("/trajectories/t.jsonl/q/a%2Fb%20c%3F%23").status_code == 200
+    assert c.get("/trajectories/t.jsonl/q/nope").status_code == 404
+
+
+def test_the_root_itself_as_an_eval_run(root: Path):
+    c = TestClient(create_view_app(root / "base"))
+    html = c.get("/eval/").text
+    assert _rows(html) == ["paris", "nile", "xss"] and 'href="/eval/q/paris"' in html
+    assert c.get("/eval/q/paris").status_code == 200
+
+
+def test_compare_two_runs(client: TestClient):
+    html = client.get("/compare?a=base&b=rl").text
+    gained = html.split('id="gained"')[1].split("</ul>")[0]
+    lost = html.split('id="lost"')[1].split("</ul>")[0]
+    assert 'href="/compare/q/nile?a=base&amp;b=rl"' in gained and "paris" not in gained
+    assert 'href="/compare/q/paris?a=base&amp;b=rl"' in lost
+    assert "by both 1, only by A 1, only by B 1, by neither 0" in html
+    q = client.get("/compare/q/nile?a=base&b=rl").text
+    assert q.count('<section class="rollout') == 4 and "A rollout 0" in q and "B rollout 1" in q
+    assert 'id="r3-step-1"' in q
+    assert client.get("/compare?a=base").status_code == 404
+    assert client.get("/compare?a=base&b=traj.jsonl").status_code == 404
+    assert client.get("/compare?a=../x&b=rl").status_code == 404
+
+
+def test_compare_refuses_runs_of_other_questions(tmp_path: Path, root: Path):
+    for run in ("base", "rl"):
+        shutil.copytree(root / run, tmp_path / run)
+    t = tmp_path / "rl" / "trajectories.jsonl"
+    t.write_text(t.read_text().replace("Which river flows through Cairo?", "Which river flows through Rome?"))
+    r = TestClient(create_view_app(tmp_path)).get("/compare?a=base&b=rl")
+    assert r.status_code == 422 and "different questions" in r.text
+
+
+def test_bad_input_names_the_file_and_line(tmp_path: Path, root: Path):
+    shutil.copytree(root / "base", tmp_path / "ev")
+    t = tmp_path / "ev" / "trajectories.jsonl"
+    c = TestClient(create_view_app(tmp_path))
+    # a truncated last line (a run killed mid-write) is skipped and reported
+    lines = t.read_text().splitlines()
+    t.write_text("\n".join(lines) + "\n" + lines[0][:40])
+    html = c.get("/eval/ev").text
+    assert _rows(html) == ["paris", "nile", "xss"] and f"line {len(lines) + 1}" in html and "unfinished" in html
+    # a record missing a field: the page names the file and the line
+    broken = json.loads(lines[2])
+    del broken["question"]
+    t.write_text("\n".join([*lines[:2], json.dumps(broken), *lines[3:]]) + "\n")
+    r = c.get("/eval/ev")
+    assert r.status_code == 422 and "trajectories.jsonl line 3" in r.text and "no question" in r.text
+    # the index and the other runs keep working
+    (tmp_path / "ok").mkdir()
+    shutil.copy(root / "base" / "trajectories.jsonl", tmp_path / "ok" / "trajectories.jsonl")
+    shutil.copy(root / "base" / "scores.jsonl", tmp_path / "ok" / "scores.jsonl")
+    assert c.get("/").status_code == 200 and c.get("/eval/ok").status_code == 200
+    # a scores file that is not one
+    (tmp_path / "ok" / "scores.jsonl").write_text('{"x": 1}\n')
+    r = c.get("/eval/ok")
+    assert r.status_code == 422 and "scores.jsonl line 1 is not a score record" in r.text
+
+
+def test_a_file_being_appended_to_is_indexed_again(tmp_path: Path, root: Path):
+    lines = (root / "traj.jsonl").read_text().splitlines(keepends=True)
+    t = tmp_path / "t.jsonl"
+    t.write_text("".join(lines[:2]))
+    first = file_index(t)
+    assert list(first.questions) == ["paris"] and first.rollouts == 2
+    with t.open("a") as fh:
+        fh.write("".join(lines[2:]))
+    again = file_index(t)
+    assert list(again.questions) == ["paris", "nile", "xss"] and again.rollouts == 6
+    assert file_index(t) is again  # unchanged: cached
+    c = TestClient(create_view_app(tmp_path))
+    assert c.get("/trajectories/t.jsonl/q/xss").status_code == 200
+
+
+def test_a_duplicate_rollout_is_refused_as_score_refuses_it(tmp_path: Path, root: Path):
+    lines = (root / "traj.jsonl").read_text().splitlines()
+    (tmp_path / "t.jsonl").write_text("\n".join([*lines, lines[0]]) + "\n")
+    r = TestClient(create_view_app(tmp_path)).get("/trajectories/t.jsonl")
+    assert r.status_code == 422 and "also appears in" in r.text and "line 7" in r.text
+
+
+def test_in_a_browser_from_the_index_to_a_step_filter_compare_and_nothing_executes(root: Path, page):
+    from browser import serve_view
+
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with serve_view(root) as url:
+        page.goto(url + "/")
+        page.click('#runs a[href="/eval/base"]')
+        page.wait_for_selector("#questions")
+        assert page.locator("#questions tbody tr").count() == 3
+        assert XSS in page.locator('tr[data-id="xss"] .question').inner_text()
+        # filter
+        page.select_option('select[name="outcome"]', "wrong")
+        page.click('#filters button[type="submit"]')
+        page.wait_for_url("**outcome=wrong**")
+        assert page.locator("#questions tbody tr").count() == 1
+        # a question, then a step
+        page.click('tr[data-id="nile"] td a')
+        page.wait_for_selector(".columns .rollout")
+        assert page.locator(".columns .rollout").count() == 2
+        page.click('a[href="#r0-step-2"]')
+        page.wait_for_selector("#r0-step-2 details.thought[open]", timeout=5000)  # unfolded
+        page.click("#r0-step-1 details.observation summary")  # collapsed until opened
+        assert XSS in page.locator("#r0-step-1 details.observation pre").inner_text()
+        # a step's own URL reopens it
+        page.goto(url + "/eval/base/q/nile?rollout=0#step-2")
+        page.wait_for_selector("#step-2 details.observation[open]", timeout=5000)
+        # compare
+        page.goto(url + "/eval/base")
+        page.select_option('#compare-form select[name="b"]', "rl")
+        page.click('#compare-form button[type="submit"]')
+        page.wait_for_selector("#gained")
+        page.click('#gained a[href^="/compare/q/nile"]')
+        page.wait_for_selector(".columns .rollout")
+        assert page.locator(".columns .rollout").count() == 4
+        page.goto(url + "/eval/base/q/xss")
+        assert XSS in page.locator("#question").inner_text()
+        page.wait_for_timeout(200)
+    assert dialogs == []
+
+
+def test_a_large_file_shows_its_first_page_while_the_rest_is_read(tmp_path: Path, root: Path, monkeypatch):
+    import websailor.view.eval_views as ev
+    import websailor.view.pages as pages
+
+    rec = json.loads((root / "traj.jsonl").read_text().splitlines()[0])
+    (tmp_path / "big.jsonl").write_text("".join(json.dumps({**rec, "id": f"q{i}"}) + "\n" for i in range(6000)))
+    index_line = pages._index_line
+
+    def slowly(*args):  # a slow disk: the file takes over a second to read
+        time.sleep(0.0002)
+        index_line(*args)
+
+    monkeypatch.setattr(pages, "_index_line", slowly)
+    monkeypatch.setattr(pages, "_CHUNK", 100)
+    monkeypatch.setattr(ev, "WAIT_S", 0.0)  # show at once what is read
+    c = TestClient(create_view_app(tmp_path))
+    html = c.get("/trajectories/big.jsonl").text
+    assert 'id="reading"' in html and "this page reloads itself" in html and len(_rows(html)) <= 50
+    assert c.get("/trajectories/big.jsonl/q/q5999").status_code == 200  # a question view waits for the file
+    html = c.get("/trajectories/big.jsonl").text
+    assert 'id="reading"' not in html and "6000 questions" in html

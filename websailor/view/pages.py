@@ -1,0 +1,312 @@
+"""A compact index of a trajectories JSONL, so that a 100,000-rollout file opens its first page
+quickly and the server stays small: one streaming pass records, for each line, its byte offset
+and length and the few fields the table shows (id, rollout, termination, prediction, tool
+calls; the question and gold answer once per question). The question view reads its k full
+records back by offset.
+
+Why this reads lines itself: :func:`websailor.jsonio.read_appended_jsonl` reads the whole file
+into memory and returns every parsed record at once (a 100,000-trajectory file of a few KB each
+would take well over 1 GB). This module keeps that reader's rules and its library checks, line by
+line: each line is parsed by :func:`websailor.jsonio.loads_object` and checked by
+:func:`websailor.eval.scoring._check_record` (the checks of ``score``); a UTF-8 byte-order mark is
+ignored; an unfinished last line (a run being written, or killed mid-write) is skipped and
+reported; a later record of an ``(id, rollout)`` supersedes one that
+:func:`websailor.agent.runner.finished` does not accept, and any other duplicate is refused as
+:func:`websailor.eval.scoring.read_trajectories` refuses it.
+
+Indexes are cached per path and rebuilt when the file's size or modification time changes; a
+file that only grew (a run still appending) is indexed from where the last pass stopped. An
+index is built in a background thread: a request waits for it up to :data:`WAIT_S` seconds and
+then shows the part read so far (the page says so and reloads itself), so that the first page of
+a 100,000-trajectory file (700 MB) comes in about a second while the rest is read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from websailor.errors import InputFormatError
+
+#: Questions per page of the eval table.
+PAGE_SIZE = 50
+#: Seconds a request waits for an index being built before it shows the part read so far.
+WAIT_S = 0.8
+#: Lines the scanner indexes between two moments it lets readers in.
+_CHUNK = 2000
+#: Bytes compared at the end of the indexed part to tell a file that grew from one rewritten.
+_SIGNATURE = 256
+
+
+@dataclass(slots=True)
+class Row:
+    """One indexed rollout: where its line is (``offset``, ``length`` in bytes, 1-based
+    ``lineno``) and what the table shows of it."""
+
+    offset: int
+    length: int
+    lineno: int
+    rollout: int
+    termination: str
+    prediction: str | None
+    calls: int
+    done: bool  # :func:`websailor.agent.runner.finished`: a later record may not replace it
+    env_error: str | None = None  # a malformed env_failures (refused if the record is kept)
+
+
+@dataclass
+class Question:
+    """A question of the file: ``id``, its text, the gold answer as shown, and its rollouts
+    by index."""
+
+    id: str
+    question: str
+    gold: str
+    rows: dict[int, Row] = field(default_factory=dict)
+
+    def ordered(self) -> list[Row]:
+        """Its rollouts by rollout index."""
+        return [self.rows[r] for r in sorted(self.rows)]
+
+
+@dataclass
+class FileIndex:
+    """The index of one trajectories file: its questions in file order, ``end`` (the byte
+    offset after the last complete line indexed), and ``skipped_tail`` (bytes of an
+    unfinished last line left out, 0 when none)."""
+
+    path: Path
+    size: int = 0
+    mtime: float = 0.0
+    end: int = 0
+    lines: int = 0
+    questions: dict[str, Question] = field(default_factory=dict)
+    skipped_tail: int = 0
+    signature: bytes = b""
+    answers: dict[str, Any] = field(default_factory=dict)  # each question's raw gold answer
+    version: int = 0  # bumped each time the scanner publishes more lines
+    error: InputFormatError | None = None  # why the scan stopped, if it did
+    complete: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def rollouts(self) -> int:
+        return sum(len(q.rows) for q in self.questions.values())
+
+
+def gold_text(answer: Any) -> str:
+    """The gold answer of a record as shown: the answer, then its aliases (``Nile (also: the
+    Nile river)``); ``answer`` as given when it cannot be parsed."""
+    from websailor.judge import Gold
+
+    try:
+        g = Gold.parse(answer)
+    except ValueError:
+        return str(answer)
+    return g.answer + (f" (also: {', '.join(g.aliases)})" if g.aliases else "")
+
+
+def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
+    from websailor.agent.runner import finished
+    from websailor.agent.trajectory import env_failed_calls
+    from websailor.eval.scoring import _check_record
+    from websailor.jsonio import loads_object
+
+    path = index.path
+    try:
+        rec = loads_object(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise InputFormatError(f"{path} line {lineno} is not a trajectory record: is it the right file?") from None
+    _check_record(path, lineno, rec)
+    qid, rollout = str(rec["id"]), rec["rollout"]
+    q = index.questions.get(qid)
+    if q is None:
+        q = index.questions[qid] = Question(qid, rec["question"], gold_text(rec["answer"]))
+        index.answers[qid] = rec["answer"]
+    earlier = q.rows.get(rollout)
+    if earlier is not None and earlier.done and q.question == rec["question"]:
+        raise InputFormatError(
+            f"{path} line {lineno}: question {qid!r} rollout {rollout} also appears in {path} line "
+            f"{earlier.lineno}; score each run separately"
+        )
+    try:
+        env_failed_calls(rec)
+        env_error = None
+    except ValueError as e:
+        env_error = f"{path} line {lineno}: {e}"
+    q.question = rec["question"]
+    if index.answers[qid] != rec["answer"]:  # Gold.parse once per question, unless the answer changes
+        q.gold, index.answers[qid] = gold_text(rec["answer"]), rec["answer"]
+    q.rows[rollout] = Row(
+        offset,
+        len(raw),
+        lineno,
+        rollout,
+        rec["termination"],
+        rec["prediction"],
+        int(rec.get("num_tool_calls") or 0),
+        finished(rec, rec["question"]),
+        env_error,
+    )
+
+
+def iter_lines(path: Path, what: str, start: int = 0, lineno: int = 0) -> Iterator[tuple[int, int, bytes]]:
+    """The lines of a JSONL file from byte ``start`` (after line ``lineno``), streamed, as
+    ``(offset, line number, bytes)``, under :func:`websailor.jsonio.read_appended_jsonl`'s rules:
+    a UTF-8 byte-order mark is ignored, and a last line without its newline is yielded when it
+    is a whole JSON object and otherwise stops the iteration (its size in the generator's
+    return value: ``StopIteration.value``, 0 when there is none).
+
+    Raises:
+        InputFormatError: a last line that is not the start of an object ("is it the right file?").
+    """
+    from websailor.jsonio import loads_object
+
+    with path.open("rb") as fh:
+        if start == 0 and fh.read(3) == b"\xef\xbb\xbf":
+            start = 3
+        fh.seek(start)
+        offset = start
+        for raw in fh:
+            here, offset = offset, offset + len(raw)
+            lineno += 1
+            if not raw.endswith(b"\n"):  # the last line, unfinished or without its newline
+                try:
+                    loads_object(raw.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    if not raw.lstrip().startswith(b"{"):
+                        raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
+                    return len(raw)
+            yield here, lineno, raw
+    return 0
+
+
+def _scan(index: FileIndex) -> None:
+    """Index the lines of ``index.path`` from ``index.end`` on (see the module's rules),
+    publishing what it has every :data:`_CHUNK` lines (readers hold ``index.lock``)."""
+    lines = iter_lines(index.path, "a trajectory record", index.end, index.lines)
+    index.lock.acquire()
+    try:
+        n = 0
+        while True:
+            try:
+                offset, lineno, raw = next(lines)
+            except StopIteration as stop:
+                index.skipped_tail = stop.value or 0
+                break
+            index.lines = lineno
+            if raw.strip():
+                _index_line(index, raw, offset, lineno)
+            if raw.endswith(b"\n"):
+                index.end = offset + len(raw)
+            n += 1
+            if n % _CHUNK == 0:
+                index.version += 1
+                index.lock.release()
+                time.sleep(0)  # let a waiting reader take the lock
+                index.lock.acquire()
+        for q in index.questions.values():  # the kept records only: a rerun supersedes a malformed one
+            for row in q.rows.values():
+                if row.env_error:
+                    raise InputFormatError(row.env_error)
+        if index.end:
+            with index.path.open("rb") as fh:
+                fh.seek(max(0, index.end - _SIGNATURE))
+                index.signature = fh.read(min(_SIGNATURE, index.end))
+    finally:
+        index.version += 1
+        index.lock.release()
+
+
+def _grew(old: FileIndex, size: int) -> bool:
+    """Whether the file only grew since ``old`` was made (its indexed end is intact)."""
+    if old.skipped_tail or old.error or size < old.end or not old.end:
+        return False
+    try:
+        with old.path.open("rb") as fh:
+            fh.seek(max(0, old.end - _SIGNATURE))
+            return fh.read(min(_SIGNATURE, old.end)) == old.signature
+    except OSError:
+        return False
+
+
+_CACHE: dict[Path, FileIndex] = {}
+_LOCK = threading.Lock()
+
+
+def _run(index: FileIndex) -> None:
+    try:
+        _scan(index)
+    except InputFormatError as e:
+        index.error = e
+    except OSError as e:
+        index.error = InputFormatError(f"{index.path} cannot be read: {e}")
+    finally:
+        index.complete.set()
+
+
+def file_index(path: Path, wait_s: float = WAIT_S) -> FileIndex:
+    """The index of the trajectories file ``path``, cached per (path, size, mtime), built in a
+    background thread; waits up to ``wait_s`` for it, then returns what is indexed so far
+    (``index.complete`` not set yet: the caller says the table is partial). A file that only
+    grew is indexed from where the last pass ended.
+
+    Raises:
+        InputFormatError: not a regular file, or a line that is not a trajectory record (the
+            message names the file and the line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputFormatError(f"trajectory file {path} does not exist or is not a file")
+    st = path.stat()
+    with _LOCK:
+        index = _CACHE.get(path)
+        busy = index is not None and not index.complete.is_set()
+        if index is None or (not busy and (index.size, index.mtime) != (st.st_size, st.st_mtime)):
+            old, index = index, FileIndex(path, st.st_size, st.st_mtime)
+            if old is not None and _grew(old, st.st_size):
+                with old.lock:
+                    index.end, index.lines, index.signature = old.end, old.lines, old.signature
+                    index.answers = dict(old.answers)
+                    index.questions = {
+                        k: Question(q.id, q.question, q.gold, dict(q.rows)) for k, q in old.questions.items()
+                    }
+            _CACHE[path] = index
+            threading.Thread(target=_run, args=(index,), name=f"index {path.name}", daemon=True).start()
+    index.complete.wait(wait_s)
+    if index.error is not None:
+        raise index.error
+    return index
+
+
+def read_row(index: FileIndex, row: Row) -> dict[str, Any]:
+    """The full record of an indexed rollout, read back by its offset and checked again.
+
+    Raises:
+        InputFormatError: the line is no longer a trajectory record (the file was rewritten).
+    """
+    from websailor.eval.scoring import _check_record
+    from websailor.jsonio import loads_object
+
+    with index.path.open("rb") as fh:
+        fh.seek(row.offset)
+        raw = fh.read(row.length)
+    try:
+        rec = loads_object(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise InputFormatError(
+            f"{index.path} line {row.lineno} is not a trajectory record (was it rewritten?)"
+        ) from None
+    _check_record(index.path, row.lineno, rec)
+    return rec
+
+
+def page_of(items: list, page: int, size: int = PAGE_SIZE) -> tuple[list, int, int]:
+    """``(items of page, page, pages)``: ``page`` (1-based) clamped to ``1..pages``."""
+    pages = max(1, -(-len(items) // size))
+    page = min(max(1, page), pages)
+    return items[(page - 1) * size : page * size], page, pages

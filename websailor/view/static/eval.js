@@ -1,0 +1,20 @@
+// websailor view: the eval views. In the question view, opening #step-N (or #rC-step-N) unfolds that step's
+// collapsed parts and scrolls it into view. Nothing from the server is put on the page here.
+"use strict";
+
+function openStep() {
+  if (!location.hash) return;
+  const step = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (!step || !step.classList.contains("step")) return;
+  for (const d of step.querySelectorAll("details")) d.open = true;
+  step.scrollIntoView({ block: "start" });
+}
+
+// A table shown while its file is still being read reloads itself until the file is read.
+function reloadWhileReading() {
+  const note = document.getElementById("reading");
+  if (note && !document.body.dataset.static) setTimeout(() => location.reload(), Number(note.dataset.reload) || 2000);
+}
+
+document.addEventListener("DOMContentLoaded", () => { openStep(); reloadWhileReading(); });
+window.addEventListener("hashchange", openStep);
