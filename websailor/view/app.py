@@ -24,11 +24,14 @@ HERE = Path(__file__).parent
 
 @dataclass
 class ViewContext:
-    """What every view needs: the viewed ``root`` and the template environment (autoescaping
-    every string)."""
+    """What every view needs: the viewed ``root``, the template environment (autoescaping
+    every string) and whether pages wait for whole files (:attr:`whole_files`)."""
 
     root: Path
     templates: jinja2.Environment
+    #: wait for a large file to be read whole before a page shows it (the static export), instead
+    #: of showing the part read so far
+    whole_files: bool = False
 
     def path(self, rel: str) -> Path:
         """:func:`~websailor.view.discover.resolve` under :attr:`root`."""

@@ -274,10 +274,11 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
         raise InvalidArgumentError(f"{rel!r} is not an eval output folder")
     if kind == "trajectories" and not path.is_file():
         raise InvalidArgumentError(f"{rel!r} is not a trajectories file")
-    deadline = time.monotonic() + WAIT_S
+    wait_s = FULL_WAIT_S if context(request).whole_files else WAIT_S  # an export never writes a partial table
+    deadline = time.monotonic() + wait_s
     if kind == "eval":
-        grades_of(path, 0)  # both read at once: the page waits WAIT_S in all, not twice
-    index = file_index(traj, WAIT_S)
+        grades_of(path, 0)  # both read at once: the page waits wait_s in all, not twice
+    index = file_index(traj, wait_s)
     grades = grades_of(path, max(0.0, deadline - time.monotonic())) if kind == "eval" else _NO_GRADES
     f = Filters.of(request)
     summary = summary_of(index, grades)

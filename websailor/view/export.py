@@ -221,6 +221,7 @@ def export_site(
     if app is None:
         app = create_view_app(root)
     app.state.view.templates.globals["static_export"] = True
+    app.state.view.whole_files = True  # a page of a large file waits for all of it: no partial table is written
     if out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True)
