@@ -206,9 +206,11 @@ def smollm2_home(smollm2_path: Path) -> Path:
 
 
 # -- the viewer's browser tests ------------------------------------------------------------------
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """Headless Debian Chromium through Playwright (the test is skipped without either)."""
+    """Headless Debian Chromium through Playwright (the test is skipped without either). One per
+    module, not per session: Playwright's sync API keeps an event loop running in the main thread
+    while it is open, and later tests call ``asyncio.run``."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e .[test])")
     from browser import CHROMIUM_ARGS, chromium_path
 
