@@ -401,3 +401,33 @@ def test_a_file_that_is_not_a_run_gets_an_error_page_and_the_rest_keeps_serving(
         assert r.headers["content-type"].startswith("text/html")
     assert client.get("/api/no-such").json() == {"detail": "Not Found"}  # the API stays JSON
     assert client.get("/").status_code == 200 and client.get("/api/runs").status_code == 200
+
+
+def test_on_loopback_a_request_for_another_host_is_refused(runs_root: Path, tmp_path: Path):
+    client = TestClient(
+        create_view_app(runs_root, allowed_hosts=["127.0.0.1", "localhost"]), base_url="http://127.0.0.1"
+    )
+    assert client.get("/api/runs").status_code == 200
+    assert client.get("/api/runs", headers={"Host": "attacker.example:8765"}).status_code == 400
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    for url in ("/eval/loop1", "/eval/" + "a" * 5000, "/rl/loop1"):
+        r = client.get(url)
+        assert r.status_code == 404 and "<html" in r.text.lower()
+
+
+def test_a_giant_line_is_refused_without_being_held(tmp_path: Path):
+    import resource
+
+    from websailor.view.pages import MAX_LINE_BYTES
+
+    (tmp_path / "ev").mkdir()
+    path = tmp_path / "ev" / "trajectories.jsonl"
+    path.write_text(json.dumps(_traj("a")) + "\n")
+    with path.open("r+b") as fh:
+        fh.truncate(MAX_LINE_BYTES * 4)  # sparse: NUL bytes, no newline
+    (tmp_path / "ev" / "summary.json").write_text("{}")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = TestClient(create_view_app(tmp_path)).get("/eval/ev")
+    assert r.status_code == 422 and "line 2 is longer than 64 MB" in r.text
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 3 * (MAX_LINE_BYTES >> 10)

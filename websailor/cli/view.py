@@ -56,7 +56,9 @@ def serve(path: Path, host: str, port: int, open_browser: bool = True) -> None:
     from websailor.server.app import bind_socket
     from websailor.view import create_view_app
 
-    app = create_view_app(path)
+    # on loopback, only requests that name a loopback host (no DNS rebinding from a page elsewhere)
+    hosts = ["127.0.0.1", "localhost", host.strip("[]")] if is_loopback(host) and ":" not in host else None
+    app = create_view_app(path, allowed_hosts=hosts)
     sock = bind_socket(host, port)
     bound = sock.getsockname()[1]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/"

@@ -142,8 +142,11 @@ def _eval_headline(summary: Path, name: str) -> dict[str, Any]:
     }
 
 
-def create_view_app(root: str | Path) -> FastAPI:
-    """The viewer over ``root`` (a folder of runs, or one run's folder or file).
+def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The viewer over ``root`` (a folder of runs, or one run's folder or file). With
+    ``allowed_hosts`` (``websailor view`` on loopback: ``127.0.0.1``, ``localhost``, ``::1``), a
+    request whose ``Host`` header names another host is refused (HTTP 400), so that a web page
+    the user visits cannot read the runs by rebinding its own name to 127.0.0.1.
 
     Raises:
         InvalidArgumentError: ``root`` does not exist.
@@ -152,6 +155,10 @@ def create_view_app(root: str | Path) -> FastAPI:
     if not root.exists():
         raise InvalidArgumentError(f"{root} does not exist")
     app = FastAPI(title="websailor view", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:  # a page elsewhere cannot read the runs through DNS rebinding
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     ctx = ViewContext(root, _environment())
     app.state.view = ctx
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
@@ -171,6 +178,11 @@ def create_view_app(root: str | Path) -> FastAPI:
         )
         return ctx.page("error.html", title="Not here", message=message, status_code=exc.status_code)
 
+    @app.exception_handler(OSError)
+    async def unopenable(request: Request, exc: OSError) -> Response:  # unreadable, a link loop, ...
+        what = f"{exc.strerror or type(exc).__name__}" + (f": {Path(exc.filename).name}" if exc.filename else "")
+        return ctx.page("error.html", title="A file cannot be opened", message=what, status_code=404)
+
     @app.exception_handler(InputFormatError)
     async def unreadable(request: Request, exc: InputFormatError) -> Response:
         return ctx.page("error.html", title="A file cannot be read", message=str(exc), status_code=422)
@@ -179,11 +191,11 @@ def create_view_app(root: str | Path) -> FastAPI:
         return [{**vars(r), "figures": headline(ctx, r)} for r in find_runs(root)]
 
     @app.get("/", response_class=HTMLResponse)
-    async def index() -> Response:
+    def index() -> Response:
         return ctx.page("index.html", title="Runs", runs=runs())
 
     @app.get("/api/runs")
-    async def api_runs() -> Response:
+    def api_runs() -> Response:
         return JSONResponse(runs())
 
     from websailor.view import eval_views, rl_views, synth_views

@@ -48,10 +48,15 @@ def resolve(root: Path, rel: str) -> Path:
     if rel.startswith(("/", "\\")) or os.path.isabs(rel) or "\x00" in rel:
         raise InvalidArgumentError(f"{rel!r} is not a path inside the viewed folder")
     parts = Path(rel).parts
+    if len(rel) > 4096 or any(len(p.encode("utf-8", "surrogatepass")) > 255 for p in parts):
+        raise InvalidArgumentError(f"{rel[:200]!r}...: a path too long for the file system")
     if any(p == ".." for p in parts):
         raise InvalidArgumentError(f"{rel!r} leaves the viewed folder")
     real_root = root.resolve()
-    target = (real_root / rel).resolve()
+    try:
+        target = (real_root / rel).resolve()
+    except (OSError, RuntimeError) as e:  # a symbolic link loop, a name too long for the file system
+        raise InvalidArgumentError(f"{rel[:200]!r} cannot be opened ({type(e).__name__})") from None
     if target != real_root and real_root not in target.parents:
         raise InvalidArgumentError(f"{rel!r} leads out of the viewed folder (a symbolic link?)")
     return target

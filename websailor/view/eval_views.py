@@ -350,37 +350,37 @@ def _cell_title(row: Row, cell: str, g: Grade | None) -> str:
 
 
 @router.get("/eval/q/{qid:path}")
-async def eval_root_question(request: Request, qid: str) -> Response:
+def eval_root_question(request: Request, qid: str) -> Response:
     """A question of the eval run that is the root itself."""
     return _question(context(request), request, "eval", ".", qid)
 
 
 @router.get("/trajectories/q/{qid:path}")
-async def trajectories_root_question(request: Request, qid: str) -> Response:
+def trajectories_root_question(request: Request, qid: str) -> Response:
     """A question of the trajectories file that is the root itself."""
     return _question(context(request), request, "trajectories", ".", qid)
 
 
 @router.get("/eval/{rel:path}/q/{qid:path}")
-async def eval_question(request: Request, rel: str, qid: str) -> Response:
+def eval_question(request: Request, rel: str, qid: str) -> Response:
     """A question of an eval run: its rollouts side by side."""
     return _question(context(request), request, "eval", rel, qid)
 
 
 @router.get("/trajectories/{rel:path}/q/{qid:path}")
-async def trajectories_question(request: Request, rel: str, qid: str) -> Response:
+def trajectories_question(request: Request, rel: str, qid: str) -> Response:
     """A question of a trajectories file: its rollouts side by side."""
     return _question(context(request), request, "trajectories", rel, qid)
 
 
 @router.get("/eval/{rel:path}")
-async def eval_table(request: Request, rel: str) -> Response:
+def eval_table(request: Request, rel: str) -> Response:
     """An eval run's table of questions."""
     return _table(context(request), request, "eval", rel.rstrip("/"))
 
 
 @router.get("/trajectories/{rel:path}")
-async def trajectories_table(request: Request, rel: str) -> Response:
+def trajectories_table(request: Request, rel: str) -> Response:
     """A trajectories file's table of questions."""
     return _table(context(request), request, "trajectories", rel.rstrip("/"))
 
@@ -542,7 +542,7 @@ def _same_questions(a: Path, b: Path, names: tuple[str, str]) -> None:
 
 
 @router.get("/compare")
-async def compare(request: Request) -> Response:
+def compare(request: Request) -> Response:
     """Two eval runs of the same questions: figures, and which questions flipped."""
     from websailor.eval.compare import compare_runs, load_scores
 
@@ -588,7 +588,7 @@ async def compare(request: Request) -> Response:
 
 
 @router.get("/compare/q/{qid:path}")
-async def compare_question(request: Request, qid: str) -> Response:
+def compare_question(request: Request, qid: str) -> Response:
     """A question's rollouts in two eval runs, side by side."""
     ctx = context(request)
     a_rel, b_rel = request.query_params.get("a"), request.query_params.get("b")

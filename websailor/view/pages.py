@@ -171,7 +171,11 @@ def iter_lines(path: Path, what: str, start: int = 0, lineno: int = 0) -> Iterat
             start = 3
         fh.seek(start)
         offset = start
-        for raw in fh:
+        while raw := fh.readline(MAX_LINE_BYTES + 1):
+            if len(raw) > MAX_LINE_BYTES:  # never hold a giant line (a sparse or binary file) in memory
+                raise InputFormatError(
+                    f"{path} line {lineno + 1} is longer than {MAX_LINE_BYTES >> 20} MB: not {what}; is it the right file?"
+                )
             here, offset = offset, offset + len(raw)
             lineno += 1
             if not raw.endswith(b"\n"):  # the last line, unfinished or without its newline
@@ -183,6 +187,10 @@ def iter_lines(path: Path, what: str, start: int = 0, lineno: int = 0) -> Iterat
                     return len(raw)
             yield here, lineno, raw
     return 0
+
+
+#: Longest line read (bytes): a longer one is refused without being held in memory.
+MAX_LINE_BYTES = 64 << 20
 
 
 def _scan(index: FileIndex) -> None:

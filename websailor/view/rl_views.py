@@ -33,6 +33,7 @@ from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import loads_object
 from websailor.train.rl_log import LOG_FILE, read_log
 from websailor.view.app import ViewContext, context
+from websailor.view.pages import MAX_LINE_BYTES
 
 router = APIRouter()
 
@@ -195,7 +196,11 @@ class RolloutIndex:
             with self.path.open("rb") as fh:
                 fh.seek(self.size)
                 offset = self.size
-                for raw in fh:
+                while raw := fh.readline(MAX_LINE_BYTES + 1):
+                    if len(raw) > MAX_LINE_BYTES:  # a giant line (a sparse or binary file) is never held
+                        self.problems.append(f"{self.path} line {self.lines + 1} is longer than 64 MB: not a rollout")
+                        offset = st.st_size  # not read again
+                        break
                     if not raw.endswith(b"\n"):
                         break  # being written: read it when it is whole
                     self.lines += 1
