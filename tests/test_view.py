@@ -431,3 +431,22 @@ def test_a_giant_line_is_refused_without_being_held(tmp_path: Path):
     r = TestClient(create_view_app(tmp_path)).get("/eval/ev")
     assert r.status_code == 422 and "line 2 is longer than 64 MB" in r.text
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 3 * (MAX_LINE_BYTES >> 10)
+
+
+def test_non_finite_figures_and_odd_run_names_keep_the_index_working(tmp_path: Path):
+    from urllib.parse import quote
+
+    (tmp_path / "exp#1?x").mkdir()
+    (tmp_path / "exp#1?x" / "trajectories.jsonl").write_text(json.dumps(_traj("a")) + "\n")
+    (tmp_path / "exp#1?x" / "summary.json").write_text('{"k": 1, "avg_at_k": NaN, "avg_at_k_ci95": [-Infinity, NaN]}')
+    (tmp_path / "rl").mkdir()
+    (tmp_path / "rl" / "rl_log.jsonl").write_text('{"step": 1, "reward/mean": NaN, "entropy": Infinity}\n')
+    client = TestClient(create_view_app(tmp_path))
+    api = {r["rel"]: r for r in client.get("/api/runs").json()}
+    assert api["exp#1?x"]["figures"]["avg_at_k"] is None and api["rl"]["figures"]["reward"] is None
+    html = client.get("/").text
+    link = "/eval/" + quote("exp#1?x", safe="/")
+    assert f'href="{link}"' in html
+    assert client.get(link).status_code == 200
+    for url in ("/rl/rl", "/api/rl/rl/log"):
+        assert client.get(url).status_code == 200, url

@@ -5,6 +5,7 @@ run has its views in its own module (:mod:`websailor.view.eval_views`,
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,18 @@ def _environment() -> jinja2.Environment:
     env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
     env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=True)
     return env
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by ``None`` (JSON has neither; a
+    hand-written summary or step log may hold them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def human_size(n: int) -> str:
@@ -188,7 +201,7 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
         return ctx.page("error.html", title="A file cannot be read", message=str(exc), status_code=422)
 
     def runs() -> list[dict[str, Any]]:
-        return [{**vars(r), "figures": headline(ctx, r)} for r in find_runs(root)]
+        return [{**vars(r), "figures": finite(headline(ctx, r))} for r in find_runs(root)]
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> Response:
@@ -196,7 +209,7 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
 
     @app.get("/api/runs")
     def api_runs() -> Response:
-        return JSONResponse(runs())
+        return JSONResponse(finite(runs()))
 
     from websailor.view import eval_views, rl_views, synth_views
 

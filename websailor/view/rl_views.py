@@ -32,7 +32,7 @@ from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import loads_object
 from websailor.train.rl_log import LOG_FILE, read_log
-from websailor.view.app import ViewContext, context
+from websailor.view.app import ViewContext, context, finite
 from websailor.view.pages import MAX_LINE_BYTES
 
 router = APIRouter()
@@ -67,7 +67,7 @@ def script_json(value: Any) -> Markup:
     """``value`` as JSON to put inside ``<script type="application/json">``: ASCII only, with
     ``<``, ``>`` and ``&`` written as ``\\u003c``... so no ``</script>`` or ``<!--`` in the data
     can end the element (``JSON.parse`` reads them back unchanged)."""
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    text = json.dumps(finite(value), ensure_ascii=True, allow_nan=False)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return Markup(text)  # noqa: S704 - every character that HTML would read is escaped above
 
@@ -343,7 +343,7 @@ def api_log(rel: str, request: Request) -> Response:
     except InputFormatError as e:
         return JSONResponse({"error": str(e)}, status_code=422)
     data["rollout_steps"] = rollout_index(run).steps()
-    return JSONResponse(data)
+    return JSONResponse(finite(data))
 
 
 @router.get("/rl/{rel:path}/step/{n}", response_class=HTMLResponse)

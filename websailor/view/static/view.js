@@ -17,7 +17,7 @@ function pollRuns(table) {
         tr.dataset.rel = run.rel;
         for (let i = 0; i < 7; i++) tr.insertCell();
         const a = document.createElement("a");
-        a.href = "/" + run.kind + "/" + run.rel;
+        a.href = "/" + run.kind + "/" + run.rel.split("/").map(encodeURIComponent).join("/");
         a.textContent = run.rel;
         tr.cells[0].append(a);
         tr.cells[1].textContent = run.kind;
