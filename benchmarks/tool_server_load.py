@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from _common import write_results
+from _common import wait_for_health, write_results
 
 from websailor.corpus import Corpus
 from websailor.corpus.store import Document
@@ -117,19 +117,12 @@ def start_server(corpus_dir: str | None, port: int, max_workers: int) -> tuple[s
         [sys.executable, "-c", _SERVER, corpus_dir or "-", str(port), str(max_workers)], stderr=log, text=True
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"the tool server exited with status {proc.returncode}: {log.read()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"the tool server at {url} did not answer /health within 120 s")
+    try:
+        wait_for_health(url, proc)
+    except RuntimeError:
+        log.seek(0)
+        raise RuntimeError(f"the tool server at {url} did not start: {log.read()[-2000:]}") from None
+    return proc, url
 
 
 async def client(http: httpx.AsyncClient, work: Workload, seed: int, deadline: float, tally: Tally) -> None:

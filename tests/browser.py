@@ -4,8 +4,6 @@ free loopback port in a thread, and drive Debian's Chromium through Playwright."
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,26 +35,12 @@ def chromium_path() -> str:
 @contextmanager
 def serve_view(root: Path) -> Iterator[str]:
     """The viewer over ``root`` in a background thread; yields its base URL (no trailing slash)."""
-    import uvicorn
+    from fakes import serving
 
-    from websailor.server.app import bind_socket
     from websailor.view import create_view_app
 
-    sock = bind_socket("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_view_app(root), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the viewer did not start within 30 s"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with serving(create_view_app(root)) as url:
+        yield url
 
 
 class ConsoleWatch:

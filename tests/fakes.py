@@ -288,17 +288,53 @@ def web_providers(monkeypatch, tmp_path) -> Iterator:
     from websailor.tools.web.fault_server import FaultPlan, FaultServer
 
     with FaultServer(FaultPlan()) as server:
-        for var, value in {
-            "SERPER_API_KEY": server.api_key,
-            "SERPER_BASE_URL": server.url,
-            "SEARXNG_BASE_URL": f"{server.url}/searxng",
-            "JINA_BASE_URL": f"{server.url}/jina",
-            "WEBSAILOR_WEB_CACHE": str(tmp_path / "web_cache.sqlite"),
-            "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
-        }.items():
+        for var, value in provider_environ(
+            server, tmp_path, WEBSAILOR_WEB_CACHE=str(tmp_path / "web_cache.sqlite")
+        ).items():
             monkeypatch.setenv(var, value)
         monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
         yield server
+
+
+@contextmanager
+def serving(app, timeout_s: float = 30.0) -> Iterator[str]:
+    """Run the ASGI ``app`` with uvicorn in a daemon thread on a free loopback port (a real
+    server: a URL reaches it as sent); yields its base URL, without a trailing slash."""
+    import time
+
+    import uvicorn
+
+    from websailor.server.app import bind_socket
+
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def provider_environ(server, tmp_path, **extra: str) -> dict[str, str]:
+    """The environment variables that point the web settings at the provider imitation
+    ``server`` (a :class:`~websailor.tools.web.fault_server.FaultServer`), with the web cache in
+    ``tmp_path`` and loopback pages allowed; ``extra`` adds or overrides variables."""
+    return {
+        "SERPER_API_KEY": server.api_key,
+        "SERPER_BASE_URL": server.url,
+        "SEARXNG_BASE_URL": f"{server.url}/searxng",
+        "JINA_BASE_URL": f"{server.url}/jina",
+        "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"),
+        "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
+        **extra,
+    }
 
 
 __all__ = [
@@ -307,6 +343,8 @@ __all__ = [
     "ScriptedModel",
     "call",
     "dead_url",
+    "provider_environ",
+    "serving",
     "silent_socket",
     "web_providers",
 ]

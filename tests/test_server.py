@@ -13,8 +13,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
-from fakes import ScriptedModel, call
+from fakes import ScriptedModel, call, serving
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 
@@ -64,25 +63,6 @@ class Slow(Tool):
     def forward(self, seconds: float) -> str:
         time.sleep(seconds)
         return f"slept {seconds} s"
-
-
-@contextmanager
-def serving(app) -> Iterator[str]:
-    """Run ``app`` with uvicorn in a daemon thread on a free loopback port; yields its URL."""
-    sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the tool server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def dead_url() -> str:

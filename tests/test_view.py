@@ -3,13 +3,12 @@ browser too), and what bad input gets."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes import serving
 from fastapi import Request
 from fastapi.responses import PlainTextResponse
 from fastapi.testclient import TestClient
@@ -156,32 +155,6 @@ def test_a_1_gb_file_does_not_stop_the_index(runs_root: Path):
 # --- paths in real HTTP requests ---------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _serve_app(app) -> Iterator[str]:
-    """``app`` on a free loopback port in a thread (a real server: the URL reaches it as sent)."""
-    import threading
-    import time
-
-    import uvicorn
-
-    from websailor.server.app import bind_socket
-
-    sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 def test_paths_in_raw_http_requests_cannot_leave_the_root(runs_root: Path, tmp_path_factory):
     import httpx
 
@@ -213,7 +186,7 @@ def test_paths_in_raw_http_requests_cannot_leave_the_root(runs_root: Path, tmp_p
         "/static/%2e%2e/app.py",
         "/static/..%2Fapp.py",
     ] + [f"/{kind}/..%2F{escape}" for kind in ("eval", "rl", "sft", "trajectories", "qa", "compare")]
-    with _serve_app(app) as url, httpx.Client() as client:
+    with serving(app) as url, httpx.Client() as client:
         ok = client.get(url + "/probe/ev/summary.json")
         assert ok.status_code == 200 and '"avg_at_k"' in ok.text  # the probe reads inside the root
         for target in targets:

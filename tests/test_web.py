@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fakes import provider_environ
 
 from websailor.errors import ConfigError
 from websailor.tools.environment import EnvSpec, open_environment
@@ -34,18 +35,6 @@ def server():
         yield s
 
 
-def environ(server: FaultServer, tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {
-        "SERPER_API_KEY": server.api_key,
-        "SERPER_BASE_URL": server.url,
-        "SEARXNG_BASE_URL": f"{server.url}/searxng",
-        "JINA_BASE_URL": f"{server.url}/jina",
-        "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"),
-        "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
-        **extra,
-    }
-
-
 def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, config: dict | None = None, **env: str):
     import yaml
 
@@ -55,7 +44,7 @@ def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, config:
         yaml.safe_dump({"policies": {t: pol for t in ("search", "google_scholar", "visit")}, **(config or {})})
     )
     tools, executor = build_web_tools(
-        load_web_settings(cfg, environ(server, tmp_path, **env)), names=("search", "visit", "google_scholar")
+        load_web_settings(cfg, provider_environ(server, tmp_path, **env)), names=("search", "visit", "google_scholar")
     )
     return tools, executor
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from fakes import provider_environ
 
 from websailor.tools.web import build_web_tools, load_web_settings
 from websailor.tools.web.executor import (
@@ -46,15 +47,7 @@ def web(server: FaultServer, tmp_path: Path, policy: dict | None = None, **env: 
     cfg = tmp_path / "web.yaml"
     pol = {**FAST, **(policy or {})}
     cfg.write_text(yaml.safe_dump({"policies": {t: pol for t in ("search", "google_scholar", "visit")}}))
-    environ = {
-        "SERPER_API_KEY": server.api_key,
-        "SERPER_BASE_URL": server.url,
-        "SEARXNG_BASE_URL": f"{server.url}/searxng",
-        "JINA_BASE_URL": f"{server.url}/jina",
-        "WEBSAILOR_WEB_CACHE": str(tmp_path / "cache.sqlite"),
-        "WEBSAILOR_WEB_ALLOW_PRIVATE": "1",
-        **env,
-    }
+    environ = provider_environ(server, tmp_path, **env)
     return build_web_tools(load_web_settings(cfg, environ), names=("search", "visit", "google_scholar"))
 
 
