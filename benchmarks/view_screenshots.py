@@ -9,7 +9,9 @@ Serves the viewer over a folder of runs and shoots, with headless Chromium throu
   view links to under its own URL, so the script shoots the views as they are written.
 
 ``--root PATH`` shoots real runs; without it the script builds a small realistic set in a
-temporary folder with the library, over the embedded corpus (``websailor corpus build``):
+temporary folder with the library, over the embedded corpus (built by ``websailor corpus build``
+or ``make demo``; the script says so when it is missing), and deletes it afterwards unless
+``--keep-runs DIR`` names where to leave it (to open it with ``websailor view DIR``):
 
 - ``qa.jsonl``: 12 items synthesized from the corpus's knowledge graph (``synthesize``);
 - ``eval-search`` and ``eval-visit``: ``evaluate`` of two scripted policies over the local
@@ -18,7 +20,8 @@ temporary folder with the library, over the embedded corpus (``websailor corpus 
   title; the second searches the quoted words only and visits the result first);
 - ``rl-run/rl_log.jsonl``: a 12-step RL step log (the figures of ``websailor train rl``).
 
-Usage: ``python benchmarks/view_screenshots.py [--root PATH] [--out docs/screenshots]``.
+Usage: ``python benchmarks/view_screenshots.py [--root PATH | --keep-runs DIR] [--out docs/screenshots]``
+(the default ``--out`` replaces the screenshots docs/viewer.md shows).
 """
 
 from __future__ import annotations
@@ -242,14 +245,26 @@ def shoot(root: Path, out: Path) -> list[Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, help="a folder of real runs (default: build a small set)")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    ap.add_argument("--keep-runs", type=Path, help="build the small set in this new folder and keep it")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots", help="where the PNGs go")
     args = ap.parse_args()
     if args.root is not None:
         shoot(args.root, args.out)
         return 0
+    from websailor.corpus import Corpus
+    from websailor.errors import WebsailorError
+
+    try:
+        Corpus.open(None)
+    except WebsailorError as e:
+        print(f"error: the small set is built over the embedded corpus: {e}", file=sys.stderr)
+        return 2
+    if args.keep_runs is not None and args.keep_runs.exists():
+        print(f"error: --keep-runs {args.keep_runs} exists: name a new folder", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "runs"
-        root.mkdir()
+        root = args.keep_runs or Path(tmp) / "runs"
+        root.mkdir(parents=True)
         t = time.perf_counter()
         build_runs(root)
         print(f"runs built in {time.perf_counter() - t:.1f} s under {root}")

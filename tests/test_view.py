@@ -59,6 +59,50 @@ def test_runs_are_found_by_their_files(runs_root: Path):
     assert runs == {"ev": "eval", "nested/rl": "rl", "t.jsonl": "trajectories"}
 
 
+def test_a_running_eval_is_an_eval_and_a_run_output_is_a_trajectories_file(tmp_path: Path):
+    (tmp_path / "running").mkdir()  # eval's first rollouts: the gold record travels with each
+    (tmp_path / "running" / "trajectories.jsonl").write_text(json.dumps(_traj("a")) + "\n")
+    (tmp_path / "out").mkdir()  # `websailor run --out out/trajectories.jsonl`: the answer as given
+    (tmp_path / "out" / "trajectories.jsonl").write_text(json.dumps(_traj("b", answer="Nile")) + "\n")
+    assert {r.rel: r.kind for r in find_runs(tmp_path)} == {"running": "eval", "out/trajectories.jsonl": "trajectories"}
+    html = TestClient(create_view_app(tmp_path)).get("/").text
+    assert 'href="/eval/running"' in html and "running: no summary yet" in html
+
+
+def test_a_run_size_leaves_out_the_saved_model(tmp_path: Path):
+    (tmp_path / "rl_log.jsonl").write_text(json.dumps({"step": 1}) + "\n")
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 100_000)
+    (tmp_path / "training_args.bin").write_bytes(b"\0" * 5_000)
+    (run,) = find_runs(tmp_path)
+    assert run.kind == "rl" and run.bytes == (tmp_path / "rl_log.jsonl").stat().st_size
+
+
+def test_a_file_that_is_not_a_run_says_why(tmp_path: Path):
+    from websailor.view.discover import not_a_run
+
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"hello": 1, "world": 2}\n')
+    assert not_a_run(notes) == (
+        "notes.jsonl is not a run: its first record is neither a trajectory (messages, termination) nor a "
+        "synthesized item (question with subgraph or split); it has hello, world"
+    )
+    (tmp_path / "empty.jsonl").write_text("")
+    assert "its first line is empty" in not_a_run(tmp_path / "empty.jsonl")
+    (tmp_path / "x.csv").write_text("a,b\n")
+    assert "(.jsonl)" in not_a_run(tmp_path / "x.csv")
+    page = TestClient(create_view_app(notes)).get("/").text
+    assert 'id="notice"' in page and "notes.jsonl is not a run" in page and str(tmp_path) not in page
+
+
+def test_error_pages_name_files_under_the_root_not_where_it_lives(tmp_path: Path):
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "trajectories.jsonl").write_text(json.dumps(_traj("a")) + "\n" + '{"id": "b"}\n')
+    (tmp_path / "ev" / "summary.json").write_text('{"k": 1}')
+    response = TestClient(create_view_app(tmp_path)).get("/eval/ev")
+    assert response.status_code == 422
+    assert "ev/trajectories.jsonl line 2" in response.text and str(tmp_path) not in response.text
+
+
 def test_paths_cannot_leave_the_root(runs_root: Path, tmp_path_factory):
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret.jsonl").write_text(json.dumps(_traj("s")) + "\n")
@@ -78,7 +122,7 @@ def test_the_index_lists_runs_with_their_figures(runs_root: Path):
     client = TestClient(create_view_app(runs_root))
     html = client.get("/").text
     assert 'href="/eval/ev"' in html and "Avg@1 50.0 (10.0-90.0), Pass@1 100.0, format validity 75.0" in html
-    assert "1 steps, last reward 0.250" in html
+    assert "1 step, last reward 0.250" in html
     api = {r["rel"]: r for r in client.get("/api/runs").json()}
     assert api["ev"]["figures"]["avg_at_k"] == 0.5 and api["nested/rl"]["kind"] == "rl"
 
@@ -97,7 +141,24 @@ def test_the_index_in_a_browser_follows_a_run_being_written(runs_root: Path, pag
         (runs_root / "later").mkdir()
         (runs_root / "later" / "rl_log.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
         page.wait_for_selector('#runs tr[data-rel="later"]', timeout=15000)
-        assert "1 steps, last reward 0.500" in page.locator('#runs tr[data-rel="later"]').inner_text()
+        assert "1 step, last reward 0.500" in page.locator('#runs tr[data-rel="later"]').inner_text()
+        # an eval still running its rollouts is an eval from its first line, and becomes graded
+        (runs_root / "running").mkdir()
+        (runs_root / "running" / "trajectories.jsonl").write_text(json.dumps(_traj("r")) + "\n")
+        row = page.locator('#runs tr[data-rel="running"]')
+        row.wait_for(timeout=15000)
+        assert "eval" in row.inner_text() and "running: no summary yet" in row.inner_text()
+        assert row.locator("a").get_attribute("href") == "/eval/running"
+        # a run that grows is updated, and one deleted leaves the index
+        with (runs_root / "later" / "rl_log.jsonl").open("a") as fh:
+            fh.write(json.dumps({"step": 2, "reward/mean": 0.75}) + "\n")
+        page.wait_for_function(
+            """() => document.querySelector('#runs tr[data-rel="later"]').innerText.includes('2 steps, last reward 0.750')""",
+            timeout=15000,
+        )
+        (runs_root / "t.jsonl").unlink()
+        page.wait_for_selector('#runs tr[data-rel="t.jsonl"]', state="detached", timeout=15000)
+        assert page.locator("#runs tbody tr").count() == 4
 
 
 # --- bad input in the index ------------------------------------------------------------------
@@ -353,6 +414,9 @@ def test_the_cli_refuses_a_missing_path_and_a_busy_port(runs_root: Path, fake_se
 
     res = _cli("/nonexistent/websailor-runs", "--no-browser")
     assert res.exit_code == 2 and "error: /nonexistent/websailor-runs does not exist" in res.stderr
+    res = _cli(str(runs_root / "notes.jsonl"), "--no-browser")
+    assert res.exit_code == 2 and "error: notes.jsonl is not a run: its first record is neither" in res.stderr
+    assert fake_serving == []
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

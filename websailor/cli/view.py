@@ -29,6 +29,11 @@ def view(
     --host says otherwise."""
     if not path.exists():
         fail(f"{path} does not exist")
+    if path.is_file():
+        from websailor.view.discover import not_a_run
+
+        if why := not_a_run(path):
+            fail(why)
     if export is not None:
         from websailor.view.export import export_site
 
@@ -82,6 +87,8 @@ def serve(path: Path, host: str, port: int, open_browser: bool = True) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=bound, log_level="warning"))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: nothing to resume
+        print("websailor view: stopped", flush=True)
     finally:
         sock.close()
 

@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from websailor.errors import InputFormatError, InvalidArgumentError
-from websailor.view.discover import RunEntry, find_runs, resolve
+from websailor.view.discover import RunEntry, find_runs, not_a_run, resolve
 
 HERE = Path(__file__).parent
 
@@ -39,9 +39,11 @@ class ViewContext:
         return resolve(self.root, rel)
 
     def page(self, name: str, request: Request | None = None, status_code: int = 200, **values: Any) -> HTMLResponse:
-        """Render template ``name`` with ``values`` (and ``root``, the viewed folder's name)."""
+        """Render template ``name`` with ``values`` (and ``root``, the viewed folder's name); the
+        viewed path's absolute location is left out of the page (:func:`relative`), so an error
+        message or a problem list names files as the user sees them under the root."""
         html = self.templates.get_template(name).render(root=self.root.name or str(self.root), **values)
-        return HTMLResponse(html, status_code=status_code)
+        return HTMLResponse(relative(html, self.root), status_code=status_code)
 
 
 def context(request: Request) -> ViewContext:
@@ -112,14 +114,19 @@ def headline(ctx: ViewContext, run: RunEntry) -> dict[str, Any]:
                 "accuracy": last.get("reward/accuracy"),
             }
     except (InputFormatError, OSError, ValueError) as e:
-        return {"error": _relative(str(e), ctx.root)[:300]}
+        return {"error": relative(str(e), ctx.root)[:300]}
     return {}
 
 
-def _relative(message: str, root: Path) -> str:
-    """``message`` with the viewed folder's absolute path left out of the file names in it."""
-    real = str(root.resolve())
-    return message.replace(real + "/", "").replace(real, ".")
+def relative(message: str, root: Path) -> str:
+    """``message`` with the viewed path's absolute location left out of the file names in it
+    (a page shows ``runs/a/scores.jsonl line 3``, not where the folder lives on this machine)."""
+    real = root.resolve()
+    if real == Path(real.anchor):  # viewing "/": every path is already absolute
+        return message
+    if real.is_file():
+        return message.replace(str(real), real.name)
+    return message.replace(str(real) + "/", "").replace(str(real), ".")
 
 
 def _eval_headline(summary: Path, name: str) -> dict[str, Any]:
@@ -178,7 +185,7 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
 
     @app.exception_handler(InvalidArgumentError)
     async def refused(request: Request, exc: InvalidArgumentError) -> Response:
-        return ctx.page("error.html", title="Not here", message=str(exc), status_code=404)
+        return ctx.page("error.html", title="Not here", message=relative(str(exc), root), status_code=404)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -198,14 +205,26 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
 
     @app.exception_handler(InputFormatError)
     async def unreadable(request: Request, exc: InputFormatError) -> Response:
-        return ctx.page("error.html", title="A file cannot be read", message=str(exc), status_code=422)
+        message = relative(str(exc), root)
+        return ctx.page("error.html", title="A file cannot be read", message=message, status_code=422)
 
     def runs() -> list[dict[str, Any]]:
-        return [{**vars(r), "figures": finite(headline(ctx, r))} for r in find_runs(root)]
+        env = ctx.templates
+        return [
+            {
+                **vars(r),
+                "figures": finite(headline(ctx, r)),
+                "modified": env.filters["when"](r.mtime),
+                "size": env.filters["size"](r.bytes),
+            }
+            for r in find_runs(root)
+        ]
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> Response:
-        return ctx.page("index.html", title="Runs", runs=runs())
+        found = runs()
+        notice = not_a_run(root) if root.is_file() and not found else None
+        return ctx.page("index.html", title="Runs", runs=found, notice=notice)
 
     @app.get("/api/runs")
     def api_runs() -> Response:

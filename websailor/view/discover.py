@@ -2,7 +2,9 @@
 
 A run is one of:
 
-- ``eval``: a folder with ``trajectories.jsonl`` and ``scores.jsonl`` or ``summary.json``;
+- ``eval``: a folder with ``trajectories.jsonl`` and ``scores.jsonl`` or ``summary.json``, or
+  with a ``trajectories.jsonl`` alone whose first record carries the gold record ``eval``
+  writes (``answer: {"answer", "aliases", ...}``): an evaluation still running its rollouts;
 - ``rl``: a folder with ``rl_log.jsonl`` or ``rollouts.jsonl`` (``websailor train rl``);
 - ``sft``: a folder with ``sft_summary.json`` or ``sft_settings.json`` (``websailor train sft``);
 - ``trajectories``: a JSONL file whose first record is a trajectory (``run``, ``traj build``);
@@ -74,9 +76,11 @@ def _first_record(path: Path) -> dict | None:
 
 def file_kind(path: Path) -> str | None:
     """``trajectories``, ``qa`` or ``None`` for a JSONL file, from its first record."""
-    if path.suffix != ".jsonl":
-        return None
-    rec = _first_record(path)
+    return file_kind_of(_first_record(path)) if path.suffix == ".jsonl" else None
+
+
+def file_kind_of(rec: dict | None) -> str | None:
+    """``trajectories``, ``qa`` or ``None`` for the first record of a JSONL file."""
     if rec is None:
         return None
     if "messages" in rec and "termination" in rec:
@@ -86,10 +90,40 @@ def file_kind(path: Path) -> str | None:
     return None
 
 
+def _eval_record(rec: dict | None) -> bool:
+    """Whether ``rec`` is a trajectory written by ``eval`` (its gold record travels with it)."""
+    answer = rec.get("answer") if rec else None
+    return file_kind_of(rec) == "trajectories" and isinstance(answer, dict) and "aliases" in answer
+
+
+def not_a_run(path: Path) -> str | None:
+    """Why the file ``path`` is not a run (one line naming it), or ``None`` when it is one."""
+    if file_kind(path):
+        return None
+    lead = f"{path.name} is not a run:"
+    if path.suffix != ".jsonl":
+        return f"{lead} a file must be a trajectories or synthesized QA JSONL (.jsonl); a run folder also works"
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(1 << 20)
+    except OSError as e:
+        return f"{lead} it cannot be read ({e.strerror or type(e).__name__})"
+    if not first.strip():
+        return f"{lead} its first line is empty (a run not started yet?)"
+    rec = _first_record(path)
+    if rec is None:
+        return f"{lead} its first line is not a JSON object"
+    return (
+        f"{lead} its first record is neither a trajectory (messages, termination) nor a synthesized item "
+        f"(question with subgraph or split); it has {', '.join(sorted(map(str, rec))[:8]) or 'no fields'}"
+    )
+
+
 def folder_kind(path: Path) -> str | None:
     """``eval``, ``rl``, ``sft`` or ``None`` for a folder, from the files it holds."""
-    if (path / "trajectories.jsonl").is_file() and (
-        (path / "scores.jsonl").is_file() or (path / "summary.json").is_file()
+    traj = path / "trajectories.jsonl"
+    if traj.is_file() and (
+        (path / "scores.jsonl").is_file() or (path / "summary.json").is_file() or _eval_record(_first_record(traj))
     ):
         return "eval"
     if (path / "rl_log.jsonl").is_file() or (
@@ -101,8 +135,17 @@ def folder_kind(path: Path) -> str | None:
     return None
 
 
+#: Files of a run folder left out of its size: the model a training run saved beside its logs.
+WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".gguf"})
+
+
 def _size(path: Path) -> tuple[int, float]:
-    files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+    """``(bytes, newest mtime)`` of a run file, or of a run folder's own files, model weights
+    (:data:`WEIGHT_SUFFIXES`) left out."""
+    if path.is_file():
+        files = [path]
+    else:
+        files = [p for p in path.iterdir() if p.is_file() and p.suffix not in WEIGHT_SUFFIXES]
     stats = [f.stat() for f in files]
     return sum(s.st_size for s in stats), max((s.st_mtime for s in stats), default=0.0)
 
