@@ -392,7 +392,7 @@ def test_on_loopback_a_request_for_another_host_is_refused(runs_root: Path, tmp_
 def test_a_giant_line_is_refused_without_being_held(tmp_path: Path):
     import resource
 
-    from websailor.view.pages import MAX_LINE_BYTES
+    from websailor.jsonio import MAX_LINE_BYTES
 
     (tmp_path / "ev").mkdir()
     path = tmp_path / "ev" / "trajectories.jsonl"
