@@ -1,9 +1,9 @@
 """Views of ``train rl`` and ``train sft`` runs.
 
 - ``GET /rl/{rel}``: the step log (``rl_log.jsonl``, read with
-  :func:`websailor.train.rl_log.read_log`) as interactive SVG curves drawn by
-  ``static/charts.js``, following the run while it is written (it polls ``GET /api/rl/{rel}/log``);
-  the steps of ``rollouts.jsonl`` link to their groups.
+  :func:`websailor.train.rl_log.read_step_log`: an unfinished last line is left out and the page
+  says so) as interactive SVG curves drawn by ``static/charts.js``, following the run while it is
+  written (it polls ``GET /api/rl/{rel}/log``); the steps of ``rollouts.jsonl`` link to their groups.
 - ``GET /rl/{rel}/step/{n}``: the groups of step ``n``, each rollout with its reward, advantage
   and whether it entered the loss (better ones green, worse ones red), linking to
 - ``GET /rl/{rel}/rollout/{line}``: one rollout's steps (thought, tool call, observation,
@@ -11,8 +11,11 @@
 - ``GET /sft/{rel}``: an SFT run's summary, loss curve and memory settings.
 
 ``rollouts.jsonl`` grows by a batch per step and can reach gigabytes, so it is not held in
-memory: :class:`RolloutIndex` keeps each record's byte offset and a few small figures, and
-extends itself by the bytes appended since it last looked.
+memory: :class:`RolloutIndex` streams it with :class:`websailor.jsonio.JsonlStream` (the rules
+of :func:`websailor.jsonio.read_appended_jsonl`), keeps each record's byte offset and a few small
+figures, and extends itself by the bytes appended since it last looked; it reads the file again
+from the start when it was replaced, cut back, or rewritten in place (the bytes before where it
+stopped changed: :func:`websailor.jsonio.only_grew`), as a resumed run rewrites it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import JsonlStream, LineTooLongError, end_signature, loads_object, only_grew
-from websailor.train.rl_log import LOG_FILE, read_log
+from websailor.train.rl_log import LOG_FILE, StepLog, read_step_log
 from websailor.view.app import ViewContext, context, finite
 
 router = APIRouter()
@@ -95,8 +98,21 @@ def _run_dir(ctx: ViewContext, rel: str) -> Path:
     return path
 
 
-def _read_log(run: Path) -> list[dict]:
-    return read_log(run) if (run / LOG_FILE).is_file() else []
+def _read_log(run: Path) -> StepLog:
+    """The run's step log (none when it has no ``rl_log.jsonl`` yet).
+
+    Raises:
+        InputFormatError: as :func:`websailor.train.rl_log.read_step_log`.
+    """
+    path = run / LOG_FILE
+    return read_step_log(path) if path.is_file() else StepLog(path, [], None)
+
+
+def _unfinished(log: StepLog) -> str | None:
+    """What the page says of the log's unfinished last line, ``None`` when there is none."""
+    if log.unfinished is None:
+        return None
+    return f"{LOG_FILE} line {log.unfinished.lineno} is unfinished ({log.unfinished.size} bytes): a run still writing it, or one killed mid-write; the complete steps are shown"
 
 
 # -- the rollouts file, indexed by byte offset --------------------------------------------------
@@ -347,9 +363,11 @@ def api_log(rel: str, request: Request) -> Response:
     ctx = context(request)
     run = _run_dir(ctx, rel)
     try:
-        data = log_curves(_read_log(run))
+        log = _read_log(run)
     except InputFormatError as e:
         return JSONResponse({"error": str(e)}, status_code=422)
+    data = log_curves(log.records)
+    data["unfinished"] = _unfinished(log)
     data["rollout_steps"] = rollout_index(run).steps()
     return JSONResponse(finite(data))
 
@@ -404,7 +422,8 @@ def rl_run(rel: str, request: Request) -> Response:
     """The run's curves and its steps."""
     ctx = context(request)
     run = _run_dir(ctx, rel)
-    data = log_curves(_read_log(run))
+    log = _read_log(run)
+    data = log_curves(log.records)
     index = rollout_index(run)
     data["rollout_steps"] = index.steps()
     settings = _json_file(run / SETTINGS_FILE)
@@ -417,6 +436,7 @@ def rl_run(rel: str, request: Request) -> Response:
         steps=index.steps(),
         problems=index.problems,
         settings=settings,
+        unfinished=_unfinished(log),
     )
 
 
