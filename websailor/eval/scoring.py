@@ -61,11 +61,14 @@ class Score:
     ungraded_for: str | None = None  # model_error, environment or judge, when correct is None
 
 
-def check_record(path: Path, lineno: int, rec: dict) -> None:
+def check_record(path: Path, lineno: int, rec: dict, gold_checked: bool = False) -> Gold | None:
     """Check the trajectory record ``rec`` of ``path`` line ``lineno`` as :func:`read_trajectories`
     checks each: the fields of :data:`REQUIRED` with their types (``rollout`` an integer of at
     least 0, ``id`` a string or an integer, ``prediction`` text or ``null``), integer call
-    counts, numeric ``tokens`` and ``timings`` when present, and a gold answer that parses.
+    counts, numeric ``tokens`` and ``timings`` when present, and a gold answer that parses
+    (``gold_checked``: the caller already parsed this very answer, for another record of the
+    question, and it is not parsed again). Returns the parsed gold answer (``None`` with
+    ``gold_checked``).
 
     Raises:
         InputFormatError: a field missing or of the wrong type, or no usable gold answer (the
@@ -95,8 +98,10 @@ def check_record(path: Path, lineno: int, rec: dict) -> None:
             or isinstance(block.get(key, 0), bool)
         ):
             raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
+    if gold_checked:
+        return None
     try:
-        Gold.parse(rec["answer"])
+        return Gold.parse(rec["answer"])
     except ValueError as e:
         raise InputFormatError(
             f"{where}: the record has no usable gold answer ({e}); run with a questions file that has answers"

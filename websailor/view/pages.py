@@ -46,6 +46,7 @@ PAGE_SIZE = 50
 WAIT_S = 0.8
 #: Lines the scanner indexes between two moments it lets readers in.
 _CHUNK = 2000
+_NONE = object()  # no answer known yet
 
 
 @dataclass(slots=True)
@@ -111,9 +112,12 @@ def gold_text(answer: Any) -> str:
     """The gold answer of a record as shown: the answer, then its aliases (``Nile (also: the
     Nile river)``); ``answer`` as given when it cannot be parsed."""
     try:
-        g = Gold.parse(answer)
+        return _shown(Gold.parse(answer))
     except ValueError:
         return str(answer)
+
+
+def _shown(g: Gold) -> str:
     return g.answer + (f" (also: {', '.join(g.aliases)})" if g.aliases else "")
 
 
@@ -125,11 +129,12 @@ def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
     """
     path = index.path
     rec = parse_line(path, lineno, raw, "a trajectory record")
-    check_record(path, lineno, rec)
+    known = index.answers.get(str(rec.get("id")), _NONE)  # a question's k records share one answer: parse it once
+    gold = check_record(path, lineno, rec, gold_checked=known is not _NONE and known == rec.get("answer"))
     qid, rollout = str(rec["id"]), rec["rollout"]
     q = index.questions.get(qid)
     if q is None:
-        q = index.questions[qid] = Question(qid, rec["question"], gold_text(rec["answer"]))
+        q = index.questions[qid] = Question(qid, rec["question"], _shown(gold) if gold else gold_text(rec["answer"]))
         index.answers[qid] = rec["answer"]
     earlier = q.rows.get(rollout)
     if earlier is not None and earlier.done and q.question == rec["question"]:
@@ -143,8 +148,8 @@ def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
     except ValueError as e:
         env_error = f"{path} line {lineno}: {e}"
     q.question = rec["question"]
-    if index.answers[qid] != rec["answer"]:  # Gold.parse once per question, unless the answer changes
-        q.gold, index.answers[qid] = gold_text(rec["answer"]), rec["answer"]
+    if gold is not None and index.answers[qid] != rec["answer"]:  # the answer changed: parsed above
+        q.gold, index.answers[qid] = _shown(gold), rec["answer"]
     q.rows[rollout] = Row(
         offset,
         len(raw),
