@@ -260,6 +260,45 @@ def test_step_log_read_and_plot(tmp_path: Path):
         read_log(tmp_path / "nothing")
 
 
+def test_a_half_written_last_step_is_left_out_and_a_whole_one_kept(tmp_path: Path, caplog):
+    from websailor.train.rl_log import read_step_log
+
+    log = tmp_path / "rl_log.jsonl"
+    log.write_text('{"step": 1, "reward/mean": 0.5}\n{"step": 2, "reward/mean": 0.75}\n{"step": 3, "rew')
+    assert [r["step"] for r in read_log(tmp_path)] == [1, 2]
+    assert "rl_log.jsonl line 3 is unfinished" in caplog.text
+    got = read_step_log(log)
+    assert [r["step"] for r in got.records] == [1, 2] and got.unfinished.lineno == 3 and got.unfinished.size == 16
+    assert plot_log(tmp_path).is_file()  # train plot draws the complete steps
+    log.write_text('\ufeff{"step": 1}\n{"step": 2}')  # a byte-order mark, and a whole last step without its newline
+    assert [r["step"] for r in read_log(tmp_path)] == [1, 2] and read_step_log(log).unfinished is None
+    assert log.read_text() == '\ufeff{"step": 1}\n{"step": 2}'  # readers never change the log
+    log.write_text('{"step": 1}\n[2]')
+    with pytest.raises(InputFormatError, match="line 2 is not an RL step record"):
+        read_log(tmp_path)
+
+
+def test_a_resumed_run_trims_its_logs_and_refuses_to_drop_a_complete_line(tmp_path: Path, caplog):
+    from websailor.train.rl import _trim_jsonl
+
+    log = tmp_path / "rl_log.jsonl"
+    log.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3}\n{"step": 4, "lo')
+    _trim_jsonl(log, 2)
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n' and "line 5 is unfinished" in caplog.text
+    log.write_text('{"step": 1}\n{"step": 2}')  # a whole last record without its newline is kept, with one
+    _trim_jsonl(log, 2)
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
+    inode = log.stat().st_ino
+    _trim_jsonl(log, 5)  # nothing to drop: the file is left as it is
+    assert log.stat().st_ino == inode and log.read_text() == '{"step": 1}\n{"step": 2}\n'
+    bad = '{"step": 1}\nnot json\n{"step": 2}\n'
+    log.write_text(bad)
+    with pytest.raises(InputFormatError, match="line 2 is not a record of rl_log.jsonl"):
+        _trim_jsonl(log, 1)
+    assert log.read_text() == bad and [p.name for p in tmp_path.iterdir()] == ["rl_log.jsonl"]
+    _trim_jsonl(tmp_path / "none.jsonl", 1)  # no file: nothing to do
+
+
 # -- TRL end to end --------------------------------------------------------------------
 def _qa(path: Path) -> Path:
     rows = [

@@ -172,7 +172,11 @@ def test_the_index_names_the_bad_file_and_keeps_listing_the_others(runs_root: Pa
     (runs_root / "nofields" / "trajectories.jsonl").write_text(json.dumps(_traj("d")) + "\n")
     (runs_root / "nofields" / "summary.json").write_text("[1, 2]")
     (runs_root / "rlbad").mkdir()
-    (runs_root / "rlbad" / "rl_log.jsonl").write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2, "rew')
+    (runs_root / "rlbad" / "rl_log.jsonl").write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2, "rew\n')
+    (runs_root / "rlhalf").mkdir()  # a run killed mid-write: its complete steps count
+    (runs_root / "rlhalf" / "rl_log.jsonl").write_text(
+        json.dumps({"step": 1, "reward/mean": 0.5}) + '\n{"step": 2, "rew'
+    )
     (runs_root / "rlnostep").mkdir()
     (runs_root / "rlnostep" / "rl_log.jsonl").write_text(json.dumps({"reward/mean": 1.0}) + "\n")
     client = TestClient(create_view_app(runs_root))
@@ -186,6 +190,7 @@ def test_the_index_names_the_bad_file_and_keeps_listing_the_others(runs_root: Pa
     assert str(runs_root) not in r.text  # names relative to the root
     assert "badsum/summary.json is not JSON" in r.text and "rlbad/rl_log.jsonl line 2" in r.text
     assert figures["ev"]["avg_at_k"] == 0.5 and figures["nested/rl"]["reward"] == 0.25  # the others still listed
+    assert figures["rlhalf"] == {"steps": 1, "reward": 0.5, "accuracy": None}
 
 
 def test_a_1_gb_file_does_not_stop_the_index(runs_root: Path):
@@ -456,7 +461,7 @@ def test_on_loopback_a_request_for_another_host_is_refused(runs_root: Path, tmp_
 def test_a_giant_line_is_refused_without_being_held(tmp_path: Path):
     import resource
 
-    from websailor.view.pages import MAX_LINE_BYTES
+    from websailor.jsonio import MAX_LINE_BYTES
 
     (tmp_path / "ev").mkdir()
     path = tmp_path / "ev" / "trajectories.jsonl"

@@ -264,6 +264,31 @@ def test_a_file_being_appended_to_is_indexed_again(tmp_path: Path, root: Path):
     assert c.get("/trajectories/t.jsonl/q/xss").status_code == 200
 
 
+def test_a_last_record_without_its_newline_then_appended_to_is_indexed_once(tmp_path: Path, root: Path):
+    lines = (root / "traj.jsonl").read_text().splitlines()
+    t = tmp_path / "t.jsonl"
+    t.write_text("\n".join(lines[:3]))  # a whole last record without its newline: kept
+    first = file_index(t)
+    assert first.rollouts == 3 and first.open_line
+    with t.open("a") as fh:  # a resumed run adds the newline, then appends
+        fh.write("\n" + "\n".join(lines[3:]) + "\n")
+    again = file_index(t)
+    assert list(again.questions) == ["paris", "nile", "xss"] and again.rollouts == 6
+    assert [r.lineno for q in again.questions.values() for r in q.ordered()] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_file_rewritten_larger_in_place_is_indexed_again(tmp_path: Path, root: Path):
+    lines = (root / "traj.jsonl").read_text().splitlines(keepends=True)
+    t = tmp_path / "t.jsonl"
+    t.write_text("".join(lines[:2]))
+    assert file_index(t).rollouts == 2
+    with t.open("r+") as fh:  # in place: the same inode, larger, earlier bytes changed
+        fh.truncate(0)
+        fh.write("".join(lines[2:] + lines[:2]))
+    again = file_index(t)
+    assert list(again.questions) == ["nile", "xss", "paris"] and again.rollouts == 6
+
+
 def test_a_duplicate_rollout_is_refused_as_score_refuses_it(tmp_path: Path, root: Path):
     lines = (root / "traj.jsonl").read_text().splitlines()
     (tmp_path / "t.jsonl").write_text("\n".join([*lines, lines[0]]) + "\n")

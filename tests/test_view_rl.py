@@ -148,13 +148,75 @@ def test_a_truncated_last_line_and_a_record_missing_fields(rl_run: Path, tmp_pat
     assert "rollouts.jsonl line 2: not a rollout record (no reward)" in html
     assert html.count('class="rollout ') == 3  # the others are shown; the half line is not read yet
     assert client.get("/rl/rl").status_code == 200 and client.get("/").status_code == 200
-    # a step log line that is not a record: the page names the file and the line
+    # a half-written last line of the step log: the complete steps are shown, and the page says so
     with (root / "rl" / "rl_log.jsonl").open("a") as fh:
         fh.write('{"step": 3, "reward/me')
     r = client.get("/rl/rl")
-    assert r.status_code == 422 and "rl_log.jsonl line 3" in r.text
+    assert r.status_code == 200 and 'id="rl-log-tail"' in r.text and "rl_log.jsonl line 3 is unfinished" in r.text
+    assert '<span id="rl-steps">2</span>' in r.text
+    data = client.get("/api/rl/rl/log").json()
+    assert data["steps"] == 2 and data["unfinished"].startswith("rl_log.jsonl line 3 is unfinished")
+    assert client.get("/").status_code == 200
+    assert next(x for x in client.get("/api/runs").json() if x["rel"] == "rl")["figures"]["steps"] == 2
+    # a step log line that is not a record: the page names the file and the line
+    with (root / "rl" / "rl_log.jsonl").open("a") as fh:
+        fh.write('ard/mean": 1.0}\nnot a step\n')
+    r = client.get("/rl/rl")
+    assert r.status_code == 422 and "rl_log.jsonl line 4 is not JSON" in r.text
     assert client.get("/api/rl/rl/log").status_code == 422
     assert client.get("/").status_code == 200 and client.get("/rl/rl/step/2").status_code == 200
+
+
+def _rollout_record(step: int, qid: str, rollout: int, prediction: str) -> dict:
+    return {
+        "step": step,
+        "id": qid,
+        "rollout": rollout,
+        "question": f"Question {qid}?",
+        "messages": [{"role": "user", "content": f"Question {qid}?"}],
+        "prediction": prediction,
+        "reward": 1.0,
+        "advantage": 0.0,
+        "in_loss": True,
+    }
+
+
+def test_rollouts_rewritten_larger_in_place_are_read_again(tmp_path: Path):
+    run = tmp_path / "rl"
+    run.mkdir()
+    path = run / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(_rollout_record(1, q, 0, "before-" + q)) + "\n" for q in ("a", "b")))
+    client = _client(tmp_path)
+    html = client.get("/rl/rl/step/1").text
+    assert "before-a" in html and "before-b" in html
+    inode = path.stat().st_ino
+    # a resumed run (or an editor) writes the file again, in place, larger than before
+    with path.open("r+", encoding="utf-8") as fh:
+        fh.truncate(0)
+        fh.write("".join(json.dumps(_rollout_record(s, q, 0, f"new {q}{s}")) + "\n" for s in (1, 2) for q in "abc"))
+    assert path.stat().st_ino == inode
+    html = client.get("/rl/rl/step/1").text
+    assert "before-a" not in html and "new a1" in html and "new c1" in html and html.count('class="rollout ') == 3
+    assert client.get("/api/rl/rl/log").json()["rollout_steps"] == [[1, 3], [2, 3]]
+    line = client.get("/rl/rl/rollout/5").text
+    assert "new b2" in line
+    # then it only grows: the index reads on from where it stopped
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(_rollout_record(3, "a", 0, "new a3")) + "\n")
+    assert client.get("/api/rl/rl/log").json()["rollout_steps"] == [[1, 3], [2, 3], [3, 1]]
+
+
+def test_a_last_rollout_without_its_newline_is_read_once(tmp_path: Path):
+    run = tmp_path / "rl"
+    run.mkdir()
+    path = run / "rollouts.jsonl"
+    path.write_text(json.dumps(_rollout_record(1, "a", 0, "pa")) + "\n" + json.dumps(_rollout_record(1, "b", 0, "pb")))
+    client = _client(tmp_path)
+    assert client.get("/api/rl/rl/log").json()["rollout_steps"] == [[1, 2]]
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write("\n" + json.dumps(_rollout_record(2, "a", 0, "pa2")) + "\n")
+    assert client.get("/api/rl/rl/log").json()["rollout_steps"] == [[1, 2], [2, 1]]
+    assert "pb" in client.get("/rl/rl/rollout/2").text
 
 
 def test_paths_outside_and_folders_that_are_no_run(rl_run: Path):

@@ -129,3 +129,13 @@ def test_in_a_browser_the_item_page_draws_the_graph_and_runs_no_script(qa_root: 
         box = page.locator("#qa-graph").bounding_box()
         assert box["width"] > 300 and box["height"] > 200
     assert dialogs == []
+
+
+def test_a_truncated_last_line_is_named_and_the_complete_items_shown(qa_root: Path, tmp_path: Path):
+    lines = (qa_root / "qa.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "qa.jsonl").write_text("".join(lines) + lines[0][:60])  # a synthesis killed mid-write
+    html = TestClient(create_view_app(tmp_path)).get("/qa/qa.jsonl").text
+    assert html.count("<tr data-id=") == len(lines) and 'id="qa-tail-note"' in html
+    assert f"The last line of qa.jsonl (line {len(lines) + 1}, 60 bytes) is unfinished" in html
+    (tmp_path / "qa.jsonl").write_text("".join(lines))
+    assert 'id="qa-tail-note"' not in TestClient(create_view_app(tmp_path)).get("/qa/qa.jsonl").text

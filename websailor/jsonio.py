@@ -1,5 +1,13 @@
 """Parsing JSON objects with readable reasons (file readers, tool arguments) or leniently (model output),
-and the locked append-and-resume JSONL files every long run writes."""
+and the locked append-and-resume JSONL files every long run writes.
+
+Every reader of those files keeps one set of rules (:class:`JsonlStream`, which streams a file
+line by line with byte offsets; :func:`read_jsonl` and :func:`read_appended_jsonl` read it
+whole): a UTF-8 byte-order mark is ignored; a last line without its newline is read when it is
+a whole JSON object and left out (an :class:`Unfinished` line) when it is the start of one cut
+off; any other line that is not a JSON object is refused, naming the file and the line; a line
+longer than :data:`MAX_LINE_BYTES` is refused without being held in memory.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +15,13 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from json_repair import repair_json
+
+from websailor.errors import InputFormatError
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9]*\s*\n?|\n?\s*```\s*$")
 
@@ -54,6 +65,185 @@ def load_lenient_json(raw: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+#: Longest JSONL line read (bytes): a longer one is refused without being held in memory (a
+#: sparse or binary file, or a file that is not JSONL).
+MAX_LINE_BYTES = 64 << 20
+_BOM = b"\xef\xbb\xbf"
+#: Bytes compared before a file's read end to tell a file that grew from one rewritten.
+SIGNATURE_BYTES = 256
+
+
+class LineTooLongError(InputFormatError):
+    """A JSONL line longer than :data:`MAX_LINE_BYTES` (it was not read)."""
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """The unfinished last line of a JSONL file, left out: the start of a JSON object cut off
+    (a run being written, or killed mid-write). ``offset`` and ``size`` in bytes, ``lineno``
+    1-based."""
+
+    path: Path
+    lineno: int
+    offset: int
+    size: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path} line {self.lineno} is unfinished ({self.size} bytes): a run still writing it, or one "
+            "killed mid-write; it is left out"
+        )
+
+
+class JsonlStream:
+    """The lines of a JSONL file streamed one at a time, with their byte offsets, under the
+    rules of :func:`read_appended_jsonl`: a UTF-8 byte-order mark at the start is ignored, a
+    last line without its newline is read when it is a whole JSON object and left out (see
+    :attr:`unfinished`) when it is the start of one, and a line longer than
+    :data:`MAX_LINE_BYTES` is refused without being held in memory.
+
+    ``start`` and ``lineno`` continue a stream where an earlier one's :attr:`end` and
+    :attr:`lineno` left off (a file that only grew). While and after iterating:
+
+    - :attr:`end`: the byte offset after the last line read that ends with its newline;
+    - :attr:`lineno`: that line's number (a continuation starts after it);
+    - :attr:`open_line`: a whole last object without its newline was yielded (it lies after
+      :attr:`end`, so a continuation from :attr:`end` yields it again);
+    - :attr:`unfinished`: the :class:`Unfinished` last line left out, or ``None``.
+
+    ``what`` names the records in error messages ("a trajectory record", "a QA item").
+    """
+
+    def __init__(self, path: Path, what: str, start: int = 0, lineno: int = 0) -> None:
+        self.path, self.what = Path(path), what
+        self.start, self.end, self.lineno = start, start, lineno
+        self.open_line = False
+        self.unfinished: Unfinished | None = None
+
+    def lines(self) -> Iterator[tuple[int, int, bytes]]:
+        """``(offset, line number, raw bytes)`` of each line, blank ones included, with its
+        newline when it has one.
+
+        Raises:
+            OSError: the file cannot be opened or read.
+            LineTooLongError: a line longer than :data:`MAX_LINE_BYTES` (an
+                :class:`~websailor.errors.InputFormatError`).
+            InputFormatError: a last line without its newline that is neither a JSON object nor
+                the start of one.
+        """
+        with self.path.open("rb") as fh:
+            offset = self.start
+            if offset == 0 and fh.read(len(_BOM)) == _BOM:
+                offset = self.end = len(_BOM)
+            fh.seek(offset)
+            while raw := fh.readline(MAX_LINE_BYTES + 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise LineTooLongError(
+                        f"{self.path} line {self.lineno + 1} is longer than {MAX_LINE_BYTES >> 20} MB: not "
+                        f"{self.what}; is it the right file?"
+                    )
+                here, offset = offset, offset + len(raw)
+                if raw.endswith(b"\n"):
+                    self.end, self.lineno = offset, self.lineno + 1
+                    yield here, self.lineno, raw
+                    continue
+                if not raw.strip():  # trailing blanks without a newline: nothing there
+                    return
+                if _object_or_none(raw) is None:
+                    if not raw.lstrip().startswith(b"{"):
+                        raise InputFormatError(
+                            f"{self.path} line {self.lineno + 1} is not {self.what}: is it the right file?"
+                        )
+                    self.unfinished = Unfinished(self.path, self.lineno + 1, here, len(raw))
+                    return
+                self.open_line = True
+                yield here, self.lineno + 1, raw
+
+    def records(self) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        """``(offset, line number, object)`` of each line that is not blank.
+
+        Raises:
+            OSError: as :meth:`lines`.
+            InputFormatError: as :meth:`lines`, or a line that is not a JSON object (see
+                :func:`parse_line`).
+        """
+        for offset, lineno, raw in self.lines():
+            if raw.strip():
+                yield offset, lineno, parse_line(self.path, lineno, raw, self.what)
+
+
+def _object_or_none(raw: bytes) -> dict[str, Any] | None:
+    try:
+        return loads_object(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def parse_line(path: Path, lineno: int, raw: bytes, what: str) -> dict[str, Any]:
+    """The JSON object on line ``lineno`` of ``path`` (its ``raw`` bytes, UTF-8).
+
+    Raises:
+        InputFormatError: it is not a JSON object ("FILE line N is not WHAT: is it the right file?").
+    """
+    obj = _object_or_none(raw)
+    if obj is None:
+        raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?")
+    return obj
+
+
+def end_signature(path: Path, end: int) -> bytes:
+    """The last :data:`SIGNATURE_BYTES` bytes of ``path`` before offset ``end`` (``b""`` for
+    0): kept after a read, they tell a file that only grew from one rewritten in place
+    (:func:`only_grew`).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with Path(path).open("rb") as fh:
+        fh.seek(max(0, end - SIGNATURE_BYTES))
+        return fh.read(min(SIGNATURE_BYTES, end))
+
+
+def only_grew(path: Path, end: int, signature: bytes) -> bool:
+    """Whether the bytes of ``path`` before ``end`` still end with ``signature`` (taken by
+    :func:`end_signature` when ``end`` was read): ``False`` when they changed (the file was
+    rewritten or cut back), when ``end`` is 0, or when the file cannot be read."""
+    if not end:
+        return False
+    try:
+        return end_signature(path, end) == signature
+    except OSError:
+        return False
+
+
+def read_jsonl(path: Path, what: str) -> tuple[list[tuple[int, dict[str, Any]]], Unfinished | None]:
+    """The records of a JSONL file that a run appends to, as ``(line_number, object)``, and
+    its unfinished last line (left out; ``None`` when there is none), read under the rules of
+    :class:`JsonlStream`. A missing file has none. The file is never changed.
+
+    Raises:
+        InputFormatError: ``path`` is not a regular file, or a line (other than an unfinished
+            last one) is not a JSON object.
+    """
+    stream = _file_stream(Path(path), what)
+    if stream is None:
+        return [], None
+    return [(lineno, rec) for _, lineno, rec in stream.records()], stream.unfinished
+
+
+def _file_stream(path: Path, what: str) -> JsonlStream | None:
+    """A :class:`JsonlStream` of ``path`` from its start; ``None`` when there is no such file.
+
+    Raises:
+        InputFormatError: ``path`` is not a regular file.
+    """
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise InputFormatError(f"{path} is not a file; expected a JSONL file ({what} per line)")
+    return JsonlStream(path, what)
+
+
 def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:
     """Records of a JSONL file that a run appends to, as ``(line_number, object)``.
 
@@ -63,52 +253,34 @@ def read_appended_jsonl(path: Path, what: str, repair: bool = False) -> list[tup
     writer holding the file's lock, see :func:`appending`) is the file changed, and only after
     every complete line has been read as a record: the half line is cut, or the missing
     newline added, so the next append starts on a clean line. A file that is not such a JSONL
-    file is never changed. Readers never change the file.
+    file is never changed. Readers never change the file. The file is streamed
+    (:class:`JsonlStream`): a line longer than :data:`MAX_LINE_BYTES` is refused.
 
     Raises:
         InputFormatError: ``path`` is not a regular file, or a line (other than an unfinished
             last one) is not a JSON object; the message calls the records ``what`` ("a
             trajectory record", "a QA item").
     """
-    from websailor.errors import InputFormatError
     from websailor.log import get_logger
 
-    if not path.exists():
+    path = Path(path)
+    stream = _file_stream(path, what)
+    if stream is None:
         return []
-    if not path.is_file():
-        raise InputFormatError(f"{path} is not a file; expected a JSONL file ({what} per line)")
-    data = path.read_bytes()
-    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0
-    cut = len(data) if data.endswith(b"\n") else data.rfind(b"\n") + 1
-    records = []
-    lineno = 0
-    for lineno, raw in enumerate(data[start : max(cut, start)].split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            records.append((lineno, loads_object(raw.decode("utf-8"))))
-        except (ValueError, UnicodeDecodeError):
-            raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
-    tail = data[max(cut, start) :]
-    if tail.strip():
-        lineno = data[start : max(cut, start)].count(b"\n") + 1
-        try:
-            records.append((lineno, loads_object(tail.decode("utf-8"))))
-            if repair:
-                with path.open("ab") as fh:
-                    fh.write(b"\n")
-        except (ValueError, UnicodeDecodeError):
-            if not tail.lstrip().startswith(b"{"):
-                raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
-            get_logger(__name__).warning(
-                "%s: %s an unfinished last line (%d bytes) left by an interrupted run",
-                path,
-                "dropping" if repair else "skipping",
-                len(tail),
-            )
-            if repair:
-                with path.open("r+b") as fh:
-                    fh.truncate(cut)
+    records = [(lineno, rec) for _, lineno, rec in stream.records()]
+    if stream.unfinished is not None:
+        get_logger(__name__).warning(
+            "%s: %s an unfinished last line (%d bytes) left by an interrupted run",
+            path,
+            "dropping" if repair else "skipping",
+            stream.unfinished.size,
+        )
+        if repair:
+            with path.open("r+b") as fh:
+                fh.truncate(stream.unfinished.offset)
+    elif repair and stream.open_line:
+        with path.open("ab") as fh:
+            fh.write(b"\n")
     return records
 
 

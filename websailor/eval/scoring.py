@@ -61,7 +61,19 @@ class Score:
     ungraded_for: str | None = None  # model_error, environment or judge, when correct is None
 
 
-def _check_record(path: Path, lineno: int, rec: dict) -> None:
+def check_record(path: Path, lineno: int, rec: dict, gold_checked: bool = False) -> Gold | None:
+    """Check the trajectory record ``rec`` of ``path`` line ``lineno`` as :func:`read_trajectories`
+    checks each: the fields of :data:`REQUIRED` with their types (``rollout`` an integer of at
+    least 0, ``id`` a string or an integer, ``prediction`` text or ``null``), integer call
+    counts, numeric ``tokens`` and ``timings`` when present, and a gold answer that parses
+    (``gold_checked``: the caller already parsed this very answer, for another record of the
+    question, and it is not parsed again). Returns the parsed gold answer (``None`` with
+    ``gold_checked``).
+
+    Raises:
+        InputFormatError: a field missing or of the wrong type, or no usable gold answer (the
+            message names the file and the line).
+    """
     where = f"{path} line {lineno}"
     missing = [f for f in REQUIRED if f not in rec]
     if missing:
@@ -86,8 +98,10 @@ def _check_record(path: Path, lineno: int, rec: dict) -> None:
             or isinstance(block.get(key, 0), bool)
         ):
             raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
+    if gold_checked:
+        return None
     try:
-        Gold.parse(rec["answer"])
+        return Gold.parse(rec["answer"])
     except ValueError as e:
         raise InputFormatError(
             f"{where}: the record has no usable gold answer ({e}); run with a questions file that has answers"
@@ -120,7 +134,7 @@ def read_trajectories(paths: list[Path]) -> list[dict]:
         if not path.is_file():
             raise InputFormatError(f"trajectory file {path} does not exist or is not a file")
         for lineno, rec in read_appended_jsonl(path, "a trajectory record"):
-            _check_record(path, lineno, rec)
+            check_record(path, lineno, rec)
             key = (str(rec["id"]), rec["rollout"])
             if key in by_key:
                 where, earlier = by_key[key]
@@ -185,7 +199,12 @@ def case_key(rec: dict, gold: Gold | None = None) -> str:
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
-def _score_record(path: Path, lineno: int, rec: dict) -> Score:
+def score_record(path: Path, lineno: int, rec: dict) -> Score:
+    """The :class:`Score` of the score record ``rec`` on line ``lineno`` of ``path``.
+
+    Raises:
+        InputFormatError: ``rec`` has other fields than a :class:`Score` (or lacks some).
+    """
     try:
         return Score(**rec)
     except TypeError:
@@ -202,7 +221,7 @@ def read_scores(path: Path) -> list[Score]:
     path = Path(path)
     last: dict[tuple[str, int], Score] = {}
     for lineno, rec in read_appended_jsonl(path, "a score record"):
-        s = _score_record(path, lineno, rec)
+        s = score_record(path, lineno, rec)
         last[(s.id, s.rollout)] = s
     return list(last.values())
 
@@ -258,7 +277,7 @@ def score_trajectories(
         if out is not None:
             fh, lines = stack.enter_context(appending(out, "a score record"))
             for lineno, rec in lines:
-                s = _score_record(out, lineno, rec)
+                s = score_record(out, lineno, rec)
                 if s.judge == judge.name and s.correct is not None:
                     done[(s.id, s.rollout)] = s
         todo = [

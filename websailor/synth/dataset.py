@@ -31,7 +31,7 @@ import networkx as nx
 from tqdm import tqdm
 
 from websailor.errors import CorpusError, InputFormatError, InvalidArgumentError
-from websailor.jsonio import appending, read_appended_jsonl
+from websailor.jsonio import Unfinished, appending, read_appended_jsonl, read_jsonl
 from websailor.log import get_logger
 from websailor.synth.constraints import Constraint
 from websailor.synth.graph import KnowledgeGraph
@@ -186,12 +186,23 @@ def _check_items(path: Path, records: list[tuple[int, dict]]) -> list[dict]:
 
 
 def read_items(path: Path) -> list[dict]:
-    """Items of a QA file, checked (reads only; an unfinished last line is skipped).
+    """Items of a QA file, checked (reads only; an unfinished last line is skipped with a warning).
 
     Raises:
         InputFormatError: a line is not a QA item (which field is missing or of the wrong type).
     """
     return _check_items(Path(path), read_appended_jsonl(Path(path), "a QA item"))
+
+
+def read_items_and_tail(path: Path) -> tuple[list[dict], Unfinished | None]:
+    """Items of a QA file, checked as :func:`read_items` checks them, and its unfinished last
+    line (left out, without a warning; ``None`` when there is none), for a caller that shows it.
+
+    Raises:
+        InputFormatError: as :func:`read_items`.
+    """
+    records, unfinished = read_jsonl(Path(path), "a QA item")
+    return _check_items(Path(path), records), unfinished
 
 
 def check_graph(kg: KnowledgeGraph, cfg: SynthConfig) -> None:

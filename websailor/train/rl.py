@@ -548,17 +548,38 @@ def _check_prefilter_record(path: Path, saved: dict, settings: RLSettings) -> No
 
 
 def _trim_jsonl(path: Path, max_step: int) -> None:
-    """Drop the records of steps after ``max_step`` (a resumed run repeats those steps)."""
+    """Drop the records of steps after ``max_step`` (a resumed run repeats those steps) and an
+    unfinished last line of a killed run (with a warning), streaming the file
+    (:class:`websailor.jsonio.JsonlStream`); blank lines go too. The file is replaced (a new
+    file moved over it) only when something is dropped or its last line lacks its newline.
+
+    Raises:
+        InputFormatError: a complete line that is not a JSON object: refused, and the file left
+            as it is, rather than dropped unseen.
+    """
+    from websailor.jsonio import JsonlStream, parse_line
+
     if not path.exists():
         return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= max_step:
-                keep.append(line)
-        except ValueError:
-            continue  # an unfinished last line of a killed run
-    path.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+    stream = JsonlStream(path, f"a record of {path.name}")
+    tmp = path.with_name(f".{path.name}.trim-{os.getpid()}")
+    changed = False
+    try:
+        with tmp.open("wb") as out:
+            for _, lineno, raw in stream.lines():
+                step = parse_line(path, lineno, raw, f"a record of {path.name}").get("step", 0) if raw.strip() else None
+                if step is None or (isinstance(step, int) and step > max_step):
+                    changed = True
+                    continue
+                changed = changed or not raw.endswith(b"\n")
+                out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        if stream.unfinished is not None:
+            logger.warning("%s", stream.unfinished)
+            changed = True
+        if changed:
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _digest(data_path: str | Path, items: list[Any]) -> str:

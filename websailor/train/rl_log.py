@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from websailor.errors import InputFormatError
+from websailor.jsonio import JsonlStream, Unfinished
 
 LOG_FILE = "rl_log.jsonl"
 TB_DIR = "tensorboard"
@@ -77,28 +79,58 @@ class StepLogger:
         self.writer.close()
 
 
-def read_log(out: str | Path) -> list[dict]:
-    """The step records of the run in ``out`` (a directory, or the ``rl_log.jsonl`` file).
+@dataclass(frozen=True)
+class StepLog:
+    """The step log of an RL run: its ``path``, its step ``records`` in file order, and its
+    ``unfinished`` last line (left out; ``None`` when there is none)."""
+
+    path: Path
+    records: list[dict]
+    unfinished: Unfinished | None
+
+
+def read_step_log(out: str | Path) -> StepLog:
+    """The step log of the run in ``out`` (a directory, or the ``rl_log.jsonl`` file), read
+    under the rules of :func:`websailor.jsonio.read_appended_jsonl`: a last line cut off mid-write
+    (a run being written, or killed) is left out and returned as ``unfinished``; a whole last
+    record without its newline is kept. Nothing is logged and the file is never changed.
 
     Raises:
-        InputFormatError: no log there, or a line that is not a step record.
+        InputFormatError: no log there, or a line (other than an unfinished last one) that is
+            not a step record (not JSON, or no integer ``step``).
     """
     path = Path(out)
     path = path / LOG_FILE if path.is_dir() else path
     if not path.is_file():
         raise InputFormatError(f"{path}: no RL step log (is this an RL run directory?)")
+    stream = JsonlStream(path, "an RL step record")
     records = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    for _, lineno, raw in stream.lines():
+        if not raw.strip():
             continue
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise InputFormatError(f"{path} line {lineno} is not JSON: is it an RL step log?") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
             raise InputFormatError(f"{path} line {lineno} is not an RL step record (no integer 'step')")
         records.append(rec)
-    return records
+    return StepLog(path, records, stream.unfinished)
+
+
+def read_log(out: str | Path) -> list[dict]:
+    """The step records of the run in ``out`` (a directory, or the ``rl_log.jsonl`` file); an
+    unfinished last line (see :func:`read_step_log`) is left out with a warning.
+
+    Raises:
+        InputFormatError: as :func:`read_step_log`.
+    """
+    log = read_step_log(out)
+    if log.unfinished is not None:
+        from websailor.log import get_logger
+
+        get_logger(__name__).warning("%s", log.unfinished)
+    return log.records
 
 
 def window_means(records: list[dict], key: str, n: int = 10) -> tuple[float | None, float | None]:

@@ -98,14 +98,14 @@ def headline(ctx: ViewContext, run: RunEntry) -> dict[str, Any]:
         if run.kind == "eval":
             return _eval_headline(path / "summary.json", prefix + "summary.json")
         if run.kind == "rl":
-            from websailor.train.rl_log import LOG_FILE, read_log
+            from websailor.train.rl_log import LOG_FILE, read_step_log
 
             log_path = path / LOG_FILE
             if not log_path.is_file():
                 return {"steps": 0, "reward": None, "accuracy": None}
             if log_path.stat().st_size > HEADLINE_MAX_BYTES:
                 return {"error": f"{prefix}{LOG_FILE}: {human_size(log_path.stat().st_size)}, too large for the index"}
-            log = read_log(log_path)
+            log = read_step_log(log_path).records  # an unfinished last line is left out
             last = log[-1] if log else {}
             reward = last.get("reward/mean")
             return {

@@ -29,9 +29,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.eval.scoring import score_record
+from websailor.jsonio import JsonlStream
 from websailor.view.app import ViewContext, context
 from websailor.view.discover import find_runs
-from websailor.view.pages import WAIT_S, FileIndex, Question, Row, file_index, iter_lines, page_of, read_row
+from websailor.view.pages import WAIT_S, FileIndex, Question, Row, file_index, page_of, read_row
 
 router = APIRouter()
 
@@ -85,21 +87,12 @@ _GRADES_LOCK = threading.Lock()
 
 def _read_grades(g: Grades) -> None:
     """Fill ``g`` from its file, line by line: each line checked as
-    :func:`websailor.eval.scoring.read_scores` checks it (streamed with
-    :func:`websailor.view.pages.iter_lines` rather than read whole, for the memory of large
-    files)."""
-    from websailor.eval.scoring import _score_record
-    from websailor.jsonio import loads_object
-
+    :func:`websailor.eval.scoring.read_scores` checks it (:func:`websailor.eval.scoring.score_record`),
+    streamed by :class:`websailor.jsonio.JsonlStream` rather than read whole, for the memory of
+    large files."""
     try:
-        for _, lineno, raw in iter_lines(g.path, "a score record"):
-            if not raw.strip():
-                continue
-            try:
-                rec = loads_object(raw.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                raise InputFormatError(f"{g.path} line {lineno} is not a score record: is it the right file?") from None
-            s = _score_record(g.path, lineno, rec)
+        for _, lineno, rec in JsonlStream(g.path, "a score record").records():
+            s = score_record(g.path, lineno, rec)
             g.by_key[(s.id, s.rollout)] = Grade(
                 s.judge, s.correct, s.score, s.extracted, s.reasoning, s.confidence, s.error, s.ungraded_for
             )

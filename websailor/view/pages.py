@@ -4,18 +4,22 @@ and length and the few fields the table shows (id, rollout, termination, predict
 calls; the question and gold answer once per question). The question view reads its k full
 records back by offset.
 
-Why this reads lines itself: :func:`websailor.jsonio.read_appended_jsonl` reads the whole file
-into memory and returns every parsed record at once (a 100,000-trajectory file of a few KB each
-would take well over 1 GB). This module keeps that reader's rules and its library checks, line by
-line: each line is parsed by :func:`websailor.jsonio.loads_object` and checked by
-:func:`websailor.eval.scoring._check_record` (the checks of ``score``); a UTF-8 byte-order mark is
-ignored; an unfinished last line (a run being written, or killed mid-write) is skipped and
-reported; a later record of an ``(id, rollout)`` supersedes one that
+Why this streams the file: :func:`websailor.eval.scoring.read_trajectories` returns every parsed
+record at once (a 100,000-trajectory file of a few KB each would take well over 1 GB). This
+module keeps that reader's rules and its library checks, line by line: the file is streamed by
+:class:`websailor.jsonio.JsonlStream` (the rules of
+:func:`websailor.jsonio.read_appended_jsonl`: a UTF-8 byte-order mark is ignored; an unfinished
+last line, a run being written or killed mid-write, is skipped and reported; a line longer than
+:data:`websailor.jsonio.MAX_LINE_BYTES` is refused); each line is parsed by
+:func:`websailor.jsonio.parse_line` and checked by :func:`websailor.eval.scoring.check_record`
+(the checks of ``score``); a later record of an ``(id, rollout)`` supersedes one that
 :func:`websailor.agent.runner.finished` does not accept, and any other duplicate is refused as
 :func:`websailor.eval.scoring.read_trajectories` refuses it.
 
 Indexes are cached per path and rebuilt when the file's size or modification time changes; a
-file that only grew (a run still appending) is indexed from where the last pass stopped. An
+file that only grew (a run still appending: the last :data:`websailor.jsonio.SIGNATURE_BYTES`
+bytes indexed are unchanged, see :func:`websailor.jsonio.only_grew`) is indexed from where the
+last pass stopped. An
 index is built in a background thread: a request waits for it up to :data:`WAIT_S` seconds and
 then shows the part read so far (the page says so and reloads itself), so that the first page of
 a 100,000-trajectory file (700 MB) comes in about a second while the rest is read.
@@ -25,12 +29,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from websailor.agent.runner import finished
+from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError
+from websailor.eval.scoring import check_record
+from websailor.jsonio import JsonlStream, end_signature, only_grew, parse_line
+from websailor.judge import Gold
 
 #: Questions per page of the eval table.
 PAGE_SIZE = 50
@@ -38,8 +46,7 @@ PAGE_SIZE = 50
 WAIT_S = 0.8
 #: Lines the scanner indexes between two moments it lets readers in.
 _CHUNK = 2000
-#: Bytes compared at the end of the indexed part to tell a file that grew from one rewritten.
-_SIGNATURE = 256
+_NONE = object()  # no answer known yet
 
 
 @dataclass(slots=True)
@@ -76,8 +83,10 @@ class Question:
 @dataclass
 class FileIndex:
     """The index of one trajectories file: its questions in file order, ``end`` (the byte
-    offset after the last complete line indexed), and ``skipped_tail`` (bytes of an
-    unfinished last line left out, 0 when none)."""
+    offset after the last complete line indexed), ``skipped_tail`` (bytes of an unfinished
+    last line left out, 0 when none), ``open_line`` (a whole last record without its newline
+    was indexed: a later pass reads the file again from the start) and ``signature`` (the
+    bytes before ``end``, see :func:`websailor.jsonio.end_signature`)."""
 
     path: Path
     size: int = 0
@@ -86,6 +95,7 @@ class FileIndex:
     lines: int = 0
     questions: dict[str, Question] = field(default_factory=dict)
     skipped_tail: int = 0
+    open_line: bool = False
     signature: bytes = b""
     answers: dict[str, Any] = field(default_factory=dict)  # each question's raw gold answer
     version: int = 0  # bumped each time the scanner publishes more lines
@@ -101,31 +111,30 @@ class FileIndex:
 def gold_text(answer: Any) -> str:
     """The gold answer of a record as shown: the answer, then its aliases (``Nile (also: the
     Nile river)``); ``answer`` as given when it cannot be parsed."""
-    from websailor.judge import Gold
-
     try:
-        g = Gold.parse(answer)
+        return _shown(Gold.parse(answer))
     except ValueError:
         return str(answer)
+
+
+def _shown(g: Gold) -> str:
     return g.answer + (f" (also: {', '.join(g.aliases)})" if g.aliases else "")
 
 
 def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
-    from websailor.agent.runner import finished
-    from websailor.agent.trajectory import env_failed_calls
-    from websailor.eval.scoring import _check_record
-    from websailor.jsonio import loads_object
+    """Add the record on line ``lineno`` (its ``raw`` bytes at ``offset``) to ``index``.
 
+    Raises:
+        InputFormatError: not a trajectory record, or a duplicate (see the module's rules).
+    """
     path = index.path
-    try:
-        rec = loads_object(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise InputFormatError(f"{path} line {lineno} is not a trajectory record: is it the right file?") from None
-    _check_record(path, lineno, rec)
+    rec = parse_line(path, lineno, raw, "a trajectory record")
+    known = index.answers.get(str(rec.get("id")), _NONE)  # a question's k records share one answer: parse it once
+    gold = check_record(path, lineno, rec, gold_checked=known is not _NONE and known == rec.get("answer"))
     qid, rollout = str(rec["id"]), rec["rollout"]
     q = index.questions.get(qid)
     if q is None:
-        q = index.questions[qid] = Question(qid, rec["question"], gold_text(rec["answer"]))
+        q = index.questions[qid] = Question(qid, rec["question"], _shown(gold) if gold else gold_text(rec["answer"]))
         index.answers[qid] = rec["answer"]
     earlier = q.rows.get(rollout)
     if earlier is not None and earlier.done and q.question == rec["question"]:
@@ -139,8 +148,8 @@ def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
     except ValueError as e:
         env_error = f"{path} line {lineno}: {e}"
     q.question = rec["question"]
-    if index.answers[qid] != rec["answer"]:  # Gold.parse once per question, unless the answer changes
-        q.gold, index.answers[qid] = gold_text(rec["answer"]), rec["answer"]
+    if gold is not None and index.answers[qid] != rec["answer"]:  # the answer changed: parsed above
+        q.gold, index.answers[qid] = _shown(gold), rec["answer"]
     q.rows[rollout] = Row(
         offset,
         len(raw),
@@ -154,92 +163,38 @@ def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
     )
 
 
-def iter_lines(path: Path, what: str, start: int = 0, lineno: int = 0) -> Iterator[tuple[int, int, bytes]]:
-    """The lines of a JSONL file from byte ``start`` (after line ``lineno``), streamed, as
-    ``(offset, line number, bytes)``, under :func:`websailor.jsonio.read_appended_jsonl`'s rules:
-    a UTF-8 byte-order mark is ignored, and a last line without its newline is yielded when it
-    is a whole JSON object and otherwise stops the iteration (its size in the generator's
-    return value: ``StopIteration.value``, 0 when there is none).
-
-    Raises:
-        InputFormatError: a last line that is not the start of an object ("is it the right file?").
-    """
-    from websailor.jsonio import loads_object
-
-    with path.open("rb") as fh:
-        if start == 0 and fh.read(3) == b"\xef\xbb\xbf":
-            start = 3
-        fh.seek(start)
-        offset = start
-        while raw := fh.readline(MAX_LINE_BYTES + 1):
-            if len(raw) > MAX_LINE_BYTES:  # never hold a giant line (a sparse or binary file) in memory
-                raise InputFormatError(
-                    f"{path} line {lineno + 1} is longer than {MAX_LINE_BYTES >> 20} MB: not {what}; is it the right file?"
-                )
-            here, offset = offset, offset + len(raw)
-            lineno += 1
-            if not raw.endswith(b"\n"):  # the last line, unfinished or without its newline
-                try:
-                    loads_object(raw.decode("utf-8"))
-                except (ValueError, UnicodeDecodeError):
-                    if not raw.lstrip().startswith(b"{"):
-                        raise InputFormatError(f"{path} line {lineno} is not {what}: is it the right file?") from None
-                    return len(raw)
-            yield here, lineno, raw
-    return 0
-
-
-#: Longest line read (bytes): a longer one is refused without being held in memory.
-MAX_LINE_BYTES = 64 << 20
-
-
 def _scan(index: FileIndex) -> None:
     """Index the lines of ``index.path`` from ``index.end`` on (see the module's rules),
     publishing what it has every :data:`_CHUNK` lines (readers hold ``index.lock``)."""
-    lines = iter_lines(index.path, "a trajectory record", index.end, index.lines)
+    stream = JsonlStream(index.path, "a trajectory record", index.end, index.lines)
     index.lock.acquire()
     try:
-        n = 0
-        while True:
-            try:
-                offset, lineno, raw = next(lines)
-            except StopIteration as stop:
-                index.skipped_tail = stop.value or 0
-                break
-            index.lines = lineno
+        for n, (offset, lineno, raw) in enumerate(stream.lines(), 1):
             if raw.strip():
                 _index_line(index, raw, offset, lineno)
-            if raw.endswith(b"\n"):
-                index.end = offset + len(raw)
-            n += 1
+            index.end, index.lines, index.open_line = stream.end, stream.lineno, stream.open_line
             if n % _CHUNK == 0:
                 index.version += 1
                 index.lock.release()
                 time.sleep(0)  # let a waiting reader take the lock
                 index.lock.acquire()
+        index.skipped_tail = stream.unfinished.size if stream.unfinished else 0
         for q in index.questions.values():  # the kept records only: a rerun supersedes a malformed one
             for row in q.rows.values():
                 if row.env_error:
                     raise InputFormatError(row.env_error)
-        if index.end:
-            with index.path.open("rb") as fh:
-                fh.seek(max(0, index.end - _SIGNATURE))
-                index.signature = fh.read(min(_SIGNATURE, index.end))
+        index.signature = end_signature(index.path, index.end)
     finally:
         index.version += 1
         index.lock.release()
 
 
 def _grew(old: FileIndex, size: int) -> bool:
-    """Whether the file only grew since ``old`` was made (its indexed end is intact)."""
-    if old.skipped_tail or old.error or size < old.end or not old.end:
+    """Whether the file only grew since ``old`` was made (its indexed part is intact and ends
+    with a complete line), so that a new pass may start where ``old`` ended."""
+    if old.skipped_tail or old.open_line or old.error or size < old.end:
         return False
-    try:
-        with old.path.open("rb") as fh:
-            fh.seek(max(0, old.end - _SIGNATURE))
-            return fh.read(min(_SIGNATURE, old.end)) == old.signature
-    except OSError:
-        return False
+    return only_grew(old.path, old.end, old.signature)
 
 
 _CACHE: dict[Path, FileIndex] = {}
@@ -297,19 +252,11 @@ def read_row(index: FileIndex, row: Row) -> dict[str, Any]:
     Raises:
         InputFormatError: the line is no longer a trajectory record (the file was rewritten).
     """
-    from websailor.eval.scoring import _check_record
-    from websailor.jsonio import loads_object
-
     with index.path.open("rb") as fh:
         fh.seek(row.offset)
         raw = fh.read(row.length)
-    try:
-        rec = loads_object(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise InputFormatError(
-            f"{index.path} line {row.lineno} is not a trajectory record (was it rewritten?)"
-        ) from None
-    _check_record(index.path, row.lineno, rec)
+    rec = parse_line(index.path, row.lineno, raw, "a trajectory record (was the file rewritten?)")
+    check_record(index.path, row.lineno, rec)
     return rec
 
 

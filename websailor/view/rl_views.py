@@ -1,9 +1,9 @@
 """Views of ``train rl`` and ``train sft`` runs.
 
 - ``GET /rl/{rel}``: the step log (``rl_log.jsonl``, read with
-  :func:`websailor.train.rl_log.read_log`) as interactive SVG curves drawn by
-  ``static/charts.js``, following the run while it is written (it polls ``GET /api/rl/{rel}/log``);
-  the steps of ``rollouts.jsonl`` link to their groups.
+  :func:`websailor.train.rl_log.read_step_log`: an unfinished last line is left out and the page
+  says so) as interactive SVG curves drawn by ``static/charts.js``, following the run while it is
+  written (it polls ``GET /api/rl/{rel}/log``); the steps of ``rollouts.jsonl`` link to their groups.
 - ``GET /rl/{rel}/step/{n}``: the groups of step ``n``, each rollout with its reward, advantage
   and whether it entered the loss (better ones green, worse ones red), linking to
 - ``GET /rl/{rel}/rollout/{line}``: one rollout's steps (thought, tool call, observation,
@@ -11,8 +11,11 @@
 - ``GET /sft/{rel}``: an SFT run's summary, loss curve and memory settings.
 
 ``rollouts.jsonl`` grows by a batch per step and can reach gigabytes, so it is not held in
-memory: :class:`RolloutIndex` keeps each record's byte offset and a few small figures, and
-extends itself by the bytes appended since it last looked.
+memory: :class:`RolloutIndex` streams it with :class:`websailor.jsonio.JsonlStream` (the rules
+of :func:`websailor.jsonio.read_appended_jsonl`), keeps each record's byte offset and a few small
+figures, and extends itself by the bytes appended since it last looked; it reads the file again
+from the start when it was replaced, cut back, or rewritten in place (the bytes before where it
+stopped changed: :func:`websailor.jsonio.only_grew`), as a resumed run rewrites it.
 """
 
 from __future__ import annotations
@@ -30,10 +33,9 @@ from markupsafe import Markup
 from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
-from websailor.jsonio import loads_object
-from websailor.train.rl_log import LOG_FILE, read_log
+from websailor.jsonio import JsonlStream, LineTooLongError, end_signature, loads_object, only_grew
+from websailor.train.rl_log import LOG_FILE, StepLog, read_step_log
 from websailor.view.app import ViewContext, context, finite
-from websailor.view.pages import MAX_LINE_BYTES
 
 router = APIRouter()
 
@@ -96,8 +98,21 @@ def _run_dir(ctx: ViewContext, rel: str) -> Path:
     return path
 
 
-def _read_log(run: Path) -> list[dict]:
-    return read_log(run) if (run / LOG_FILE).is_file() else []
+def _read_log(run: Path) -> StepLog:
+    """The run's step log (none when it has no ``rl_log.jsonl`` yet).
+
+    Raises:
+        InputFormatError: as :func:`websailor.train.rl_log.read_step_log`.
+    """
+    path = run / LOG_FILE
+    return read_step_log(path) if path.is_file() else StepLog(path, [], None)
+
+
+def _unfinished(log: StepLog) -> str | None:
+    """What the page says of the log's unfinished last line, ``None`` when there is none."""
+    if log.unfinished is None:
+        return None
+    return f"{LOG_FILE} line {log.unfinished.lineno} is unfinished ({log.unfinished.size} bytes): a run still writing it, or one killed mid-write; the complete steps are shown"
 
 
 # -- the rollouts file, indexed by byte offset --------------------------------------------------
@@ -167,58 +182,67 @@ def _row(path: Path, line: int, offset: int, rec: dict) -> RolloutRow:
 
 @dataclass
 class RolloutIndex:
-    """The records of one ``rollouts.jsonl`` by step: each complete line's offset and
+    """The records of one ``rollouts.jsonl`` by step: each line's offset and
     :class:`RolloutRow`; ``problems`` are lines that are not rollout records (``"FILE line N:
-    why"``; the others stay readable). A last line without its newline is still being written
-    and is read once it is finished, as :func:`websailor.jsonio.read_appended_jsonl` does."""
+    why"``; the others stay readable). The file is streamed by
+    :class:`websailor.jsonio.JsonlStream`, under the rules of
+    :func:`websailor.jsonio.read_appended_jsonl`: an unfinished last line is left out until it
+    is finished, and a line longer than :data:`websailor.jsonio.MAX_LINE_BYTES` is a problem
+    (the file is not read past it)."""
 
     path: Path
-    size: int = 0  # bytes read so far (up to the end of the last complete line)
-    lines: int = 0
+    size: int = 0  # bytes read so far (up to the end of the last line with its newline)
+    lines: int = 0  # the number of that line
     inode: int = 0
+    signature: bytes = b""  # the bytes before ``size`` (websailor.jsonio.end_signature)
     rows: list[RolloutRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    kept: tuple[int, int] = (0, 0)  # rows and problems of the lines before ``size``
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def refresh(self) -> RolloutIndex:
-        """Read what was appended since the last call (all of it again when the file was
-        replaced or cut back, as a resumed run cuts it)."""
+        """Read what was appended since the last call; all of it again when the file was
+        replaced, cut back (as a resumed run cuts it) or rewritten in place (the bytes before
+        where the last read ended changed: :func:`websailor.jsonio.only_grew`)."""
         with self.lock:
             try:
                 st = self.path.stat()
             except FileNotFoundError:
                 st = None
-            if st is None or st.st_size < self.size or st.st_ino != self.inode:
-                self.size, self.lines, self.rows, self.problems = 0, 0, [], []
-                self.inode = st.st_ino if st else 0
-            if st is None or st.st_size == self.size:
-                return self
-            with self.path.open("rb") as fh:
-                fh.seek(self.size)
-                offset = self.size
-                while raw := fh.readline(MAX_LINE_BYTES + 1):
-                    if len(raw) > MAX_LINE_BYTES:  # a giant line (a sparse or binary file) is never held
-                        self.problems.append(f"{self.path} line {self.lines + 1} is longer than 64 MB: not a rollout")
-                        offset = st.st_size  # not read again
-                        break
-                    if not raw.endswith(b"\n"):
-                        break  # being written: read it when it is whole
-                    self.lines += 1
-                    self._add(raw, offset)
-                    offset += len(raw)
-                self.size = offset
+            if st is None or st.st_ino != self.inode or not self._only_grew(st.st_size):
+                self.size, self.lines, self.signature, self.rows, self.problems = 0, 0, b"", [], []
+                self.kept, self.inode = (0, 0), st.st_ino if st else 0
+            if st is not None and st.st_size > self.size:
+                self._read(st.st_size)
             return self
 
-    def _add(self, raw: bytes, offset: int) -> None:
-        if offset == 0 and raw.startswith(b"\xef\xbb\xbf"):
-            raw, offset = raw[3:], 3
+    def _only_grew(self, size: int) -> bool:
+        return size >= self.size and (not self.size or only_grew(self.path, self.size, self.signature))
+
+    def _read(self, size: int) -> None:
+        """Index the lines from :attr:`size` on (``size``: the file's size now)."""
+        del self.rows[self.kept[0] :], self.problems[self.kept[1] :]  # a last line read without its newline
+        stream = JsonlStream(self.path, "a rollout record", self.size, self.lines)
+        try:
+            for offset, lineno, raw in stream.lines():
+                self._add(raw, offset, lineno)
+                if not stream.open_line:
+                    self.size, self.lines, self.kept = stream.end, stream.lineno, (len(self.rows), len(self.problems))
+        except LineTooLongError as e:
+            self._problem(str(e))
+            self.size, self.kept = size, (len(self.rows), len(self.problems))  # not read again
+        except InputFormatError as e:  # a last line without its newline that is no JSON object
+            self._problem(str(e))
+        self.signature = end_signature(self.path, self.size)
+
+    def _add(self, raw: bytes, offset: int, lineno: int) -> None:
         if not raw.strip():
             return
         try:
             rec = loads_object(raw.decode("utf-8"))
-            self.rows.append(_row(self.path, self.lines, offset, rec))
+            self.rows.append(_row(self.path, lineno, offset, rec))
         except (ValueError, UnicodeDecodeError) as e:
-            self._problem(f"{self.path} line {self.lines} is not a rollout record ({e})")
+            self._problem(f"{self.path} line {lineno} is not a rollout record ({e})")
         except InputFormatError as e:
             self._problem(str(e))
 
@@ -339,9 +363,11 @@ def api_log(rel: str, request: Request) -> Response:
     ctx = context(request)
     run = _run_dir(ctx, rel)
     try:
-        data = log_curves(_read_log(run))
+        log = _read_log(run)
     except InputFormatError as e:
         return JSONResponse({"error": str(e)}, status_code=422)
+    data = log_curves(log.records)
+    data["unfinished"] = _unfinished(log)
     data["rollout_steps"] = rollout_index(run).steps()
     return JSONResponse(finite(data))
 
@@ -396,7 +422,8 @@ def rl_run(rel: str, request: Request) -> Response:
     """The run's curves and its steps."""
     ctx = context(request)
     run = _run_dir(ctx, rel)
-    data = log_curves(_read_log(run))
+    log = _read_log(run)
+    data = log_curves(log.records)
     index = rollout_index(run)
     data["rollout_steps"] = index.steps()
     settings = _json_file(run / SETTINGS_FILE)
@@ -409,6 +436,7 @@ def rl_run(rel: str, request: Request) -> Response:
         steps=index.steps(),
         problems=index.problems,
         settings=settings,
+        unfinished=_unfinished(log),
     )
 
 

@@ -8,8 +8,10 @@
   and listed below), its constraints and uncertainty operators, and its solution path,
   highlighted on the graph and listed in order.
 
-Files are read with :func:`websailor.synth.dataset.read_items` (its checks, its error with the
-file and line), once per change of the file.
+Files are read with :func:`websailor.synth.dataset.read_items_and_tail` (the checks of
+:func:`websailor.synth.dataset.read_items`, its error with the file and line), once per change of
+the file; an unfinished last line (a synthesis still writing, or killed mid-write) is left out and
+the file page says so.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from websailor.errors import InvalidArgumentError
-from websailor.synth.dataset import dataset_report, read_items
+from websailor.jsonio import Unfinished
+from websailor.synth.dataset import dataset_report, read_items_and_tail
 from websailor.synth.items import DEFAULT_LEVEL
 from websailor.view.app import context
 
@@ -46,10 +49,20 @@ BAR_CHARTS = (
 
 
 @dataclass
-class _Cached:
-    key: tuple[int, float, int]
+class QAFile:
+    """A QA file as read: its checked ``items``, their ``report``
+    (:func:`websailor.synth.dataset.dataset_report`) and its ``unfinished`` last line (left
+    out; ``None`` when there is none)."""
+
     items: list[dict]
     report: dict
+    unfinished: Unfinished | None = None
+
+
+@dataclass
+class _Cached:
+    key: tuple[int, float, int]
+    file: QAFile
 
 
 _CACHE: dict[Path, _Cached] = {}
@@ -61,7 +74,19 @@ def load_items(path: Path) -> tuple[list[dict], dict]:
 
     Raises:
         InvalidArgumentError: ``path`` is not a file.
-        InputFormatError: as :func:`read_items` (file and line of the bad record).
+        InputFormatError: as :func:`websailor.synth.dataset.read_items` (file and line of the bad record).
+    """
+    qa = load_qa_file(path)
+    return qa.items, qa.report
+
+
+def load_qa_file(path: Path) -> QAFile:
+    """The :class:`QAFile` of ``path``, cached until the file changes (inode, modification
+    time or size).
+
+    Raises:
+        InvalidArgumentError: ``path`` is not a file.
+        InputFormatError: as :func:`websailor.synth.dataset.read_items` (file and line of the bad record).
     """
     if not path.is_file():
         raise InvalidArgumentError(f"{path.name} is not a QA file")
@@ -70,12 +95,12 @@ def load_items(path: Path) -> tuple[list[dict], dict]:
     with _LOCK:
         hit = _CACHE.get(path)
         if hit and hit.key == key:
-            return hit.items, hit.report
-    items = read_items(path)
-    report = dataset_report(items)
+            return hit.file
+    items, unfinished = read_items_and_tail(path)
+    qa = QAFile(items, dataset_report(items), unfinished)
     with _LOCK:
-        _CACHE[path] = _Cached(key, items, report)
-    return items, report
+        _CACHE[path] = _Cached(key, qa)
+    return qa
 
 
 def bar_chart(title: str, counts: dict[Any, float], width: int = 360, bar_h: int = 18) -> dict[str, Any]:
@@ -135,7 +160,8 @@ def qa_item(rel: str, item_id: str, request: Request) -> Response:
 def qa_file(rel: str, request: Request, split: str = "", level: str = "", q: str = "", page: int = 1) -> Response:
     """The items of a QA file, filtered and paginated, with its figures."""
     ctx = context(request)
-    items, report = load_items(ctx.path(rel))
+    qa = load_qa_file(ctx.path(rel))
+    items, report = qa.items, qa.report
     shown = [it for it in items if _matches(it, split, level, q)]
     pages = max(1, math.ceil(len(shown) / PAGE_SIZE))
     page = min(max(1, page), pages)
@@ -160,6 +186,7 @@ def qa_file(rel: str, request: Request, split: str = "", level: str = "", q: str
         charts=charts,
         scalars=scalars,
         difficulty=report.get("difficulty"),
+        unfinished=qa.unfinished,
     )
 
 
