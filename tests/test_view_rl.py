@@ -99,8 +99,8 @@ def test_the_run_page_carries_the_curves_and_the_steps(rl_run: Path):
     client = _client(rl_run)
     html = client.get("/rl/rl").text
     assert 'id="rl-data"' in html and "/static/charts.js" in html
-    assert 'href="/rl/rl/step/1"' in html and 'href="/rl/rl/step/2"' in html
-    data = client.get("/api/rl/rl/log").json()
+    assert 'href="/rl/rl?step=1"' in html and 'href="/rl/rl?step=2"' in html
+    data = client.get("/api/rl/rl").json()
     curves = {c["key"]: c["points"] for c in data["curves"]}
     assert data["steps"] == 2 and curves["reward/mean"] == [[1, 0.75], [2, 0.75]]
     assert curves["groups/zero_spread_share"] == [[1, 0.5], [2, 0.5]] and curves["entropy"][1] == [2, 0.4]
@@ -116,21 +116,39 @@ def test_script_json_cannot_end_its_script_element():
 
 
 def test_the_step_page_shows_groups_better_and_worse(rl_run: Path):
-    html = _client(rl_run).get("/rl/rl/step/1").text
+    html = _client(rl_run).get("/rl/rl?step=1").text
     assert html.count('class="group"') == 2
     assert 'class="rollout good"' in html and 'class="rollout worse"' in html  # paris: Paris and Lyon
     assert "+1.000" in html and "-1.000" in html  # the paris group's advantages
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert" not in html
-    assert 'href="/rl/rl/rollout/1"' in html and 'href="/rl/rl/step/2"' in html
+    assert 'href="/rl/rl?step=1&amp;group=1&amp;rollout=1"' in html and 'href="/rl/rl?step=2"' in html
 
 
 def test_the_rollout_page_shows_its_steps(rl_run: Path):
     client = _client(rl_run)
-    html = client.get("/rl/rl/rollout/2").text
+    html = client.get("/rl/rl?step=1&group=1&rollout=2").text
     assert "Lyon" in html and '<details class="step observation">' in html and "search" in html
     assert "Found it." in html and "rollouts.jsonl line 2" in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
-    assert client.get("/rl/rl/rollout/99").status_code == 404
+    assert client.get("/rl/rl?step=1&group=1&rollout=99").status_code == 404
+
+
+def test_a_run_in_folders_named_step_and_rollout(rl_run: Path, tmp_path: Path):
+    import shutil
+
+    shutil.copytree(rl_run / "rl", tmp_path / "step" / "3")
+    shutil.copytree(rl_run / "rl", tmp_path / "rollout" / "step" / "1")
+    client = _client(tmp_path)
+    assert {r["rel"] for r in client.get("/api/runs").json()} == {"step/3", "rollout/step/1"}
+    for rel in ("step/3", "rollout/step/1"):
+        run = client.get(f"/rl/{rel}")
+        assert run.status_code == 200 and f"RL run {rel}</h1>" in run.text
+        assert f'href="/rl/{rel}?step=2"' in run.text and f'data-poll="/api/rl/{rel}"' in run.text
+        assert client.get(f"/api/rl/{rel}").json()["steps"] == 2
+        step = client.get(f"/rl/{rel}?step=2")
+        assert f"{rel} · step 2</h1>" in step.text and step.text.count('class="group"') == 2
+        one = client.get(f"/rl/{rel}?step=2&group=1&rollout=2")
+        assert f"{rel} · step 2 · group 1 · rollout 2</h1>" in one.text and "Lyon" in one.text
 
 
 def test_a_truncated_last_line_and_a_record_missing_fields(rl_run: Path, tmp_path: Path):
@@ -144,7 +162,7 @@ def test_a_truncated_last_line_and_a_record_missing_fields(rl_run: Path, tmp_pat
     lines[1] = json.dumps(bad)
     (root / "rl" / "rollouts.jsonl").write_text("\n".join(lines) + "\n" + lines[2][:40])  # a half line: being written
     client = _client(root)
-    html = client.get("/rl/rl/step/1").text
+    html = client.get("/rl/rl?step=1").text
     assert "rollouts.jsonl line 2: not a rollout record (no reward)" in html
     assert html.count('class="rollout ') == 3  # the others are shown; the half line is not read yet
     assert client.get("/rl/rl").status_code == 200 and client.get("/").status_code == 200
@@ -153,8 +171,8 @@ def test_a_truncated_last_line_and_a_record_missing_fields(rl_run: Path, tmp_pat
         fh.write('{"step": 3, "reward/me')
     r = client.get("/rl/rl")
     assert r.status_code == 422 and "rl_log.jsonl line 3" in r.text
-    assert client.get("/api/rl/rl/log").status_code == 422
-    assert client.get("/").status_code == 200 and client.get("/rl/rl/step/2").status_code == 200
+    assert client.get("/api/rl/rl").status_code == 422
+    assert client.get("/").status_code == 200 and client.get("/rl/rl?step=2").status_code == 200
 
 
 def test_paths_outside_and_folders_that_are_no_run(rl_run: Path):
@@ -206,8 +224,8 @@ def test_in_a_browser_curves_follow_the_run_and_a_click_reaches_a_rollout(rl_run
         page.wait_for_function(
             "document.querySelectorAll('svg.chart[data-key=\"reward/mean\"] circle.dot').length === 3", timeout=15000
         )
-        assert page.locator("#rl-steps").text_content() == "3"
-        page.click('a[href="/rl/rl/step/1"]')
+        assert page.locator("#rl-steps").text_content() == "3 steps"
+        page.click('a[href="/rl/rl?step=1"]')
         page.wait_for_selector("section.group")
         assert page.locator("tr.rollout.good").count() >= 1 and page.locator("tr.rollout.worse").count() >= 1
         assert XSS in page.locator("section.group .question").first.text_content()

@@ -97,13 +97,13 @@ function addStepRows(steps) {
   if (!table || !steps) return;
   const body = table.tBodies[0];
   const known = new Set([...body.rows].map((tr) => tr.dataset.step || tr.cells[0].textContent.replace("step ", "")));
-  const base = document.getElementById("rl-curves").dataset.poll.replace(/^\/api/, "").replace(/\/log$/, "");
+  const run = table.dataset.run; // the run page's URL, without a query
   for (const [step, n] of steps) {
     if (known.has(String(step))) continue;
     const tr = body.insertRow();
     tr.dataset.step = String(step);
     const a = document.createElement("a");
-    a.href = base + "/step/" + step;
+    a.href = run + "?step=" + encodeURIComponent(String(step));
     a.textContent = "step " + step;
     tr.insertCell().append(a);
     tr.insertCell().textContent = String(n);
@@ -128,7 +128,7 @@ function follow(box) {
     if (String(data.steps) !== box.dataset.steps || String(data.last_step) !== box.dataset.lastStep) {
       drawCharts(box, data);
       const count = document.getElementById("rl-steps");
-      if (count) count.textContent = String(data.steps);
+      if (count) count.textContent = data.steps + (data.steps === 1 ? " step" : " steps");
     }
     addStepRows(data.rollout_steps);
   }

@@ -17,7 +17,7 @@ function pollRuns(table) {
         tr.dataset.rel = run.rel;
         for (let i = 0; i < 7; i++) tr.insertCell();
         const a = document.createElement("a");
-        a.href = "/" + run.kind + "/" + run.rel.split("/").map(encodeURIComponent).join("/");
+        a.href = run.url;
         a.textContent = run.rel;
         tr.cells[0].append(a);
         tr.cells[1].textContent = run.kind;
@@ -28,6 +28,9 @@ function pollRuns(table) {
   setInterval(refresh, 5000);
 }
 
+// "1 step", "2 steps"
+function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+
 function pct(x) { return x === null || x === undefined ? "n/a" : (100 * x).toFixed(1); }
 
 function figuresText(run) {
@@ -37,7 +40,7 @@ function figuresText(run) {
     const ci = f.ci ? " (" + pct(f.ci[0]) + "-" + pct(f.ci[1]) + ")" : "";
     return "Avg@" + f.k + " " + pct(f.avg_at_k) + ci + ", Pass@" + f.k + " " + pct(f.pass_at_k) + ", format validity " + pct(f.format_validity);
   }
-  if (run.kind === "rl") return f.steps + " steps" + (f.reward !== null && f.reward !== undefined ? ", last reward " + f.reward.toFixed(3) : "");
+  if (run.kind === "rl") return plural(f.steps, "step") + (f.reward !== null && f.reward !== undefined ? ", last reward " + f.reward.toFixed(3) : "");
   return f.note || "";
 }
 
