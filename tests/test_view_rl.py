@@ -133,6 +133,31 @@ def test_the_rollout_page_shows_its_steps(rl_run: Path):
     assert client.get("/rl/rl?step=1&group=1&rollout=99").status_code == 404
 
 
+def test_a_rollout_has_one_name_on_the_step_page_its_own_page_and_its_link(rl_run: Path):
+    import html
+    import re
+
+    client = _client(rl_run)
+    step = client.get("/rl/rl?step=2").text
+    seen = []
+    for g, section in re.findall(r'<section class="group" id="group-(\d+)">(.*?)</section>', step, re.S):
+        for href, title, text, prediction in re.findall(
+            r'<td><a href="([^"]+)" title="([^"]+)">([^<]+)</a></td>\s*<td class="text">([^<]*)</td>', section
+        ):
+            r = text.removeprefix("rollout ")
+            assert (
+                href == f"/rl/rl?step=2&amp;group={g}&amp;rollout={r}" and title == f"step 2 · group {g} · rollout {r}"
+            )
+            page = client.get(html.unescape(href)).text
+            assert f"<h1>rl · step 2 · group {g} · rollout {r}</h1>" in page
+            assert f'id="rollout-name">step 2 · group {g} · rollout {r} (question ' in page
+            assert html.unescape(re.search(r'id="final-answer">([^<]*)<', page).group(1)) == html.unescape(prediction)
+            assert f'href="/rl/rl?step=2#group-{g}">group {g}</a>' in page
+            seen.append((g, r, html.unescape(prediction)))
+    assert seen == [("1", "1", "Paris"), ("1", "2", "Lyon"), ("2", "1", "Nile"), ("2", "2", "Nile")]
+    assert ">#" not in step  # no other numbering of the rollouts
+
+
 def test_a_run_in_folders_named_step_and_rollout(rl_run: Path, tmp_path: Path):
     import shutil
 
@@ -236,3 +261,33 @@ def test_in_a_browser_curves_follow_the_run_and_a_click_reaches_a_rollout(rl_run
         obs.locator("summary").click()
         assert XSS in obs.locator("pre").text_content()
     assert dialogs == []
+
+
+def test_in_a_browser_a_run_of_one_step_draws_its_point_with_its_value(rl_run: Path, tmp_path: Path, page):
+    import shutil
+
+    from browser import serve_view
+
+    root = tmp_path / "root"
+    shutil.copytree(rl_run, root)
+    log = root / "rl" / "rl_log.jsonl"
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # the first step only
+    with serve_view(root) as url:
+        page.goto(url + "/rl/rl")
+        chart = page.locator('svg.chart[data-key="reward/mean"]')
+        chart.locator("circle.dot").wait_for(state="attached")
+        assert page.locator("#rl-steps").text_content() == "1 step"
+        assert chart.locator("text.tick").all_text_contents() == ["0.750", "step 1"]  # no 0.900 .. 1.10 steps
+        assert chart.locator("text.point-value").text_content() == "0.750"
+        dot = chart.locator("circle.dot")
+        assert dot.count() == 1
+        cx, cy = float(dot.get_attribute("cx")), float(dot.get_attribute("cy"))
+        assert abs(cx - (48 + (340 - 48 - 10) / 2)) < 0.5 and abs(cy - (22 + (190 - 26 - 22) / 2)) < 0.5  # centred
+        # a constant curve of several steps has one value tick and no value label
+        with log.open("a") as fh:
+            fh.write(json.dumps({"step": 2, "reward/mean": 0.75}) + "\n")
+        page.wait_for_function(
+            "document.querySelectorAll('svg.chart[data-key=\"reward/mean\"] circle.dot').length === 2", timeout=15000
+        )
+        assert chart.locator("text.tick").all_text_contents() == ["0.750", "step 1", "step 2"]
+        assert chart.locator("text.point-value").count() == 0 and page.locator("#rl-steps").text_content() == "2 steps"
