@@ -295,6 +295,13 @@ def test_an_export_opens_from_file_urls_in_a_browser(runs_root: Path, tmp_path_f
     assert page.url == (out / "rl" / "nested" / "rl.html").as_uri()
     page.click("header a.home")
     assert page.url == (out / "index.html").as_uri()
+    # an eval table: no filter form (it needs the server), its questions open from file://
+    page.click("text=ev")
+    page.wait_for_selector("#questions")
+    assert page.locator("#filters").count() == 0 and "Filters need the viewer's server" in page.inner_text("main")
+    page.click('#questions a:text-is("a")')
+    page.wait_for_selector(".columns .rollout")
+    assert page.locator("#question").inner_text() == "Question a?"
     page.wait_for_timeout(200)  # view.js does not poll /api/runs from file:// (a console error would fail)
 
 

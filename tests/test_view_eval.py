@@ -420,3 +420,77 @@ def test_a_large_file_shows_its_first_page_while_the_rest_is_read(tmp_path: Path
     assert c.get("/trajectories/big.jsonl?question=q5999").status_code == 200  # a question view waits for the file
     html = c.get("/trajectories/big.jsonl").text
     assert 'id="reading"' not in html and "6000 questions" in html
+
+
+def _exported_link(page: Path, text: str, href_pattern: str) -> list[Path]:
+    """The files an exported ``page`` links to through hrefs matching ``href_pattern``."""
+    from urllib.parse import unquote
+
+    hrefs = re.findall(rf'href="({href_pattern})"', text)
+    return [(page.parent / unquote(unescape(h).split("#")[0])).resolve() for h in hrefs]
+
+
+def test_an_export_writes_each_question_to_its_own_file(root: Path, tmp_path: Path):
+    from websailor.view.export import export_site
+
+    views = tmp_path / "views"
+    ids = ({"paris": "a/../b", "nile": "b", "xss": ".."}, {"paris": ".", "nile": "x/q/y", "xss": "a/./b"})
+    _relabel(root / "base", views / "ev", *ids)
+    _relabel(root / "rl", views / "ev@question_3Db", *ids)  # its page's file would be ev's question b's
+    _relabel(root / "base", views / "x", ids[0])
+    _relabel(root / "rl", views / "x.html" / "y", ids[0])  # a folder where x's page is a file
+    out = tmp_path / "site"
+    export_site(views, out)
+    index = out / "index.html"
+    tables = _exported_link(index, index.read_text().split("<tbody>")[1], r"[^\"]+")
+    assert len(tables) == 4 and (out / "_") in tables[3].parents  # x.html/y: under x's page's name
+    shown = {}
+    for table in tables:
+        text = table.read_text()
+        rel = re.search(r"<h1>Evaluation: ([^<]+)</h1>", text).group(1)
+        rows = [unescape(i) for i in _rows(text)]
+        assert len(rows) == (6 if rel.startswith("ev") else 3)
+        for qid in rows:
+            row = text.split(f'<tr data-id="{escape(qid)}">')[1].split("</tr>")[0]
+            (file,) = _exported_link(table, row.split("</td>")[0], r"[^\"]+")
+            page = file.read_text()
+            assert _question_text(page).startswith(f"[{qid}] "), (rel, qid, file)
+            assert f"Question {escape(qid)}</h1>" in page
+            shown[(rel, qid)] = file
+    assert len(shown) == 18 and len(set(shown.values())) == 18  # every question of every run: its own file
+    assert (out / "eval" / "ev@question_3Db.html").is_file()  # one of the two pages keeps the name
+
+
+def test_an_export_compares_runs_and_their_flipped_questions_from_file_urls(root: Path, tmp_path: Path, page):
+    from urllib.parse import unquote
+
+    from websailor.view.export import export_site
+
+    out = tmp_path / "site"
+    export_site(root, out)
+    table = (out / "eval" / "base.html").read_text()
+    assert 'id="filters"' not in table and 'id="compare-form"' not in table and 'id="filters-static"' in table
+    assert 'href="../compare@a_3Dbase_26b_3Drl.html"' in table
+    for name in (
+        "compare@a_3Dbase_26b_3Drl.html",
+        "compare@a_3Drl_26b_3Dbase.html",  # the swapped comparison
+        "compare@a_3Dbase_26b_3Drl_26question_3Dnile.html",
+        "compare@a_3Dbase_26b_3Drl_26question_3Dparis.html",
+        "compare@a_3Drl_26b_3Dbase_26question_3Dnile.html",
+    ):
+        assert (out / name).is_file(), name
+    page.goto((out / "index.html").as_uri())
+    page.click('#runs a:text-is("base")')
+    page.wait_for_selector("#questions")
+    assert page.locator("#filters").count() == 0
+    page.click('#compare-links a:text-is("rl")')
+    page.wait_for_selector("#gained")
+    assert unquote(page.url) == unquote((out / "compare@a_3Dbase_26b_3Drl.html").as_uri())
+    page.click('#gained a:text-is("nile")')
+    page.wait_for_selector(".columns .rollout")
+    assert page.locator(".columns .rollout").count() == 4 and "Cairo" in page.locator("#question").inner_text()
+    page.click("#back")
+    page.wait_for_selector("#lost")
+    page.click('#lost a:text-is("paris")')
+    page.wait_for_selector(".columns .rollout")
+    assert "France" in page.locator("#question").inner_text()
