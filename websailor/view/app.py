@@ -1,6 +1,13 @@
-"""The viewer's FastAPI app: the runs index, shared page chrome and error pages; each kind of
-run has its views in its own module (:mod:`websailor.view.eval_views`,
-:mod:`websailor.view.rl_views`, :mod:`websailor.view.synth_views`)."""
+"""The viewer's FastAPI app: the runs index (``GET /``, and ``GET /api/runs`` as JSON), shared
+page chrome and error pages; each kind of run has its views in its own module
+(:mod:`websailor.view.eval_views`, :mod:`websailor.view.rl_views`,
+:mod:`websailor.view.synth_views`).
+
+URLs (:func:`run_url`): a run's page is ``/KIND/PATH`` (``/KIND`` for the viewed path itself),
+PATH being all of the URL path after the kind; a question, step, rollout or item of the run is
+a query parameter (``?question=``, ``?step=``, ``?step=&group=&rollout=``, ``?item=``), so no
+run path or id can be read as another. A query value a view cannot use gets the error page
+naming the parameter (:func:`query_int`, :func:`bad_query`; JSON under ``/api/``)."""
 
 from __future__ import annotations
 
