@@ -158,7 +158,7 @@ def measure(root: Path) -> dict:
                 ("first_page_warm_s", "/eval/run"),
                 ("search_s", "/eval/run?q=harbour+railway"),
                 ("late_page_s", "/eval/run?page=400"),
-                ("question_s", "/eval/run/q/q7"),
+                ("question_s", "/eval/run?question=q7"),
                 ("trajectories_page_s", "/trajectories/run/trajectories.jsonl"),
             ):
                 t0 = time.perf_counter()

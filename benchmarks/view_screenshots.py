@@ -5,8 +5,9 @@ Serves the viewer over a folder of runs and shoots, with headless Chromium throu
 
 - the runs index;
 - each run's page (every link of the index);
-- the first deeper link of each run's page (a question, a step, an item): whatever the run's
-  view links to under its own URL, so the script shoots the views as they are written.
+- the first deeper link of each run's page (a question, a step, an item): the first link to
+  the run's own URL with a query string (``?question=``, ``?step=``, ``?item=``), so the script
+  shoots the views as they are written.
 
 ``--root PATH`` shoots real runs; without it the script builds a small realistic set in a
 temporary folder with the library, over the embedded corpus (built by ``websailor corpus build``
@@ -37,6 +38,7 @@ import threading
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # browser.py: Chromium's flags
@@ -167,9 +169,9 @@ def hrefs(html: str) -> list[str]:
 
 
 def urls_to_shoot(get) -> list[str]:
-    """The index, each run's page, and the first link of each run's page under its own URL;
-    ``get(url)`` returns a page's HTML, or ``None`` when it is not there (a view not written
-    yet: not shot)."""
+    """The index, each run's page, and the first link of each run's page to its own URL with a
+    query (a question, a step, an item); ``get(url)`` returns a page's HTML, or ``None`` when it
+    is not there (a view not written yet: not shot)."""
     out = ["/"]
     for run in dict.fromkeys(h for h in hrefs(get("/") or "") if h != "/"):
         html = get(run)
@@ -177,14 +179,14 @@ def urls_to_shoot(get) -> list[str]:
             print(f"skipped {run}: no page there")
             continue
         out.append(run)
-        deeper = [h for h in hrefs(html) if h.split("?")[0].startswith(run.rstrip("/") + "/")]
+        deeper = [h for h in hrefs(html) if urlsplit(h).path == urlsplit(run).path and urlsplit(h).query]
         if deeper and get(deeper[0]) is not None:
             out.append(deeper[0])
     return list(dict.fromkeys(out))
 
 
 def slug(url: str) -> str:
-    """``/eval/eval-search/q/x`` -> ``eval-eval-search-q-x`` (``index`` for ``/``)."""
+    """``/eval/eval-search?question=x`` -> ``eval-eval-search-question-x`` (``index`` for ``/``)."""
     return re.sub(r"[^A-Za-z0-9.]+", "-", url).strip("-")[:80] or "index"
 
 

@@ -323,7 +323,7 @@ def test_export_of_the_index_and_its_refusals(runs_root: Path, tmp_path_factory)
     assert export_site(runs_root, out, max_pages=2) == 2  # cut: the index and its first run
     pages = export_site(runs_root, out)  # again over a previous export: replaced
     # the index, the three runs, and the pages they link to (the eval run's questions)
-    assert pages > 4 and (out / "eval" / "ev" / "q" / "a.html").is_file()
+    assert pages > 4 and (out / "eval" / "ev@question_3Da.html").is_file()
     index = (out / "index.html").read_text()
     assert '<body data-static="1">' in index and 'href="nested/rl/../../eval/ev.html"' not in index
     assert {'href="eval/ev.html"', 'href="rl/nested/rl.html"', 'href="trajectories/t.jsonl.html"'} <= set(
@@ -361,6 +361,13 @@ def test_an_export_opens_from_file_urls_in_a_browser(runs_root: Path, tmp_path_f
     assert page.url == (out / "rl" / "nested" / "rl.html").as_uri()
     page.click("header a.home")
     assert page.url == (out / "index.html").as_uri()
+    # an eval table: no filter form (it needs the server), its questions open from file://
+    page.click("text=ev")
+    page.wait_for_selector("#questions")
+    assert page.locator("#filters").count() == 0 and "Filters need the viewer's server" in page.inner_text("main")
+    page.click('#questions a:text-is("a")')
+    page.wait_for_selector(".columns .rollout")
+    assert page.locator("#question").inner_text() == "Question a?"
     page.wait_for_timeout(200)  # view.js does not poll /api/runs from file:// (a console error would fail)
 
 
@@ -445,6 +452,51 @@ def test_a_file_that_is_not_a_run_gets_an_error_page_and_the_rest_keeps_serving(
     assert client.get("/").status_code == 200 and client.get("/api/runs").status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("/eval/ev?page=abc", "page=abc in the address: not a whole number."),
+        ("/eval/ev?outcome=best", "outcome=best in the address: not one of correct, wrong, no_answer"),
+        ("/eval/ev?min_calls=-1", "min_calls=-1 in the address: must be at least 0."),
+        ("/eval/ev?max_calls=2.5", "max_calls=2.5 in the address: not a whole number."),
+        ("/eval/ev?question=a&rollout=x", "rollout=x in the address: not a whole number."),
+        ("/eval/ev?question=a&rollout=-1", "rollout=-1 in the address: must be at least 0."),
+        ("/eval/ev?rollout=0", "rollout=0 in the address: a rollout is shown with its question=ID."),
+        ("/trajectories/t.jsonl?page=1e3", "page=1e3 in the address: not a whole number."),
+        ("/rl/nested/rl?step=abc", "step=abc in the address: not a whole number."),
+        ("/rl/nested/rl?step=1&group=1&rollout=-1", "rollout=-1 in the address: must be at least 1."),
+        ("/rl/nested/rl?step=1&group=0&rollout=1", "group=0 in the address: must be at least 1."),
+        ("/rl/nested/rl?step=1&rollout=1", "group (missing) in the address: a rollout is named by its step, group"),
+        ("/rl/nested/rl?rollout=2", "step (missing) in the address"),
+    ],
+)
+def test_a_bad_query_value_gets_the_error_page_naming_it(runs_root: Path, url: str, says: str):
+    r = TestClient(create_view_app(runs_root)).get(url)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("text/html")
+    assert "<title>A bad address" in r.text and 'id="error-message"' in r.text
+    assert says in r.text.replace("&#39;", "'"), r.text
+
+
+def test_a_bad_value_of_a_typed_parameter_gets_the_error_page_and_json_under_api(runs_root: Path):
+    app = create_view_app(runs_root)
+
+    @app.get("/api/probe")
+    def api_probe(n: int) -> dict:
+        return {"n": n}
+
+    @app.get("/probe/{n}")
+    def probe(n: int) -> dict:
+        return {"n": n}
+
+    client = TestClient(app)
+    r = client.get("/probe/abc")
+    assert r.status_code == 422 and "n=abc in the address: input should be a valid integer" in r.text
+    assert "<title>A bad address" in r.text
+    r = client.get("/api/probe?n=abc")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "n"]  # FastAPI's JSON
+    assert client.get("/api/probe").json()["detail"][0]["type"] == "missing"
+
+
 def test_on_loopback_a_request_for_another_host_is_refused(runs_root: Path, tmp_path: Path):
     client = TestClient(
         create_view_app(runs_root, allowed_hosts=["127.0.0.1", "localhost"]), base_url="http://127.0.0.1"
@@ -490,5 +542,5 @@ def test_non_finite_figures_and_odd_run_names_keep_the_index_working(tmp_path: P
     link = "/eval/" + quote("exp#1?x", safe="/")
     assert f'href="{link}"' in html
     assert client.get(link).status_code == 200
-    for url in ("/rl/rl", "/api/rl/rl/log"):
+    for url in ("/rl/rl", "/api/rl/rl"):
         assert client.get(url).status_code == 200, url

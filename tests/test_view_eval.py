@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import time
+from html import escape, unescape
 from pathlib import Path
 
 import pytest
@@ -114,7 +115,9 @@ def test_the_eval_table_shows_a_row_per_question_with_coloured_cells(client: Tes
     assert html.count('<a class="cell correct"') == 4 and html.count('<a class="cell wrong"') == 2
     assert "termination: answer\nanswer: Amazon" in html  # the hover title
     assert "Pass@2 66.7" in html and "solved" in html and "not solved" in html
-    assert 'href="/eval/base/q/paris"' in html and 'href="/eval/base/q/paris?rollout=1#step-1"' in html
+    assert (
+        'href="/eval/base?question=paris"' in html and 'href="/eval/base?question=paris&amp;rollout=1#step-1"' in html
+    )
     # escaped, never markup
     assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     # the compare form offers the other eval run
@@ -161,12 +164,12 @@ def test_the_trajectories_view_has_no_grades(client: TestClient):
     html = client.get("/trajectories/traj.jsonl").text
     assert _rows(html) == ["paris", "nile", "xss"]
     assert html.count('<a class="cell ungraded"') == 6 and "Pass@" not in html.split("<table")[1]
-    q = client.get("/trajectories/traj.jsonl/q/nile")
+    q = client.get("/trajectories/traj.jsonl?question=nile")
     assert q.status_code == 200 and "not graded" in q.text and "Amazon" in q.text
 
 
 def test_the_question_view_shows_the_rollouts_as_timelines(client: TestClient):
-    html = client.get("/eval/base/q/nile").text
+    html = client.get("/eval/base?question=nile").text
     assert html.count('<section class="rollout wrong"') == 2
     assert 'id="r0-step-1"' in html and 'id="r1-step-3"' in html and 'href="#r0-step-2"' in html
     assert '<details class="thought">' in html  # the long thought is collapsed
@@ -178,7 +181,7 @@ def test_the_question_view_shows_the_rollouts_as_timelines(client: TestClient):
     assert re.search(r"\d+ sampled token ids</summary><pre class=\"text\">0 1 2", html)
     assert "assistant text: trained tokens" in html and 'class="trained"' in html and "observation untrained" in html
     assert XSS not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
-    alone = client.get("/eval/base/q/nile?rollout=1").text
+    alone = client.get("/eval/base?question=nile&rollout=1").text
     assert alone.count('<section class="rollout') == 1 and 'id="step-1"' in alone and 'id="all-rollouts"' in alone
 
 
@@ -187,26 +190,110 @@ def test_a_question_id_with_odd_characters_round_trips(tmp_path: Path, root: Pat
     (tmp_path / "t.jsonl").write_text(json.dumps({**rec, "id": "a/b c?#"}) + "\n")
     c = TestClient(create_view_app(tmp_path))
     html = c.get("/trajectories/t.jsonl").text
-    assert 'href="/trajectories/t.jsonl/q/a%2Fb%20c%3F%23"' in html
-    assert c.get("/trajectories/t.jsonl/q/a%2Fb%20c%3F%23").status_code == 200
-    assert c.get("/trajectories/t.jsonl/q/nope").status_code == 404
+    assert 'href="/trajectories/t.jsonl?question=a%2Fb+c%3F%23"' in html
+    assert c.get("/trajectories/t.jsonl?question=a%2Fb+c%3F%23").status_code == 200
+    assert c.get("/trajectories/t.jsonl?question=nope").status_code == 404
 
 
 def test_the_root_itself_as_an_eval_run(root: Path):
     c = TestClient(create_view_app(root / "base"))
-    html = c.get("/eval/").text
-    assert _rows(html) == ["paris", "nile", "xss"] and 'href="/eval/q/paris"' in html
-    assert c.get("/eval/q/paris").status_code == 200
+    html = c.get("/eval").text
+    assert _rows(html) == ["paris", "nile", "xss"] and 'href="/eval?question=paris"' in html
+    assert c.get("/eval?question=paris").status_code == 200 and c.get("/eval/").status_code == 200
+    assert 'href="/eval"' in c.get("/").text
+
+
+#: Question ids that the old URL scheme (``/eval/RUN/q/ID``) misrouted or could not reach.
+ODD_IDS = {"paris": "x/q/y", "nile": "..", "xss": "."}
+MORE_ODD_IDS = {"paris": "a%2Fb", "nile": "a?b#c", "xss": "Ünï/çødé 問 q"}
+
+
+def _relabel(src: Path, dst: Path, *maps: dict[str, str]) -> None:
+    """An eval run at ``dst`` holding, for each id map, ``src``'s questions under the new ids
+    (trajectories and scores alike; each question's text led by its new id, so a page shows
+    whose it is)."""
+    dst.mkdir(parents=True)
+    for name in ("trajectories.jsonl", "scores.jsonl"):
+        out = []
+        for ids in maps:
+            for line in (src / name).read_text().splitlines():
+                rec = json.loads(line)
+                rec["id"] = ids[rec["id"]]
+                if "question" in rec:
+                    rec["question"] = f"[{rec['id']}] {rec['question']}"
+                out.append(json.dumps(rec, ensure_ascii=False) + "\n")
+        (dst / name).write_text("".join(out))
+
+
+def _href(page: str, row_id: str) -> str:
+    """The question link of the table row of ``row_id``."""
+    row = page.split(f'<tr data-id="{escape(row_id)}">')[1].split("</tr>")[0]
+    return unescape(re.search(r'<td><a href="([^"]+)">', row).group(1))
+
+
+def _question_text(page: str) -> str:
+    """The question a question page shows."""
+    return unescape(re.search(r'<p class="question" id="question">([^<]*)</p>', page).group(1))
+
+
+@pytest.fixture(scope="module")
+def odd_root(root: Path, tmp_path_factory) -> Path:
+    """Eval runs in folders named ``q`` and ``a/q/b`` whose question ids hold ``/q/``, ``/``,
+    ``..``, ``.``, percent signs, ``?`` and ``#``, and unicode."""
+    odd = tmp_path_factory.mktemp("oddroot")
+    _relabel(root / "base", odd / "q", ODD_IDS, MORE_ODD_IDS)
+    _relabel(root / "rl", odd / "a" / "q" / "b", ODD_IDS, MORE_ODD_IDS)
+    return odd
+
+
+def test_runs_in_folders_named_q_and_odd_question_ids_each_open_their_own_page(odd_root: Path):
+    c = TestClient(create_view_app(odd_root))
+    runs = {r["rel"]: r["url"] for r in c.get("/api/runs").json()}
+    assert runs == {"q": "/eval/q", "a/q/b": "/eval/a/q/b"}
+    ids = [*ODD_IDS.values(), *MORE_ODD_IDS.values()]
+    for rel, url in runs.items():
+        table = c.get(url)
+        assert table.status_code == 200 and f"Evaluation: {rel}</h1>" in table.text
+        assert [unescape(i) for i in _rows(table.text)] == ids
+        for qid in ids:
+            link = _href(table.text, qid)
+            assert link.startswith(url + "?question=")
+            page = c.get(link)
+            assert page.status_code == 200, (rel, qid, page.text[:300])
+            assert _question_text(page.text).startswith(f"[{qid}] "), (rel, qid)
+            assert page.text.count('<section class="rollout') == 2
+            assert re.search(r'<a href="([^"]+)" id="back">', page.text).group(1) == url
+    # the folder above a run is no run, and a question id is never read as a path
+    assert 'id="error-message"' in c.get("/eval/a").text
+    assert c.get("/eval/q", params={"question": "q/x/q/y"}).status_code == 404
+
+
+def test_compare_runs_in_folders_named_q_with_odd_question_ids(odd_root: Path):
+    c = TestClient(create_view_app(odd_root))
+    table = c.get("/eval/q").text
+    assert '<option value="a/q/b">a/q/b</option>' in table
+    page = c.get("/compare", params={"a": "q", "b": "a/q/b"})
+    assert page.status_code == 200, page.text[:300]
+    links = {
+        unescape(qid): unescape(url)
+        for url, qid in re.findall(r'<li><a href="([^"]+)">([^<]+)</a>', page.text.split('id="gained"')[1])
+    }
+    # base solves paris, rl solves nile: B (a/q/b, from rl) gains nile's ids and loses paris's
+    assert set(links) == {"..", "a?b#c", "x/q/y", "a%2Fb"}
+    for qid, url in links.items():
+        q = c.get(url)
+        assert q.status_code == 200 and q.text.count('<section class="rollout') == 4, qid
+        assert _question_text(q.text).startswith(f"[{qid}] "), qid
 
 
 def test_compare_two_runs(client: TestClient):
     html = client.get("/compare?a=base&b=rl").text
     gained = html.split('id="gained"')[1].split("</ul>")[0]
     lost = html.split('id="lost"')[1].split("</ul>")[0]
-    assert 'href="/compare/q/nile?a=base&amp;b=rl"' in gained and "paris" not in gained
-    assert 'href="/compare/q/paris?a=base&amp;b=rl"' in lost
+    assert 'href="/compare?a=base&amp;b=rl&amp;question=nile"' in gained and "paris" not in gained
+    assert 'href="/compare?a=base&amp;b=rl&amp;question=paris"' in lost
     assert "by both 1, only by A 1, only by B 1, by neither 0" in html
-    q = client.get("/compare/q/nile?a=base&b=rl").text
+    q = client.get("/compare?a=base&b=rl&question=nile").text
     assert q.count('<section class="rollout') == 4 and "A rollout 0" in q and "B rollout 1" in q
     assert 'id="r3-step-1"' in q
     assert client.get("/compare?a=base").status_code == 404
@@ -261,7 +348,7 @@ def test_a_file_being_appended_to_is_indexed_again(tmp_path: Path, root: Path):
     assert list(again.questions) == ["paris", "nile", "xss"] and again.rollouts == 6
     assert file_index(t) is again  # unchanged: cached
     c = TestClient(create_view_app(tmp_path))
-    assert c.get("/trajectories/t.jsonl/q/xss").status_code == 200
+    assert c.get("/trajectories/t.jsonl?question=xss").status_code == 200
 
 
 def test_a_last_record_without_its_newline_then_appended_to_is_indexed_once(tmp_path: Path, root: Path):
@@ -321,17 +408,17 @@ def test_in_a_browser_from_the_index_to_a_step_filter_compare_and_nothing_execut
         page.click("#r0-step-1 details.observation summary")  # collapsed until opened
         assert XSS in page.locator("#r0-step-1 details.observation pre").inner_text()
         # a step's own URL reopens it
-        page.goto(url + "/eval/base/q/nile?rollout=0#step-2")
+        page.goto(url + "/eval/base?question=nile&rollout=0#step-2")
         page.wait_for_selector("#step-2 details.observation[open]", timeout=5000)
         # compare
         page.goto(url + "/eval/base")
         page.select_option('#compare-form select[name="b"]', "rl")
         page.click('#compare-form button[type="submit"]')
         page.wait_for_selector("#gained")
-        page.click('#gained a[href^="/compare/q/nile"]')
+        page.click('#gained a[href$="&question=nile"]')
         page.wait_for_selector(".columns .rollout")
         assert page.locator(".columns .rollout").count() == 4
-        page.goto(url + "/eval/base/q/xss")
+        page.goto(url + "/eval/base?question=xss")
         assert XSS in page.locator("#question").inner_text()
         page.wait_for_timeout(200)
     assert dialogs == []
@@ -355,6 +442,80 @@ def test_a_large_file_shows_its_first_page_while_the_rest_is_read(tmp_path: Path
     c = TestClient(create_view_app(tmp_path))
     html = c.get("/trajectories/big.jsonl").text
     assert 'id="reading"' in html and "this page reloads itself" in html and len(_rows(html)) <= 50
-    assert c.get("/trajectories/big.jsonl/q/q5999").status_code == 200  # a question view waits for the file
+    assert c.get("/trajectories/big.jsonl?question=q5999").status_code == 200  # a question view waits for the file
     html = c.get("/trajectories/big.jsonl").text
     assert 'id="reading"' not in html and "6000 questions" in html
+
+
+def _exported_link(page: Path, text: str, href_pattern: str) -> list[Path]:
+    """The files an exported ``page`` links to through hrefs matching ``href_pattern``."""
+    from urllib.parse import unquote
+
+    hrefs = re.findall(rf'href="({href_pattern})"', text)
+    return [(page.parent / unquote(unescape(h).split("#")[0])).resolve() for h in hrefs]
+
+
+def test_an_export_writes_each_question_to_its_own_file(root: Path, tmp_path: Path):
+    from websailor.view.export import export_site
+
+    views = tmp_path / "views"
+    ids = ({"paris": "a/../b", "nile": "b", "xss": ".."}, {"paris": ".", "nile": "x/q/y", "xss": "a/./b"})
+    _relabel(root / "base", views / "ev", *ids)
+    _relabel(root / "rl", views / "ev@question_3Db", *ids)  # its page's file would be ev's question b's
+    _relabel(root / "base", views / "x", ids[0])
+    _relabel(root / "rl", views / "x.html" / "y", ids[0])  # a folder where x's page is a file
+    out = tmp_path / "site"
+    export_site(views, out)
+    index = out / "index.html"
+    tables = _exported_link(index, index.read_text().split("<tbody>")[1], r"[^\"]+")
+    assert len(tables) == 4 and (out / "_") in tables[3].parents  # x.html/y: under x's page's name
+    shown = {}
+    for table in tables:
+        text = table.read_text()
+        rel = re.search(r"<h1>Evaluation: ([^<]+)</h1>", text).group(1)
+        rows = [unescape(i) for i in _rows(text)]
+        assert len(rows) == (6 if rel.startswith("ev") else 3)
+        for qid in rows:
+            row = text.split(f'<tr data-id="{escape(qid)}">')[1].split("</tr>")[0]
+            (file,) = _exported_link(table, row.split("</td>")[0], r"[^\"]+")
+            page = file.read_text()
+            assert _question_text(page).startswith(f"[{qid}] "), (rel, qid, file)
+            assert f"Question {escape(qid)}</h1>" in page
+            shown[(rel, qid)] = file
+    assert len(shown) == 18 and len(set(shown.values())) == 18  # every question of every run: its own file
+    assert (out / "eval" / "ev@question_3Db.html").is_file()  # one of the two pages keeps the name
+
+
+def test_an_export_compares_runs_and_their_flipped_questions_from_file_urls(root: Path, tmp_path: Path, page):
+    from urllib.parse import unquote
+
+    from websailor.view.export import export_site
+
+    out = tmp_path / "site"
+    export_site(root, out)
+    table = (out / "eval" / "base.html").read_text()
+    assert 'id="filters"' not in table and 'id="compare-form"' not in table and 'id="filters-static"' in table
+    assert 'href="../compare@a_3Dbase_26b_3Drl.html"' in table
+    for name in (
+        "compare@a_3Dbase_26b_3Drl.html",
+        "compare@a_3Drl_26b_3Dbase.html",  # the swapped comparison
+        "compare@a_3Dbase_26b_3Drl_26question_3Dnile.html",
+        "compare@a_3Dbase_26b_3Drl_26question_3Dparis.html",
+        "compare@a_3Drl_26b_3Dbase_26question_3Dnile.html",
+    ):
+        assert (out / name).is_file(), name
+    page.goto((out / "index.html").as_uri())
+    page.click('#runs a:text-is("base")')
+    page.wait_for_selector("#questions")
+    assert page.locator("#filters").count() == 0
+    page.click('#compare-links a:text-is("rl")')
+    page.wait_for_selector("#gained")
+    assert unquote(page.url) == unquote((out / "compare@a_3Dbase_26b_3Drl.html").as_uri())
+    page.click('#gained a:text-is("nile")')
+    page.wait_for_selector(".columns .rollout")
+    assert page.locator(".columns .rollout").count() == 4 and "Cairo" in page.locator("#question").inner_text()
+    page.click("#back")
+    page.wait_for_selector("#lost")
+    page.click('#lost a:text-is("paris")')
+    page.wait_for_selector(".columns .rollout")
+    assert "France" in page.locator("#question").inner_text()

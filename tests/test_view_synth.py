@@ -4,7 +4,9 @@ TestClient and in a real browser."""
 from __future__ import annotations
 
 import json
+from html import escape, unescape
 from pathlib import Path
+from urllib.parse import quote_plus, urlencode
 
 import pytest
 from fastapi.testclient import TestClient
@@ -47,7 +49,7 @@ def test_the_file_page_lists_filters_and_charts(qa_root: Path):
     assert html.count("<tr data-id=") == len(items) and 'svg class="bars"' in html
     assert "uncertainty operators" in html and "items per level" in html
     for it in items[:3]:
-        assert f'href="/qa/qa.jsonl/item/{it["id"]}"' in html
+        assert f'href="/qa/qa.jsonl?item={quote_plus(it["id"])}"' in html
     three = [it for it in items if it["level"] == 3]
     assert client.get("/qa/qa.jsonl?level=3").text.count("<tr data-id=") == len(three)
     one = items[1]
@@ -79,7 +81,7 @@ def test_the_item_page_draws_the_graph_and_the_path(qa_root: Path):
     path = solution_path(it)
     assert path["nodes"][-1] == it["answer"] and len(path["steps"]) == len(it["procedure"])
     assert any(e["on_path"] for e in g["edges"])
-    html = TestClient(create_view_app(qa_root)).get(f"/qa/qa.jsonl/item/{it['id']}").text
+    html = TestClient(create_view_app(qa_root)).get("/qa/qa.jsonl", params={"item": it["id"]}).text
     assert html.count('<g class="node') == len(g["nodes"]) and html.count('<g class="edge') == len(g["edges"])
     assert 'class="node answer on-path"' in html
     for e in it["subgraph"]["edges"][:3]:
@@ -98,16 +100,38 @@ def test_bad_input(qa_root: Path, tmp_path: Path):
     r = client.get("/qa/bad.jsonl")
     assert r.status_code == 422 and "bad.jsonl line 2" in r.text and "&#39;subgraph&#39; is missing" in r.text
     assert client.get("/").status_code == 200 and client.get("/qa/ok.jsonl").status_code == 200
-    assert client.get("/qa/ok.jsonl/item/nope").status_code == 404
+    assert client.get("/qa/ok.jsonl?item=nope").status_code == 404
     assert client.get("/qa/..%2Fqa.jsonl").status_code == 404
 
 
 def test_names_and_questions_are_escaped(qa_root: Path, tmp_path: Path):
     root, it = _tainted(qa_root, tmp_path)
     client = TestClient(create_view_app(root))
-    for url in ("/qa/qa.jsonl", f"/qa/qa.jsonl/item/{it['id']}"):
+    for url in ("/qa/qa.jsonl", f"/qa/qa.jsonl?item={quote_plus(it['id'])}"):
         html = client.get(url).text
         assert "<script>alert" not in html and "<img src=x" not in html and "&lt;script&gt;alert(1)" in html
+
+
+def test_item_ids_with_slashes_in_a_folder_named_item_open_their_own_item(qa_root: Path, tmp_path: Path):
+    items = read_items(qa_root / "qa.jsonl")
+    odd = ["a/item/b", "x/../y", "..", "c?d#e f", "Ünï/問"]
+    for it, new_id in zip(items, odd):
+        it["id"] = new_id
+    folder = tmp_path / "item" / "x"
+    folder.mkdir(parents=True)
+    (folder / "qa.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in items))
+    client = TestClient(create_view_app(tmp_path))
+    page = client.get("/qa/item/x/qa.jsonl")
+    assert page.status_code == 200 and "QA file item/x/qa.jsonl" in page.text
+    for it in items[: len(odd)]:
+        row = page.text.split(f'<tr data-id="{escape(it["id"])}">')[1]
+        link = unescape(row.split('<a href="')[1].split('"')[0])
+        assert link == "/qa/item/x/qa.jsonl?" + urlencode({"item": it["id"]})
+        item = client.get(link)
+        assert item.status_code == 200 and f"QA item {escape(it['id'])}</h1>" in item.text
+        shown = unescape(item.text.split('id="qa-question">')[1].split("</td>")[0])
+        assert shown == it["question"]
+        assert 'href="/qa/item/x/qa.jsonl">all items</a>' in item.text
 
 
 def test_in_a_browser_the_item_page_draws_the_graph_and_runs_no_script(qa_root: Path, tmp_path: Path, page):
@@ -119,7 +143,7 @@ def test_in_a_browser_the_item_page_draws_the_graph_and_runs_no_script(qa_root: 
     with serve_view(root) as url:
         page.goto(url + "/qa/qa.jsonl")
         assert XSS in page.locator(f'tr[data-id="{it["id"]}"] td').nth(1).text_content()
-        page.click(f'a[href="/qa/qa.jsonl/item/{it["id"]}"]')
+        page.click(f'a[href="/qa/qa.jsonl?item={quote_plus(it["id"])}"]')
         page.wait_for_selector("#qa-graph g.node")
         assert page.locator("#qa-graph g.node").count() == len(it["subgraph"]["nodes"])
         assert page.locator("#qa-graph g.edge line").count() == len(it["subgraph"]["edges"])

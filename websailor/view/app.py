@@ -1,6 +1,13 @@
-"""The viewer's FastAPI app: the runs index, shared page chrome and error pages; each kind of
-run has its views in its own module (:mod:`websailor.view.eval_views`,
-:mod:`websailor.view.rl_views`, :mod:`websailor.view.synth_views`)."""
+"""The viewer's FastAPI app: the runs index (``GET /``, and ``GET /api/runs`` as JSON), shared
+page chrome and error pages; each kind of run has its views in its own module
+(:mod:`websailor.view.eval_views`, :mod:`websailor.view.rl_views`,
+:mod:`websailor.view.synth_views`).
+
+URLs (:func:`run_url`): a run's page is ``/KIND/PATH`` (``/KIND`` for the viewed path itself),
+PATH being all of the URL path after the kind; a question, step, rollout or item of the run is
+a query parameter (``?question=``, ``?step=``, ``?step=&group=&rollout=``, ``?item=``), so no
+run path or id can be read as another. A query value a view cannot use gets the error page
+naming the parameter (:func:`query_int`, :func:`bad_query`; JSON under ``/api/``)."""
 
 from __future__ import annotations
 
@@ -10,9 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -51,12 +61,69 @@ def context(request: Request) -> ViewContext:
     return request.app.state.view
 
 
+def run_url(kind: str, rel: str, **query: Any) -> str:
+    """The URL of a run's page, ``/{kind}/{rel}`` (``/{kind}`` for the root itself), with the
+    ``query`` parameters whose value is not ``None``. The run's path is the whole URL path after
+    the kind and everything that picks a part of the run (a question, a step, an item, a filter)
+    is a query parameter, so no run path, question id or item id can be read as another."""
+    url = f"/{kind}" if rel in ("", ".") else f"/{kind}/{quote(rel, safe='/')}"
+    kept = {k: v for k, v in query.items() if v is not None}
+    return url + (f"?{urlencode(kept)}" if kept else "")
+
+
+def plural(n: int, word: str) -> str:
+    """``1, "step"`` -> ``1 step``; ``2, "step"`` -> ``2 steps``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def query_int(request: Request, name: str, minimum: int | None = None) -> int | None:
+    """The whole number in query parameter ``name`` of ``request``; ``None`` when it is absent
+    or empty (an empty field of a form).
+
+    Raises:
+        RequestValidationError: the value is not a whole number, or is below ``minimum`` (the
+            error page names the parameter and its value).
+    """
+    raw = request.query_params.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_query(name, raw, "not a whole number") from None
+    if minimum is not None and value < minimum:
+        raise bad_query(name, raw, f"must be at least {minimum}")
+    return value
+
+
+def bad_query(name: str, value: str | None, why: str) -> RequestValidationError:
+    """The error (to raise) refusing query parameter ``name``, given as ``value`` (``None`` when
+    missing), for ``why``: FastAPI's own error, so that it gets the same error page (or JSON
+    under ``/api/``) as a parameter FastAPI itself refuses."""
+    return RequestValidationError([{"type": "value_error", "loc": ("query", name), "msg": why, "input": value}])
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """``page=abc in the address: input should be a valid integer ...``, one sentence per error."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("query", "path")]
+        name = ".".join(loc) or "the address"
+        given = err.get("input")
+        shown = f"{name}={given}" if isinstance(given, str) else f"{name} (missing)" if given is None else name
+        msg = str(err.get("msg", "not valid"))
+        parts.append(f"{shown} in the address: {msg[:1].lower() + msg[1:]}.")
+    return " ".join(parts) or "The address has a parameter the page cannot use."
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
     env.filters["pct"] = lambda x: "n/a" if x is None else f"{100 * x:.1f}"
     env.filters["size"] = human_size
     env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
     env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=True)
+    env.filters["plural"] = plural
+    env.globals["run_url"] = run_url
     return env
 
 
@@ -187,6 +254,12 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
     async def refused(request: Request, exc: InvalidArgumentError) -> Response:
         return ctx.page("error.html", title="Not here", message=relative(str(exc), root), status_code=404)
 
+    @app.exception_handler(RequestValidationError)
+    async def bad_query(request: Request, exc: RequestValidationError) -> Response:  # ?page=abc, ?step=x
+        if request.url.path.startswith("/api/"):
+            return await request_validation_exception_handler(request, exc)
+        return ctx.page("error.html", title="A bad address", message=_validation_message(exc), status_code=422)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if request.url.path.startswith("/api/"):
@@ -213,6 +286,7 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
         return [
             {
                 **vars(r),
+                "url": run_url(r.kind, r.rel),
                 "figures": finite(headline(ctx, r)),
                 "modified": env.filters["when"](r.mtime),
                 "size": env.filters["size"](r.bytes),

@@ -2,13 +2,17 @@
 rollout, filters, pages), a question's rollouts side by side as timelines of steps, and two
 eval runs compared.
 
-Routes:
+Routes (the run's path is the whole URL path after ``/eval/`` or ``/trajectories/``, and the
+root itself is ``/eval`` or ``/trajectories``; what is shown of the run is in the query string,
+so no run path or question id can be read as another):
 
 - ``/eval/{rel}`` and ``/trajectories/{rel}``: the table (query: ``outcome``, ``termination``,
-  ``min_calls``, ``max_calls``, ``q``, ``page``);
-- ``/eval/{rel}/q/{qid}`` and ``/trajectories/{rel}/q/{qid}``: the question's rollouts (query
-  ``rollout=R``: that rollout alone, its steps anchored ``#step-N``);
-- ``/compare?a=REL&b=REL`` and ``/compare/q/{qid}?a=REL&b=REL``: two eval runs.
+  ``min_calls``, ``max_calls``, ``q`` (the text search), ``page``);
+- ``/eval/{rel}?question=QID`` and ``/trajectories/{rel}?question=QID``: the question's
+  rollouts (``&rollout=R``: that rollout alone, its steps anchored ``#step-N``);
+- ``/compare?a=REL&b=REL`` and ``/compare?a=REL&b=REL&question=QID``: two eval runs.
+
+A query parameter with a bad value (``page=abc``, ``outcome=best``) gets the error page naming it.
 
 Trajectories are read through :mod:`websailor.view.pages` (a cached index by byte offset, with
 the library's record checks); grades line by line with the checks of :func:`websailor.eval.scoring.read_scores` (into compact
@@ -23,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -31,7 +35,7 @@ from fastapi.responses import Response
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.scoring import score_record
 from websailor.jsonio import JsonlStream
-from websailor.view.app import ViewContext, context
+from websailor.view.app import ViewContext, bad_query, context, query_int, run_url
 from websailor.view.discover import find_runs
 from websailor.view.pages import WAIT_S, FileIndex, Question, Row, file_index, page_of, read_row
 
@@ -159,22 +163,25 @@ class Filters:
 
     @classmethod
     def of(cls, request: Request) -> Filters:
-        """The filters of a request's query string (bad numbers are ignored)."""
+        """The filters of a request's query string (an empty field is no filter; a page out of
+        range is clamped by the table).
+
+        Raises:
+            RequestValidationError: an ``outcome`` that is not one of :data:`OUTCOMES`, or a
+                ``min_calls``, ``max_calls`` or ``page`` that is not a whole number (tool-call
+                counts: not negative).
+        """
         qp = request.query_params
-
-        def number(name: str) -> int | None:
-            try:
-                return int(qp.get(name, ""))
-            except ValueError:
-                return None
-
+        outcome = qp.get("outcome", "")
+        if outcome not in ("", *OUTCOMES):
+            raise bad_query("outcome", outcome, f"not one of {', '.join(OUTCOMES)}")
         return cls(
-            outcome=qp.get("outcome", "") if qp.get("outcome", "") in OUTCOMES else "",
+            outcome=outcome,
             termination=qp.get("termination", ""),
-            min_calls=number("min_calls"),
-            max_calls=number("max_calls"),
+            min_calls=query_int(request, "min_calls", minimum=0),
+            max_calls=query_int(request, "max_calls", minimum=0),
             q=qp.get("q", "").strip(),
-            page=number("page") or 1,
+            page=query_int(request, "page") or 1,
         )
 
     def query(self, **change: Any) -> str:
@@ -201,14 +208,16 @@ def _pass(cells: list[tuple[Row, str, Grade | None]]) -> bool | None:
     return any(graded) if graded else None
 
 
-def run_base(kind: str, rel: str) -> str:
-    """The URL of a run's table (``/eval/runs/a``); the root itself is ``/eval``."""
-    return f"/{kind}" if rel in ("", ".") else f"/{kind}/{quote(rel, safe='/')}"
+def question_url(kind: str, rel: str, qid: str, rollout: int | None = None) -> str:
+    """The URL of a question's view in run ``rel`` of ``kind`` (``eval`` or ``trajectories``):
+    ``/eval/runs/a?question=QID`` (``&rollout=R``: that rollout alone)."""
+    return run_url(kind, rel, question=qid, rollout=rollout)
 
 
-def question_url(base: str, qid: str, **query: Any) -> str:
-    """The URL of a question's view under a run's ``base``."""
-    return f"{base}/q/{quote(qid, safe='')}" + (f"?{urlencode(query)}" if query else "")
+def compare_url(a: str, b: str, question: str | None = None) -> str:
+    """The URL comparing eval runs ``a`` and ``b`` (``question``: that question's rollouts in both)."""
+    query = {"a": a, "b": b} if question is None else {"a": a, "b": b, "question": question}
+    return "/compare?" + urlencode(query)
 
 
 @dataclass
@@ -277,21 +286,27 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     summary = summary_of(index, grades)
     kept = [r for r in summary.rows if _keep(r[1], r[3], f)]
     shown, page, pages = page_of(kept, f.page)
-    base = run_base(kind, rel)
+    base = run_url(kind, rel)
     k = max((len(r[0].rows) for r in summary.rows), default=0)
     others = (
-        [r.rel for r in find_runs(ctx.root) if r.kind == "eval" and r.rel != (rel or ".")] if kind == "eval" else []
+        [
+            {"rel": r.rel, "url": compare_url(rel, r.rel)}
+            for r in find_runs(ctx.root)
+            if r.kind == "eval" and r.rel != rel
+        ]
+        if kind == "eval"
+        else []
     )
     rows = [
         {
             "q": q,
-            "url": question_url(base, q.id),
+            "url": question_url(kind, rel, q.id),
             "cells": [
                 {
                     "class": cell,
                     "rollout": row.rollout,
                     "title": _cell_title(row, cell, g),
-                    "url": question_url(base, q.id, rollout=row.rollout) + "#step-1",
+                    "url": question_url(kind, rel, q.id, rollout=row.rollout) + "#step-1",
                 }
                 for row, cell, g in cells
             ],
@@ -310,9 +325,9 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
         }
     return ctx.page(
         "eval_table.html",
-        title=f"{'Evaluation' if kind == 'eval' else 'Trajectories'}: {rel or '.'}",
+        title=f"{'Evaluation' if kind == 'eval' else 'Trajectories'}: {rel}",
         kind=kind,
-        rel=rel or ".",
+        rel=rel,
         base=base,
         index=index,
         questions=len(summary.rows),
@@ -342,40 +357,44 @@ def _cell_title(row: Row, cell: str, g: Grade | None) -> str:
     return "\n".join(parts)
 
 
-@router.get("/eval/q/{qid:path}")
-def eval_root_question(request: Request, qid: str) -> Response:
-    """A question of the eval run that is the root itself."""
-    return _question(context(request), request, "eval", ".", qid)
+def _run_page(request: Request, kind: str, rel: str) -> Response:
+    """The table of run ``rel``, or with ``?question=QID`` that question's rollouts.
+
+    Raises:
+        RequestValidationError: ``rollout`` without ``question``, or a bad parameter value.
+        InvalidArgumentError: no such run or question (the 404 page).
+    """
+    ctx, rel = context(request), rel.rstrip("/") or "."
+    qid = request.query_params.get("question")
+    if qid is not None:
+        return _question(ctx, request, kind, rel, qid)
+    if "rollout" in request.query_params:
+        raise bad_query("rollout", request.query_params["rollout"], "a rollout is shown with its question=ID")
+    return _table(ctx, request, kind, rel)
 
 
-@router.get("/trajectories/q/{qid:path}")
-def trajectories_root_question(request: Request, qid: str) -> Response:
-    """A question of the trajectories file that is the root itself."""
-    return _question(context(request), request, "trajectories", ".", qid)
-
-
-@router.get("/eval/{rel:path}/q/{qid:path}")
-def eval_question(request: Request, rel: str, qid: str) -> Response:
-    """A question of an eval run: its rollouts side by side."""
-    return _question(context(request), request, "eval", rel, qid)
-
-
-@router.get("/trajectories/{rel:path}/q/{qid:path}")
-def trajectories_question(request: Request, rel: str, qid: str) -> Response:
-    """A question of a trajectories file: its rollouts side by side."""
-    return _question(context(request), request, "trajectories", rel, qid)
+@router.get("/eval")
+def eval_root(request: Request) -> Response:
+    """The eval run that is the root itself: its table, or a question (``?question=QID``)."""
+    return _run_page(request, "eval", ".")
 
 
 @router.get("/eval/{rel:path}")
-def eval_table(request: Request, rel: str) -> Response:
-    """An eval run's table of questions."""
-    return _table(context(request), request, "eval", rel.rstrip("/"))
+def eval_run(request: Request, rel: str) -> Response:
+    """An eval run's table of questions, or a question's rollouts side by side (``?question=QID``)."""
+    return _run_page(request, "eval", rel)
+
+
+@router.get("/trajectories")
+def trajectories_root(request: Request) -> Response:
+    """The trajectories file that is the root itself: its table, or a question (``?question=QID``)."""
+    return _run_page(request, "trajectories", ".")
 
 
 @router.get("/trajectories/{rel:path}")
-def trajectories_table(request: Request, rel: str) -> Response:
-    """A trajectories file's table of questions."""
-    return _table(context(request), request, "trajectories", rel.rstrip("/"))
+def trajectories_run(request: Request, rel: str) -> Response:
+    """A trajectories file's table of questions, or a question's rollouts (``?question=QID``)."""
+    return _run_page(request, "trajectories", rel)
 
 
 # -- a question's rollouts ---------------------------------------------------------------------
@@ -488,23 +507,19 @@ def _question(ctx: ViewContext, request: Request, kind: str, rel: str, qid: str)
         )
     index = file_index(traj)
     q = _find(index, qid)
+    only = query_int(request, "rollout", minimum=0)
     grades = grades_of(path, FULL_WAIT_S) if kind == "eval" else _NO_GRADES
-    try:
-        only = int(request.query_params["rollout"]) if "rollout" in request.query_params else None
-    except ValueError:
-        raise InvalidArgumentError("rollout must be a number") from None
-    base = run_base(kind, rel)
     rollouts = _rollouts_of(index, q, grades, only)
     return ctx.page(
         "eval_question.html",
         title=f"Question {q.id}",
         q=q,
-        back=base,
+        back=run_url(kind, rel),
         back_label=rel,
         rollouts=rollouts,
         single=only is not None,
-        all_url=question_url(base, q.id),
-        rollout_urls={r.rollout: question_url(base, q.id, rollout=r.rollout) for r in q.ordered()},
+        all_url=question_url(kind, rel, q.id),
+        rollout_urls={r.rollout: question_url(kind, rel, q.id, rollout=r.rollout) for r in q.ordered()},
     )
 
 
@@ -536,12 +551,16 @@ def _same_questions(a: Path, b: Path, names: tuple[str, str]) -> None:
 
 @router.get("/compare")
 def compare(request: Request) -> Response:
-    """Two eval runs of the same questions: figures, and which questions flipped."""
+    """Two eval runs of the same questions: figures, and which questions flipped; with
+    ``?question=QID``, that question's rollouts in both runs."""
     from websailor.eval.compare import compare_runs, load_scores
 
     ctx = context(request)
     a_rel, b_rel = request.query_params.get("a"), request.query_params.get("b")
     a, b = _eval_dir(ctx, a_rel, "a"), _eval_dir(ctx, b_rel, "b")
+    qid = request.query_params.get("question")
+    if qid is not None:
+        return _compare_question(ctx, (a_rel or "", a), (b_rel or "", b), qid)
     names = (a_rel or "", b_rel or "")
     try:
         _same_questions(a, b, names)
@@ -555,14 +574,7 @@ def compare(request: Request) -> Response:
                 texts.setdefault(qid, q.question)
 
     def listed(ids: list[str]) -> list[dict]:
-        return [
-            {
-                "id": i,
-                "question": texts.get(i, ""),
-                "url": f"/compare/q/{quote(i, safe='')}?{urlencode({'a': a_rel, 'b': b_rel})}",
-            }
-            for i in ids
-        ]
+        return [{"id": i, "question": texts.get(i, ""), "url": compare_url(names[0], names[1], i)} for i in ids]
 
     return ctx.page(
         "eval_compare.html",
@@ -570,34 +582,35 @@ def compare(request: Request) -> Response:
         c=c,
         a=a_rel,
         b=b_rel,
-        a_url=run_base("eval", a_rel or "."),
-        b_url=run_base("eval", b_rel or "."),
+        a_url=run_url("eval", names[0]),
+        b_url=run_url("eval", names[1]),
         gained=listed(c.only_b),
         lost=listed(c.only_a),
         both=len(c.both),
         neither=len(c.neither),
-        swap=f"/compare?{urlencode({'a': b_rel, 'b': a_rel})}",
+        swap=compare_url(names[1], names[0]),
     )
 
 
-@router.get("/compare/q/{qid:path}")
-def compare_question(request: Request, qid: str) -> Response:
-    """A question's rollouts in two eval runs, side by side."""
-    ctx = context(request)
-    a_rel, b_rel = request.query_params.get("a"), request.query_params.get("b")
-    a, b = _eval_dir(ctx, a_rel, "a"), _eval_dir(ctx, b_rel, "b")
+def _compare_question(ctx: ViewContext, a: tuple[str, Path], b: tuple[str, Path], qid: str) -> Response:
+    """A question's rollouts in two eval runs (``(rel, folder)`` each), side by side.
+
+    Raises:
+        InvalidArgumentError: a run has no such question (the 404 page).
+    """
     rollouts: list[dict] = []
     q = None
-    for label, p in (("A ", a), ("B ", b)):
+    for label, (_, p) in (("A ", a), ("B ", b)):
         index = file_index(p / "trajectories.jsonl")
         q = _find(index, qid)
         rollouts += _rollouts_of(index, q, grades_of(p, FULL_WAIT_S), None, label)
     assert q is not None
+    a_rel, b_rel = a[0], b[0]
     return ctx.page(
         "eval_question.html",
         title=f"Question {qid}: {a_rel} (A) against {b_rel} (B)",
         q=q,
-        back=f"/compare?{urlencode({'a': a_rel, 'b': b_rel})}",
+        back=compare_url(a_rel, b_rel),
         back_label=f"compare {a_rel} with {b_rel}",
         rollouts=rollouts,
         single=False,

@@ -6,17 +6,24 @@ every same-site link (``<a href>``, and the ``href``/``src`` of stylesheets, scr
 each page is written to a file whose name comes from its URL, and its links are rewritten into
 relative file paths:
 
-- ``/`` -> ``index.html``; ``/eval/ev/q/a`` -> ``eval/ev/q/a.html``; ``/eval/ev/`` ->
+- ``/`` -> ``index.html``; ``/eval/ev`` -> ``eval/ev.html``; ``/eval/ev/`` ->
   ``eval/ev/index.html``;
 - a query string is encoded into the file name, deterministically and reversibly:
-  ``/eval/ev?outcome=wrong`` -> ``eval/ev@outcome_3Dwrong.html`` (every character other than
-  ``A-Z a-z 0-9 . -`` becomes ``_`` and its UTF-8 bytes in hex);
+  ``/eval/ev?question=a`` -> ``eval/ev@question_3Da.html`` (every character other than
+  ``A-Z a-z 0-9 . -`` becomes ``_`` and its UTF-8 bytes in hex), so question, step and item
+  pages (all in the query string) never share a file;
+- a page whose file is already another page's, or is a folder of other pages (or lies under
+  another page's file), is written to ``_/<hash of its URL>.html`` instead: a run folder named
+  ``ev@question_3Da`` next to a run ``ev``, or runs at ``x`` and ``x.html/y``, keep their own
+  pages;
 - ``/static/...`` is copied as it is.
 
-Pages carry ``<body data-static="1">`` (the template global ``static_export``), so the page
-scripts do not poll ``/api/...``. A folder that holds an export carries :data:`MARKER`; an
-export refuses a folder inside the viewed one (the next crawl would list it) and a non-empty
-folder without the marker (it would be overwritten).
+Pages carry ``<body data-static="1">`` (the template global ``static_export``): the page
+scripts do not poll ``/api/...``, and the forms that need the server (the table filters) are
+left out, the "compare with..." form replaced by links to each comparison (which the crawl then
+writes, with their questions). A folder that holds an export carries :data:`MARKER`; an export
+refuses a folder inside the viewed one (the next crawl would list it) and a non-empty folder
+without the marker (it would be overwritten).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ MAX_PAGES = 5000
 URL_ATTRS = {"a": "href", "link": "href", "script": "src", "img": "src", "area": "href", "image": "href"}
 #: Longest file name written (bytes); longer ones keep a prefix and a hash.
 MAX_NAME = 200
+#: The folder of pages whose own file name is taken (named by a hash of their URL).
+CLASH_FOLDER = "_"
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
 _HOST = "testserver"
 
@@ -132,19 +141,37 @@ class _Site:
         self.client = TestClient(app, base_url=f"http://{_HOST}")
         self.max_pages = max_pages
         self.files: dict[tuple[str, str], str] = {}  # (path, query) -> file
+        self.taken: set[str] = {MARKER}  # files written (or to be)
+        self.folders: set[str] = {"static", CLASH_FOLDER}  # folders they are in
         self.queue: deque[tuple[str, str]] = deque()
         self.pages = 0
         self.cut = 0
         self.failed: list[str] = []
+
+    def _claim(self, key: tuple[str, str], file: str) -> str:
+        """``file`` for the page ``key``, or a file of :data:`CLASH_FOLDER` when ``file`` is
+        another page's, a folder of others, or under another page's file: no two URLs share a
+        file."""
+        parents = [posixpath.dirname(file)]
+        while parents[-1]:
+            parents.append(posixpath.dirname(parents[-1]))
+        if file in self.taken or file in self.folders or any(p in self.taken for p in parents):
+            url = key[0] + (f"?{key[1]}" if key[1] else "")
+            suffix = posixpath.splitext(file)[1]  # .html for a page; a static file keeps its own
+            file = f"{CLASH_FOLDER}/{hashlib.sha1(url.encode('utf-8')).hexdigest()}{suffix}"
+            parents = [CLASH_FOLDER, ""]
+        self.taken.add(file)
+        self.folders.update(p for p in parents if p)
+        return file
 
     def target(self, path: str, query: str) -> str:
         """The file of a linked page, queueing the page when it is new."""
         key = (path, query)
         if key not in self.files:
             if path.startswith("/static/"):
-                self.files[key] = page_file(path, query, is_html=False)
+                self.files[key] = self._claim(key, page_file(path, query, is_html=False))
             else:
-                self.files[key] = page_file(path, query)
+                self.files[key] = self._claim(key, page_file(path, query))
                 if self.pages < self.max_pages:
                     self.pages += 1
                     self.queue.append(key)

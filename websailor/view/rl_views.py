@@ -1,13 +1,18 @@
 """Views of ``train rl`` and ``train sft`` runs.
 
+The run's path is the whole URL path after ``/rl/`` (``/rl`` for the root itself); the step or
+rollout shown is in the query string, so no run path can be read as a step or a rollout.
+
 - ``GET /rl/{rel}``: the step log (``rl_log.jsonl``, read with
   :func:`websailor.train.rl_log.read_step_log`: an unfinished last line is left out and the page
-  says so) as interactive SVG curves drawn by ``static/charts.js``, following the run while it is
-  written (it polls ``GET /api/rl/{rel}/log``); the steps of ``rollouts.jsonl`` link to their groups.
-- ``GET /rl/{rel}/step/{n}``: the groups of step ``n``, each rollout with its reward, advantage
-  and whether it entered the loss (better ones green, worse ones red), linking to
-- ``GET /rl/{rel}/rollout/{line}``: one rollout's steps (thought, tool call, observation,
-  final answer).
+  says so) as interactive SVG curves drawn by
+  ``static/charts.js``, following the run while it is written (it polls ``GET /api/rl/{rel}``);
+  the steps of ``rollouts.jsonl`` link to their groups.
+- ``GET /rl/{rel}?step=N``: the groups of step ``N`` (numbered from 1 in file order), each
+  rollout (numbered from 1 in its group) with its reward, advantage and whether it entered the
+  loss (better ones green, worse ones red), linking to
+- ``GET /rl/{rel}?step=N&group=G&rollout=R``: one rollout's steps (thought, tool call,
+  observation, final answer). "step N · group G · rollout R" is how every page names a rollout.
 - ``GET /sft/{rel}``: an SFT run's summary, loss curve and memory settings.
 
 ``rollouts.jsonl`` grows by a batch per step and can reach gigabytes, so it is not held in
@@ -35,7 +40,7 @@ from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import JsonlStream, LineTooLongError, end_signature, loads_object, only_grew
 from websailor.train.rl_log import LOG_FILE, StepLog, read_step_log
-from websailor.view.app import ViewContext, context, finite
+from websailor.view.app import ViewContext, bad_query, context, finite, plural, query_int, run_url
 
 router = APIRouter()
 
@@ -356,12 +361,20 @@ def timeline(rec: dict) -> list[dict[str, Any]]:
     return out
 
 
+def rollout_name(step: int, group: int, rollout: int) -> str:
+    """How every page names a rollout of a run: ``step 3 · group 2 · rollout 1`` (groups are
+    numbered from 1 in the step's file order, rollouts from 1 in their group)."""
+    return f"step {step} · group {group} · rollout {rollout}"
+
+
+def step_groups(run: Path, index: RolloutIndex, step: int) -> list[list[RolloutRow]]:
+    """The groups of ``step`` (:func:`groups_of` with the run's ``group_size``), in file order."""
+    return groups_of([r for r in index.rows if r.step == step], _group_size(run))
+
+
 # -- routes -------------------------------------------------------------------------------------
-@router.get("/api/rl/{rel:path}/log")
-def api_log(rel: str, request: Request) -> Response:
-    """The curve data of :func:`log_curves` (the page polls it)."""
-    ctx = context(request)
-    run = _run_dir(ctx, rel)
+def _api_log(request: Request, rel: str) -> Response:
+    run = _run_dir(context(request), rel)
     try:
         log = _read_log(run)
     except InputFormatError as e:
@@ -372,16 +385,69 @@ def api_log(rel: str, request: Request) -> Response:
     return JSONResponse(finite(data))
 
 
-@router.get("/rl/{rel:path}/step/{n}", response_class=HTMLResponse)
-def rl_step(rel: str, n: int, request: Request) -> Response:
+@router.get("/api/rl")
+def api_root_log(request: Request) -> Response:
+    """The curve data of :func:`log_curves` of the RL run that is the root itself."""
+    return _api_log(request, ".")
+
+
+@router.get("/api/rl/{rel:path}")
+def api_log(rel: str, request: Request) -> Response:
+    """The curve data of :func:`log_curves` (the page polls it)."""
+    return _api_log(request, rel)
+
+
+def _rl_page(request: Request, rel: str) -> Response:
+    """The run page, a step (``?step=N``) or a rollout (``?step=N&group=G&rollout=R``).
+
+    Raises:
+        RequestValidationError: a parameter that is not a whole number (``group`` and
+            ``rollout``: at least 1), or ``group``/``rollout`` without the others.
+        InvalidArgumentError: no such run, group or rollout (the 404 page).
+    """
+    rel = rel.rstrip("/") or "."
+    step = query_int(request, "step")
+    group = query_int(request, "group", minimum=1)
+    rollout = query_int(request, "rollout", minimum=1)
+    if group is None and rollout is None:
+        return _run(request, rel) if step is None else _step(request, rel, step)
+    for name, value in (("step", step), ("group", group), ("rollout", rollout)):
+        if value is None:
+            raise bad_query(name, request.query_params.get(name), "a rollout is named by its step, group and rollout")
+    assert step is not None and group is not None and rollout is not None
+    return _rollout(request, rel, step, group, rollout)
+
+
+@router.get("/rl", response_class=HTMLResponse)
+def rl_root(request: Request) -> Response:
+    """The RL run that is the root itself (its curves, a step or a rollout)."""
+    return _rl_page(request, ".")
+
+
+@router.get("/rl/{rel:path}", response_class=HTMLResponse)
+def rl_run(rel: str, request: Request) -> Response:
+    """An RL run's curves and steps, one step's groups (``?step=N``) or one rollout
+    (``?step=N&group=G&rollout=R``)."""
+    return _rl_page(request, rel)
+
+
+def _step(request: Request, rel: str, n: int) -> Response:
     """The groups of step ``n``."""
     ctx = context(request)
     run = _run_dir(ctx, rel)
     index = rollout_index(run)
-    rows = [r for r in index.rows if r.step == n]
     groups = [
-        {"rows": [(r, verdict_class(r, g)) for r in g], "question": g[0].question, "id": g[0].id, "gold": g[0].gold}
-        for g in groups_of(rows, _group_size(run))
+        {
+            "n": gi,
+            "rows": [
+                (r, verdict_class(r, g), ri, run_url("rl", rel, step=n, group=gi, rollout=ri))
+                for ri, r in enumerate(g, 1)
+            ],
+            "question": g[0].question,
+            "id": g[0].id,
+            "gold": g[0].gold,
+        }
+        for gi, g in enumerate(step_groups(run, index, n), 1)
     ]
     steps = [s for s, _ in index.steps()]
     pos = steps.index(n) if n in steps else -1
@@ -394,31 +460,42 @@ def rl_step(rel: str, n: int, request: Request) -> Response:
         problems=index.problems,
         prev_step=steps[pos - 1] if pos > 0 else None,
         next_step=steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
-        status_code=200 if rows or not index.problems else 422,
+        status_code=200 if groups or not index.problems else 422,
     )
 
 
-@router.get("/rl/{rel:path}/rollout/{line}", response_class=HTMLResponse)
-def rl_rollout(rel: str, line: int, request: Request) -> Response:
-    """The rollout on ``line`` of the run's ``rollouts.jsonl``."""
+def _rollout(request: Request, rel: str, step: int, group: int, rollout: int) -> Response:
+    """Rollout ``rollout`` of group ``group`` of step ``step``.
+
+    Raises:
+        InvalidArgumentError: the step has no such group, or the group no such rollout.
+    """
     ctx = context(request)
     run = _run_dir(ctx, rel)
     index = rollout_index(run)
-    rec = index.record(line)
-    row = next(r for r in index.rows if r.line == line)
+    groups = step_groups(run, index, step)
+    if group > len(groups):
+        raise InvalidArgumentError(f"step {step} of {rel} has {plural(len(groups), 'group')}: no group {group}")
+    if rollout > len(groups[group - 1]):
+        has = plural(len(groups[group - 1]), "rollout")
+        raise InvalidArgumentError(f"group {group} of step {step} of {rel} has {has}: no rollout {rollout}")
+    row = groups[group - 1][rollout - 1]
+    rec = index.record(row.line)
+    name = rollout_name(step, group, rollout)
     return ctx.page(
         "rl_rollout.html",
-        title=f"{rel} · step {row.step} · {row.id} rollout {row.rollout}",
+        title=f"{rel} · {name}",
         rel=rel,
         row=row,
+        group=group,
+        rollout_name=name,
         rec=rec,
         steps=timeline(rec),
         file=ROLLOUTS_FILE,
     )
 
 
-@router.get("/rl/{rel:path}", response_class=HTMLResponse)
-def rl_run(rel: str, request: Request) -> Response:
+def _run(request: Request, rel: str) -> Response:
     """The run's curves and its steps."""
     ctx = context(request)
     run = _run_dir(ctx, rel)
@@ -468,10 +545,17 @@ def _sft_losses(run: Path, summary: dict | None) -> list[list[float]]:
     return points
 
 
+@router.get("/sft", response_class=HTMLResponse)
+def sft_root(request: Request) -> Response:
+    """The SFT run that is the root itself."""
+    return sft_run(".", request)
+
+
 @router.get("/sft/{rel:path}", response_class=HTMLResponse)
 def sft_run(rel: str, request: Request) -> Response:
     """An SFT run: its summary (or settings while it trains), loss curve and memory settings."""
     ctx = context(request)
+    rel = rel.rstrip("/") or "."
     run = _run_dir(ctx, rel)
     summary = _json_file(run / SFT_SUMMARY)
     settings = (summary or {}).get("settings") or _json_file(run / SFT_SETTINGS)

@@ -1,9 +1,12 @@
 """Views of synthesized QA files (``websailor synth``).
 
+The file's path is the whole URL path after ``/qa/`` (``/qa`` for the root itself); the item
+shown is in the query string, so no file path or item id can be read as another.
+
 - ``GET /qa/{rel}``: the items (id, question, answer, split, level, topology, operators,
   verification), filtered by split, level and text (``?split=&level=&q=&page=``), and the
   figures of ``synth stats`` (:func:`websailor.synth.dataset.dataset_report`) as SVG bar charts.
-- ``GET /qa/{rel}/item/{id}``: one item's subgraph drawn as SVG (laid out with networkx on the
+- ``GET /qa/{rel}?item=ID``: one item's subgraph drawn as SVG (laid out with networkx on the
   server: nodes with their names, edges with their relation, the evidence sentence on hover
   and listed below), its constraints and uncertainty operators, and its solution path,
   highlighted on the graph and listed in order.
@@ -21,7 +24,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import networkx as nx
 from fastapi import APIRouter, Request
@@ -31,7 +33,7 @@ from websailor.errors import InvalidArgumentError
 from websailor.jsonio import Unfinished
 from websailor.synth.dataset import dataset_report, read_items_and_tail
 from websailor.synth.items import DEFAULT_LEVEL
-from websailor.view.app import context
+from websailor.view.app import context, query_int, run_url
 
 router = APIRouter()
 
@@ -134,13 +136,39 @@ def _matches(it: dict, split: str, level: str, q: str) -> bool:
 
 
 def _page_url(rel: str, **params: Any) -> str:
-    query = urlencode({k: v for k, v in params.items() if v not in ("", None, 1)})
-    return f"/qa/{rel}" + (f"?{query}" if query else "")
+    return run_url("qa", rel, **{k: v for k, v in params.items() if v not in ("", None, 1)})
 
 
-@router.get("/qa/{rel:path}/item/{item_id}", response_class=HTMLResponse)
-def qa_item(rel: str, item_id: str, request: Request) -> Response:
-    """One item: its subgraph, constraints, operators and solution path."""
+def item_url(rel: str, item_id: str) -> str:
+    """The URL of item ``item_id`` of QA file ``rel``: ``/qa/FILE?item=ID``."""
+    return run_url("qa", rel, item=item_id)
+
+
+def _qa_page(request: Request, rel: str) -> Response:
+    rel = rel.rstrip("/") or "."
+    item_id = request.query_params.get("item")
+    return qa_file(request, rel) if item_id is None else qa_item(request, rel, item_id)
+
+
+@router.get("/qa", response_class=HTMLResponse)
+def qa_root(request: Request) -> Response:
+    """The QA file that is the root itself: its items, or one (``?item=ID``)."""
+    return _qa_page(request, ".")
+
+
+@router.get("/qa/{rel:path}", response_class=HTMLResponse)
+def qa_run(rel: str, request: Request) -> Response:
+    """A QA file's items, filtered and paginated, with its figures; or one item (``?item=ID``)."""
+    return _qa_page(request, rel)
+
+
+def qa_item(request: Request, rel: str, item_id: str) -> Response:
+    """One item: its subgraph, constraints, operators and solution path.
+
+    Raises:
+        InvalidArgumentError: no such file or item (the 404 page).
+        InputFormatError: as :func:`load_items`.
+    """
     ctx = context(request)
     items, _ = load_items(ctx.path(rel))
     item = next((it for it in items if it["id"] == item_id), None)
@@ -156,10 +184,19 @@ def qa_item(rel: str, item_id: str, request: Request) -> Response:
     )
 
 
-@router.get("/qa/{rel:path}", response_class=HTMLResponse)
-def qa_file(rel: str, request: Request, split: str = "", level: str = "", q: str = "", page: int = 1) -> Response:
-    """The items of a QA file, filtered and paginated, with its figures."""
+def qa_file(request: Request, rel: str) -> Response:
+    """The items of a QA file, filtered (``split``, ``level``, ``q``) and paginated (``page``),
+    with its figures.
+
+    Raises:
+        RequestValidationError: a ``page`` that is not a whole number.
+        InvalidArgumentError: not a QA file (the 404 page).
+        InputFormatError: as :func:`load_items`.
+    """
     ctx = context(request)
+    qp = request.query_params
+    split, level, q = qp.get("split", ""), qp.get("level", ""), qp.get("q", "").strip()
+    page = query_int(request, "page") or 1
     qa = load_qa_file(ctx.path(rel))
     items, report = qa.items, qa.report
     shown = [it for it in items if _matches(it, split, level, q)]
@@ -167,11 +204,14 @@ def qa_file(rel: str, request: Request, split: str = "", level: str = "", q: str
     page = min(max(1, page), pages)
     charts = [bar_chart(title, report[key]) for key, title in BAR_CHARTS if report.get(key)]
     scalars = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
+    on_page = shown[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     return ctx.page(
         "synth_file.html",
         title=f"QA file {rel}",
         rel=rel,
-        items=shown[(page - 1) * PAGE_SIZE : page * PAGE_SIZE],
+        base=run_url("qa", rel),
+        items=on_page,
+        item_urls={it["id"]: item_url(rel, it["id"]) for it in on_page},
         matched=len(shown),
         total=len(items),
         page=page,

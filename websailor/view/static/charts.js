@@ -4,7 +4,8 @@
 // A container <div class="charts" data-source="ID" [data-poll="URL"]> is filled with one
 // panel per curve of the JSON in <script type="application/json" id="ID">: {curves: [{key,
 // title, points: [[step, value], ...]}]}. With data-poll, the URL is fetched every few seconds
-// and the panels are redrawn when new steps appear.
+// and the panels are redrawn when new steps appear. A curve of a single step is drawn as one
+// point in the middle of the panel, its value written beside it, with the step under it.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -24,10 +25,19 @@ function fmt(v) {
   return Number.isInteger(v) ? String(v) : v.toFixed(a >= 100 ? 1 : 3);
 }
 
-function extent(values) {
+// [lo, hi] of the values; when they are all one value v, a range around it with v in the middle
+// (steps: one step either side).
+function extent(values, steps) {
   let lo = Math.min(...values), hi = Math.max(...values);
-  if (lo === hi) { lo -= Math.abs(lo) * 0.1 || 0.5; hi += Math.abs(hi) * 0.1 || 0.5; }
+  if (lo === hi && steps) { lo -= 1; hi += 1; }
+  else if (lo === hi) { lo -= Math.abs(lo) * 0.1 || 0.5; hi += Math.abs(hi) * 0.1 || 0.5; }
   return [lo, hi];
+}
+
+function tick(svg, x, y, anchor, text) {
+  const t = svgEl("text", { x: x, y: y, "text-anchor": anchor, class: "tick" });
+  t.textContent = text;
+  svg.append(t);
 }
 
 // One panel: an <svg class="chart"> with axes, the curve as a <path>, a dot per step and a
@@ -44,24 +54,26 @@ function lineChart(curve) {
     svg.append(none);
     return svg;
   }
-  const [x0, x1] = extent(pts.map((p) => p[0]));
-  const [y0, y1] = extent(pts.map((p) => p[1]));
+  const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+  const oneStep = Math.min(...xs) === Math.max(...xs), oneValue = Math.min(...ys) === Math.max(...ys);
+  const [x0, x1] = extent(xs, true);
+  const [y0, y1] = extent(ys, false);
   const sx = (x) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r);
   const sy = (y) => H - PAD.b - ((y - y0) / (y1 - y0)) * (H - PAD.t - PAD.b);
   svg.append(svgEl("line", { x1: PAD.l, y1: H - PAD.b, x2: W - PAD.r, y2: H - PAD.b, class: "axis" }));
   svg.append(svgEl("line", { x1: PAD.l, y1: PAD.t, x2: PAD.l, y2: H - PAD.b, class: "axis" }));
-  for (const [v, y] of [[y0, sy(y0)], [y1, sy(y1)]]) {
-    const t = svgEl("text", { x: PAD.l - 4, y: y + 4, "text-anchor": "end", class: "tick" });
-    t.textContent = fmt(v);
-    svg.append(t);
-  }
-  for (const [v, x, anchor] of [[x0, sx(x0), "start"], [x1, sx(x1), "end"]]) {
-    const t = svgEl("text", { x: x, y: H - PAD.b + 14, "text-anchor": anchor, class: "tick" });
-    t.textContent = "step " + fmt(v);
-    svg.append(t);
-  }
+  // the value axis: its two ends, or the one value when every point has it
+  for (const v of oneValue ? [ys[0]] : [y0, y1]) tick(svg, PAD.l - 4, sy(v) + 4, "end", fmt(v));
+  // the step axis: the first and last step, or the one step under its point
+  if (oneStep) tick(svg, sx(xs[0]), H - PAD.b + 14, "middle", "step " + fmt(xs[0]));
+  else for (const [v, anchor] of [[x0, "start"], [x1, "end"]]) tick(svg, sx(v), H - PAD.b + 14, anchor, "step " + fmt(v));
   const d = pts.map((p, i) => (i ? "L" : "M") + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ");
   svg.append(svgEl("path", { d: d, class: "curve", fill: "none" }));
+  if (pts.length === 1) {
+    const value = svgEl("text", { x: sx(xs[0]) + 8, y: sy(ys[0]) - 8, class: "point-value" });
+    value.textContent = fmt(ys[0]);
+    svg.append(value);
+  }
   if (pts.length <= 400) {
     for (const p of pts) svg.append(svgEl("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 2, class: "dot" }));
   }
@@ -97,13 +109,13 @@ function addStepRows(steps) {
   if (!table || !steps) return;
   const body = table.tBodies[0];
   const known = new Set([...body.rows].map((tr) => tr.dataset.step || tr.cells[0].textContent.replace("step ", "")));
-  const base = document.getElementById("rl-curves").dataset.poll.replace(/^\/api/, "").replace(/\/log$/, "");
+  const run = table.dataset.run; // the run page's URL, without a query
   for (const [step, n] of steps) {
     if (known.has(String(step))) continue;
     const tr = body.insertRow();
     tr.dataset.step = String(step);
     const a = document.createElement("a");
-    a.href = base + "/step/" + step;
+    a.href = run + "?step=" + encodeURIComponent(String(step));
     a.textContent = "step " + step;
     tr.insertCell().append(a);
     tr.insertCell().textContent = String(n);
@@ -125,10 +137,12 @@ function follow(box) {
       return;
     }
     if (error) error.hidden = true;
+    const tail = document.getElementById("rl-log-tail"); // a half-written last line of the log
+    if (tail) { tail.textContent = data.unfinished || ""; tail.hidden = !data.unfinished; }
     if (String(data.steps) !== box.dataset.steps || String(data.last_step) !== box.dataset.lastStep) {
       drawCharts(box, data);
       const count = document.getElementById("rl-steps");
-      if (count) count.textContent = String(data.steps);
+      if (count) count.textContent = data.steps + (data.steps === 1 ? " step" : " steps");
     }
     addStepRows(data.rollout_steps);
   }

@@ -7,7 +7,7 @@
 // runs that are gone.
 function runLink(run) {
   const a = document.createElement("a");
-  a.href = "/" + run.kind + "/" + run.rel.split("/").map(encodeURIComponent).join("/");
+  a.href = run.url;
   a.textContent = run.rel;
   return a;
 }
@@ -48,6 +48,9 @@ function pollRuns(table) {
   setInterval(refresh, 5000);
 }
 
+// "1 step", "2 steps"
+function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+
 function pct(x) { return x === null || x === undefined ? "n/a" : (100 * x).toFixed(1); }
 
 function figuresText(run) {
@@ -57,7 +60,7 @@ function figuresText(run) {
     const ci = f.ci ? " (" + pct(f.ci[0]) + "-" + pct(f.ci[1]) + ")" : "";
     return "Avg@" + f.k + " " + pct(f.avg_at_k) + ci + ", Pass@" + f.k + " " + pct(f.pass_at_k) + ", format validity " + pct(f.format_validity);
   }
-  if (run.kind === "rl") return f.steps + (f.steps === 1 ? " step" : " steps") + (f.reward !== null && f.reward !== undefined ? ", last reward " + f.reward.toFixed(3) : "");
+  if (run.kind === "rl") return plural(f.steps, "step") + (f.reward !== null && f.reward !== undefined ? ", last reward " + f.reward.toFixed(3) : "");
   return f.note || "";
 }
 
