@@ -18,7 +18,8 @@ or ``make demo``; the script says so when it is missing), and deletes it afterwa
 - ``eval-search`` and ``eval-visit``: ``evaluate`` of two scripted policies over the local
   ``search`` and ``visit`` on those items and 12 easy look-up questions (a search result's lead
   sentence with its title masked), k = 3 (both answer with the first search result's
-  title; the second searches the quoted words only and visits the result first);
+  title; the second searches the quoted words of a look-up or the names of a synthesized question
+  only, visits the result first, and answers with the first title the question does not name);
 - ``rl-run/rl_log.jsonl``: a 12-step RL step log (the figures of ``websailor train rl``).
 
 Usage: ``python benchmarks/view_screenshots.py [--root PATH | --keep-runs DIR] [--out docs/screenshots]``
@@ -69,8 +70,10 @@ class ReadingPolicy(ChatModel):
         links = LINK.findall(seen)
         if turn == 0:
             question = messages[-1]["content"]
-            if self.visit:  # the quoted words only
+            if self.visit and ":" in question:  # a look-up: the quoted words only
                 question = question.split(":", 1)[-1].strip(' "?')
+            elif self.visit:  # the names in the question (its capitalised words after the first)
+                question = " ".join(w.strip(",.?") for w in question.split()[1:] if w[:1].isupper()) or question
             text = "<think>I start with a search for the question's words.</think>\n" + _call(
                 "search", {"query": [question[:200]]}
             )
@@ -81,6 +84,8 @@ class ReadingPolicy(ChatModel):
         else:
             found = [LINK.findall(m["content"]) for m in messages[2:] if m["role"] != "assistant"]
             first = next((x for x in found if x), [])
+            if self.visit:  # a title the question does not already name
+                first = [t for t in first if t[0].lower() not in messages[1]["content"].lower()] or first
             answer = first[0][0] if first else "unknown"
             text = f"<think>The evidence points to {answer}.</think>\n<answer>{answer}</answer>"
         return Generation(text, 120 * (turn + 1), len(text.split()))
@@ -129,6 +134,40 @@ def build_runs(root: Path) -> None:
                 "time/step_s": round(40 + rng.uniform(-5, 5), 2),
             }
             fh.write(json.dumps(rec) + "\n")
+    write_rollouts(root, rl)
+
+
+def write_rollouts(root: Path, rl: Path) -> None:
+    """``rl/rollouts.jsonl`` for steps 11 and 12, as ``train rl`` writes it, from the real
+    rollouts of ``eval-search`` and ``eval-visit``: a question's group is two rollouts of one
+    policy and one of the other (scripted policies are deterministic, so a group of one policy
+    would never spread), each with the reward of its grade, its group-normalised advantage
+    (GRPO) and whether it enters the loss (not when the group's rewards are all equal)."""
+    from websailor.eval.scoring import read_scores
+
+    def rollouts(run: str) -> dict[tuple[str, int], dict]:
+        correct = {(s.id, s.rollout): bool(s.correct) for s in read_scores(root / run / "scores.jsonl")}
+        out = {}
+        for line in (root / run / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            out[(rec["id"], rec["rollout"])] = {**rec, "correct": correct.get((rec["id"], rec["rollout"]), False)}
+        return out
+
+    search, visit = rollouts("eval-search"), rollouts("eval-visit")
+    ids = list(dict.fromkeys(qid for qid, _ in search))
+    ids.sort(key=lambda q: search[(q, 0)]["correct"] == visit[(q, 0)]["correct"])  # groups that spread first
+    (rl / "rl_settings.json").write_text(json.dumps({"group_size": 3, "algo": "v2", "model": "reader"}) + "\n")
+    with (rl / "rollouts.jsonl").open("w", encoding="utf-8") as fh:
+        for step, (major, minor) in ((11, (search, visit)), (12, (visit, search))):
+            for qid in ids[:8]:
+                group = [major[(qid, 0)], major[(qid, 1)], {**minor[(qid, 2)]}]
+                rewards = [float(r["correct"]) for r in group]
+                mean = sum(rewards) / len(rewards)
+                std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+                for i, (rec, reward) in enumerate(zip(group, rewards)):
+                    advantage = round((reward - mean) / std, 4) if std else 0.0
+                    row = {**rec, "step": step, "rollout": i, "reward": reward, "advantage": advantage}
+                    fh.write(json.dumps({**row, "in_loss": bool(std)}) + "\n")
 
 
 RESULT = re.compile(r"^\d+\. \[([^\]]+)\]\([^)]+\)\n(.+)$", re.M)
@@ -179,9 +218,24 @@ def urls_to_shoot(get) -> list[str]:
             print(f"skipped {run}: no page there")
             continue
         out.append(run)
-        deeper = [h for h in hrefs(html) if urlsplit(h).path == urlsplit(run).path and urlsplit(h).query]
-        if deeper and get(deeper[0]) is not None:
+        # two levels down its own URL: a question (and one rollout alone), a step (and a rollout), an item
+        for level in range(2):
+            deeper = [h for h in hrefs(html) if urlsplit(h).path == urlsplit(run).path and urlsplit(h).query]
+            deeper = [h for h in deeper if h not in out and "page=" not in h and "outcome=" not in h]
+            if level:  # from a question or a step: one rollout (not the next step)
+                deeper.sort(key=lambda h: "rollout=" not in h)
+            if not deeper or (html := get(deeper[0])) is None:
+                break
             out.append(deeper[0])
+    evals = [h for h in out if h.startswith("/eval/") and not urlsplit(h).query]
+    if len(evals) >= 2:  # the first two eval runs compared, and the first question that flipped
+        a, b = (urlsplit(h).path.removeprefix("/eval/") for h in evals[:2])
+        compare = f"/compare?a={a}&b={b}"
+        if (html := get(compare)) is not None:
+            out.append(compare)
+            flipped = [h for h in hrefs(html) if h.startswith("/compare?") and "question=" in h]
+            if flipped:
+                out.append(flipped[0])
     return list(dict.fromkeys(out))
 
 
