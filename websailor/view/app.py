@@ -255,7 +255,7 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
         return ctx.page("error.html", title="Not here", message=relative(str(exc), root), status_code=404)
 
     @app.exception_handler(RequestValidationError)
-    async def bad_query(request: Request, exc: RequestValidationError) -> Response:  # ?page=abc, ?step=x
+    async def refused_query(request: Request, exc: RequestValidationError) -> Response:  # ?page=abc, ?step=x
         if request.url.path.startswith("/api/"):
             return await request_validation_exception_handler(request, exc)
         return ctx.page("error.html", title="A bad address", message=_validation_message(exc), status_code=422)
