@@ -227,6 +227,7 @@ def _rollout_record(step: int, qid: str, rollout: int, prediction: str) -> dict:
 def test_rollouts_rewritten_larger_in_place_are_read_again(tmp_path: Path):
     run = tmp_path / "rl"
     run.mkdir()
+    (run / "rl_settings.json").write_text('{"group_size": 1}')
     path = run / "rollouts.jsonl"
     path.write_text("".join(json.dumps(_rollout_record(1, q, 0, "before-" + q)) + "\n" for q in ("a", "b")))
     client = _client(tmp_path)
@@ -252,6 +253,7 @@ def test_rollouts_rewritten_larger_in_place_are_read_again(tmp_path: Path):
 def test_a_last_rollout_without_its_newline_is_read_once(tmp_path: Path):
     run = tmp_path / "rl"
     run.mkdir()
+    (run / "rl_settings.json").write_text('{"group_size": 1}')
     path = run / "rollouts.jsonl"
     path.write_text(json.dumps(_rollout_record(1, "a", 0, "pa")) + "\n" + json.dumps(_rollout_record(1, "b", 0, "pb")))
     client = _client(tmp_path)

@@ -29,6 +29,8 @@ def view(
     --host says otherwise."""
     if not path.exists():
         fail(f"{path} does not exist")
+    if not path.is_file() and not path.is_dir():
+        fail(f"{path} is neither a file nor a folder (a device or a named pipe?): give a run or a folder of runs")
     if path.is_file():
         from websailor.view.discover import not_a_run
 
@@ -62,9 +64,10 @@ def serve(path: Path, host: str, port: int, open_browser: bool = True) -> None:
     from websailor.view import create_view_app
 
     # on loopback, only requests that name a loopback host (no DNS rebinding from a page elsewhere)
-    hosts = ["127.0.0.1", "localhost", host.strip("[]")] if is_loopback(host) and ":" not in host else None
+    hosts = ["127.0.0.1", "localhost", "::1", host.strip("[]")] if is_loopback(host) else None
     app = create_view_app(path, allowed_hosts=hosts)
     sock = bind_socket(host, port)
+    sock.listen(128)  # connections made as soon as the URL is printed wait for the server, not fail
     bound = sock.getsockname()[1]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/"
     if not is_loopback(host):

@@ -35,6 +35,7 @@ from websailor.jsonio import Unfinished, appending, read_appended_jsonl, read_js
 from websailor.log import get_logger
 from websailor.synth.constraints import Constraint
 from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.item_schema import shape_error
 from websailor.synth.items import ATTRIBUTE_OPS, DEFAULT_LEVEL, LEVELS, ItemConfig, build_item, check_level
 from websailor.synth.replay import PathReplayer
 from websailor.synth.rewrite import rewrite_question
@@ -176,6 +177,8 @@ def _check_items(path: Path, records: list[tuple[int, dict]]) -> list[dict]:
                 raise InputFormatError(
                     f"{path} line {lineno} is not a QA item: field {name!r} is {what}; use another file or repair it"
                 )
+        if why := shape_error(rec):
+            raise InputFormatError(f"{path} line {lineno} is not a QA item: {why}; use another file or repair it")
         level = rec.get("level", DEFAULT_LEVEL)  # files made before the ladder have none: level 4
         if type(level) is not int or level not in LEVELS:
             raise InputFormatError(

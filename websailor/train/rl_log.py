@@ -112,7 +112,7 @@ def read_step_log(out: str | Path) -> StepLog:
             rec = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise InputFormatError(f"{path} line {lineno} is not JSON: is it an RL step log?") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec["step"], bool):
             raise InputFormatError(f"{path} line {lineno} is not an RL step record (no integer 'step')")
         records.append(rec)
     return StepLog(path, records, stream.unfinished)

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -53,7 +54,9 @@ class ViewContext:
         viewed path's absolute location is left out of the page (:func:`relative`), so an error
         message or a problem list names files as the user sees them under the root."""
         html = self.templates.get_template(name).render(root=self.root.name or str(self.root), **values)
-        return HTMLResponse(relative(html, self.root), status_code=status_code)
+        # a file name that is not UTF-8 (kept by Python as lone surrogates) shows as U+FFFD
+        html = relative(html, self.root).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return HTMLResponse(html, status_code=status_code)
 
 
 def context(request: Request) -> ViewContext:
@@ -87,10 +90,9 @@ def query_int(request: Request, name: str, minimum: int | None = None) -> int | 
     raw = request.query_params.get(name, "").strip()
     if not raw:
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad_query(name, raw, "not a whole number") from None
+    if not raw.lstrip("-").isascii() or not raw.lstrip("-").isdigit():  # int() would also take "１" and "1_0"
+        raise bad_query(name, raw, "not a whole number")
+    value = int(raw)
     if minimum is not None and value < minimum:
         raise bad_query(name, raw, f"must be at least {minimum}")
     return value
@@ -187,13 +189,40 @@ def headline(ctx: ViewContext, run: RunEntry) -> dict[str, Any]:
 
 def relative(message: str, root: Path) -> str:
     """``message`` with the viewed path's absolute location left out of the file names in it
-    (a page shows ``runs/a/scores.jsonl line 3``, not where the folder lives on this machine)."""
+    (a page shows ``runs/a/scores.jsonl line 3``, not where the folder lives on this machine).
+    Only whole paths are replaced: the location must start a path (not follow a letter, a dot or
+    a slash, as inside a URL) and end at a path boundary (``/data`` is not replaced in ``/database``)."""
     real = root.resolve()
     if real == Path(real.anchor):  # viewing "/": every path is already absolute
         return message
+    here = re.escape(str(real))
+    lead, end = r"(?<![\w./:%-])", r"(?![\w.-])"
     if real.is_file():
-        return message.replace(str(real), real.name)
-    return message.replace(str(real) + "/", "").replace(str(real), ".")
+        return re.sub(lead + here + end, lambda m: real.name, message)
+    message = re.sub(lead + here + "/", "", message)
+    return re.sub(lead + here + end, ".", message)
+
+
+class HostCheck:
+    """ASGI middleware refusing (HTTP 400) a request whose ``Host`` header names a host not in
+    ``hosts`` (``websailor view`` on loopback: a page elsewhere cannot read the runs by rebinding
+    its own name to 127.0.0.1). IPv6 literals (``[::1]:8765``) are parsed as such."""
+
+    def __init__(self, app: Any, hosts: list[str]) -> None:
+        self.app = app
+        self.hosts = {h.strip("[]").lower() for h in hosts}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            try:
+                name = urlsplit("//" + header).hostname or ""
+            except ValueError:
+                name = ""
+            if name.lower() not in self.hosts:
+                await PlainTextResponse("Invalid host header", status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _eval_headline(summary: Path, name: str) -> dict[str, Any]:
@@ -203,10 +232,10 @@ def _eval_headline(summary: Path, name: str) -> dict[str, Any]:
     if size > HEADLINE_MAX_BYTES:
         return {"error": f"{name}: {human_size(size)}, too large for a summary"}
     try:
-        s = json.loads(summary.read_text(encoding="utf-8"))
+        s = json.loads(summary.read_text(encoding="utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as e:
         return {"error": f"{name} is not JSON ({e})"}
-    if not isinstance(s, dict) or not isinstance(s.get("k"), int):
+    if not isinstance(s, dict) or not isinstance(s.get("k"), int) or isinstance(s.get("k"), bool):
         return {"error": f"{name} is not an eval summary (no integer 'k')"}
 
     def names(v: Any) -> str:
@@ -243,16 +272,27 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
         raise InvalidArgumentError(f"{root} does not exist")
     app = FastAPI(title="websailor view", docs_url=None, redoc_url=None, openapi_url=None)
     if allowed_hosts is not None:  # a page elsewhere cannot read the runs through DNS rebinding
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
-
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+        app.add_middleware(HostCheck, hosts=list(allowed_hosts))
     ctx = ViewContext(root, _environment())
     app.state.view = ctx
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
+    def api(request: Request) -> bool:
+        return request.url.path.startswith("/api/")
+
     @app.exception_handler(InvalidArgumentError)
     async def refused(request: Request, exc: InvalidArgumentError) -> Response:
+        if api(request):
+            return JSONResponse({"error": relative(str(exc), root)}, status_code=404)
         return ctx.page("error.html", title="Not here", message=relative(str(exc), root), status_code=404)
+
+    @app.exception_handler(Exception)
+    async def broken(request: Request, exc: Exception) -> Response:  # a bug, or a file shaped as no reader expects
+        what = relative(f"{type(exc).__name__}: {exc}", root)[:500]
+        if api(request):
+            return JSONResponse({"error": what}, status_code=500)
+        message = f"This page cannot be shown ({what}). The other pages still work; please report it with the file that caused it."
+        return ctx.page("error.html", title="This page broke", message=message, status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def refused_query(request: Request, exc: RequestValidationError) -> Response:  # ?page=abc, ?step=x
@@ -279,6 +319,8 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
     @app.exception_handler(InputFormatError)
     async def unreadable(request: Request, exc: InputFormatError) -> Response:
         message = relative(str(exc), root)
+        if api(request):
+            return JSONResponse({"error": message}, status_code=422)
         return ctx.page("error.html", title="A file cannot be read", message=message, status_code=422)
 
     def runs() -> list[dict[str, Any]]:

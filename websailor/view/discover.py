@@ -64,7 +64,36 @@ def resolve(root: Path, rel: str) -> Path:
     return target
 
 
+def run_file(run: Path, name: str) -> Path:
+    """``run / name``, a file of the run folder ``run`` (a path :func:`resolve` returned),
+    refused when it is a symbolic link that leads out of the folder: a run someone sent must not
+    read (and show, and export) another file of this machine.
+
+    Raises:
+        InvalidArgumentError: the file leads out of the run folder (the message names it).
+    """
+    path = run / name
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):
+        raise InvalidArgumentError(f"{run.name}/{name} cannot be opened (a symbolic link loop?)") from None
+    if run.resolve() not in target.parents:
+        raise InvalidArgumentError(f"{run.name}/{name} is a symbolic link out of its run folder: it is not read")
+    return path
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file name decodes as UTF-8 (one that does not cannot be put in a URL)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _first_record(path: Path) -> dict | None:
+    if not path.is_file():  # a named pipe or a device would block the open
+        return None
     try:
         with path.open("rb") as fh:
             line = fh.readline(1 << 20)
@@ -176,10 +205,12 @@ def find_runs(root: Path) -> list[RunEntry]:
             out.append(RunEntry(kind, rel, *_size(here)))
             dirs[:] = []
             continue
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED and not d.startswith(".") and not (here / d).is_symlink())
+        dirs[:] = sorted(
+            d for d in dirs if d not in SKIPPED and not d.startswith(".") and _utf8(d) and not (here / d).is_symlink()
+        )
         for name in sorted(files):
             p = here / name
-            if p.is_symlink():
+            if p.is_symlink() or not _utf8(name) or not p.is_file():
                 continue
             kind = file_kind(p)
             if kind:

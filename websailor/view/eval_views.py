@@ -36,7 +36,7 @@ from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.scoring import score_record
 from websailor.jsonio import JsonlStream
 from websailor.view.app import ViewContext, bad_query, context, query_int, run_url
-from websailor.view.discover import find_runs
+from websailor.view.discover import find_runs, run_file
 from websailor.view.pages import WAIT_S, FileIndex, Question, Row, file_index, page_of, read_row
 
 router = APIRouter()
@@ -115,7 +115,7 @@ def grades_of(run: Path, wait_s: float = WAIT_S) -> Grades:
     Raises:
         InputFormatError: a line that is not a score record.
     """
-    path = run / "scores.jsonl"
+    path = run_file(run, "scores.jsonl")
     if not path.is_file():
         return _NO_GRADES
     st = path.stat()
@@ -271,11 +271,11 @@ def _keep(cells: list, text: str, f: Filters) -> bool:
 
 def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     path = ctx.path(rel)
-    traj = path / "trajectories.jsonl" if kind == "eval" else path
     if kind == "eval" and not path.is_dir():
         raise InvalidArgumentError(f"{rel!r} is not an eval output folder")
     if kind == "trajectories" and not path.is_file():
         raise InvalidArgumentError(f"{rel!r} is not a trajectories file")
+    traj = run_file(path, "trajectories.jsonl") if kind == "eval" else path
     wait_s = FULL_WAIT_S if context(request).whole_files else WAIT_S  # an export never writes a partial table
     deadline = time.monotonic() + wait_s
     if kind == "eval":
@@ -500,7 +500,7 @@ def _rollouts_of(index: FileIndex, q: Question, grades: Grades, only: int | None
 
 def _question(ctx: ViewContext, request: Request, kind: str, rel: str, qid: str) -> Response:
     path = ctx.path(rel)
-    traj = path / "trajectories.jsonl" if kind == "eval" else path
+    traj = run_file(path, "trajectories.jsonl") if kind == "eval" and path.is_dir() else path
     if not traj.is_file():
         raise InvalidArgumentError(
             f"{rel!r} is not {'an eval output folder' if kind == 'eval' else 'a trajectories file'}"
@@ -530,8 +530,9 @@ def _eval_dir(ctx: ViewContext, rel: str | None, which: str) -> Path:
     if not rel:
         raise InvalidArgumentError(f"give two eval runs to compare: ?a=RUN&b=RUN (no {which})")
     path = ctx.path(rel)
-    if not (path / "scores.jsonl").is_file():
+    if not path.is_dir() or not run_file(path, "scores.jsonl").is_file():
         raise InvalidArgumentError(f"{rel!r} is not a graded eval run (no scores.jsonl)")
+    run_file(path, "trajectories.jsonl")
     return path
 
 

@@ -91,9 +91,7 @@ def page_file(path: str, query: str = "", is_html: bool = True) -> str:
     folder, _, name = rel.rpartition("/")
     if query:
         name += "@" + _encode_query(query)
-    if is_html:
-        name += ".html"
-    name = _short(name)
+    name = _short(name) + (".html" if is_html else "")  # a long name keeps its suffix: browsers go by it
     return f"{folder}/{name}" if folder else name
 
 
@@ -138,7 +136,8 @@ class _Site:
     def __init__(self, app: FastAPI, max_pages: int) -> None:
         from fastapi.testclient import TestClient
 
-        self.client = TestClient(app, base_url=f"http://{_HOST}")
+        # a page that breaks is written as its error page (HTTP 500), never stops the export
+        self.client = TestClient(app, base_url=f"http://{_HOST}", raise_server_exceptions=False)
         self.max_pages = max_pages
         self.files: dict[tuple[str, str], str] = {}  # (path, query) -> file
         self.taken: set[str] = {MARKER}  # files written (or to be)
@@ -216,6 +215,8 @@ class _Site:
 
 
 def _check_folders(root: Path, out: Path) -> None:
+    if out.is_symlink():
+        raise InvalidArgumentError(f"--export {out} is a symbolic link: give the folder it points to, or a new one")
     real_root, real_out = root.resolve(), out.resolve()
     folder = real_root if real_root.is_dir() else real_root.parent
     if real_root.is_dir() and (real_out == folder or folder in real_out.parents):
@@ -239,7 +240,7 @@ def export_site(
 
     Raises:
         InvalidArgumentError: ``root`` does not exist; ``out_dir`` is inside ``root``, holds it, is
-            a file, or is a non-empty folder without :data:`MARKER`.
+            a file or a symbolic link, or is a non-empty folder without :data:`MARKER`.
     """
     root, out = Path(root), Path(out_dir)
     if not root.exists():
@@ -252,7 +253,9 @@ def export_site(
     if out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    (out / MARKER).write_text(json.dumps({"root": str(root.resolve())}) + "\n", encoding="utf-8")
+    (out / MARKER).write_text(
+        json.dumps({"root": root.resolve().name}) + "\n", encoding="utf-8"
+    )  # no path of this machine
     shutil.copytree(HERE / "static", out / "static")
 
     site = _Site(app, max_pages)

@@ -91,6 +91,7 @@ class FileIndex:
     path: Path
     size: int = 0
     mtime: float = 0.0
+    inode: int = 0  # a file replaced (a new inode) is indexed again from the start
     end: int = 0
     lines: int = 0
     questions: dict[str, Question] = field(default_factory=dict)
@@ -192,8 +193,8 @@ def _scan(index: FileIndex) -> None:
 def _grew(old: FileIndex, size: int) -> bool:
     """Whether the file only grew since ``old`` was made (its indexed part is intact and ends
     with a complete line), so that a new pass may start where ``old`` ended."""
-    if old.skipped_tail or old.open_line or old.error or size < old.end:
-        return False
+    if old.skipped_tail or old.open_line or old.error or size <= old.size:
+        return False  # an append adds bytes: a file as large as before (or smaller) but changed was rewritten
     return only_grew(old.path, old.end, old.signature)
 
 
@@ -229,9 +230,11 @@ def file_index(path: Path, wait_s: float = WAIT_S) -> FileIndex:
     with _LOCK:
         index = _CACHE.get(path)
         busy = index is not None and not index.complete.is_set()
-        if index is None or (not busy and (index.size, index.mtime) != (st.st_size, st.st_mtime)):
-            old, index = index, FileIndex(path, st.st_size, st.st_mtime)
-            if old is not None and _grew(old, st.st_size):
+        if index is None or (
+            not busy and (index.size, index.mtime, index.inode) != (st.st_size, st.st_mtime, st.st_ino)
+        ):
+            old, index = index, FileIndex(path, st.st_size, st.st_mtime, inode=st.st_ino)
+            if old is not None and old.inode == st.st_ino and _grew(old, st.st_size):
                 with old.lock:
                     index.end, index.lines, index.signature = old.end, old.lines, old.signature
                     index.answers = dict(old.answers)

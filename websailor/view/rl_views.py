@@ -40,7 +40,8 @@ from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import JsonlStream, LineTooLongError, end_signature, loads_object, only_grew
 from websailor.train.rl_log import LOG_FILE, StepLog, read_step_log
-from websailor.view.app import ViewContext, bad_query, context, finite, plural, query_int, run_url
+from websailor.view.app import ViewContext, bad_query, context, finite, plural, query_int, relative, run_url
+from websailor.view.discover import folder_kind, run_file
 
 router = APIRouter()
 
@@ -96,10 +97,15 @@ def log_curves(records: list[dict]) -> dict[str, Any]:
     return {"steps": len(records), "last_step": records[-1]["step"] if records else None, "curves": curves}
 
 
-def _run_dir(ctx: ViewContext, rel: str) -> Path:
+def _run_dir(ctx: ViewContext, rel: str, kind: str = "rl") -> Path:
+    """The folder of the ``kind`` run (``rl`` or ``sft``) at ``rel``.
+
+    Raises:
+        InvalidArgumentError: not such a run (the 404 page).
+    """
     path = ctx.path(rel)
-    if not path.is_dir():
-        raise InvalidArgumentError(f"{rel!r} is not an RL run directory")
+    if not path.is_dir() or folder_kind(path) != kind:
+        raise InvalidArgumentError(f"{rel!r} is not {'an RL' if kind == 'rl' else 'an SFT'} run folder")
     return path
 
 
@@ -109,7 +115,7 @@ def _read_log(run: Path) -> StepLog:
     Raises:
         InputFormatError: as :func:`websailor.train.rl_log.read_step_log`.
     """
-    path = run / LOG_FILE
+    path = run_file(run, LOG_FILE)
     return read_step_log(path) if path.is_file() else StepLog(path, [], None)
 
 
@@ -199,6 +205,7 @@ class RolloutIndex:
     size: int = 0  # bytes read so far (up to the end of the last line with its newline)
     lines: int = 0  # the number of that line
     inode: int = 0
+    seen: tuple[int, float] = (0, 0.0)  # the file's size and modification time at the last look
     signature: bytes = b""  # the bytes before ``size`` (websailor.jsonio.end_signature)
     rows: list[RolloutRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -207,16 +214,19 @@ class RolloutIndex:
 
     def refresh(self) -> RolloutIndex:
         """Read what was appended since the last call; all of it again when the file was
-        replaced, cut back (as a resumed run cuts it) or rewritten in place (the bytes before
-        where the last read ended changed: :func:`websailor.jsonio.only_grew`)."""
+        replaced, cut back (as a resumed run cuts it) or rewritten in place: modified without
+        growing, or the bytes before where the last read ended changed
+        (:func:`websailor.jsonio.only_grew`)."""
         with self.lock:
             try:
                 st = self.path.stat()
             except FileNotFoundError:
                 st = None
-            if st is None or st.st_ino != self.inode or not self._only_grew(st.st_size):
+            rewritten = st is not None and st.st_mtime != self.seen[1] and st.st_size <= self.seen[0]
+            if st is None or st.st_ino != self.inode or rewritten or not self._only_grew(st.st_size):
                 self.size, self.lines, self.signature, self.rows, self.problems = 0, 0, b"", [], []
                 self.kept, self.inode = (0, 0), st.st_ino if st else 0
+            self.seen = (st.st_size, st.st_mtime) if st else (0, 0.0)
             if st is not None and st.st_size > self.size:
                 self._read(st.st_size)
             return self
@@ -286,7 +296,7 @@ _INDEXES_LOCK = threading.Lock()
 
 def rollout_index(run: Path) -> RolloutIndex:
     """The refreshed :class:`RolloutIndex` of ``run/rollouts.jsonl`` (one per file per process)."""
-    path = run / ROLLOUTS_FILE
+    path = run_file(run, ROLLOUTS_FILE)
     with _INDEXES_LOCK:
         index = _INDEXES.setdefault(path, RolloutIndex(path))
     return index.refresh()
@@ -294,8 +304,8 @@ def rollout_index(run: Path) -> RolloutIndex:
 
 def _group_size(run: Path) -> int | None:
     try:
-        g = json.loads((run / SETTINGS_FILE).read_text(encoding="utf-8")).get("group_size")
-    except (OSError, ValueError, AttributeError):
+        g = json.loads(run_file(run, SETTINGS_FILE).read_text(encoding="utf-8-sig")).get("group_size")
+    except (OSError, ValueError, AttributeError, InvalidArgumentError):
         return None
     return g if isinstance(g, int) and g > 0 else None
 
@@ -378,7 +388,7 @@ def _api_log(request: Request, rel: str) -> Response:
     try:
         log = _read_log(run)
     except InputFormatError as e:
-        return JSONResponse({"error": str(e)}, status_code=422)
+        return JSONResponse({"error": relative(str(e), context(request).root)}, status_code=422)
     data = log_curves(log.records)
     data["unfinished"] = _unfinished(log)
     data["rollout_steps"] = rollout_index(run).steps()
@@ -503,9 +513,13 @@ def _run(request: Request, rel: str) -> Response:
     data = log_curves(log.records)
     index = rollout_index(run)
     data["rollout_steps"] = index.steps()
-    settings = _json_file(run / SETTINGS_FILE)
+    try:  # the curves do not need the settings: a bad settings file is said, not fatal
+        settings, settings_error = _json_file(run_file(run, SETTINGS_FILE)), None
+    except (InputFormatError, InvalidArgumentError) as e:
+        settings, settings_error = None, str(e)
     return ctx.page(
         "rl_run.html",
+        settings_error=settings_error,
         title=f"RL run {rel}",
         rel=rel,
         data=script_json(data),
@@ -526,9 +540,15 @@ def _json_file(path: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return loads_object(path.read_text(encoding="utf-8"))
+        return loads_object(path.read_text(encoding="utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as e:
         raise InputFormatError(f"{path}: {e}") from None
+
+
+def _mapping(summary: dict | None, key: str) -> dict:
+    """``summary[key]`` when it is an object, else nothing (a hand-edited summary)."""
+    value = (summary or {}).get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _sft_losses(run: Path, summary: dict | None) -> list[list[float]]:
@@ -537,9 +557,10 @@ def _sft_losses(run: Path, summary: dict | None) -> list[list[float]]:
     history = (summary or {}).get("loss_history")
     if history is None:
         states = sorted(run.glob("checkpoints/*/trainer_state.json"), key=lambda p: p.stat().st_mtime)
-        history = (_json_file(states[-1]) or {}).get("log_history") if states else None
+        state = _json_file(run_file(run, str(states[-1].relative_to(run)))) if states else None
+        history = (state or {}).get("log_history")
     points = []
-    for h in history or []:
+    for h in history if isinstance(history, list) else []:
         if isinstance(h, dict) and _number(h.get("step")) is not None and _number(h.get("loss")) is not None:
             points.append([h["step"], h["loss"]])
     return points
@@ -556,9 +577,9 @@ def sft_run(rel: str, request: Request) -> Response:
     """An SFT run: its summary (or settings while it trains), loss curve and memory settings."""
     ctx = context(request)
     rel = rel.rstrip("/") or "."
-    run = _run_dir(ctx, rel)
-    summary = _json_file(run / SFT_SUMMARY)
-    settings = (summary or {}).get("settings") or _json_file(run / SFT_SETTINGS)
+    run = _run_dir(ctx, rel, "sft")
+    summary = _json_file(run_file(run, SFT_SUMMARY))
+    settings = (summary or {}).get("settings") or _json_file(run_file(run, SFT_SETTINGS))
     losses = _sft_losses(run, summary)
     data = {"curves": [{"key": "loss", "title": "training loss", "points": losses}]}
     scalars = {
@@ -571,9 +592,11 @@ def sft_run(rel: str, request: Request) -> Response:
         summary=summary,
         scalars=scalars,
         settings=settings if isinstance(settings, dict) else {},
-        memory=(summary or {}).get("memory") or {},
-        counts=(summary or {}).get("counts") or {},
-        data_files=(summary or {}).get("data") or [],
+        memory=_mapping(summary, "memory"),
+        counts=_mapping(summary, "counts"),
+        data_files=[d for d in (summary or {}).get("data") or [] if isinstance(d, (str, dict))]
+        if isinstance((summary or {}).get("data"), list)
+        else [],
         data=script_json(data),
         has_losses=bool(losses),
     )

@@ -4,7 +4,9 @@
 
 function openStep() {
   if (!location.hash) return;
-  const step = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  let id;
+  try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { return; } // a malformed #%E0%A4%A
+  const step = document.getElementById(id);
   if (!step || !step.classList.contains("step")) return;
   for (const d of step.querySelectorAll("details")) d.open = true;
   step.scrollIntoView({ block: "start" });

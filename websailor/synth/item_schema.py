@@ -1,0 +1,110 @@
+"""The shape of a synthesized QA item's nested fields, checked when a QA file is read
+(:func:`websailor.synth.dataset.read_items`), so that a hand-edited or foreign file gets one
+line naming the field (``subgraph.edges.0.evidence``), not a ``TypeError`` deep inside
+``synth stats``, training or the viewer.
+
+Only the types are checked, and only of the fields present (older files lack some): fields
+this schema does not name are kept as they are. The top-level fields every item must have are
+:data:`websailor.synth.dataset.ITEM_FIELDS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class Node(_Shape):
+    """A page of the subgraph."""
+
+    id: StrictStr
+
+
+class Edge(_Shape):
+    """A link of the subgraph, with the sentence that supports it."""
+
+    src: StrictStr
+    dst: StrictStr
+    evidence: StrictStr | None = None
+
+
+class Subgraph(_Shape):
+    """The sampled subgraph (paper section 3.1)."""
+
+    nodes: list[Node]
+    edges: list[Edge]
+
+
+class Evidence(_Shape):
+    """A sentence that supports a constraint."""
+
+    sentence: StrictStr | None = None
+
+
+class Constraint(_Shape):
+    """One constraint of the question."""
+
+    kind: StrictStr
+    params: dict[str, Any]
+    phrase: StrictStr | None = None
+    evidence: list[Evidence] | None = None
+
+
+class Operator(_Shape):
+    """One uncertainty operator applied to the question (paper section 3.1)."""
+
+    op: StrictStr
+    params: dict[str, Any] | None = None
+
+
+class Step(_Shape):
+    """One step of the solution path."""
+
+    action: StrictStr | None = None
+    mentions: list[StrictStr] | None = None
+
+
+class ItemShape(_Shape):
+    """The nested fields of an item, each optional."""
+
+    subgraph: Subgraph | None = None
+    constraints: list[Constraint] | None = None
+    uncertainty: list[Operator] | None = None
+    procedure: list[Step] | None = None
+    verification: dict[str, Any] | None = None
+    rendering: dict[str, Any] | None = None
+    difficulty: dict[str, Any] | StrictFloat | StrictInt | None = None
+    rejected_before: dict[str, StrictInt] | None = None
+    split: StrictStr | None = None
+    aliases: list[StrictStr] | None = None
+    has_cycle: StrictBool | None = None
+
+
+_JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}
+_UNION_MEMBERS = ("str", "int", "float", "bool", "dict[", "list[", "function-", "tagged-")
+
+
+def shape_error(record: dict) -> str | None:
+    """Why ``record``'s nested fields are not those of a QA item (``"field
+    'subgraph.edges.0.evidence' is a number: input should be a valid string"``), ``None`` when
+    they are."""
+    try:
+        ItemShape.model_validate(record)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = [str(x) for x in err["loc"]]
+        where = ".".join(x for i, x in enumerate(loc) if not (i and x.startswith(_UNION_MEMBERS)))
+        if err["type"] == "missing":
+            return f"field {where!r} is missing"
+        given = err.get("input")
+        got = "null" if given is None else _JSON_TYPES.get(type(given), type(given).__name__)
+        if isinstance(given, float) and given != given or given in (float("inf"), float("-inf")):
+            got = f"{given} (not a finite number)"
+        msg = err["msg"]
+        return f"field {where!r} is {got}: {msg[:1].lower()}{msg[1:]}"
+    return None
