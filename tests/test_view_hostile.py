@@ -202,6 +202,11 @@ def test_rollouts_edited_in_place_at_the_same_size_are_read_again(tmp_path: Path
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     page = client.get("/rl/rl?step=1").text
     assert "bbbb" in page and "aaaa" not in page
+    missing = client.get("/rl/rl?step=9")
+    assert (
+        missing.status_code == 404
+        and "rl has no rollouts of step 9 in rollouts.jsonl (recorded: step 1)" in missing.text
+    )
 
 
 def test_an_exported_page_with_a_long_name_is_still_html():

@@ -191,7 +191,7 @@ def train_rl_cmd(
     first, last = window_means(s["log"], "reward/mean", n)
     if first is not None:
         print(
-            f"{s['steps']} steps on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
+            f"{s['steps']} step{'' if s['steps'] == 1 else 's'} on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
             f"{first:.3f} over the first {n} steps, {last:.3f} over the last {n}"
         )
     print(f"model saved to {out}: use --model hf:{out}; curves: websailor train plot {out}")

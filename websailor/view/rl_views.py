@@ -446,6 +446,16 @@ def _step(request: Request, rel: str, n: int) -> Response:
     ctx = context(request)
     run = _run_dir(ctx, rel)
     index = rollout_index(run)
+    recorded = [s for s, _ in index.steps()]
+    if n not in recorded:  # a step not written yet, or never: the 404 page says which steps there are
+        have = (
+            f"steps {recorded[0]} to {recorded[-1]}"
+            if len(recorded) > 1
+            else f"step {recorded[0]}"
+            if recorded
+            else "none"
+        )
+        raise InvalidArgumentError(f"{rel} has no rollouts of step {n} in {ROLLOUTS_FILE} (recorded: {have})")
     groups = [
         {
             "n": gi,
