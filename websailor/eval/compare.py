@@ -161,7 +161,7 @@ def check_same_questions(a: Path, b: Path) -> None:
     checked; a warning says so.
 
     Raises:
-        InvalidArgumentError: an id with another question in each run (the first one is named).
+        InvalidArgumentError: an id with another question in each run (the first in sorted order is named).
     """
     from websailor.eval.scoring import read_trajectories
 
@@ -174,7 +174,8 @@ def check_same_questions(a: Path, b: Path) -> None:
         )
         return
     texts = [{str(r["id"]): r["question"] for r in read_trajectories([p])} for p in paths]
-    odd = next((q for q in texts[0] if q in texts[1] and texts[0][q] != texts[1][q]), None)
+    # the first such id in sorted order: a file's order is the order rollouts finished in
+    odd = next((q for q in sorted(texts[0]) if q in texts[1] and texts[0][q] != texts[1][q]), None)
     if odd is not None:
         raise InvalidArgumentError(
             f"{a} and {b} are evaluations of different questions: id {odd!r} is {texts[0][odd][:80]!r} in one and "
