@@ -37,7 +37,16 @@ from websailor.eval.scoring import score_record
 from websailor.jsonio import JsonlStream
 from websailor.view.app import ViewContext, bad_query, context, query_int, run_url
 from websailor.view.discover import find_runs, run_file
-from websailor.view.pages import WAIT_S, FileIndex, Question, Row, file_index, page_of, read_row
+from websailor.view.pages import (
+    WAIT_S,
+    FileIndex,
+    Question,
+    Row,
+    file_index,
+    page_of,
+    read_in_background,
+    read_row,
+)
 
 router = APIRouter()
 
@@ -94,18 +103,15 @@ def _read_grades(g: Grades) -> None:
     :func:`websailor.eval.scoring.read_scores` checks it (:func:`websailor.eval.scoring.score_record`),
     streamed by :class:`websailor.jsonio.JsonlStream` rather than read whole, for the memory of
     large files."""
-    try:
+
+    def fill() -> None:
         for _, lineno, rec in JsonlStream(g.path, "a score record").records():
             s = score_record(g.path, lineno, rec)
             g.by_key[(s.id, s.rollout)] = Grade(
                 s.judge, s.correct, s.score, s.extracted, s.reasoning, s.confidence, s.error, s.ungraded_for
             )
-    except InputFormatError as e:
-        g.error = e
-    except OSError as e:
-        g.error = InputFormatError(f"{g.path} cannot be read: {e}")
-    finally:
-        g.complete.set()
+
+    read_in_background(g, fill)
 
 
 def grades_of(run: Path, wait_s: float = WAIT_S) -> Grades:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,15 +203,23 @@ _CACHE: dict[Path, FileIndex] = {}
 _LOCK = threading.Lock()
 
 
-def _run(index: FileIndex) -> None:
+def read_in_background(target: Any, work: Callable[[], None]) -> None:
+    """Run ``work``, which fills ``target`` (an index with ``path``, ``error`` and a
+    ``complete`` event), as the body of a reader thread: why it stopped goes to
+    ``target.error`` (an unreadable file as an :class:`~websailor.errors.InputFormatError`
+    naming it), and ``target.complete`` is set in any case, so a waiting page never hangs."""
     try:
-        _scan(index)
+        work()
     except InputFormatError as e:
-        index.error = e
+        target.error = e
     except OSError as e:
-        index.error = InputFormatError(f"{index.path} cannot be read: {e}")
+        target.error = InputFormatError(f"{target.path} cannot be read: {e}")
     finally:
-        index.complete.set()
+        target.complete.set()
+
+
+def _run(index: FileIndex) -> None:
+    read_in_background(index, lambda: _scan(index))
 
 
 def file_index(path: Path, wait_s: float = WAIT_S) -> FileIndex:

@@ -469,8 +469,7 @@ def _step(request: Request, rel: str, n: int) -> Response:
         }
         for gi, g in enumerate(step_groups(run, index, n), 1)
     ]
-    steps = [s for s, _ in index.steps()]
-    pos = steps.index(n) if n in steps else -1
+    pos = recorded.index(n)
     return ctx.page(
         "rl_step.html",
         title=f"{rel} · step {n}",
@@ -478,8 +477,8 @@ def _step(request: Request, rel: str, n: int) -> Response:
         step=n,
         groups=groups,
         problems=index.problems,
-        prev_step=steps[pos - 1] if pos > 0 else None,
-        next_step=steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
+        prev_step=recorded[pos - 1] if pos > 0 else None,
+        next_step=recorded[pos + 1] if pos < len(recorded) - 1 else None,
         status_code=200 if groups or not index.problems else 422,
     )
 
