@@ -1,5 +1,6 @@
-"""Test doubles: a scripted chat model, a local OpenAI-compatible HTTP server, and the web
-providers' imitation wired into the web settings' environment variables."""
+"""Test doubles: a scripted chat model, a local OpenAI-compatible HTTP server, the web
+providers' imitation wired into the web settings' environment variables, and a tool whose
+observations carry markup that must render as text."""
 
 from __future__ import annotations
 
@@ -12,6 +13,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from websailor.errors import ModelError
 from websailor.models.base import ChatModel, Generation, SamplingParams
+from websailor.tools.base import Tool, ToolResult
+
+#: Markup that must show as text wherever a page puts it (a question, an observation, a name).
+XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
+
+
+class HostileTool(Tool):
+    """``inner`` with :data:`XSS` added to each observation: before it with ``lead=True`` (the
+    first thing a page shows), else after it."""
+
+    def __init__(self, inner: Tool, lead: bool = False) -> None:
+        self.inner, self.lead = inner, lead
+        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
+
+    def execute(self, arguments=None) -> ToolResult:
+        r = self.inner.execute(arguments)
+        text = XSS + "\n" + r.observation if self.lead else r.observation + "\n" + XSS
+        return ToolResult(text, r.error, r.kind, r.env_failures)
+
+    def forward(self, **kwargs):
+        return self.inner.forward(**kwargs)
 
 
 class ScriptedModel(ChatModel):

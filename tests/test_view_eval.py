@@ -14,17 +14,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.fakes import ScriptedModel, call
+from tests.fakes import XSS, HostileTool, ScriptedModel, call
 from websailor.agent.loop import Agent, AgentConfig
 from websailor.eval.harness import EvalConfig, evaluate
 from websailor.judge import Gold, load_judge
 from websailor.models.base import Generation
 from websailor.questions import Question
-from websailor.tools.base import Tool, ToolResult
 from websailor.view import create_view_app
 from websailor.view.pages import file_index
 
-XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
 ITEMS = [
     Question("paris", "Which city is the capital of France?", Gold.parse("Paris")),
     Question("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
@@ -35,21 +33,6 @@ ANSWERS = {
     "base": {"paris": "Paris", "nile": "Amazon", "xss": "Mars"},
     "rl": {"paris": "Lyon", "nile": "Nile", "xss": "Mars"},
 }
-
-
-class HostileSearch(Tool):
-    """The local ``search``, its observation led by markup that must render as text."""
-
-    def __init__(self, inner: Tool) -> None:
-        self.inner = inner
-        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
-
-    def execute(self, arguments=None) -> ToolResult:
-        r = self.inner.execute(arguments)
-        return ToolResult(XSS + "\n" + r.observation, r.error, r.kind, r.env_failures)
-
-    def forward(self, **kwargs):
-        return self.inner.forward(**kwargs)
 
 
 class TokenModel(ScriptedModel):
@@ -66,7 +49,7 @@ def _agent(vital, run: str) -> Agent:
     from websailor.tools.local import build_local_tools
 
     tools = build_local_tools(vital)
-    tools["search"] = HostileSearch(tools["search"])
+    tools["search"] = HostileTool(tools["search"], lead=True)
     thought = "\n".join(f"Line {i} of a long thought about where to look." for i in range(8))
 
     def reply(messages):

@@ -10,36 +10,17 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.fakes import ScriptedModel, call
+from tests.fakes import XSS, HostileTool, ScriptedModel, call
 from websailor.agent.loop import Agent, AgentConfig
 from websailor.judge import Gold
 from websailor.questions import Question
-from websailor.tools.base import Tool, ToolResult  # noqa: F401
 from websailor.view import create_view_app
 from websailor.view.rl_views import script_json
 
-XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
 ITEMS = [
     Question("paris", f"Which city is the capital of France? {XSS}", Gold.parse("Paris")),
     Question("nile", "Which river flows through Cairo?", Gold.parse("Nile")),
 ]
-
-
-class Tainted(Tool):
-    """The local ``search``, with page text that tries to run script appended to each result."""
-
-    def __init__(self, inner: Tool) -> None:
-        self.inner = inner
-        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
-
-    def execute(self, arguments=None) -> ToolResult:
-        import dataclasses
-
-        got = self.inner.execute(arguments)
-        return dataclasses.replace(got, observation=got.observation + "\n" + XSS)
-
-    def forward(self, **kwargs):
-        return self.inner.forward(**kwargs)
 
 
 class _Judge:
@@ -80,7 +61,7 @@ def rl_run(vital, smollm2_path: Path, tmp_path_factory) -> Path:
     run.mkdir()
     tok = load_tokenizer(smollm2_path)
     tools = build_local_tools(vital)
-    tools["search"] = Tainted(tools["search"])
+    tools["search"] = HostileTool(tools["search"])
     settings = RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1)
     (run / "rl_settings.json").write_text(json.dumps({"model": "smollm2", "group_size": 2, "algo": "v2"}))
     ro = AgentRollouts({it.question: it for it in ITEMS}, tools, _Judge(), settings, run / "rollouts.jsonl")

@@ -11,11 +11,10 @@ from urllib.parse import quote_plus, urlencode
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.fakes import XSS
 from websailor.synth.dataset import read_items
 from websailor.view import create_view_app
 from websailor.view.synth_views import draw_subgraph, solution_path
-
-XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
 
 
 @pytest.fixture(scope="module")
