@@ -8,7 +8,7 @@ Each configuration runs in a fresh Python process (peak RSS by ``resource.getrus
 * ``rl``: ``train_rl`` for one step on a group of ``--rollouts`` rollouts of about ``--tokens``
   tokens each (two answer right, the others wrong, so every rollout carries an advantage).
   The rollout function is replaced by one that hands the trainer these finished rollouts
-  through :meth:`~websailor.train.rl_rollouts.AgentRollouts.batch`: grading, advantages,
+  through :meth:`~websailor.train.rl.rollouts.AgentRollouts.batch`: grading, advantages,
   tokenization and the trainer's loss are the real ones, only the sampling is skipped.
 
 The trajectories are real multi-turn agent runs over the embedded corpus: a scripted model
@@ -41,8 +41,8 @@ from pathlib import Path
 cfg = json.loads(sys.argv[1])
 out = Path(cfg["out"])
 if cfg["label"] == "before":  # TRL's own LM-head tiles and glibc's dynamic mmap threshold
-    import websailor.train.rl, websailor.train.sft
-    websailor.train.sft.limit_training_memory = websailor.train.rl.limit_training_memory = lambda: {}
+    import websailor.train.rl.trainer, websailor.train.sft
+    websailor.train.sft.limit_training_memory = websailor.train.rl.trainer.limit_training_memory = lambda: {}
 if cfg["kind"] == "sft":
     from websailor.train.sft import load_settings, train_sft
     s = load_settings(str(cfg["config"]), max_steps=cfg["steps"], batch_size=1, max_length=cfg["tokens"] + 512,
@@ -52,7 +52,7 @@ if cfg["kind"] == "sft":
 else:
     from websailor.agent.trajectory import Trajectory
     from websailor.tools.environment import EnvSpec
-    from websailor.train import rl_rollouts
+    from websailor.train.rl import rollouts as rl_rollouts
     from websailor.train.rl import load_settings, train_rl
     trajs = [Trajectory.from_dict(json.loads(x)) for x in Path(cfg["trajs"]).read_text().splitlines()]
 

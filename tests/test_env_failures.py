@@ -204,7 +204,7 @@ def _group(vital, tools, down: list[bool]) -> list[Trajectory]:
 
 
 def test_rl_gives_no_reward_to_outage_rollouts_and_skips_their_group(tmp_path: Path, vital, smollm2_path: Path):
-    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
     from websailor.train.sft import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
@@ -237,7 +237,7 @@ def test_rl_gives_no_reward_to_outage_rollouts_and_skips_their_group(tmp_path: P
 
 
 def test_rl_stops_after_batches_in_a_row_with_only_outages(tmp_path: Path, vital, smollm2_path: Path):
-    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
     from websailor.train.sft import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
@@ -329,7 +329,7 @@ def test_rl_over_a_tool_server_killed_and_restarted(tmp_path: Path, vital_dir: P
     reward and nothing of them enters the loss; after the restart training signal returns."""
     from websailor.server.app import bind_socket
     from websailor.server.client import RetryPolicy, connect_tools
-    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
     from websailor.train.sft import load_tokenizer
 
     sock = bind_socket("127.0.0.1", 0)
@@ -395,7 +395,7 @@ def test_rl_over_the_faulted_web_providers_keeps_outage_rollouts_out_of_the_loss
 ):
     from websailor.tools.web import WebSettings
     from websailor.tools.web.tools import build_web_tools
-    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
     from websailor.train.sft import load_tokenizer
 
     settings = WebSettings(

@@ -19,8 +19,8 @@ from websailor.questions import Question
 from websailor.tools.environment import EnvSpec
 from websailor.train.advantages import plan_batch
 from websailor.train.rl import RLSettings, accumulation_steps, load_settings, train_rl
+from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
 from websailor.train.rl_log import plot_log, read_log, window_means
-from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
 from websailor.train.rollout_tokens import rollout_tokens
 from websailor.train.sft import load_tokenizer
 
@@ -279,24 +279,24 @@ def test_a_half_written_last_step_is_left_out_and_a_whole_one_kept(tmp_path: Pat
 
 
 def test_a_resumed_run_trims_its_logs_and_refuses_to_drop_a_complete_line(tmp_path: Path, caplog):
-    from websailor.train.rl import _trim_jsonl
+    from websailor.train.rl.resume import trim_jsonl
 
     log = tmp_path / "rl_log.jsonl"
     log.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3}\n{"step": 4, "lo')
-    _trim_jsonl(log, 2)
+    trim_jsonl(log, 2)
     assert log.read_text() == '{"step": 1}\n{"step": 2}\n' and "line 5 is unfinished" in caplog.text
     log.write_text('{"step": 1}\n{"step": 2}')  # a whole last record without its newline is kept, with one
-    _trim_jsonl(log, 2)
+    trim_jsonl(log, 2)
     assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
     inode = log.stat().st_ino
-    _trim_jsonl(log, 5)  # nothing to drop: the file is left as it is
+    trim_jsonl(log, 5)  # nothing to drop: the file is left as it is
     assert log.stat().st_ino == inode and log.read_text() == '{"step": 1}\n{"step": 2}\n'
     bad = '{"step": 1}\nnot json\n{"step": 2}\n'
     log.write_text(bad)
     with pytest.raises(InputFormatError, match="line 2 is not a record of rl_log.jsonl"):
-        _trim_jsonl(log, 1)
+        trim_jsonl(log, 1)
     assert log.read_text() == bad and [p.name for p in tmp_path.iterdir()] == ["rl_log.jsonl"]
-    _trim_jsonl(tmp_path / "none.jsonl", 1)  # no file: nothing to do
+    trim_jsonl(tmp_path / "none.jsonl", 1)  # no file: nothing to do
 
 
 # -- TRL end to end --------------------------------------------------------------------
@@ -402,7 +402,7 @@ def test_the_update_follows_the_advantages(tiny_rl, vital_dir: Path, monkeypatch
     import torch
     from transformers import AutoModelForCausalLM
 
-    import websailor.train.rl_rollouts as rr
+    import websailor.train.rl.rollouts as rr
 
     root, tiny, qa, settings, _ = tiny_rl
     base = list(AutoModelForCausalLM.from_pretrained(tiny).parameters())

@@ -52,8 +52,8 @@ def rl_run(vital, smollm2_path: Path, tmp_path_factory) -> Path:
     """A run folder with two steps: each step a group of ``paris`` (one right, one wrong) and
     a group of ``nile`` (both right: zero spread)."""
     from websailor.tools.local import build_local_tools
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
     from websailor.train.rl_log import StepLogger
-    from websailor.train.rl_rollouts import AgentRollouts, RolloutSettings
     from websailor.train.sft import load_tokenizer
 
     root = tmp_path_factory.mktemp("rlroot")

@@ -47,7 +47,7 @@ CorpusOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 # agent options of the commands that run the agent
-ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH or openai:MODEL@BASE_URL.")]
+ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH, openai:MODEL@BASE_URL or vllm:NAME@BASE_URL.")]
 MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
 MaxEnvFailuresOpt = Annotated[
     int,

@@ -1,8 +1,10 @@
-"""``websailor serve tools``: an environment's tools over HTTP for many rollout workers."""
+"""``websailor serve tools`` (an environment's tools over HTTP for many rollout workers) and
+``websailor serve model`` (a vLLM rollout server for a model)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -42,6 +44,47 @@ def serve_tools_cmd(
     finally:
         tool_env.close()
         print_metrics(tool_env.metrics.summary())
+
+
+@serve_app.command("model")
+@handle_errors
+def serve_model_cmd(
+    model: Annotated[
+        str, typer.Argument(help="smollm2 (the embedded model), hf:DIR or a model directory.")
+    ] = "smollm2",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free port).")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to listen on (default loopback only).")] = "127.0.0.1",
+    name: Annotated[str, typer.Option(help="Served model name (the spec is vllm:NAME@URL).")] = "policy",
+    max_model_len: Annotated[
+        Optional[int], typer.Option(min=256, help="Context length in tokens (default: the model's).")
+    ] = None,
+    vllm_python: Annotated[
+        Optional[Path],
+        typer.Option(help="Python with vLLM (default: this one if it has vLLM, else .venv-vllm from make vllm)."),
+    ] = None,
+    startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the server to answer.")] = 600.0,
+    log_file: Annotated[Optional[Path], typer.Option(help="Where the server's output goes.")] = None,
+) -> None:
+    """Start a vLLM OpenAI-compatible server for MODEL (bf16, prefix caching, log-probabilities
+    after the temperature, the weight-sync endpoints on) and print the model spec to pass to
+    run, eval, traj build, synth --filter-with and train rl --rollout-server. Runs until Ctrl-C."""
+    from websailor.models import local_model_dir
+    from websailor.models.vllm_launch import VLLMServer
+
+    path = local_model_dir(model) or local_model_dir(f"hf:{model}")
+    server = VLLMServer(path, name, port, host, max_model_len, vllm_python, log_file)
+    server.start()
+    try:
+        print(f"starting vLLM for {path} (log: {server.log_path}); first start compiles for a minute or two")
+        server.wait_ready(startup_timeout, progress=True)
+        print(f"ready after {server.startup_s:.0f} s; model spec:\n{server.spec}", flush=True)
+        code = server.proc.wait()
+        if code:
+            fail(f"the vLLM server exited with code {code}: {server.failure_reason()}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 def register(app: typer.Typer) -> None:

@@ -152,6 +152,16 @@ def train_rl_cmd(
             "single degraded call is enough.",
         ),
     ] = None,
+    rollout_server: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Sample rollouts on this vLLM server (vllm:NAME@URL, printed by websailor serve model, started "
+            "on --model), its weights synced from the trainer's after every optimizer step. Default: the local engine."
+        ),
+    ] = None,
+    precision: Annotated[
+        Optional[str], typer.Option(help="auto, bf16 or fp32 (default auto: bf16 where the CPU or GPU has it).")
+    ] = None,
     env_spec: Any = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
@@ -175,6 +185,8 @@ def train_rl_cmd(
         concurrency=concurrency,
         seed=seed,
         max_env_failures=max_env_failures,
+        rollout_server=rollout_server,
+        precision=precision,
     )
     check_endpoint(settings.reward)  # an llm: judge's endpoint answers, or one line in seconds
     s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec)

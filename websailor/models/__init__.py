@@ -11,7 +11,10 @@ from websailor.models.base import ChatModel, Generation, Message, SamplingParams
 
 logger = get_logger(__name__)
 
-SPEC_HELP = "smollm2 (the embedded default), hf:PATH (a local transformers directory) or openai:MODEL@BASE_URL"
+SPEC_HELP = (
+    "smollm2 (the embedded default), hf:PATH (a local transformers directory), openai:MODEL@BASE_URL "
+    "or vllm:NAME@BASE_URL (a vLLM server, token-exact: websailor serve model)"
+)
 
 
 def local_model_dir(spec: str) -> Path | None:
@@ -96,6 +99,18 @@ def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
                 chat.close()
                 raise
         return chat
+    if spec.startswith("vllm:"):
+        from websailor.models.vllm_server import VLLMServerModel, parse_spec
+
+        name, base_url = parse_spec(spec)
+        chat = VLLMServerModel(name, base_url, **kwargs)
+        if check:
+            try:
+                chat.check()
+            except BaseException:
+                chat.close()
+                raise
+        return chat
     raise ConfigError(f"unknown model spec {spec!r}; use {SPEC_HELP}")
 
 
@@ -109,7 +124,7 @@ def check_endpoint(spec: str | None) -> None:
     spec = (spec or "").strip()
     if spec.startswith("llm:"):
         spec = spec[4:].strip()
-    if spec.startswith("openai:"):
+    if spec.startswith(("openai:", "vllm:")):
         load_model(spec, check=True).close()
 
 

@@ -82,6 +82,23 @@ def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def ids_before_stop(tokenizer: Any, ids: list[int], stop: list[str]) -> tuple[int, str | None]:
+    """Where sampled ``ids`` that ran into a stop string are cut: the number of ids through the
+    first token that reaches the text before the first stop string, and that text (``None``
+    when the ids hold no stop string: keep them all). When one token spans the text and the
+    start of the stop string it is kept (it was sampled, and dropping it would drop text): the
+    kept ids may then end with part of the stop string, while the text is cut exactly before
+    it. Servers that stop at a stop string (vLLM) return its tokens among the ids."""
+    decode = tokenizer.decode
+    before, found = cut_at_stop(decode(ids, skip_special_tokens=False), stop)
+    if not found:
+        return len(ids), None
+    k = 0
+    while k < len(ids) and not decode(ids[:k], skip_special_tokens=False).startswith(before):
+        k += 1
+    return k, cut_at_stop(decode(ids, skip_special_tokens=True), stop)[0]
+
+
 def decode_reply(tokenizer: Any, ids: list[int], cut: bool) -> str:
     """The text of a reply's ids, special tokens dropped. A reply ``cut`` at its token limit
     may end inside a multi-byte character, which decodes as U+FFFD: those trailing

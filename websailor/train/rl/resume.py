@@ -1,0 +1,119 @@
+"""What a stopped or finished RL run leaves, and how a rerun of the same command picks it up:
+its identity (settings, data digest), trimming the logs back to the checkpoint it resumes
+from, and saving the model of a checkpoint that already reached ``max_steps``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from websailor.errors import ConfigError
+from websailor.log import get_logger
+from websailor.train.rl.settings import CONTINUABLE, LOG_FILE, SETTINGS_FILE, SUMMARY_FILE, RLSettings
+
+logger = get_logger(__name__)
+
+
+def trim_jsonl(path: Path, max_step: int) -> None:
+    """Drop the records of steps after ``max_step`` (a resumed run repeats those steps) and an
+    unfinished last line of a killed run (with a warning), streaming the file
+    (:class:`websailor.jsonio.JsonlStream`); blank lines go too. The file is replaced (a new
+    file moved over it) only when something is dropped or its last line lacks its newline.
+
+    Raises:
+        InputFormatError: a complete line that is not a JSON object: refused, and the file left
+            as it is, rather than dropped unseen.
+    """
+    from websailor.jsonio import JsonlStream, parse_line
+
+    if not path.exists():
+        return
+    stream = JsonlStream(path, f"a record of {path.name}")
+    tmp = path.with_name(f".{path.name}.trim-{os.getpid()}")
+    changed = False
+    try:
+        with tmp.open("wb") as out:
+            for _, lineno, raw in stream.lines():
+                step = parse_line(path, lineno, raw, f"a record of {path.name}").get("step", 0) if raw.strip() else None
+                if step is None or (isinstance(step, int) and step > max_step):
+                    changed = True
+                    continue
+                changed = changed or not raw.endswith(b"\n")
+                out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        if stream.unfinished is not None:
+            logger.warning("%s", stream.unfinished)
+            changed = True
+        if changed:
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def data_digest(data_path: str | Path, items: list[Any]) -> str:
+    """Identifies the training data of a run: the file's bytes, or (for a named benchmark or a
+    ``FORMAT:PATH`` spec) its items."""
+    import hashlib
+
+    path = Path(str(data_path))
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    rows = [[it.id, it.question, it.gold.to_dict()] for it in items]
+    return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
+
+
+def check_enough(items: list[Any], settings: RLSettings, what: str) -> None:
+    """A batch takes ``batch_size / group_size`` distinct questions.
+
+    Raises:
+        ConfigError: there are fewer.
+    """
+    need = settings.batch_size // settings.group_size
+    if len(items) < need:
+        raise ConfigError(
+            f"a batch of {settings.batch_size} rollouts in groups of {settings.group_size} needs {need} "
+            f"questions, {what} has {len(items)}: lower batch_size or add questions"
+        )
+
+
+def holds_other_run(out: Path, record: dict) -> bool:
+    """Whether ``out`` holds the settings of another run (the resume check decides whether it
+    may be replaced)."""
+    saved = out / SETTINGS_FILE
+    try:
+        before = json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(before, dict):
+        return False
+    return {k: v for k, v in before.items() if k not in CONTINUABLE} != {
+        k: v for k, v in record.items() if k not in CONTINUABLE
+    }
+
+
+def finish_from_checkpoint(
+    checkpoint: Path, out: Path, base_dir: Path, tokenizer: Any, settings: RLSettings, record_summary: dict
+) -> dict:
+    """Save the model of ``checkpoint`` (LoRA adapters merged) as the run's model and write
+    its summary; returns the summary."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from websailor.train.rl_log import read_log
+
+    if settings.lora:
+        from peft import PeftModel
+
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        net = PeftModel.from_pretrained(base, checkpoint).merge_and_unload()
+    else:
+        net = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    if int(os.environ.get("RANK", "0")) == 0:
+        net.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    log = read_log(out) if (out / LOG_FILE).exists() else []
+    summary = {**record_summary, "train_seconds": sum(r.get("time/step_s") or 0.0 for r in log), "log": log}
+    if int(os.environ.get("RANK", "0")) == 0:
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary

@@ -1,0 +1,252 @@
+"""The settings of an RL run (:class:`RLSettings`), the names of its files, and what follows
+from the settings alone: the micro-batches of a step, the agent's budgets, the training
+questions and the prefilter's band."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from websailor.errors import ConfigError, InputFormatError
+from websailor.questions import Question, load_questions, resolve_split
+from websailor.train.common import TrainSettings, read_settings
+
+SETTINGS_FILE = "rl_settings.json"
+SUMMARY_FILE = "rl_summary.json"
+LOG_FILE = "rl_log.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+PREFILTER_FILE = "prefilter.json"
+#: settings that may change between a run and its continuation (not part of a run's identity)
+CONTINUABLE = ("max_steps", "rollout_server", "sync_timeout_s")
+#: the moderate band of WebSailor's filter: solved sometimes but not always
+DEFAULT_BAND = "0<c<k"
+
+
+def parse_band(band: str) -> tuple[float, float] | None:
+    """The pass-rate interval ``(lo, hi)`` of a ``prefilter_band``; ``None`` for the default
+    :data:`DEFAULT_BAND` (``0 < correct < k``).
+
+    Raises:
+        ValueError: neither ``0<c<k`` nor ``LO:HI`` with ``0 <= LO <= HI <= 1``.
+    """
+    text = band.replace(" ", "")
+    if text == DEFAULT_BAND:
+        return None
+    lo_text, sep, hi_text = text.partition(":")
+    try:
+        lo, hi = float(lo_text), float(hi_text)
+    except ValueError:
+        lo = hi = float("nan")
+    if not sep or not 0 <= lo <= hi <= 1:
+        raise ValueError(
+            f"prefilter_band {band!r}: use {DEFAULT_BAND} (solved sometimes, not always) or a pass-rate "
+            "interval LO:HI with 0 <= LO <= HI <= 1, e.g. 0.1:0.75"
+        )
+    return lo, hi
+
+
+def band_verdict(correct: int, k: int, band: str) -> str:
+    """``"kept"``, ``"too_easy"`` or ``"too_hard"`` for an item solved ``correct`` times in
+    ``k`` under ``band`` (see :func:`parse_band`)."""
+    from websailor.synth.difficulty import verdict
+
+    interval = parse_band(band)
+    if interval is None:
+        return verdict(correct, k, "moderate")
+    rate = correct / k
+    return "too_hard" if rate < interval[0] else "too_easy" if rate > interval[1] else "kept"
+
+
+class RLSettings(TrainSettings):
+    """Every knob of an RL run; a ``--config`` YAML or JSON file holds any subset of them.
+
+    Attributes:
+        algo: ``v2`` (leave-one-out advantage, 0/1 reward, negative exclusion) or ``dupo``
+            (group-normalized advantage, 0.1 format + 0.9 answer, duplication of groups with
+            spread).
+        group_size: rollouts per question (paper: 8).
+        batch_size: rollouts per optimizer step over all devices (paper V2: 128); a multiple
+            of ``group_size``.
+        micro_batch_size: rollouts per forward and backward pass on one device.
+        learning_rate: constant after warm-up (paper V2: 1e-6).
+        epsilon_low, epsilon_high: clip range of the importance ratio (clip-higher, DAPO).
+        temperature, top_p: rollout sampling (paper V2: 1.0 and 1.0).
+        max_calls, max_tokens_per_turn, max_context_tokens, timeout_s: the agent's budgets
+            (``max_tokens_per_turn`` unset: the policy's own, :func:`websailor.models.hf.turn_budget`;
+            the paper config sets 8,192).
+        reward: judge spec: ``em``, ``f1[:T]`` or ``llm:MODEL_SPEC``.
+        prefilter: run the starting model this many times per item before training and keep
+            the items it solves sometimes but not always (0: off). With ``prefilter_from``: the
+            graded rollouts each item needs (0: as many as the file has for its items).
+        prefilter_from: take the moderate items from rollouts that already exist instead of
+            sampling: an ``eval`` output directory (or its ``trajectories.jsonl``), an RL run
+            directory or its ``prefilter_rollouts.jsonl`` (:func:`prefilter_from_file`).
+        prefilter_band: which items are moderate: ``0<c<k`` (solved sometimes, not always;
+            the default) or a pass-rate interval ``LO:HI`` (``0.1:0.75`` keeps items with
+            ``0.1 <= correct / k <= 0.75``).
+        concurrency: rollouts run at once (they share batched generation).
+        max_env_failures: tool calls per rollout the environment may degrade (a provider
+            outage, an unreachable tool server) and the rollout still get a reward; beyond it
+            the rollout has none and its group is skipped (``groups/env_failed``), and the
+            prefilter does not count it (default 0: any such call).
+        skip_zero_advantage: do not spend a forward and backward pass on rollouts without
+            gradient (advantage exactly 0, or left out of the loss); see
+            :class:`websailor.train.rl.rollouts.RolloutSettings`.
+        max_steps: optimizer steps; ``None`` runs ``epochs`` over the questions.
+        (LoRA, precision, gradient checkpointing: :class:`websailor.train.common.TrainSettings`.)
+        use_vllm, vllm_mode: generate with TRL's vLLM integration on GPUs (colocate mode:
+            multi-turn rollouts of different lengths cannot keep server mode's lock-step).
+        rollout_server: sample the rollouts (and the prefilter's) on this vLLM server, a
+            ``vllm:NAME@URL`` spec (``websailor serve model`` prints it), its weights synced
+            from the trainer's after every optimizer step; unset: the local engine samples
+            from the trainer's own weights. A run may resume against another server.
+        importance_sampling, importance_sampling_cap: with a rollout server, TRL's correction
+            for the mismatch between the server's sampling probabilities (bf16) and the
+            trainer's: ``token_truncate`` (each token's ratio capped at the cap, the default),
+            ``token_mask``, ``sequence_truncate``, ``sequence_mask``, or ``none``.
+        sync_timeout_s: seconds one weight sync may take before the step stops.
+    """
+
+    algo: Literal["v2", "dupo"] = "v2"
+    group_size: int = Field(8, ge=1)
+    batch_size: int = Field(128, ge=1)
+    micro_batch_size: int = Field(1, ge=1)
+    learning_rate: float = Field(1e-6, gt=0)
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    epsilon_low: float = Field(0.2, gt=0, lt=1)
+    epsilon_high: float = Field(0.28, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_calls: int = Field(100, ge=1)
+    max_tokens_per_turn: int | None = Field(None, ge=1)
+    max_context_tokens: int = Field(128_000, ge=256)
+    timeout_s: float = Field(150 * 60, gt=0)
+    reward: str = "em"
+    prefilter: int = Field(0, ge=0)
+    prefilter_from: str | None = None
+    prefilter_band: str = DEFAULT_BAND
+    concurrency: int = Field(8, ge=1)
+    max_env_failures: int = Field(0, ge=0, strict=True)
+    skip_zero_advantage: bool = True
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate"] = "colocate"
+    rollout_server: str | None = None
+    importance_sampling: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = (
+        "token_truncate"
+    )
+    importance_sampling_cap: float = Field(2.0, gt=1)
+    sync_timeout_s: float = Field(300.0, gt=0)
+    save_steps: int = Field(10, ge=1)
+    seed: int = Field(0, ge=0, lt=2**32)
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> RLSettings:
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size {self.group_size}: a group of one rollout has no baseline (every advantage "
+                "would be 0); use 2 or more (paper: 8)"
+            )
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"batch_size {self.batch_size} is not a multiple of group_size {self.group_size}: "
+                "a batch holds whole groups"
+            )
+        if self.micro_batch_size > self.batch_size:
+            raise ValueError(
+                f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})"
+            )
+        if self.rollout_server is not None:
+            from websailor.models.vllm_server import parse_spec
+
+            try:
+                parse_spec(self.rollout_server)
+            except ConfigError as e:
+                raise ValueError(f"rollout_server: {e}") from None
+            if self.lora:
+                raise ValueError(
+                    "rollout_server with lora: the weight sync writes whole models, not adapters; train without lora"
+                )
+            if self.use_vllm:
+                raise ValueError("rollout_server and use_vllm: choose one rollout engine")
+        if self.prefilter == 1:
+            raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")
+        parse_band(self.prefilter_band)
+        return self
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> RLSettings:
+    """RL settings from an optional YAML/JSON ``config`` file, then ``overrides`` (``None``
+    values are ignored).
+
+    Raises:
+        ConfigError: unreadable file, unknown keys, or values of the wrong type or range.
+    """
+    return read_settings(RLSettings, "RL", config, **overrides)
+
+
+def accumulation_steps(settings: RLSettings, world: int) -> int:
+    """Micro-batches per optimizer step on each of ``world`` processes, so that one step
+    consumes exactly one batch of rollouts.
+
+    Raises:
+        ConfigError: the batch does not split evenly over the processes, or a process's share
+            does not hold whole groups (group advantages are computed where the rollouts run).
+    """
+    per_process, rest = divmod(settings.batch_size, world)
+    if rest or per_process % settings.micro_batch_size:
+        raise ConfigError(
+            f"batch_size {settings.batch_size} does not split into {world} processes x micro-batches "
+            f"of {settings.micro_batch_size}"
+        )
+    if per_process % settings.group_size:
+        raise ConfigError(
+            f"each of the {world} processes gets {per_process} rollouts, not whole groups of "
+            f"{settings.group_size}: raise batch_size to a multiple of {world * settings.group_size}"
+        )
+    return per_process // settings.micro_batch_size
+
+
+def build_agent_config(settings: RLSettings) -> Any:
+    """The agent's budgets and sampling during RL rollouts."""
+    from websailor.agent.loop import AgentConfig
+    from websailor.models.base import SamplingParams
+
+    return AgentConfig(
+        max_calls=settings.max_calls,
+        max_context_tokens=settings.max_context_tokens,
+        answer_nudge_tokens=settings.max_context_tokens * 110 // 128,
+        timeout_s=settings.timeout_s,
+        max_tokens_per_turn=settings.max_tokens_per_turn,
+        sampling=SamplingParams(temperature=settings.temperature, top_p=settings.top_p, presence_penalty=0.0),
+        seed=settings.seed,
+    )
+
+
+def training_questions(path: str | Path, split: str | None = None) -> list[Question]:
+    """The training questions of a QA file, read by :func:`websailor.questions.load_questions`:
+    a ``synth`` file's ``split`` (default ``train``), or every item of any other layout; one
+    record per question text.
+
+    Raises:
+        InputFormatError: an unreadable file, no items, ``split`` on a file without splits,
+            or one question text with two different gold answers (TRL hands prompts back as
+            text only).
+    """
+    items = load_questions(str(path), split=resolve_split(path, split, "train"))
+    if not items:
+        raise InputFormatError(f"{path}: no questions to train on")
+    seen: dict[str, Question] = {}
+    for it in items:
+        other = seen.setdefault(it.question, it)
+        if other.gold != it.gold:
+            raise InputFormatError(
+                f"{path}: items {other.id} and {it.id} ask the same question with different gold "
+                "answers or aliases; remove one or merge them"
+            )
+    return list(seen.values())

@@ -1,0 +1,460 @@
+"""The trainer wiring of an RL run: TRL's ``GRPOTrainer`` with our agent's rollouts as its
+``rollout_func``, the step log callback, and :func:`train_rl`, the whole run from the QA file
+to the saved model.
+
+The trainer runs a token-level clipped objective (``loss_type="dapo"``: clip-higher with
+``epsilon_low`` / ``epsilon_high``, no KL term, no entropy bonus); the rollouts, rewards and
+advantages are ours (:mod:`websailor.train.rl.rollouts`). One optimizer step per batch of
+rollouts keeps training strictly on-policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from websailor.errors import ConfigError
+from websailor.log import get_logger
+from websailor.memory import release_memory
+from websailor.models.hf import turn_budget
+from websailor.models.turns import TurnTemplate
+from websailor.questions import resolve_split
+from websailor.train.common import (
+    CHECKPOINTING_KWARGS,
+    check_resume,
+    limit_training_memory,
+    load_tokenizer,
+    load_trainable_model,
+    memory_record,
+    resolve_model_dir,
+    save_model,
+    use_bf16,
+)
+from websailor.train.rl.prefilter import (
+    check_prefilter_record,
+    prefilter_from_file,
+    prefilter_items,
+    prefilter_source,
+)
+from websailor.train.rl.resume import check_enough, data_digest, finish_from_checkpoint, holds_other_run, trim_jsonl
+from websailor.train.rl.settings import (
+    CONTINUABLE,
+    LOG_FILE,
+    PREFILTER_FILE,
+    ROLLOUTS_FILE,
+    SETTINGS_FILE,
+    SUMMARY_FILE,
+    RLSettings,
+    accumulation_steps,
+    build_agent_config,
+    training_questions,
+)
+
+if TYPE_CHECKING:
+    from websailor.tools.environment import EnvSpec
+
+logger = get_logger(__name__)
+
+
+def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) -> Any:
+    from transformers import TrainerCallback
+
+    from websailor.train.rl_log import StepLogger
+
+    class _Log(TrainerCallback):
+        """Merges the rollout figures with the trainer's (loss, entropy, clip fractions) into
+        one record per step."""
+
+        def __init__(self) -> None:
+            self.log = StepLogger(out, replay=resumed)
+            self.t0 = time.perf_counter()
+
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            release_memory()
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            if not state.is_world_process_zero or not logs or "loss" not in logs:
+                return
+            step_s = time.perf_counter() - self.t0
+            trainer_figures = {
+                k: v
+                for k, v in logs.items()
+                if not k.startswith(("reward", "rewards/", "frac_reward")) and isinstance(v, (int, float))
+            }
+            share = rollouts.last.get("rollouts/in_loss_share", 1.0)
+            if micro_batch_size == 1 and share < 1.0:
+                # the trainer averages these over micro-batches; one without loss tokens counts as 0
+                for key in ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+                    if key in trainer_figures:
+                        trainer_figures[key] = trainer_figures[key] / share if share > 0 else None
+            record = {
+                **trainer_figures,
+                **rollouts.last,
+                "time/step_s": step_s,
+                "time/update_s": max(
+                    0.0, step_s - rollouts.last.get("time/rollout_s", 0.0) - rollouts.last.get("sync/seconds", 0.0)
+                ),
+            }
+            self.log.write(state.global_step, record)
+
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+            self.log.close()
+
+    return _Log()
+
+
+@dataclass
+class _Run:
+    """What :func:`train_rl` settles before anything is written: the model, the items, the
+    run's identity and whether it resumes."""
+
+    data_path: str | Path
+    model: str
+    model_dir: Path
+    tokenizer: Any
+    out: Path
+    settings: RLSettings
+    split: str | None
+    items: list
+    record: dict
+    resume: Path | None
+    stale: bool
+    accumulation: int
+    prefilter_counts: dict | None = None
+
+    @property
+    def step0(self) -> int:
+        """The optimizer steps already taken (from the checkpoint resumed)."""
+        return int(self.resume.name.rpartition("-")[2]) if self.resume else 0
+
+    def summary(self, steps: int, bf16: bool, limits: dict) -> dict[str, Any]:
+        """What ``rl_summary.json`` says of the run, less its time and log."""
+        return {
+            "model": self.model,
+            "data": str(self.data_path),
+            "split": self.split,
+            "settings": self.settings.model_dump(),
+            "questions": len(self.items),
+            "prefilter": self.prefilter_counts,
+            "steps": steps,
+            "gradient_accumulation": self.accumulation,
+            "bf16": bf16,
+            "memory": memory_record(self.settings, limits),
+        }
+
+
+def _plan(
+    data_path: str | Path, model: str, out: Path, settings: RLSettings, split: str | None, env: EnvSpec
+) -> _Run | dict:
+    """Check everything that can be checked before a file is written; the finished run's
+    summary when ``out`` already holds it.
+
+    Raises:
+        ConfigError, InputFormatError: as :func:`train_rl`.
+    """
+    import importlib.util
+
+    from websailor.judge.base import load_judge
+
+    if env.kind == "none" and env.tools_url is None:
+        raise ConfigError("--env none has no tools to train with; use local or web")
+    accumulation = accumulation_steps(settings, int(os.environ.get("WORLD_SIZE", "1")))
+    model_dir = resolve_model_dir(model)
+    tokenizer = load_tokenizer(model_dir)
+    TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
+    load_judge(settings.reward)  # a bad spec is refused before anything is written
+    if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
+        prefilter_source(settings.prefilter_from)  # so is a missing --prefilter-from (a resumed run needs it no more)
+    if settings.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
+    split = resolve_split(data_path, split, "train")
+    items = training_questions(data_path, split)
+    check_enough(items, settings, "the data")
+    record = {"model": model, "data_sha256": data_digest(data_path, items), "split": split, **settings.model_dump()}
+    record.update(env.record())  # nothing for the default local environment: older runs keep their record
+    stale = holds_other_run(out, record)
+    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)
+    if (out / SUMMARY_FILE).exists():
+        done = json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+        if settings.max_steps is None or done["steps"] >= settings.max_steps or resume is None:
+            logger.info("%s already holds the finished model of this run (%d steps)", out, done["steps"])
+            return done
+        logger.info("%s: continuing the finished run of %d steps to %d", out, done["steps"], settings.max_steps)
+    return _Run(
+        data_path, model, model_dir, tokenizer, out, settings, split, items, record, resume, stale, accumulation
+    )
+
+
+def _choose_items(run: _Run, judge: Any, tools: dict, env_name: str, policy: str, progress: bool) -> None:
+    """Narrow ``run.items`` to the prefilter's moderate items (kept from a resumed run's
+    ``prefilter.json``, rated from ``prefilter_from``, or sampled with ``policy``, a model
+    spec), and record the counts in ``run.prefilter_counts``.
+
+    Raises:
+        ConfigError: no item, or too few for a batch, left.
+    """
+    from websailor.agent.loop import Agent
+    from websailor.models import load_model
+
+    settings, out = run.settings, run.out
+    prefiltering = bool(settings.prefilter or settings.prefilter_from)
+    if not prefiltering:
+        return
+    if (out / PREFILTER_FILE).exists():  # a resumed run keeps its items
+        saved = json.loads((out / PREFILTER_FILE).read_text(encoding="utf-8"))
+        check_prefilter_record(out / PREFILTER_FILE, saved, settings)
+        kept_ids = set(saved["kept_ids"])
+        run.items = [it for it in run.items if it.id in kept_ids]
+        run.prefilter_counts = {k: v for k, v in saved.items() if k != "kept_ids"}
+    elif settings.prefilter_from:
+        run.items, run.prefilter_counts = prefilter_from_file(
+            run.items,
+            settings.prefilter_from,
+            judge,
+            settings.prefilter,
+            settings.prefilter_band,
+            record=out / PREFILTER_FILE,
+            max_env_failures=settings.max_env_failures,
+        )
+    else:
+        start = Agent(load_model(policy), tools, build_agent_config(settings), env=env_name)
+        try:
+            run.items, counts = prefilter_items(
+                run.items,
+                start,
+                judge,
+                settings.prefilter,
+                out / "prefilter_rollouts.jsonl",
+                settings.concurrency,
+                progress,
+                record=out / PREFILTER_FILE,
+                band=settings.prefilter_band,
+                max_env_failures=settings.max_env_failures,
+            )
+            run.prefilter_counts = {"k": settings.prefilter, "band": settings.prefilter_band, **counts}
+        finally:
+            start.model.close()
+    if not run.items:
+        raise ConfigError(
+            f"no moderate items left after the prefilter ({out / PREFILTER_FILE}): start from a "
+            "stronger model, use other items, or train without --prefilter"
+        )
+    check_enough(run.items, settings, "the prefilter's moderate items")
+
+
+def _grpo_config(run: _Run, bf16: bool, max_position_embeddings: int, progress: bool) -> Any:
+    """TRL's ``GRPOConfig`` for the run: one optimizer step per batch, the token-level DAPO
+    loss with clip-higher, no KL, the advantages passed through unscaled."""
+    import torch
+    from trl import GRPOConfig
+
+    settings = run.settings
+    return GRPOConfig(
+        output_dir=str(run.out / "checkpoints"),
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=settings.warmup_ratio,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        per_device_train_batch_size=settings.micro_batch_size,
+        gradient_accumulation_steps=run.accumulation,
+        num_generations=settings.group_size,
+        num_iterations=1,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps or -1,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=settings.epsilon_low,
+        epsilon_high=settings.epsilon_high,
+        scale_rewards="none",
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        mask_truncated_completions=False,
+        use_vllm=settings.use_vllm,
+        vllm_mode=settings.vllm_mode,
+        # vLLM's reply budget per turn
+        max_completion_length=settings.max_tokens_per_turn or turn_budget(max_position_embeddings),
+        bf16=bf16,
+        gradient_checkpointing=None,  # the deprecated alias
+        activation_checkpointing=settings.gradient_checkpointing,
+        activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=2,
+        logging_steps=1,
+        report_to="none",
+        seed=settings.seed,
+        disable_tqdm=not progress,
+        use_cpu=not torch.cuda.is_available(),
+    )
+
+
+def _open_server(settings: RLSettings) -> tuple[Any, Any]:
+    """The rollout server's backend and weight sync, both checked (``(None, None)`` without
+    ``rollout_server``).
+
+    Raises:
+        ConfigError: the server cannot serve rollouts or take weights (:meth:`ServerWeightSync.check`).
+    """
+    if not settings.rollout_server:
+        return None, None
+    from websailor.models import load_model
+    from websailor.train.rl.sync import ServerWeightSync
+
+    sync = ServerWeightSync(settings.rollout_server, timeout_s=settings.sync_timeout_s)
+    sync.check()
+    return load_model(settings.rollout_server, check=True), sync
+
+
+def train_rl(
+    data_path: str | Path,
+    model: str,
+    out: str | Path,
+    settings: RLSettings | None = None,
+    split: str | None = None,
+    env: EnvSpec | None = None,
+    progress: bool = True,
+) -> dict:
+    """Train ``model`` with RL on the questions of ``data_path`` in the local environment
+    (offline Wikipedia), the real web, or a tool server's.
+
+    Rollouts are sampled by the local engine from the trainer's weights, or, with
+    ``settings.rollout_server`` (a ``vllm:NAME@URL`` spec), by that vLLM server, whose weights
+    are synced from the trainer's after every optimizer step (:mod:`websailor.train.rl.sync`);
+    the server is checked before any rollout and, before a sampling prefilter, given the
+    starting weights.
+
+    Args:
+        data_path: QA JSONL (``synth`` output; ``split`` selects its items) or any format
+            ``eval`` reads.
+        model: ``smollm2`` or ``hf:DIR`` (usually the SFT model).
+        out: run directory; rerunning the same command resumes from its latest checkpoint, and
+            rerunning it with a larger ``max_steps`` continues a finished run.
+        settings: hyper-parameters (paper V2 defaults when ``None``).
+        split: which split of a ``synth`` file to train on (``train``, ``test``, ``all``;
+            default ``train``); other formats have no splits.
+        env: the rollouts' environment (default: the local tools over the embedded corpus); its
+            :meth:`~websailor.tools.environment.EnvSpec.record` is part of the run's identity.
+        progress: progress bars.
+
+    Returns:
+        The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
+        counts), steps, seconds, and the per-step log.
+
+    Raises:
+        ConfigError: bad settings for this world size, model or tokenizer problems (a chat
+            template that cannot be split into per-turn pieces among them), ``out``
+            holding another run, nothing left after the prefilter, a rollout server that is
+            not running or cannot take weights.
+        InputFormatError: an unreadable or empty QA file.
+        ModelError: the judge (or the policy) failed on every rollout of several batches; the
+            rollout server failed during a step, or a weight sync failed
+            (:class:`~websailor.train.rl.sync.WeightSyncError`): the step is not trained and a
+            rerun resumes from the last checkpoint.
+    """
+    from websailor.judge.base import load_judge
+    from websailor.tools.environment import EnvSpec, open_environment
+
+    settings = settings or RLSettings()
+    out = Path(out)
+    run = _plan(data_path, model, out, settings, split, env or EnvSpec())
+    if isinstance(run, dict):
+        return run
+    server, sync = _open_server(settings)
+    tool_env = open_environment(env or EnvSpec())
+    try:
+        if run.stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
+            for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
+                (out / name).unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        judge = load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
+        if int(os.environ.get("RANK", "0")) == 0:
+            (out / SETTINGS_FILE).write_text(json.dumps(run.record, indent=2), encoding="utf-8")
+        net = load_trainable_model(run.model_dir, settings)
+        if sync is not None and settings.prefilter and not (out / PREFILTER_FILE).exists():
+            sync.push(net, 0)  # the prefilter rates the starting model's weights
+        _choose_items(run, judge, tool_env.tools, tool_env.name, settings.rollout_server or model, progress)
+        return _train(run, net, judge, tool_env, server, sync, progress)
+    finally:
+        if server is not None:
+            server.close()
+        tool_env.close()
+        tool_env.record_metrics(out / "tool_metrics.jsonl")
+
+
+def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: Any, progress: bool) -> dict:
+    """Build the trainer over the chosen items, train, save the model and the summary."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.rl_log import read_log
+
+    settings, out = run.settings, run.out
+    bf16 = use_bf16(settings.precision)
+    limits = limit_training_memory()
+    for name in (LOG_FILE, ROLLOUTS_FILE):
+        trim_jsonl(out / name, run.step0)
+    if run.resume is not None and settings.max_steps is not None and run.step0 >= settings.max_steps:
+        # the trainer would still sample one more batch: take the model of that checkpoint as it is
+        logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, run.step0, settings.max_steps)
+        summary = run.summary(run.step0, bf16, limits)
+        return finish_from_checkpoint(run.resume, out, run.model_dir, run.tokenizer, settings, summary)
+
+    rollouts = AgentRollouts(
+        {it.question: it for it in run.items},
+        tool_env.tools,
+        judge,
+        RolloutSettings(
+            settings.group_size,
+            settings.algo,
+            build_agent_config(settings),
+            settings.concurrency,
+            settings.seed,
+            skip_zero_advantage=settings.skip_zero_advantage,
+            max_env_failures=settings.max_env_failures,
+        ),
+        out / ROLLOUTS_FILE,
+        env=tool_env.name,
+        server=server,
+        sync=sync,
+    )
+
+    def advantage(prompts: list, completions: list, advantage: list, **kw: Any) -> list[float]:
+        """The advantage computed by the rollout function, passed through as the reward."""
+        return list(advantage)
+
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in run.items])
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = GRPOTrainer(
+        model=net,
+        reward_funcs=[advantage],
+        args=_grpo_config(run, bf16, net.config.max_position_embeddings, progress),
+        train_dataset=dataset,
+        processing_class=run.tokenizer,
+        rollout_func=rollouts,
+        callbacks=[_callback(out, rollouts, settings.micro_batch_size, run.resume is not None)],
+    )
+    if sync is not None:
+        from websailor.train.rl.sync import attach
+
+        attach(trainer, sync, settings.importance_sampling, settings.importance_sampling_cap)
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(run.resume) if run.resume else None)
+    seconds = time.perf_counter() - t0
+    save_model(trainer, out, run.model_dir, settings.lora)
+    summary = {
+        **run.summary(trainer.state.global_step, bf16, limits),
+        "train_seconds": round(seconds, 1),
+        "log": read_log(out),
+    }
+    if trainer.is_world_process_zero():
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
