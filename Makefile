@@ -121,7 +121,7 @@ test: venv
 	$(PY) -m pytest -q
 
 test-fast: venv
-	$(PY) -m pytest -q -m "not model and not trainer and not sandbox and not browser"
+	$(PY) -m pytest -q -m "not model and not trainer and not sandbox and not browser and not vllm"
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -1,12 +1,19 @@
-"""Multi-turn rollouts: the generation engine against static ``generate``, on one workload.
+"""Multi-turn rollouts: a vLLM server, the generation engine and static ``generate``, on one
+workload.
 
-Both local backends serve the embedded SmolLM2-135M-Instruct (CPU) with ``max_batch=8``:
+Each backend serves the embedded SmolLM2-135M-Instruct (CPU):
 
 - ``static``: :class:`websailor.models.hf_static.StaticTransformersModel`, one left-padded
   ``generate`` per micro-batch of concurrent calls; every turn re-encodes the whole
   conversation (its replies carry no token ids, each turn is re-rendered from text);
 - ``engine``: :class:`websailor.models.hf.TransformersModel`, the key/value engine with prefix
-  reuse across the turns of a conversation and continuous batching of concurrent rollouts.
+  reuse across the turns of a conversation and continuous batching of concurrent rollouts;
+- ``vllm``: a vLLM server (:class:`websailor.models.vllm_launch.VLLMServer`: bf16, prefix
+  caching; vLLM's CPU build from ``make vllm``) reached through the ``vllm:`` backend
+  (:class:`websailor.models.vllm_server.VLLMServerModel`: token-id prompts, sampled ids back).
+  Its start-up is timed apart, prefix reuse is read from the server's ``/metrics``
+  (``vllm:prefix_cache_queries`` and ``_hits``), and its peak memory is the sum of the peak
+  resident memory of the server's processes (API server, engine core, worker).
 
 The workload is shaped like SFT trajectories: 4 turns that really call the local tools (the
 embedded Wikipedia corpus): search, visit the first hit, search again, answer; the tool
@@ -61,7 +68,7 @@ from _common import write_results  # noqa: E402
 
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams  # noqa: E402
 
-BACKENDS = ("static", "engine")
+BACKENDS = ("static", "engine", "vllm")
 #: The engine's statistics that count tokens (``KVEngine.stats``).
 COUNTERS = ("prompt_tokens", "reused_tokens", "computed_tokens", "generated_tokens")
 
@@ -155,6 +162,38 @@ def search_call(thought: str, query: str) -> str:
     return f"<think>{thought}</think>\n{tool_call('search', {'query': [query]})}"
 
 
+def process_tree_peak_mb(pid: int) -> float:
+    """The summed peak resident memory (``VmHWM``) of ``pid`` and its descendants, in MB."""
+    import psutil
+
+    total = 0.0
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for proc in procs:
+        try:
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
+def prefix_cache_counts(base_url: str) -> dict[str, float]:
+    """vLLM's prefix-cache counters (tokens queried and hit) from its Prometheus ``/metrics``."""
+    import httpx
+
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    out = {"queries": 0.0, "hits": 0.0}
+    for line in text.splitlines():
+        for key in out:
+            if line.startswith(f"vllm:prefix_cache_{key}_total") or line.startswith(f"vllm:prefix_cache_{key}{{"):
+                out[key] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def load_backend(kind: str, path: Path) -> ChatModel:
     if kind == "static":
         from websailor.models.hf_static import StaticTransformersModel
@@ -172,11 +211,21 @@ def run_backend(kind: str, a: argparse.Namespace) -> dict:
     from websailor.tools.environment import EnvSpec, open_environment
 
     env = open_environment(EnvSpec())
-    model = load_backend(kind, ensure_smollm2())
+    server = None
+    if kind == "vllm":
+        from websailor.models import load_model
+        from websailor.models.vllm_launch import VLLMServer
+
+        server = VLLMServer(ensure_smollm2(), port=0, max_model_len=8192).start()
+        server.wait_ready(900, progress=True)
+        model = load_model(server.spec, check=True)
+    else:
+        model = load_backend(kind, ensure_smollm2())
     model.chat([{"role": "user", "content": "Hello."}], SamplingParams(max_tokens=4, stop=[]))  # warm up
     rss_loaded = rss_mb()
     engine = getattr(model, "engine", None)
     before = dict(engine.stats) if engine is not None else {}
+    cache_before = prefix_cache_counts(server.base_url) if server is not None else {}
     items = QUESTIONS[: a.questions]
     policy = ScriptedPolicy(model, {q: (f, s, ans) for q, f, s, ans in items})
     cfg = AgentConfig(
@@ -202,6 +251,16 @@ def run_backend(kind: str, a: argparse.Namespace) -> dict:
             )
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    extra: dict = {}
+    if server is not None:
+        cache = prefix_cache_counts(server.base_url)
+        queried, hit = cache["queries"] - cache_before["queries"], cache["hits"] - cache_before["hits"]
+        extra = {
+            "startup_s": round(server.startup_s or 0.0, 1),
+            "server_peak_rss_mb": round(process_tree_peak_mb(server.proc.pid), 1),
+            "prefix_cache_hit_share": round(hit / queried, 3) if queried else None,
+        }
+        server.stop()
     model.close()
     env.close()
     n = len(trajs)
@@ -211,6 +270,8 @@ def run_backend(kind: str, a: argparse.Namespace) -> dict:
         # counters since the warm-up; other entries (a peak, for example) as they are
         stats = {k: v - before[k] if k in COUNTERS else v for k, v in engine.stats.items()}
         computed = stats["computed_tokens"]
+    elif extra.get("prefix_cache_hit_share") is not None:
+        stats, computed = {}, round(seen * (1 - extra["prefix_cache_hit_share"]))
     else:
         stats, computed = {}, seen
     res = {
@@ -237,6 +298,9 @@ def run_backend(kind: str, a: argparse.Namespace) -> dict:
     }
     if stats:
         res["engine_stats"] = stats
+    res.update(extra)
+    if "startup_s" in extra:  # end to end, the server's start-up included
+        res["rollouts_per_min_with_startup"] = round(n / (wall + extra["startup_s"]) * 60, 3)
     return res
 
 
@@ -271,6 +335,13 @@ def show(kind: str, r: dict) -> None:
     turns = ", ".join(f"turn {c['turn']} {c['mean']:.0f} / {c['max']}" for c in r["context_tokens_per_turn"])
     print(f"  context tokens, mean / max   {turns}")
     print(f"  peak resident memory         {r['peak_rss_mb']:.0f} MB ({r['rss_after_load_mb']:.0f} MB after loading)")
+    if "startup_s" in r:
+        share = r["prefix_cache_hit_share"]
+        print(
+            f"  server start-up              {r['startup_s']:.0f} s (rollouts/min with it: {r['rollouts_per_min_with_startup']:.2f})"
+        )
+        print(f"  server peak memory           {r['server_peak_rss_mb']:.0f} MB (its processes summed)")
+        print(f"  prefix cache hits            {share:.0%} of prompt tokens" if share is not None else "")
 
 
 def main() -> None:
@@ -280,7 +351,7 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=None, help="rollouts per question (default 4)")
     p.add_argument("--concurrency", type=int, default=8, help="rollouts run at once")
     p.add_argument("--reply-tokens", type=int, default=96, help="tokens generated per turn, at most")
-    p.add_argument("--backends", default="static,engine", help="comma-separated: static, engine")
+    p.add_argument("--backends", default="static,engine,vllm", help="comma-separated: static, engine, vllm")
     p.add_argument("--json", type=Path, help="write the figures to this .json file instead of benchmarks/results/")
     p.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
     p.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
@@ -326,6 +397,19 @@ def main() -> None:
         ratio = res["engine"]["rollouts_per_min"] / res["static"]["rollouts_per_min"]
         res["engine_over_static_rollouts_per_min"] = round(ratio, 2)
         print(f"\nengine / static, rollouts per minute: {ratio:.2f}x")
+    if "engine" in res and "vllm" in res:
+        ratio = res["vllm"]["rollouts_per_min"] / res["engine"]["rollouts_per_min"]
+        tok = res["vllm"]["generated_tokens_per_s"] / res["engine"]["generated_tokens_per_s"]
+        e2e = res["vllm"]["rollouts_per_min_with_startup"] / res["engine"]["rollouts_per_min"]
+        res["vllm_over_engine"] = {
+            "rollouts_per_min": round(ratio, 2),
+            "generated_tokens_per_s": round(tok, 2),
+            "rollouts_per_min_with_startup": round(e2e, 2),
+        }
+        print(
+            f"vllm / engine: rollouts per minute {ratio:.2f}x, generated tokens/s {tok:.2f}x, "
+            f"with the server's start-up {e2e:.2f}x"
+        )
     last = [c["max"] for k in kinds for c in res[k]["context_tokens_per_turn"] if c["turn"] == 4]
     if last and max(last) < 2000:
         print(f"note: the last turn's context reached only {max(last)} tokens (the workload aims at 2,000-3,000)")

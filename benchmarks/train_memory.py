@@ -1,10 +1,10 @@
 """Peak memory and seconds per step of training the embedded model (SmolLM2-135M) at long
-contexts, before and after the memory-saving settings.
+contexts, under each precision and memory setting.
 
 Each configuration runs in a fresh Python process (peak RSS by ``resource.getrusage``):
 
-* ``sft``: ``train_sft`` for ``--steps`` optimizer steps at batch 1 on one trajectory of about
-  ``--tokens`` tokens;
+* ``sft``: ``train_sft`` for ``--steps`` optimizer steps at batch ``--batch`` (one trajectory of
+  about ``--tokens`` tokens per micro-batch);
 * ``rl``: ``train_rl`` for one step on a group of ``--rollouts`` rollouts of about ``--tokens``
   tokens each (two answer right, the others wrong, so every rollout carries an advantage).
   The rollout function is replaced by one that hands the trainer these finished rollouts
@@ -13,11 +13,19 @@ Each configuration runs in a fresh Python process (peak RSS by ``resource.getrus
 
 The trajectories are real multi-turn agent runs over the embedded corpus: a scripted model
 searches and visits pages until the conversation holds ``--tokens`` tokens, then answers.
-"before" is the settings the CPU configs had (no gradient checkpointing, TRL's own LM-head tiles,
-glibc's dynamic mmap threshold), "after" is today's defaults (gradient checkpointing,
-non-reentrant; :func:`websailor.train.common.limit_training_memory`). Usage::
+The settings (``--labels``, each against ``fp32`` in the same run):
 
-    OMP_NUM_THREADS=1 python benchmarks/train_memory.py [--tokens 4096] [--rollouts 4] [--only sft]
+* ``fp32``: fp32, gradient checkpointing, the memory limits (the tiled LM head and the 1 MiB
+  mmap threshold, :func:`websailor.train.common.limit_training_memory`): the CPU default before
+  bf16;
+* ``memory``: bf16 autocast with checkpointing and the memory limits (the ladder experiment's
+  SFT settings before);
+* ``bf16``: bf16 autocast, no checkpointing, no memory limits;
+* ``bf16_ckpt``: bf16 autocast with checkpointing, no memory limits (the defaults now).
+
+Usage::
+
+    python benchmarks/train_memory.py [--tokens 1730] [--batch 2] [--rollouts 8] [--only sft] [--labels fp32,bf16_ckpt]
 """
 
 from __future__ import annotations
@@ -40,12 +48,9 @@ import json, resource, sys, time
 from pathlib import Path
 cfg = json.loads(sys.argv[1])
 out = Path(cfg["out"])
-if cfg["label"] == "before":  # TRL's own LM-head tiles and glibc's dynamic mmap threshold
-    import websailor.train.rl.trainer, websailor.train.sft
-    websailor.train.sft.limit_training_memory = websailor.train.rl.trainer.limit_training_memory = lambda: {}
 if cfg["kind"] == "sft":
     from websailor.train.sft import load_settings, train_sft
-    s = load_settings(str(cfg["config"]), max_steps=cfg["steps"], batch_size=1, max_length=cfg["tokens"] + 512,
+    s = load_settings(str(cfg["config"]), max_steps=cfg["steps"], batch_size=cfg["batch"], max_length=cfg["tokens"] + 512,
                       warmup_ratio=0.0, save_steps=1000, **cfg["settings"])
     summary = train_sft(cfg["trajs"], "smollm2", out, s, progress=False)
     step_s = summary["train_seconds"] / summary["steps"]
@@ -143,34 +148,44 @@ def measure(cfg: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+#: the settings measured (see the module docstring)
+SETTINGS = {
+    "fp32": {"precision": "fp32", "gradient_checkpointing": True, "memory_limits": True},
+    "memory": {"precision": "bf16", "gradient_checkpointing": True, "memory_limits": True},
+    "bf16": {"precision": "bf16", "gradient_checkpointing": False, "memory_limits": False},
+    "bf16_ckpt": {"precision": "bf16", "gradient_checkpointing": True, "memory_limits": False},
+}
+
+
 def main() -> None:
-    """Measure SFT and RL before and after, print the figures and the ratios, save them."""
+    """Measure SFT and RL under each setting, print the figures and the ratios to fp32, save them."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokens", type=int, default=4096, help="tokens per trajectory")
-    ap.add_argument("--rollouts", type=int, default=4, help="rollouts in the RL group")
-    ap.add_argument("--steps", type=int, default=2, help="SFT optimizer steps")
+    ap.add_argument("--tokens", type=int, default=1730, help="tokens per trajectory")
+    ap.add_argument("--batch", type=int, default=2, help="SFT trajectories per optimizer step")
+    ap.add_argument("--rollouts", type=int, default=8, help="rollouts in the RL group")
+    ap.add_argument("--steps", type=int, default=3, help="SFT optimizer steps")
     ap.add_argument("--only", choices=("sft", "rl"), help="measure one of the two")
-    ap.add_argument("--labels", default="before,after", help="which settings to run (comma-separated)")
+    ap.add_argument("--labels", default=",".join(SETTINGS), help="which settings to run (comma-separated)")
     a = ap.parse_args()
     from _common import vital_source
 
     from websailor.corpus import CorpusBuildConfig, build_corpus
 
-    settings = {
-        "before": {"gradient_checkpointing": False},
-        "after": {},  # the configs' and the code's defaults
-    }
-    results: dict = {"tokens": a.tokens, "rollouts": a.rollouts, "sft_steps": a.steps}
+    labels = [x for x in a.labels.split(",") if x]
+    unknown = [x for x in labels if x not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"--labels: unknown {unknown}; choose from {list(SETTINGS)}")
+    results: dict = {"tokens": a.tokens, "batch": a.batch, "rollouts": a.rollouts, "sft_steps": a.steps}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = build_corpus(
             CorpusBuildConfig(source=vital_source(), format="vital", out=tmp / "corpus", show_progress=False)
         )
-        runs = long_trajectories(max(2, a.rollouts), a.tokens, corpus)
+        runs = long_trajectories(max(2, a.rollouts, a.batch), a.tokens, corpus)
         results["trajectory_tokens"] = [r.pop("_tokens") for r in runs]
         print(f"trajectories: {results['trajectory_tokens']} tokens")
         sft_file = tmp / "sft.jsonl"
-        sft_file.write_text(json.dumps(runs[0]) + "\n")
+        sft_file.write_text("".join(json.dumps(r) + "\n" for r in runs[: a.batch]))
         rl_file = tmp / "rl.jsonl"
         rl_file.write_text("".join(json.dumps(r) + "\n" for r in runs[: a.rollouts]))
         qa = tmp / "qa.jsonl"
@@ -178,17 +193,16 @@ def main() -> None:
         for kind in ("sft", "rl"):
             if a.only and kind != a.only:
                 continue
-            for label, extra in settings.items():
-                if label not in a.labels.split(","):
-                    continue
+            for label in labels:
                 cfg = {
                     "kind": kind,
                     "label": label,
                     "out": str(tmp / f"{kind}-{label}"),
                     "config": str(ROOT / "configs" / kind / "cpu_mini.yaml"),
-                    "settings": extra,
+                    "settings": SETTINGS[label],
                     "tokens": a.tokens,
                     "steps": a.steps,
+                    "batch": a.batch,
                     "trajs": str(sft_file if kind == "sft" else rl_file),
                     "qa": str(qa),
                     "corpus": str(corpus),
@@ -196,14 +210,17 @@ def main() -> None:
                 r = measure(cfg)
                 results[f"{kind}_{label}"] = r
                 print(f"{kind} {label}: peak {r['peak_mb']:,.0f} MB, {r['step_s']:.1f} s/step", flush=True)
-            if f"{kind}_before" not in results or f"{kind}_after" not in results:
-                continue
-            b, f = results[f"{kind}_before"], results[f"{kind}_after"]
-            results[f"{kind}_ratio"] = {"peak": b["peak_mb"] / f["peak_mb"], "time": f["step_s"] / b["step_s"]}
-            print(
-                f"{kind}: peak memory / {results[f'{kind}_ratio']['peak']:.2f}, "
-                f"time per step x {results[f'{kind}_ratio']['time']:.2f}"
-            )
+            base = results.get(f"{kind}_fp32")
+            for label in labels:
+                if base is None or label == "fp32":
+                    continue
+                f = results[f"{kind}_{label}"]
+                results[f"{kind}_{label}"]["speedup_vs_fp32"] = base["step_s"] / f["step_s"]
+                results[f"{kind}_{label}"]["peak_vs_fp32"] = f["peak_mb"] / base["peak_mb"]
+                print(
+                    f"{kind} {label}: {base['step_s'] / f['step_s']:.2f}x the speed of fp32, "
+                    f"{f['peak_mb'] / base['peak_mb']:.2f}x its peak memory"
+                )
     write_results("train_memory" + (f"_{a.only}" if a.only else ""), results, a)
 
 

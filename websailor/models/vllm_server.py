@@ -223,7 +223,7 @@ class VLLMServerModel(ChatModel):
         retrying = Retrying(
             stop=stop,
             reraise=True,
-            wait=wait_exponential_jitter(initial=self.backoff_s, max=10),
+            wait=wait_exponential_jitter(multiplier=self.backoff_s, max=10),
             retry=retry_if_exception(_transient),
         )
 

@@ -23,14 +23,21 @@ class TrainSettings(BaseModel):
     Attributes:
         lora: train LoRA adapters (merged into the saved model) instead of every weight;
             ``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules`` shape them.
-        precision: ``auto`` = bf16 on a GPU that has it, fp32 on CPU; ``bf16`` forces bf16
-            autocast (also on CPUs with bf16 instructions); ``fp32``.
+        precision: ``auto`` = bf16 autocast on a GPU or CPU that has bf16 units (AVX-512 BF16,
+            AMX), fp32 elsewhere; ``bf16`` forces bf16 autocast; ``fp32``. Weights and optimizer
+            state stay fp32 either way: updates of a few 1e-5 relative to a weight are below bf16's
+            resolution (2^-8) and would be lost in bf16 weights.
         gradient_checkpointing: recompute each decoder layer's activations in the backward pass
             (non-reentrant ``torch.utils.checkpoint``): the activations kept for the backward
             pass shrink from every layer's to the layer inputs, which at 4,096 tokens is most
             of the memory of a step (``docs/benchmarks.md``), for about a third more compute.
             On by default; the loss over the vocabulary never materializes the full logits
             either way (TRL's fused LM head scores the tokens in tiles).
+        memory_limits: on CPU, smaller tiles for TRL's fused LM head and a 1 MiB mmap threshold
+            (:func:`limit_training_memory`). On by default: measured on the two-core AMD EPYC
+            development machine (docs/benchmarks.md, "Training"), an SFT step of 2 x 1,730 tokens
+            in bf16 took 45.0 s with them and checkpointing, 43.0 s with checkpointing alone,
+            and peaked at 3.2 GB against 5.7 GB; turn them off where memory is plentiful.
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -42,6 +49,7 @@ class TrainSettings(BaseModel):
     lora_target_modules: str | list[str] = "all-linear"
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     gradient_checkpointing: bool = True
+    memory_limits: bool = True
 
 
 def read_settings(cls: type[S], what: str, config: str | Path | None = None, **overrides: Any) -> S:
@@ -174,11 +182,17 @@ CPU_LM_HEAD_TILE = (1024, 8192)
 MMAP_THRESHOLD = 1 << 20
 
 
-def limit_training_memory() -> dict[str, Any]:
-    """Settle the process for a long-sequence training run on CPU and say what was done: the
-    tiles of TRL's fused LM head (:data:`CPU_LM_HEAD_TILE`; TRL keeps them in module
-    constants) and glibc's fixed mmap threshold (:data:`MMAP_THRESHOLD`). A GPU run is left
-    as it is; a missing constant (another TRL) or C library is skipped."""
+_TRL_TILES: tuple[int, int] | None = None  # TRL's own LM-head tiles, kept to restore them
+
+
+def limit_training_memory(enabled: bool = True) -> dict[str, Any]:
+    """Settle the process for a long-sequence training run on CPU when memory is short, and
+    say what was done: the tiles of TRL's fused LM head (:data:`CPU_LM_HEAD_TILE`; TRL keeps
+    them in module constants) and glibc's fixed mmap threshold (:data:`MMAP_THRESHOLD`). Both
+    cost speed (docs/benchmarks.md, "Training"): ``enabled=False`` restores TRL's tiles (the
+    mmap threshold, once set, stays for the process). A GPU run is left as it is; a missing
+    constant (another TRL) or C library is skipped."""
+    global _TRL_TILES
     import torch
 
     done: dict[str, Any] = {"lm_head_tile": None, "mmap_threshold": None}
@@ -190,8 +204,13 @@ def limit_training_memory() -> dict[str, Any]:
     except ImportError:
         kernel = trl_utils = None
     if hasattr(kernel, "TOKEN_CHUNK_SIZE") and hasattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE"):
-        kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = CPU_LM_HEAD_TILE
-        done["lm_head_tile"] = list(CPU_LM_HEAD_TILE)
+        if _TRL_TILES is None:
+            _TRL_TILES = (kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE)
+        kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = CPU_LM_HEAD_TILE if enabled else _TRL_TILES
+        if enabled:
+            done["lm_head_tile"] = list(CPU_LM_HEAD_TILE)
+    if not enabled:
+        return done
     try:
         import ctypes
 
@@ -214,13 +233,30 @@ def memory_record(settings: TrainSettings, limits: dict[str, Any] | None = None)
     }
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 matrix products in hardware (AVX-512 BF16 or AMX, from
+    ``/proc/cpuinfo``; ``False`` where it cannot be read). There bf16 matmul ran about 8 times
+    fp32 (2,672 against 314 GFLOPS, docs/benchmarks.md, "Training")."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def use_bf16(precision: str) -> bool:
-    """bf16 autocast for ``precision`` ``bf16``, or ``auto`` on a GPU that supports it."""
+    """bf16 autocast (fp32 weights and optimizer state) for ``precision`` ``bf16``, or
+    ``auto`` on a GPU that supports it or a CPU with bf16 units (:func:`cpu_has_bf16`)."""
     import torch
 
     if precision == "bf16":
         return True
-    return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if precision != "auto":
+        return False
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return cpu_has_bf16()
 
 
 def check_resume(

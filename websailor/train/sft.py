@@ -166,7 +166,7 @@ def train_sft(
     _check_warmup(settings, len(data.examples), world, accumulation)
 
     bf16 = use_bf16(settings.precision)
-    limits = limit_training_memory()
+    limits = limit_training_memory(settings.memory_limits)
     net = load_trainable_model(model_dir, settings)
     # written once everything is checked, just before training: a run that fails earlier leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)

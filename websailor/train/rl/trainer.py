@@ -399,7 +399,7 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
 
     settings, out = run.settings, run.out
     bf16 = use_bf16(settings.precision)
-    limits = limit_training_memory()
+    limits = limit_training_memory(settings.memory_limits)
     for name in (LOG_FILE, ROLLOUTS_FILE):
         trim_jsonl(out / name, run.step0)
     if run.resume is not None and settings.max_steps is not None and run.step0 >= settings.max_steps:

@@ -1,0 +1,223 @@
+"""The vLLM rollout path without vLLM: the ``vllm:`` backend, the weight sync's checks and the
+server launcher, each against a small HTTP imitation of the parts of vLLM's API they use (the
+same paths and JSON fields vLLM 0.32 answers with, as measured against a real server). The
+real server is exercised in tests/test_vllm_server.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import serving
+from fastapi import Request
+
+from websailor.errors import ConfigError, ModelError
+from websailor.models.base import SamplingParams
+from websailor.models.vllm_server import VLLMServerModel, parse_spec
+from websailor.train.common import load_tokenizer
+
+
+def _vllm_imitation(tok, reply: str, stop_tail: str = "", dev_mode: bool = True, logprobs_mode="processed_logprobs"):
+    """An ASGI app answering like vLLM: ``/v1/models`` with ``root``, ``/v1/completions`` with
+    ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
+    ``logprobs.token_logprobs``; the dev-mode endpoints when ``dev_mode``."""
+    from fastapi import FastAPI
+
+    app = FastAPI(openapi_url=None)  # its own /openapi.json below, as vLLM's lists its routes
+    app.state.requests = []
+    paths: dict = {"/v1/models": {}, "/v1/completions": {}}
+    if dev_mode:
+        paths.update({"/collective_rpc": {}, "/reset_prefix_cache": {}, "/server_info": {}})
+
+    @app.get("/v1/models")
+    def models():
+        return {"data": [{"id": "policy", "root": "/nonexistent/model", "max_model_len": 4096}]}
+
+    @app.get("/openapi.json")
+    def openapi():
+        return {"paths": paths}
+
+    @app.get("/server_info")
+    def info():
+        return {"vllm_config": {"model_config": {"logprobs_mode": logprobs_mode}}}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await request.json()
+        app.state.requests.append(body)
+        ids = tok(reply + stop_tail, add_special_tokens=False)["input_ids"]
+        stopped = bool(stop_tail)
+        if not stopped:
+            ids = ids + [tok.eos_token_id]
+        choice = {
+            "text": reply,
+            "finish_reason": "stop",
+            "stop_reason": stop_tail if stopped else None,
+            "token_ids": ids,
+            "logprobs": {"token_logprobs": [-0.25] * len(ids), "tokens": [], "top_logprobs": []},
+        }
+        return {"choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}
+
+    return app
+
+
+CONV = [{"role": "system", "content": "s"}, {"role": "user", "content": "Capital of France?"}]
+
+
+def test_token_ids_go_out_and_come_back(smollm2_path: Path):
+    """The prompt goes out as the template's ids; the reply's sampled ids (with the
+    end-of-turn token) and log-probabilities come back, and a second turn's prompt starts
+    with the first turn's ids exactly."""
+    tok = load_tokenizer(smollm2_path)
+    reply = "<think>x</think>\n<tool_call>\n{}\n</tool_call>"
+    app = _vllm_imitation(tok, reply)
+    with serving(app) as url:
+        chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path)
+        chat.check()
+        assert chat.max_context == 4096 and chat.turn_tokens == 256
+        g = chat.chat(CONV, SamplingParams(max_tokens=64, temperature=1.0, top_p=1.0, presence_penalty=0.0))
+        assert g.text == reply and g.token_ids[-1] == tok.eos_token_id and g.logprobs == [-0.25] * len(g.token_ids)
+        first = app.state.requests[0]
+        assert first["prompt"] == chat.prompt_ids(CONV) and first["return_token_ids"] is True
+        assert first["logprobs"] == 0 and "seed" not in first and tok.eos_token_id in first["stop_token_ids"]
+        turn = {"role": "assistant", "content": g.text, "token_ids": g.token_ids, "logprobs": g.logprobs}
+        chat.chat([*CONV, turn, {"role": "user", "content": "<tool_response>r</tool_response>"}], SamplingParams())
+        second = app.state.requests[1]["prompt"]
+        assert second[: len(first["prompt"]) + len(g.token_ids)] == first["prompt"] + g.token_ids
+        chat.close()
+
+
+def test_the_stop_strings_tokens_are_cut_from_the_ids(smollm2_path: Path):
+    """vLLM returns the tokens of the stop string it stopped at among the ids: they are cut,
+    so the ids are what the text says (and what the next turn continues from)."""
+    tok = load_tokenizer(smollm2_path)
+    reply = "<think>look</think>\n<tool_call>\n{}\n</tool_call>\n"
+    with serving(_vllm_imitation(tok, reply, stop_tail="<tool_response>")) as url:
+        chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path)
+        g = chat.chat(CONV, SamplingParams(max_tokens=64))
+        assert g.text == reply.rstrip("\n")  # cut before the earliest stop string, "\n<tool_response>"
+        assert tok.decode(g.token_ids).startswith(g.text) and "<tool_response>" not in tok.decode(g.token_ids)
+        assert len(g.logprobs) == len(g.token_ids)
+        chat.close()
+
+
+def test_a_server_that_is_gone_is_a_model_error(smollm2_path: Path):
+    """Checked while it served, then gone: each request is tried again, then a ModelError."""
+    tok = load_tokenizer(smollm2_path)
+    with serving(_vllm_imitation(tok, "x")) as url:
+        chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path, max_attempts=2, backoff_s=0.01)
+        chat.check()
+    with pytest.raises(ModelError, match="does not answer after 2 attempts"):
+        chat.chat(CONV, SamplingParams(max_tokens=8))
+
+
+def test_the_tokenizer_must_be_found():
+    """The server's model directory is not readable here and the name is no model directory."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    def models():
+        return {"data": [{"id": "policy", "root": "/nonexistent/model", "max_model_len": 4096}]}
+
+    with serving(app) as url:
+        chat = VLLMServerModel("policy", f"{url}/v1")
+        with pytest.raises(ConfigError, match="served-model-name"):
+            chat.check()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["vllm:policy", "vllm:@http://h:1/v1", "vllm:policy@ftp://h/v1", "vllm:policy@http:///v1", "policy@http://h/v1"],
+)
+def test_bad_specs_are_named(spec: str):
+    with pytest.raises(ConfigError, match="vllm:NAME@|has no host|invalid"):
+        parse_spec(spec)
+
+
+def test_sync_check_names_what_is_missing(smollm2_path: Path, caplog):
+    """Nothing listening, no dev-mode endpoints, another model, raw log-probabilities: each is
+    named before any rollout."""
+    from websailor.train.rl.sync import ServerWeightSync
+
+    with pytest.raises(ConfigError, match="still starting"):
+        ServerWeightSync("vllm:policy@http://127.0.0.1:9/v1").check()
+    tok = load_tokenizer(smollm2_path)
+    with serving(_vllm_imitation(tok, "x", dev_mode=False)) as url:
+        with pytest.raises(ConfigError, match="VLLM_SERVER_DEV_MODE=1"):
+            ServerWeightSync(f"vllm:policy@{url}/v1").check()
+        with pytest.raises(ConfigError, match="does not serve"):
+            ServerWeightSync(f"vllm:other@{url}/v1").check()
+    with serving(_vllm_imitation(tok, "x", logprobs_mode="raw_logprobs")) as url:
+        ServerWeightSync(f"vllm:policy@{url}/v1").check()
+        assert "processed_logprobs" in caplog.text
+
+
+def test_a_failed_sync_stops_and_says_so(tmp_path: Path):
+    """A reload the server refuses, and a server that is gone, are WeightSyncErrors; a batch
+    whose server holds other weights is refused."""
+    import torch
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from websailor.train.rl.sync import ServerWeightSync, WeightSyncError
+
+    app = FastAPI()
+
+    @app.post("/collective_rpc")
+    def rpc():
+        return JSONResponse({"error": "size mismatch for lm_head"}, status_code=500)
+
+    model = torch.nn.Linear(2, 2)
+    model.save_pretrained = lambda d, state_dict, safe_serialization: Path(d).mkdir(parents=True)  # noqa: ARG005
+    with serving(app) as url:
+        sync = ServerWeightSync(f"vllm:policy@{url}/v1")
+        with pytest.raises(WeightSyncError, match="HTTP 500.*size mismatch"):
+            sync.push(model, 3)
+        assert sync.version is None and not sync._dir.exists()  # nothing left in shared memory
+    gone = ServerWeightSync("vllm:policy@http://127.0.0.1:9/v1")
+    with pytest.raises(WeightSyncError, match="still running"):
+        gone.push(model, 1)
+    with pytest.raises(WeightSyncError, match="off-policy"):
+        gone.require_current(1)
+
+
+def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smollm2_path: Path, monkeypatch):
+    """No vLLM anywhere: one line on how to get it. A server that exits at start-up (an
+    architecture vLLM cannot serve): the reason it printed, and the log."""
+    from websailor.models import vllm_launch
+    from websailor.models.vllm_launch import VLLMServer, find_vllm_python
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(vllm_launch.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.setattr(vllm_launch.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="make vllm"):
+        find_vllm_python()
+    with pytest.raises(ConfigError, match="no such file"):
+        find_vllm_python(tmp_path / "nope")
+    fake = tmp_path / "fake_python"
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "print('ValueError: Model architectures [\\'FooForCausalLM\\'] are not supported for now.')\nsys.exit(1)\n"
+    )
+    fake.chmod(0o755)
+    server = VLLMServer(smollm2_path, port=0, python=fake, log_path=tmp_path / "vllm.log")
+    assert server.spec.startswith("vllm:policy@http://127.0.0.1:") and server.spec.endswith("/v1")
+    server.start()
+    with pytest.raises(ConfigError, match="FooForCausalLM.*not supported"):
+        server.wait_ready(30)
+    with pytest.raises(ConfigError, match="not a transformers model directory"):
+        VLLMServer(tmp_path, python=fake)
+
+
+def test_rl_settings_refuse_a_bad_rollout_server():
+    from websailor.train.rl import load_settings
+
+    with pytest.raises(ConfigError, match="rollout_server"):
+        load_settings(None, rollout_server="http://127.0.0.1:8000/v1")
+    with pytest.raises(ConfigError, match="lora"):
+        load_settings(None, rollout_server="vllm:policy@http://127.0.0.1:8000/v1", lora=True)
+    s = load_settings(None, rollout_server="vllm:policy@http://127.0.0.1:8000/v1")
+    assert s.importance_sampling == "token_truncate" and s.importance_sampling_cap == 2.0

@@ -1,0 +1,267 @@
+"""The vLLM rollout path against a real vLLM server (the CPU build that ``make vllm`` installs
+into .venv-vllm; CI builds it): ``run`` and ``eval`` with token ids recorded, the weight sync,
+two RL steps with a sync between them, and a server killed mid-run. Skipped when no vLLM is
+found (``make test`` without ``make vllm``; CI sets ``WEBSAILOR_REQUIRE_VLLM=1`` and fails instead); marked ``vllm`` (``make test-fast`` leaves them out).
+
+The tests share one server (start-up compiles for one to two minutes) and run in file order:
+the ones that change its weights come last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from websailor.errors import ConfigError
+
+pytestmark = pytest.mark.vllm
+
+
+def _vllm_python() -> str:
+    from websailor.models.vllm_launch import find_vllm_python
+
+    root = Path(__file__).resolve().parent.parent
+    local = root / ".venv-vllm" / "bin" / "python"
+    try:
+        return find_vllm_python(local if local.is_file() else None)
+    except ConfigError as e:
+        if os.environ.get("WEBSAILOR_REQUIRE_VLLM") == "1":  # CI: the vLLM path must run
+            pytest.fail(f"WEBSAILOR_REQUIRE_VLLM=1 but no vLLM: {e}")
+        pytest.skip(f"no vLLM: {e}")
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One vLLM server for the embedded model, 2 GiB of key/value cache, 4,096 tokens of context."""
+    from websailor.models.vllm_launch import VLLMServer
+
+    python = _vllm_python()
+    logs = tmp_path_factory.mktemp("vllm")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    srv = VLLMServer(smollm2_path, "policy", port=0, max_model_len=4096, python=python, log_path=logs / "vllm.log")
+    srv.start()
+    try:
+        srv.wait_ready(900)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _hf_logprobs(model, prompt: list[int], ids: list[int]) -> list[float]:
+    """The log-probability of each of ``ids`` after ``prompt`` under ``model`` (temperature 1)."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0].float().log_softmax(-1)
+    return [logits[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
+
+
+def _greedy(chat, conv) -> tuple[list[int], list[float]]:
+    from websailor.models.base import SamplingParams
+
+    g = chat.chat(conv, SamplingParams(temperature=1e-6, top_p=1.0, presence_penalty=0.0, max_tokens=16, stop=[]))
+    return g.token_ids, g.logprobs
+
+
+CONV = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Name three fruits."}]
+
+
+def test_replies_carry_the_sampled_ids_and_logprobs(server, smollm2_path: Path):
+    """The server continues the template's ids; its reply's ids and bf16 log-probabilities
+    match the fp32 transformers model on the same ids; a stop string is cut from the ids."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from websailor.models import load_model
+    from websailor.models.base import SamplingParams
+
+    chat = load_model(server.spec, check=True)
+    assert chat.max_context == 4096
+    g = chat.chat(CONV, SamplingParams(temperature=1.0, top_p=1.0, presence_penalty=0.0, max_tokens=24))
+    assert g.token_ids and len(g.logprobs) == len(g.token_ids)
+    hf = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    ref = _hf_logprobs(hf, chat.prompt_ids(CONV), g.token_ids)
+    diffs = [abs(a - b) for a, b in zip(g.logprobs, ref)]
+    assert sum(diffs) / len(diffs) < 0.1, diffs
+    ids, _ = _greedy(chat, CONV)
+    text = chat.tokenizer.decode(ids, skip_special_tokens=True)
+    stop = text.strip().split()[1]  # a word in the middle of the greedy reply
+    cut = chat.chat(CONV, SamplingParams(temperature=1e-6, top_p=1.0, presence_penalty=0.0, max_tokens=16, stop=[stop]))
+    assert stop not in cut.text and text.startswith(cut.text.rstrip())
+    assert len(cut.token_ids) < len(ids) and chat.tokenizer.decode(cut.token_ids).startswith(cut.text)
+    chat.close()
+
+
+def test_run_and_eval_through_the_server(server, vital_dir: Path, tmp_path: Path):
+    """`run` and `eval` with a vllm: spec record every turn's sampled ids and log-probabilities."""
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "run.jsonl"
+    r = runner.invoke(
+        app,
+        ["run", "Who painted the Mona Lisa?", "--model", server.spec, "--corpus", str(vital_dir)]
+        + ["--max-calls", "3", "--out", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    rec = json.loads(out.read_text().splitlines()[0])
+    turns = [m for m in rec["messages"] if m["role"] == "assistant"]
+    assert rec["model"] == server.spec and turns
+    assert all(len(m["token_ids"]) == len(m["logprobs"]) > 0 for m in turns)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"id": "q1", "question": "Which river flows through Paris?", "answer": "Seine"}) + "\n")
+    r = runner.invoke(
+        app,
+        ["eval", "--bench", str(qa), "--model", server.spec, "--corpus", str(vital_dir), "--rollouts", "2"]
+        + ["--max-calls", "2", "--out", str(tmp_path / "eval")],
+    )
+    assert r.exit_code == 0, r.output
+    trajs = [json.loads(x) for x in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajs) == 2 and all(m.get("token_ids") for t in trajs for m in t["messages"] if m["role"] == "assistant")
+
+
+def test_a_sync_changes_the_servers_weights(server, smollm2_path: Path):
+    """After a sync, the server's greedy log-probabilities are the trainer model's (within bf16)
+    and no longer the old ones; syncing the old weights back restores them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from websailor.models import load_model
+    from websailor.train.rl.sync import ServerWeightSync
+
+    chat = load_model(server.spec, check=True)
+    sync = ServerWeightSync(server.spec)
+    sync.check()
+    base = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    moved = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    prompt = chat.prompt_ids(CONV)
+    ids_before, lp_before = _greedy(chat, CONV)
+    sync.push(moved, 1)
+    assert sync.version == 1 and sync.last_sync_s > 0
+    ids_after, lp_after = _greedy(chat, CONV)
+    ref_moved = _hf_logprobs(moved, prompt, ids_after)
+    ref_base = _hf_logprobs(base, prompt, ids_after)
+    to_moved = sum(abs(a - b) for a, b in zip(lp_after, ref_moved)) / len(ids_after)
+    to_base = sum(abs(a - b) for a, b in zip(lp_after, ref_base)) / len(ids_after)
+    assert to_moved < 0.1 and to_base > 3 * to_moved, (to_moved, to_base)
+    sync.push(base, 0)
+    ids_back, lp_back = _greedy(chat, CONV)
+    assert ids_back == ids_before
+    assert max(abs(a - b) for a, b in zip(lp_back, lp_before)) < 0.02
+    chat.close()
+
+
+def _rl_settings(spec: str, **kw):
+    from websailor.train.rl import load_settings
+
+    return load_settings(
+        None,
+        group_size=2,
+        batch_size=2,
+        max_steps=2,
+        max_calls=2,
+        max_tokens_per_turn=24,
+        max_context_tokens=4096,
+        learning_rate=5e-4,
+        concurrency=2,
+        save_steps=1,
+        precision="bf16",
+        rollout_server=spec,
+        **kw,
+    )
+
+
+def _qa(path: Path) -> Path:
+    path.write_text(
+        json.dumps({"id": "a", "question": "Which city is the capital of France?", "answer": "Paris"}) + "\n"
+    )
+    return path
+
+
+def test_two_rl_steps_sync_the_weights_between_them(
+    server, smollm2_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
+):
+    """Step 1 samples from the starting weights, step 2 from the weights after one update: the
+    second step's sampled log-probabilities are those of checkpoint 1, not of the start."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import websailor.train.rl.rollouts as rr
+    from websailor.tools.environment import EnvSpec
+    from websailor.train.rl import train_rl
+    from websailor.train.rl_log import read_log
+
+    # rewards that differ inside the group, so that the first update moves the weights
+    monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
+    out = tmp_path / "rl"
+    summary = train_rl(
+        _qa(tmp_path / "qa.jsonl"),
+        f"hf:{smollm2_path}",
+        out,
+        _rl_settings(server.spec),
+        env=EnvSpec(corpus=vital_dir),
+        progress=False,
+    )
+    assert summary["steps"] == 2
+    log = read_log(out)
+    assert [r["policy/version"] for r in log] == [0.0, 1.0]
+    assert all(r["sync/seconds"] > 0 for r in log) and log[0]["grad_norm"] > 0
+    assert all("sampling/sampling_logp_difference/mean" in r for r in log)
+    rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert {r["step"]: r["policy_version"] for r in rollouts} == {1: 0, 2: 1}
+    second = next(r for r in rollouts if r["step"] == 2)
+    turn = next(m for m in second["messages"] if m["role"] == "assistant")
+    from websailor.models.turns import TurnTemplate
+    from websailor.train.common import load_tokenizer
+
+    prompt = TurnTemplate(load_tokenizer(smollm2_path)).prompt_ids(second["messages"][:2])
+    step1 = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "checkpoint-1", dtype=torch.float32)
+    start = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    n = len(turn["token_ids"])
+    to_step1 = sum(abs(a - b) for a, b in zip(turn["logprobs"], _hf_logprobs(step1, prompt, turn["token_ids"]))) / n
+    to_start = sum(abs(a - b) for a, b in zip(turn["logprobs"], _hf_logprobs(start, prompt, turn["token_ids"]))) / n
+    assert to_step1 < to_start / 2, (to_step1, to_start)
+
+
+def test_a_killed_server_stops_the_step_and_the_run_resumes(
+    server, smollm2_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
+):
+    """The server dies during step 2's rollouts: the step stops with a clear error, nothing of
+    it is trained or logged; with the server back, the same command resumes from checkpoint 1
+    and finishes. A server that is down before the run starts is named before any rollout."""
+    import websailor.train.rl.rollouts as rr
+    from websailor.errors import ModelError
+    from websailor.tools.environment import EnvSpec
+    from websailor.train.rl import train_rl
+    from websailor.train.rl_log import read_log
+
+    monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
+    run = rr.AgentRollouts._run
+
+    def dies_at_step_2(self, agent, items, step):
+        if step == 1:
+            server.stop()
+        return run(self, agent, items, step)
+
+    monkeypatch.setattr(rr.AgentRollouts, "_run", dies_at_step_2)
+    qa, out, settings = _qa(tmp_path / "qa.jsonl"), tmp_path / "rl", _rl_settings(server.spec)
+    with pytest.raises(ModelError, match="failed on the rollout server.*rerun the same command"):
+        train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+    assert [r["step"] for r in read_log(out)] == [1]
+    assert (out / "checkpoints" / "checkpoint-1").is_dir() and not (out / "checkpoints" / "checkpoint-2").exists()
+    with pytest.raises(ConfigError, match="still starting"):
+        train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+    monkeypatch.setattr(rr.AgentRollouts, "_run", run)
+    server.start()
+    server.wait_ready(900)
+    summary = train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+    assert summary["steps"] == 2 and [r["step"] for r in read_log(out)] == [1, 2]
