@@ -59,7 +59,7 @@ def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
 
     Args:
         spec: one of the forms in :data:`SPEC_HELP`.
-        check: for ``openai:`` specs, check the endpoint now
+        check: for ``openai:`` and ``vllm:`` specs, check the endpoint now
             (:meth:`~websailor.models.openai_compat.OpenAIModel.check`: ``GET /models`` within a
             few seconds, and the served context length), as the commands do before their first
             rollout; other backends ignore it.
@@ -91,27 +91,24 @@ def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
         if not sep or not model or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model spec {spec!r}: expected openai:MODEL@http(s)://HOST[:PORT]/v1")
         _check_base_url(spec, base_url)
-        chat = OpenAIModel(model, base_url, **kwargs)
-        if check:
-            try:
-                chat.check()
-            except BaseException:
-                chat.close()
-                raise
-        return chat
+        return _checked(OpenAIModel(model, base_url, **kwargs), check)
     if spec.startswith("vllm:"):
         from websailor.models.vllm_server import VLLMServerModel, parse_spec
 
         name, base_url = parse_spec(spec)
-        chat = VLLMServerModel(name, base_url, **kwargs)
-        if check:
-            try:
-                chat.check()
-            except BaseException:
-                chat.close()
-                raise
-        return chat
+        return _checked(VLLMServerModel(name, base_url, **kwargs), check)
     raise ConfigError(f"unknown model spec {spec!r}; use {SPEC_HELP}")
+
+
+def _checked(chat: ChatModel, check: bool) -> ChatModel:
+    """``chat`` after its start-up check when ``check`` (closed if the check fails)."""
+    if check:
+        try:
+            chat.check()  # type: ignore[attr-defined]
+        except BaseException:
+            chat.close()
+            raise
+    return chat
 
 
 def check_endpoint(spec: str | None) -> None:

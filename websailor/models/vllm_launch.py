@@ -12,7 +12,9 @@ The server is started with the settings rollouts need: ``--dtype bfloat16``, pre
 computes them) and ``VLLM_SERVER_DEV_MODE=1`` (the ``/collective_rpc`` and
 ``/reset_prefix_cache`` endpoints RL's weight sync calls). On CPU its key/value cache takes
 ``VLLM_CPU_KVCACHE_SPACE`` GiB (default here :data:`DEFAULT_KV_CACHE_GIB`, not vLLM's half of
-the memory). Start-up compiles for 60 to 130 s on two cores.
+the memory) and its worker is bound to every core this process may use
+(``VLLM_CPU_OMP_THREADS_BIND``; vLLM's own default keeps one core free, which on two cores halves
+its speed). Start-up compiles for 60 to 130 s on two cores.
 """
 
 from __future__ import annotations
@@ -151,6 +153,15 @@ class VLLMServer:
         env = dict(os.environ)
         env.setdefault("VLLM_SERVER_DEV_MODE", "1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_KV_CACHE_GIB))
+        # vLLM's CPU build binds its worker to all cores but one by default ("auto" reserves one):
+        # on two cores, one. Rollouts and training take turns, so the server gets every core.
+        cores = (
+            sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        )
+        contiguous = cores == list(range(cores[0], cores[-1] + 1))
+        env.setdefault(
+            "VLLM_CPU_OMP_THREADS_BIND", f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores))
+        )
         return env
 
     def start(self) -> VLLMServer:
