@@ -200,7 +200,9 @@ def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smo
     fake = tmp_path / "fake_python"
     fake.write_text(
         f"#!{sys.executable}\nimport sys\n"
-        "print('ValueError: Model architectures [\\'FooForCausalLM\\'] are not supported for now.')\nsys.exit(1)\n"
+        "print('INFO vLLM API server version 0.32.0')\n"
+        "print('ValueError: Model architectures [\\'FooForCausalLM\\'] are not supported for now. Supported "
+        "architectures: dict_keys([\\'LlamaForCausalLM\\'])')\nsys.exit(1)\n"
     )
     fake.chmod(0o755)
     server = VLLMServer(smollm2_path, port=0, python=fake, log_path=tmp_path / "vllm.log")
@@ -212,7 +214,7 @@ def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smo
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     assert server.environment()["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the user's setting wins
     server.start()
-    with pytest.raises(ConfigError, match="FooForCausalLM.*not supported"):
+    with pytest.raises(ConfigError, match=r"vLLM 0\.32\.0 cannot serve the architecture \['FooForCausalLM'\]"):
         server.wait_ready(30)
     with pytest.raises(ConfigError, match="not a transformers model directory"):
         VLLMServer(tmp_path, python=fake)

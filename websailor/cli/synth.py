@@ -80,7 +80,7 @@ def synth(
         fail(str(e))
     for name, spec in (("--llm", llm), ("--filter-with", filter_with)):
         if spec is not None and not spec.strip():
-            fail(f"{name} is empty; give a model spec (smollm2, hf:PATH or openai:MODEL@BASE_URL)")
+            fail(f"{name} is empty; give a model spec (smollm2, hf:PATH, openai:MODEL@BASE_URL or vllm:NAME@BASE_URL)")
     if not filter_with:
         unused = env_spec.model_copy(update=dict.fromkeys(env_spec.observations()))  # they set the replay
         warn_unused_env(unused, "--filter-with's reference agent")

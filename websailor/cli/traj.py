@@ -56,7 +56,8 @@ def traj_build(
         typer.Option(help="Which items of a synth file (default train; never train on test); other files have none."),
     ] = None,
     expert: Annotated[
-        Optional[str], typer.Option(help="Expert model for --source expert: openai:MODEL@URL, hf:DIR or smollm2.")
+        Optional[str],
+        typer.Option(help="Expert model for --source expert: openai:MODEL@URL, vllm:NAME@URL, hf:DIR or smollm2."),
     ] = None,
     k: Annotated[int, typer.Option("--k", min=1, help="Expert rollouts per item.")] = 4,
     judge: Annotated[str, typer.Option(help="Judge of the expert's answers: em, f1[:T] or llm:SPEC.")] = "em",

@@ -210,17 +210,22 @@ class VLLMServer:
         )
 
     def failure_reason(self) -> str:
-        """The most telling line of the server's log: an unsupported architecture, an import
-        error, or the last error line."""
+        """The most telling line of the server's log: an architecture the installed vLLM cannot
+        serve (naming both), else the last error line, else the last line."""
+        import re
+
         try:
-            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return "no log"
-        for needle in ("are not supported for now", "not supported", "Error:", "error:"):
-            hits = [ln.strip() for ln in lines if needle in ln]
-            if hits:
-                return hits[-1][-400:]
-        return (lines[-1].strip() if lines else "no output")[-400:]
+        archs = re.search(r"Model architectures? (\[[^\]]*\]) (?:are|is) not supported", text)
+        if archs:
+            version = re.search(r"(?:version|engine \(v)\s*(\d+\.\d+[\w.+-]*)", text)
+            which = f"vLLM {version.group(1)}" if version else "the installed vLLM"
+            return f"{which} cannot serve the architecture {archs.group(1)} of {self.model_dir}"
+        lines = text.splitlines()
+        hits = [ln.strip() for ln in lines if "Error:" in ln or "error:" in ln]
+        return ((hits or lines or ["no output"])[-1])[-400:]
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the server and its workers (SIGTERM to its process group, then SIGKILL)."""
