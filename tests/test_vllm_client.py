@@ -130,10 +130,18 @@ def test_the_tokenizer_must_be_found():
 
 @pytest.mark.parametrize(
     "spec",
-    ["vllm:policy", "vllm:@http://h:1/v1", "vllm:policy@ftp://h/v1", "vllm:policy@http:///v1", "policy@http://h/v1"],
+    [
+        "vllm:policy",
+        "vllm:@http://h:1/v1",
+        "vllm:policy@ftp://h/v1",
+        "vllm:policy@http:///v1",
+        "policy@http://h/v1",
+        "vllm:policy@http://127.0.0.1:99999/v1",
+        "vllm:policy@http://127.0.0.1:0/v1",
+    ],
 )
 def test_bad_specs_are_named(spec: str):
-    with pytest.raises(ConfigError, match="vllm:NAME@|has no host|invalid"):
+    with pytest.raises(ConfigError, match="vllm:NAME@|has no host|invalid|out of range"):
         parse_spec(spec)
 
 
@@ -229,3 +237,47 @@ def test_rl_settings_refuse_a_bad_rollout_server():
         load_settings(None, rollout_server="vllm:policy@http://127.0.0.1:8000/v1", lora=True)
     s = load_settings(None, rollout_server="vllm:policy@http://127.0.0.1:8000/v1")
     assert s.importance_sampling == "token_truncate" and s.importance_sampling_cap == 2.0
+
+
+def test_stop_ends_a_server_that_ignores_sigterm_and_its_workers(tmp_path: Path, smollm2_path: Path):
+    """vLLM ignores SIGTERM while it starts: stop() kills the process group after its wait,
+    workers included, and a taken port is refused before anything starts."""
+    import os
+    import socket
+    import time
+
+    from websailor.models.vllm_launch import VLLMServer
+
+    pids = tmp_path / "pids"
+    fake = tmp_path / "fake_python"
+    fake.write_text(
+        f"#!{sys.executable}\nimport os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        f"signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    fake.chmod(0o755)
+    server = VLLMServer(smollm2_path, port=0, python=fake, log_path=tmp_path / "vllm.log").start()
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    leader, worker = map(int, pids.read_text().split())
+    t0 = time.monotonic()
+    server.stop(timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    time.sleep(0.2)
+    for pid in (leader, worker):
+        try:
+            os.kill(pid, 0)
+            alive = open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        assert not alive, f"process {pid} survived stop()"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is taken"):
+            VLLMServer(smollm2_path, port=port, python=fake).start()

@@ -1,4 +1,4 @@
-"""The root ``websailor`` app: logging, SIGTERM as Ctrl-C, and the command groups in the order
+"""The root ``websailor`` app: logging, SIGTERM and SIGHUP as Ctrl-C, and the command groups in the order
 ``--help`` lists them."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def _terminate(signum: int, frame: object) -> None:
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
     setup_logging(verbose)
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)  # a closed terminal: the same clean-up (a served model's server stops)
 
 
 for module in (corpus, tools, run, synth, evaluate, compare, traj, serve, train, view):

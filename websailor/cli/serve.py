@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -81,8 +82,8 @@ def serve_model_cmd(
         code = server.proc.wait()
         if code:
             fail(f"the vLLM server exited with code {code}: {server.failure_reason()}")
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or a closed terminal: a server's normal end
+        print("stopping the vLLM server (a second Ctrl-C kills it at once)", file=sys.stderr, flush=True)
     finally:
         server.stop()
 

@@ -201,8 +201,10 @@ def probe_models(
     key: str | None = None,
     timeout_s: float | None = None,
     attempts: int | None = None,
+    prefix: str = "openai",
 ) -> ServedModel:
-    """Ask ``GET {base_url}/models`` whether the server serves ``model``.
+    """Ask ``GET {base_url}/models`` whether the server serves ``model`` (``prefix``: the spec
+    form the message suggests, ``openai`` or ``vllm``).
 
     The request waits at most ``timeout_s`` seconds (default :data:`CHECK_TIMEOUT_S`); a failed
     connection (refused, reset: a server restarting) is tried again, up to ``attempts`` in all
@@ -267,7 +269,7 @@ def probe_models(
         listed = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
         raise ConfigError(
             f"the server at {base_url} does not serve model {model!r} (it serves: {listed or 'nothing'}); "
-            f"use one of those names in openai:MODEL@{base_url} ({skip})"
+            f"use one of those names in {prefix}:{'NAME' if prefix == 'vllm' else 'MODEL'}@{base_url} ({skip})"
         )
     length = card.get("max_model_len")
     valid = isinstance(length, int) and not isinstance(length, bool) and length > 0

@@ -55,6 +55,8 @@ def find_vllm_python(explicit: str | Path | None = None) -> str:
         if candidate:
             if not Path(candidate).is_file():
                 raise ConfigError(f"{what} {candidate}: no such file")
+            if not os.access(candidate, os.X_OK):
+                raise ConfigError(f"{what} {candidate}: not an executable (give the Python that has vLLM)")
             return str(candidate)
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
@@ -165,7 +167,12 @@ class VLLMServer:
         return env
 
     def start(self) -> VLLMServer:
-        """Start the process (returns at once; :meth:`wait_ready` waits for it)."""
+        """Start the process (returns at once; :meth:`wait_ready` waits for it).
+
+        Raises:
+            ConfigError: the port is taken (another server answering there would pass for this one).
+        """
+        _check_port_free(self.host, self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = self.log_path.open("wb")
         log.info("starting vLLM for %s on %s (log: %s)", self.model_dir, self.base_url, self.log_path)
@@ -224,19 +231,29 @@ class VLLMServer:
             which = f"vLLM {version.group(1)}" if version else "the installed vLLM"
             return f"{which} cannot serve the architecture {archs.group(1)} of {self.model_dir}"
         lines = text.splitlines()
-        hits = [ln.strip() for ln in lines if "Error:" in ln or "error:" in ln]
-        return ((hits or lines or ["no output"])[-1])[-400:]
+        for needle in ("Value error,", "Error:", "error:"):  # pydantic's reason follows its "ValidationError:" line
+            hits = [ln.strip() for ln in lines if needle in ln]
+            if hits:
+                return hits[-1][-400:]
+        return (lines[-1].strip() if lines else "no output")[-400:]
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the server and its workers (SIGTERM to its process group, then SIGKILL)."""
-        if self.proc is None or self.proc.poll() is not None:
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server and its workers: SIGTERM to its process group, SIGKILL after
+        ``timeout_s`` (vLLM ignores SIGTERM while it starts) or on a second Ctrl-C, then SIGKILL
+        to whatever of the group is left (its workers)."""
+        if self.proc is None:
             return
+        group = self.proc.pid  # start_new_session: the server leads its own process group
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            if self.proc.poll() is None:
+                log.info("stopping vLLM at %s", self.base_url)
+                os.killpg(group, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=timeout_s)
+                except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                    os.killpg(group, signal.SIGKILL)
+                    self.proc.wait()
+            os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -251,6 +268,18 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ConfigError(
+                f"port {port} on {host} is taken ({e.strerror}): choose another --port, or 0 for any free one"
+            ) from None
 
 
 def _free_port(host: str) -> int:

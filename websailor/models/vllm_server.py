@@ -58,11 +58,13 @@ def parse_spec(spec: str) -> tuple[str, str]:
             f"model spec {spec!r}: expected vllm:NAME@http(s)://HOST:PORT/v1 (websailor serve model prints it)"
         )
     try:
-        host = httpx.URL(base_url).host
+        url = httpx.URL(base_url)
     except (httpx.InvalidURL, TypeError, ValueError) as e:
         raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} is invalid ({e})") from None
-    if not host:
+    if not url.host:
         raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} has no host")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ConfigError(f"model spec {spec!r}: port {url.port} is out of range (1 to 65535)")
     return name, base_url.rstrip("/")
 
 
@@ -155,7 +157,7 @@ class VLLMServerModel(ChatModel):
                 return
             root = None
             if not skip_check():
-                served = probe_models(self.base_url, self.model, api_key())
+                served = probe_models(self.base_url, self.model, api_key(), prefix="vllm")
                 self._context = served.max_model_len
                 root = self._card_root()
             from websailor.train.common import load_tokenizer

@@ -89,20 +89,23 @@ class ServerWeightSync:
                 ``VLLM_SERVER_DEV_MODE=1``.
         """
         try:
-            probe_models(self.base_url, self.name, api_key())
+            probe_models(self.base_url, self.name, api_key(), prefix="vllm")
         except ConfigError as e:
-            raise ConfigError(
-                f"--rollout-server {self.spec}: {e}. A server still starting does not listen yet (vLLM opens its "
-                "port after its start-up compile, 1 to 2 minutes): wait until `websailor serve model` prints the spec"
-            ) from None
+            hint = ""
+            if "nothing listens" in str(e):
+                hint = (
+                    " (a server still starting does not listen yet: vLLM opens its port after its start-up compile, "
+                    "1 to 2 minutes; wait until `websailor serve model` prints the spec)"
+                )
+            raise ConfigError(f"rollout server {self.spec}: {e}{hint}") from None
         try:
             paths = httpx.get(f"{self.root}/openapi.json", timeout=10.0, headers=self._headers).json().get("paths", {})
         except (httpx.HTTPError, ValueError, AttributeError) as e:
-            raise ConfigError(f"--rollout-server {self.spec}: cannot read {self.root}/openapi.json ({e})") from None
+            raise ConfigError(f"rollout server {self.spec}: cannot read {self.root}/openapi.json ({e})") from None
         missing = [p for p in SYNC_ENDPOINTS if p not in paths]
         if missing:
             raise ConfigError(
-                f"--rollout-server {self.spec}: the server has no {', '.join(missing)} endpoint, which the weight "
+                f"rollout server {self.spec}: the server has no {', '.join(missing)} endpoint, which the weight "
                 "sync needs: start it with VLLM_SERVER_DEV_MODE=1 in its environment (websailor serve model does)"
             )
         mode = self._logprobs_mode()
