@@ -199,12 +199,18 @@ def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smo
     from websailor.models.vllm_launch import VLLMServer, find_vllm_python
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(vllm_launch.sys, "prefix", str(tmp_path / "env" / ".venv"))
     monkeypatch.delenv(vllm_launch.VLLM_PYTHON_ENV, raising=False)
     monkeypatch.setattr(vllm_launch.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="make vllm"):
         find_vllm_python()
     with pytest.raises(ConfigError, match="no such file"):
         find_vllm_python(tmp_path / "nope")
+    beside = tmp_path / "env" / ".venv-vllm" / "bin" / "python"  # make vllm's, found from any directory
+    beside.parent.mkdir(parents=True)
+    beside.write_text("")
+    assert find_vllm_python() == str(beside)
+    beside.unlink()
     fake = tmp_path / "fake_python"
     fake.write_text(
         f"#!{sys.executable}\nimport sys\n"

