@@ -38,8 +38,8 @@ def local_model_dir(spec: str) -> Path | None:
     return None
 
 
-def _check_base_url(spec: str, base_url: str) -> None:
-    """Refuse an ``openai:`` base URL that cannot be requested (a bad port, no host).
+def check_base_url(spec: str, base_url: str) -> None:
+    """Refuse an ``openai:`` or ``vllm:`` base URL that cannot be requested (a bad port, no host).
 
     Raises:
         ConfigError: naming the spec and what is wrong.
@@ -52,6 +52,8 @@ def _check_base_url(spec: str, base_url: str) -> None:
         raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} is invalid ({e})") from None
     if not parsed.host:
         raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} has no host; expected http(s)://HOST[:PORT]/v1")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ConfigError(f"model spec {spec!r}: port {parsed.port} is out of range (1 to 65535)")
 
 
 def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
@@ -90,7 +92,7 @@ def load_model(spec: str, check: bool = False, **kwargs) -> ChatModel:
         model, sep, base_url = spec[len("openai:") :].rpartition("@")
         if not sep or not model or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model spec {spec!r}: expected openai:MODEL@http(s)://HOST[:PORT]/v1")
-        _check_base_url(spec, base_url)
+        check_base_url(spec, base_url)
         return _checked(OpenAIModel(model, base_url, **kwargs), check)
     if spec.startswith("vllm:"):
         from websailor.models.vllm_server import VLLMServerModel, parse_spec

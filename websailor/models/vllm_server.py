@@ -57,14 +57,9 @@ def parse_spec(spec: str) -> tuple[str, str]:
         raise ConfigError(
             f"model spec {spec!r}: expected vllm:NAME@http(s)://HOST:PORT/v1 (websailor serve model prints it)"
         )
-    try:
-        url = httpx.URL(base_url)
-    except (httpx.InvalidURL, TypeError, ValueError) as e:
-        raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} is invalid ({e})") from None
-    if not url.host:
-        raise ConfigError(f"model spec {spec!r}: the URL {base_url!r} has no host")
-    if url.port is not None and not 1 <= url.port <= 65535:
-        raise ConfigError(f"model spec {spec!r}: port {url.port} is out of range (1 to 65535)")
+    from websailor.models import check_base_url
+
+    check_base_url(spec, base_url)
     return name, base_url.rstrip("/")
 
 
