@@ -221,6 +221,7 @@ def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smo
     fake.chmod(0o755)
     server = VLLMServer(smollm2_path, port=0, python=fake, log_path=tmp_path / "vllm.log")
     assert server.spec.startswith("vllm:policy@http://127.0.0.1:") and server.spec.endswith("/v1")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     cmd, env = server.command(), server.environment()
     assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs" and "--enable-prefix-caching" in cmd
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "4"

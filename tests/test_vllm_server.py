@@ -40,7 +40,8 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
     python = _vllm_python()
     logs = tmp_path_factory.mktemp("vllm")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    before = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # read by every start of the server (one test restarts it)
     srv = VLLMServer(smollm2_path, "policy", port=0, max_model_len=4096, python=python, log_path=logs / "vllm.log")
     srv.start()
     try:
@@ -48,6 +49,8 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
         yield srv
     finally:
         srv.stop()
+        if before is None:
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
 
 
 def _hf_logprobs(model, prompt: list[int], ids: list[int]) -> list[float]:

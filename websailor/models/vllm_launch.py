@@ -277,6 +277,8 @@ def _check_port_free(host: str, port: int) -> None:
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        # as the server binds: connections of an earlier server left in TIME_WAIT do not block it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:
