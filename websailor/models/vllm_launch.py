@@ -242,8 +242,9 @@ class VLLMServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the server and its workers: SIGTERM to its process group, SIGKILL after
-        ``timeout_s`` (vLLM ignores SIGTERM while it starts) or on a second Ctrl-C, then SIGKILL
-        to whatever of the group is left (its workers)."""
+        ``timeout_s`` (vLLM ignores SIGTERM while it starts) or on a second Ctrl-C, then, after
+        5 s for the workers' own shutdown, SIGKILL to whatever of the group is left. (A worker
+        killed so leaves vLLM's shared-memory buffers in ``/dev/shm``, ``psm_*``.)"""
         if self.proc is None:
             return
         group = self.proc.pid  # start_new_session: the server leads its own process group
@@ -256,6 +257,11 @@ class VLLMServer:
                 except (subprocess.TimeoutExpired, KeyboardInterrupt):
                     os.killpg(group, signal.SIGKILL)
                     self.proc.wait()
+            # its workers finish their own shutdown (and free their shared memory) first
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                os.killpg(group, 0)  # ProcessLookupError once the whole group is gone
+                time.sleep(0.1)
             os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
