@@ -155,11 +155,13 @@ def _refused_param(e: openai.APIStatusError) -> str | None:
 # -- the start-up check -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServedModel:
-    """A model of a server's ``GET /models`` list: its ``id`` and, when the server states it
-    (vLLM's ``max_model_len``), its context length in tokens."""
+    """A model of a server's ``GET /models`` list: its ``id`` and, when the server states
+    them (vLLM does), its context length in tokens (``max_model_len``) and the directory it
+    loaded the model from (``root``)."""
 
     id: str
     max_model_len: int | None = None
+    root: str | None = None
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
@@ -273,7 +275,8 @@ def probe_models(
         )
     length = card.get("max_model_len")
     valid = isinstance(length, int) and not isinstance(length, bool) and length > 0
-    return ServedModel(model, length if valid else None)
+    root = card.get("root")
+    return ServedModel(model, length if valid else None, root if isinstance(root, str) else None)
 
 
 def skip_check() -> bool:

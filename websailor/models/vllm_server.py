@@ -69,7 +69,7 @@ def server_root(base_url: str) -> str:
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, (httpx.TransportError,)):
+    if isinstance(exc, httpx.TransportError):
         return True
     return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
 
@@ -153,25 +153,13 @@ class VLLMServerModel(ChatModel):
             root = None
             if not skip_check():
                 served = probe_models(self.base_url, self.model, api_key(), prefix="vllm")
-                self._context = served.max_model_len
-                root = self._card_root()
+                self._context, root = served.max_model_len, served.root
             from websailor.train.common import load_tokenizer
 
             tokenizer = load_tokenizer(self._tokenizer_dir or _tokenizer_dir(self.model, root))
             self._turns = TurnTemplate(tokenizer, self.name)
-            if self._context is None:
-                self._context = int(getattr(tokenizer, "model_max_length", 0) or 0) or 131072
-                self._context = min(self._context, 131072)
-
-    def _card_root(self) -> str | None:
-        try:
-            cards = self._http.get(f"{self.base_url}/models", headers=self._headers, timeout=5.0).json()["data"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None
-        for card in cards if isinstance(cards, list) else []:
-            if isinstance(card, dict) and card.get("id") == self.model and isinstance(card.get("root"), str):
-                return card["root"]
-        return None
+            if self._context is None:  # a server that states none: the tokenizer's, at most 131,072
+                self._context = min(int(getattr(tokenizer, "model_max_length", 0) or 0) or 131072, 131072)
 
     @property
     def turns(self) -> TurnTemplate:
