@@ -73,7 +73,6 @@ class ServerWeightSync:
         self.version: int | None = None
         self.last_sync_s = 0.0
         self.last_write_s = 0.0
-        self.syncs = 0
         self._dir = _shm_root() / f"websailor-policy-{id(self):x}"
         self._headers = {"Authorization": f"Bearer {api_key()}"}
 
@@ -151,21 +150,16 @@ class ServerWeightSync:
             if main:
                 self._write(model)
                 self.last_write_s = time.perf_counter() - t0
-                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": self._reload_kwargs()}, t0)
+                reload = {"weights_path": str(self._dir), "is_checkpoint_format": True}
+                _check_rpc(self.root, self._post("/collective_rpc", {"method": "reload_weights", "kwargs": reload}, t0))
                 self._post("/reset_prefix_cache", None, t0)
-        except WeightSyncError:
-            raise
         except (OSError, RuntimeError) as e:
             raise WeightSyncError(f"weight sync to {self.root} before step {step + 1}: {type(e).__name__}: {e}") from e
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
         self.version = step
-        self.syncs += 1
         self.last_sync_s = time.perf_counter() - t0
         logger.info("weights of step %d synced to %s in %.2f s", step, self.root, self.last_sync_s)
-
-    def _reload_kwargs(self) -> dict[str, Any]:
-        return {"weights_path": str(self._dir), "is_checkpoint_format": True}
 
     def _write(self, model: Any) -> None:
         """``model``'s weights as a bf16 safetensors checkpoint with its config in
@@ -177,7 +171,9 @@ class ServerWeightSync:
             state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
             model.save_pretrained(self._dir, state_dict=state, safe_serialization=True)
 
-    def _post(self, path: str, body: dict | None, t0: float) -> None:
+    def _post(self, path: str, body: dict | None, t0: float) -> str:
+        """POST ``body`` to the server's ``path`` within what is left of the sync's time; the
+        answer's text."""
         left = self.timeout_s - (time.perf_counter() - t0)
         if left <= 0:
             raise WeightSyncError(f"weight sync to {self.root} took longer than {self.timeout_s:.0f} s")
@@ -195,8 +191,7 @@ class ServerWeightSync:
             ) from None
         if r.status_code != 200:
             raise WeightSyncError(f"weight sync to {self.root}: {path} answered HTTP {r.status_code}: {r.text[:300]}")
-        if path == "/collective_rpc":
-            _check_rpc(self.root, r.text)
+        return r.text
 
     def require_current(self, step: int) -> None:
         """Refuse to start a batch's rollouts when the server does not hold the weights of
