@@ -385,3 +385,30 @@ def test_a_path_the_compact_search_does_not_show_is_left_out(vital: Corpus, tmp_
     synthesize(kg, shown, Cfg(n=8, seed=5, test_fraction=0.0), progress=False, tools=one)
     kept = read_items(shown)
     assert build_constructive(kept, one, tmp_path / "kept.jsonl", progress=False)[0] == len(kept) == 8
+
+
+def test_the_opening_search_queries_the_question_text(vital: Corpus, tmp_path):
+    """By default the first search queries the question as written beside the path's first
+    clue (a move that carries over to hand-written questions), and its observation lists both;
+    ``question_query=False`` is the clue alone; one file never mixes the two openings."""
+    from websailor.errors import InvalidArgumentError
+
+    items = read_items(_qa(vital, tmp_path, n=6))
+    tools = build_local_tools(vital)
+    out, old = tmp_path / "q.jsonl", tmp_path / "clue.jsonl"
+    build_constructive(items, tools, out, progress=False)
+    build_constructive(items, tools, old, progress=False, question_query=False)
+    by_id = {str(it["id"]): it for it in items}
+    for new_line, old_line in zip(out.read_text().splitlines(), old.read_text().splitlines()):
+        new, clue = json.loads(new_line), json.loads(old_line)
+        item = by_id[new["id"]]
+        first = new["tool_calls"][0]
+        assert first["name"] == "search" and first["arguments"]["query"] == [item["question"], item["procedure"][0]["query"]]
+        assert new["messages"][3]["content"].count("A search for ") == 2
+        assert "in its own words" in new["messages"][2]["content"]
+        assert new["construction_notes"]["opening"] == "question"
+        assert clue["tool_calls"][0]["arguments"]["query"] == [item["procedure"][0]["query"]]
+        assert clue["construction_notes"]["opening"] == "clue"
+        assert new["messages"][-1]["content"].endswith(f"<answer>{item['answer']}</answer>")
+    with pytest.raises(InvalidArgumentError, match="'question' opening, not 'clue'"):
+        build_constructive(items, tools, out, progress=False, question_query=False)

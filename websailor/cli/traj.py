@@ -98,6 +98,13 @@ def traj_build(
             "(drawn from each item's id).",
         ),
     ] = 0.3,  # websailor.train.constructive.DEFAULT_DISTRACTOR_SHARE (imported lazily, as the command's code is)
+    question_query: Annotated[
+        bool,
+        typer.Option(
+            help="Constructive: the first search also queries the question's own text, beside the path's first "
+            "clue, so the opening move carries over to questions that name no entity.",
+        ),
+    ] = True,
     env_spec: Any = None,
 ) -> None:
     """Build SFT trajectories. Expert rollouts run in the environment the environment options
@@ -183,6 +190,7 @@ def traj_build(
         source=source_name("constructive"),
         distractor_share=distractor_share,
         kg=kg,
+        question_query=question_query,
     )
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
     print(format_construction_counts(construction_counts(out)))

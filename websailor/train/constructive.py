@@ -74,8 +74,10 @@ def _turn(thought: str, name: str, arguments: dict) -> str:
     return f"<think>\n{thought}\n</think>\n<tool_call>\n{call}\n</tool_call>"
 
 
-def _thought(step: dict, i: int, answer_title: str) -> str:
+def _thought(step: dict, i: int, answer_title: str, question_query: bool = False) -> str:
     if step["action"] == "search":
+        if i == 0 and question_query:
+            return f"I search the question in its own words, and its most specific clue: {step['query']}."
         lead = "I start with the most specific clue I can look up" if i == 0 else "Next I look up another clue"
         return f"{lead}: {step['query']}."
     if step.get("url", "").endswith("/" + answer_title.replace(" ", "_")):
@@ -188,8 +190,10 @@ class _Replay:
         return traj
 
 
-def _step_call(item: dict, step: dict, i: int, goal: str) -> tuple[str, dict]:
+def _step_call(item: dict, step: dict, i: int, goal: str, question_query: bool = False) -> tuple[str, dict]:
     if step.get("action") == "search":
+        if i == 0 and question_query and fold_space(step["query"]) != fold_space(item["question"]):
+            return "search", {"query": [item["question"], step["query"]]}
         return "search", {"query": [step["query"]]}
     if step.get("action") == "visit":
         return "visit", {"url": step["url"], "goal": goal}
@@ -280,6 +284,7 @@ def constructive_trajectory(
     kg: Any = None,
     distractor: bool = False,
     verify: bool = True,
+    question_query: bool = True,
 ) -> Trajectory:
     """Replay ``item["procedure"]`` through ``tools`` (``search`` and ``visit``) as a
     trajectory that ends with ``<answer>item["answer"]</answer>``.
@@ -298,6 +303,10 @@ def constructive_trajectory(
             (:func:`websailor.synth.graph.load_or_build`), for distractors.
         distractor: meet a wrong candidate first.
         verify: check a constraint on the answer's page.
+        question_query: the first search also queries the question's own text, beside the
+            path's first clue (recorded as ``construction_notes["opening"]`` ``question``; else
+            ``clue``). A model taught this opening starts from what a question says, so the
+            move carries over to questions that name no entity (issue 27's transfer check).
 
     Raises:
         InputFormatError: the item has no procedure, or a step is neither a search nor a visit.
@@ -324,8 +333,13 @@ def constructive_trajectory(
     def build(check: bool) -> tuple[Trajectory, bool]:
         r = _Replay(item, tools, rollout)
         for i, step in enumerate(before):
-            _check_shown(item, steps, i, r.step(_thought(step, i, answer), *_step_call(item, step, i, goal)))
-        notes: dict = {}
+            _check_shown(
+                item,
+                steps,
+                i,
+                r.step(_thought(step, i, answer, question_query), *_step_call(item, step, i, goal, question_query)),
+            )
+        notes: dict = {"opening": "question" if question_query else "clue"}
         rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
         if distractor and isinstance(rejected, str):
             notes["no_distractor"], rejected = rejected, None
@@ -369,7 +383,7 @@ def constructive_trajectory(
                 ), False
             rest = [] if last is None else steps[last + 1 :]
             for i, step in enumerate(rest, len(before) + 1):
-                r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))
+                r.step(_thought(step, i, answer, question_query), *_step_call(item, step, i, goal, question_query))
             said = "; ".join(f'it "{c["phrase"]}" ("{_quote(s)}")' for c, s in shown_)
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
@@ -382,10 +396,10 @@ def constructive_trajectory(
             return r.finish(thought, "distractor" if rejected else "verified", notes), True
         # today's replay of the answer's page (read for the question) and the generic conclusion
         for i, step in enumerate(steps[len(before) :], len(before)):
-            t = _thought(step, i, answer)
+            t = _thought(step, i, answer, question_query)
             if rejected and i == len(before):
                 t = f"{lead} I open its page to check the remaining conditions."
-            r.step(t, *_step_call(item, step, i, goal))
+            r.step(t, *_step_call(item, step, i, goal, question_query))
         conclusion = f"Every condition of the question fits {answer}, and no other candidate meets them all."
         if rejected and last is None:  # no page of the answer to open: the rejection goes here
             conclusion = f"{lead} {conclusion}"
@@ -441,6 +455,7 @@ def build_constructive(
     distractor_share: float = 0.0,
     kg: Any = None,
     verify: bool = True,
+    question_query: bool = True,
 ) -> tuple[int, int]:
     """Append a constructive trajectory for every item of ``split`` (``train``, ``test`` or
     ``all``) to ``out``, skipping items already there (resumable; the file is locked while
@@ -449,15 +464,17 @@ def build_constructive(
     ``out`` must hold no other source's. ``distractor_share`` of the items (drawn from each
     item's id, :func:`wants_distractor`; ``traj build`` uses :data:`DEFAULT_DISTRACTOR_SHARE`)
     meet a wrong candidate first; ``kg`` is the corpus's knowledge graph they need
-    (:func:`websailor.synth.graph.load_or_build`). Items whose path a search does not show
+    (:func:`websailor.synth.graph.load_or_build`). ``question_query``: the opening search
+    also queries the question's text (:func:`constructive_trajectory`); ``out`` must hold
+    trajectories of the same opening. Items whose path a search does not show
     under the tools' observation settings (:class:`HopNotShown`) are left out, with a warning
     (a rerun tries them again, with the same outcome). Returns ``(written, skipped)``.
 
     Raises:
         InputFormatError: no item in that split, an item without a procedure, or ``out``
             holding lines that are not trajectory records.
-        InvalidArgumentError: ``out`` holds trajectories of another source; ``distractor_share``
-            outside [0, 1], or above 0 without ``kg``.
+        InvalidArgumentError: ``out`` holds trajectories of another source or another opening;
+            ``distractor_share`` outside [0, 1], or above 0 without ``kg``.
     """
     from functools import partial
 
@@ -469,12 +486,18 @@ def build_constructive(
     chosen = [it for it in items if split == "all" or it.get("split") == split]
     if not chosen:
         raise InputFormatError(f"no QA items in split {split!r}")
+    check_opening(Path(out), "question" if question_query else "clue")
     not_shown: list[str] = []
 
     def make(it: dict) -> Trajectory | None:
         try:
             return constructive_trajectory(
-                it, tools, kg=kg, distractor=wants_distractor(str(it["id"]), distractor_share), verify=verify
+                it,
+                tools,
+                kg=kg,
+                distractor=wants_distractor(str(it["id"]), distractor_share),
+                verify=verify,
+                question_query=question_query,
             )
         except HopNotShown:
             not_shown.append(str(it["id"]))
@@ -494,6 +517,27 @@ def build_constructive(
             not_shown[0],
         )
     return written - len(not_shown), skipped
+
+
+def check_opening(out: Path, opening: str) -> None:
+    """Raise :class:`InvalidArgumentError` when ``out`` holds constructive trajectories whose
+    opening search (``construction_notes["opening"]``; ``clue`` for records from before it was
+    recorded) is not ``opening``: one SFT file teaches one first move."""
+    from websailor.jsonio import read_appended_jsonl
+
+    if not out.is_file():
+        return
+    for _, rec in read_appended_jsonl(out, "a trajectory record"):
+        if not rec.get("construction"):  # not a constructive record (another source is refused elsewhere)
+            continue
+        theirs = (rec.get("construction_notes") or {}).get("opening", "clue")
+        if theirs != opening:
+            flag = "--question-query" if theirs == "question" else "--no-question-query"
+            raise InvalidArgumentError(
+                f"{out} holds constructive trajectories whose first search is the {theirs!r} opening, not "
+                f"{opening!r}: build with {flag} to resume it, or write to another file"
+            )
+        return
 
 
 def check_distractor_share(share: float) -> None:
