@@ -48,7 +48,8 @@ def test_info_search_visit_tool_links(kilt_dir: str, kilt_sample: KiltSample, vi
     res = run("tool", "search", '{"query": ["Nile"]}', "--corpus", str(vital_dir))
     assert res.stdout.startswith("A search for 'Nile' found")
     res = run("tool", "search", '{"query": ["Nile"', "--corpus", str(vital_dir))
-    assert res.exit_code == 0 and "not valid JSON" in res.stdout  # the agent's view, not a crash
+    # the agent's view on stdout, not a crash; the exit code and one line tell a script it failed
+    assert res.exit_code == 1 and "not valid JSON" in res.stdout and "the search call failed" in res.stderr
 
     res = run("links", "Mona Lisa", "--corpus", str(vital_dir))
     assert "Leonardo da Vinci" in res.stdout

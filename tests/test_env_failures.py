@@ -178,10 +178,12 @@ def test_the_cli_score_takes_the_allowance(tmp_path: Path, vital):
     evaluate(ITEMS, agent, load_judge("em"), tmp_path / "ev", EvalConfig(rollouts=1), progress=False)
     path = str(tmp_path / "ev" / "trajectories.jsonl")
     strict = CliRunner().invoke(app, ["score", path, "--json"])
-    assert strict.exit_code == 0, strict.output
-    assert json.loads(strict.output)["ungraded"] == 2
+    # nothing could be graded: the figures are printed, and the exit code tells a script so
+    assert strict.exit_code == 3, strict.output
+    assert json.loads(strict.stdout)["ungraded"] == 2
+    assert "none of the 2 rollouts could be graded" in strict.stderr
     lenient = CliRunner().invoke(app, ["score", path, "--json", "--max-env-failures", "5"])
-    assert json.loads(lenient.output)["avg_at_k"] == 1.0
+    assert lenient.exit_code == 0 and json.loads(lenient.stdout)["avg_at_k"] == 1.0
 
 
 # -- RL -----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -95,6 +96,21 @@ def eval_cmd(
         print_metrics(session.close(out / "tool_metrics.jsonl"))
     print_summary(summary)
     print(f"\nwritten to {out}: trajectories.jsonl, scores.jsonl, summary.json, report.md, *.png")
+    exit_if_all_ungraded(summary)
+
+
+def exit_if_all_ungraded(summary: dict) -> None:
+    """Exit 3 with one line when no rollout of the evaluation could be graded (model errors or
+    environment failures): a script must not read an outage as a score. Some rollouts ungraded
+    exit 0; the report counts them."""
+    total, ungraded = summary.get("trajectories") or 0, summary.get("ungraded") or 0
+    if total and ungraded >= total:
+        print(
+            f"error: none of the {total} rollouts could be graded (model errors or environment failures); "
+            "rerun the same command once the model and the tools answer",
+            file=sys.stderr,
+        )
+        raise typer.Exit(3)
 
 
 @handle_errors
@@ -150,6 +166,7 @@ def score(
         print_json(summary)
     else:
         print_summary(summary)
+    exit_if_all_ungraded(summary)
 
 
 def register(app: typer.Typer) -> None:

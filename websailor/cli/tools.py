@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -66,8 +67,11 @@ def tool(
 ) -> None:
     """Call a tool exactly as the agent would and print its observation. PythonInterpreter
     runs the code in the sandbox; parse_file reads files under --files-dir (default: the
-    current directory)."""
-    from websailor.tools import call_tool
+    current directory). A call whose result is an error (bad arguments, an unknown tool, a
+    failed provider, a dead link on the web) or that the environment degraded prints its
+    observation, then exits 1 with the reason on stderr; a local page that is not in the corpus
+    is an answer (exit 0) with the closest titles."""
+    from websailor.tools import execute_tool
     from websailor.tools.environment import DEFAULT_TOOLS, EXTRA_TOOLS, open_environment
 
     if env_spec.kind == "none" and env_spec.tools_url is None:
@@ -81,9 +85,20 @@ def tool(
         update["files_dir"] = Path.cwd()
     tool_env = open_environment(env_spec.model_copy(update=update))
     try:
-        print(call_tool(tool_env.tools, name, arguments))
+        result = execute_tool(tool_env.tools, name, arguments)
     finally:
         tool_env.close()
+    print(result.observation)
+    if result.error is not None:
+        print(f"error: the {name} call failed ({result.error}); its observation is above", file=sys.stderr)
+        raise typer.Exit(1)
+    if result.env_failures:
+        print(
+            f"error: the environment degraded the {name} call ({', '.join(result.env_failures)}); "
+            "its observation is above",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
 
 
 @handle_errors
