@@ -139,8 +139,9 @@ def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path:
 
     out = tmp_path / "sft"
     settings = SFTSettings(max_steps=2, batch_size=2, learning_rate=1e-3, max_length=8192, save_steps=1)
-    s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False)
+    s = train_sft(chatml_trajs, f"hf:{tiny}", out, settings, progress=False, report_to="tensorboard")
     assert s["steps"] == 2 and s["gradient_accumulation"] == 2 and s["counts"]["kept"] == 6
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # --report-to reaches TRL's trainer
     assert len(s["loss_history"]) == 2 and all(h["loss"] > 0 for h in s["loss_history"])
     # warm-up then cosine decay from the peak
     assert s["loss_history"][0]["learning_rate"] < s["loss_history"][1]["learning_rate"] <= 1e-3
@@ -153,6 +154,21 @@ def test_train_resume_and_use_as_model(tiny: Path, chatml_trajs: Path, tmp_path:
     model = load_model(f"hf:{out}")
     traj = Agent(model, [], AgentConfig(max_calls=1, max_tokens_per_turn=8)).run("Who painted the Mona Lisa?")
     assert traj.num_model_calls == 1 and traj.model == f"hf:{out}"
+
+
+def test_report_to_names_unknown_and_missing_trackers(monkeypatch):
+    import importlib.util
+
+    from websailor.train.common import check_report_to
+
+    assert check_report_to(None) == [] and check_report_to("none") == [] and check_report_to([]) == []
+    assert check_report_to(["tensorboard,tensorboard"]) == ["tensorboard"]
+    with pytest.raises(ConfigError, match="'comet': not one of tensorboard, wandb, mlflow, trackio"):
+        check_report_to("tensorboard,comet")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match="needs the wandb package: pip install wandb"):
+        check_report_to(["wandb"])
 
 
 @pytest.mark.trainer

@@ -53,6 +53,13 @@ def train_sft_cmd(
     precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
     save_steps: Annotated[Optional[int], typer.Option(min=1, help="Steps between checkpoints (default 50).")] = None,
     seed: Annotated[Optional[int], typer.Option(min=0, help="Seed of data order and initialization.")] = None,
+    report_to: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Experiment trackers of TRL's trainer: tensorboard, wandb, mlflow or trackio (repeat, or comma-separate); "
+            "default none beyond the run's own logs.",
+        ),
+    ] = None,
 ) -> None:
     """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
     from websailor.train.sft import load_settings, train_sft
@@ -70,7 +77,7 @@ def train_sft_cmd(
         warmup_ratio=warmup_ratio,
         save_steps=save_steps,
     )
-    s = train_sft(data, model, out, settings)
+    s = train_sft(data, model, out, settings, report_to=report_to)
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
     print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
     last = s["loss_history"][-1]["loss"] if s["loss_history"] else float("nan")
@@ -162,6 +169,13 @@ def train_rl_cmd(
     precision: Annotated[
         Optional[str], typer.Option(help="auto, bf16 or fp32 (default auto: bf16 where the CPU or GPU has it).")
     ] = None,
+    report_to: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Experiment trackers of TRL's trainer: tensorboard, wandb, mlflow or trackio (repeat, or comma-separate); "
+            "default none beyond the run's own logs.",
+        ),
+    ] = None,
     env_spec: Any = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
@@ -189,7 +203,7 @@ def train_rl_cmd(
         precision=precision,
     )
     check_endpoint(settings.reward)  # an llm: judge's endpoint answers, or one line in seconds
-    s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec)
+    s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec, report_to=report_to)
     if s.get("prefilter"):
         p = s["prefilter"]
         where = f" from {p['source']}" if p.get("source") else ""

@@ -3,7 +3,10 @@ output directory's resume rules and the final save."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -338,3 +341,55 @@ def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         PeftModel.from_pretrained(base, out / "adapter").merge_and_unload().save_pretrained(out)
         trainer.processing_class.save_pretrained(out)
+
+
+#: ``--report-to`` integrations of transformers' trainers, and the package each one needs
+REPORTERS = {
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
+    "trackio": ("trackio",),
+}
+
+
+def check_report_to(report_to: Sequence[str] | str | None) -> list[str]:
+    """The trainer's ``report_to`` list for ``report_to`` (names, or one comma-separated
+    string; empty or ``none``: nothing beyond the project's own logs).
+
+    Raises:
+        ConfigError: a name not in :data:`REPORTERS`, or one whose package is not installed
+            (named, with the pip command), before any training starts.
+    """
+    import importlib.util
+
+    if report_to is None:
+        return []
+    names = report_to.split(",") if isinstance(report_to, str) else [n for r in report_to for n in r.split(",")]
+    names = [n.strip() for n in names if n.strip() and n.strip() != "none"]
+    out = []
+    for name in names:
+        if name not in REPORTERS:
+            raise ConfigError(f"--report-to {name!r}: not one of {', '.join(REPORTERS)} (or none)")
+        if not any(importlib.util.find_spec(pkg) for pkg in REPORTERS[name]):
+            raise ConfigError(
+                f"--report-to {name} needs the {REPORTERS[name][0]} package: pip install {REPORTERS[name][0]}"
+            )
+        if name not in out:
+            out.append(name)
+    return out
+
+
+@contextlib.contextmanager
+def tensorboard_dir(path: Path, reporters: Sequence[str]) -> Iterator[None]:
+    """While a trainer is built (its TensorBoard callback reads ``TENSORBOARD_LOGGING_DIR``
+    once, and writes to ``./runs`` without it), point the variable at ``path`` when
+    ``reporters`` has ``tensorboard``; a value the user set wins, and the environment is
+    restored after."""
+    if "tensorboard" not in reporters or "TENSORBOARD_LOGGING_DIR" in os.environ:
+        yield
+        return
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("TENSORBOARD_LOGGING_DIR", None)

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from websailor.log import get_logger
 from websailor.train.common import (  # noqa: F401
     CHECKPOINTING_KWARGS,
     TrainSettings,
+    check_report_to,
     check_resume,
     latest_checkpoint,
     limit_training_memory,
@@ -37,6 +39,7 @@ from websailor.train.common import (  # noqa: F401
     read_settings,
     resolve_model_dir,
     save_model,
+    tensorboard_dir,
     use_bf16,
     wrap_lora,
 )
@@ -116,6 +119,7 @@ def train_sft(
     out: str | Path,
     settings: SFTSettings | None = None,
     progress: bool = True,
+    report_to: Sequence[str] | str | None = None,
 ) -> dict:
     """Fine-tune ``model`` on the trajectories of ``data_path`` and save it to ``out``.
 
@@ -125,6 +129,9 @@ def train_sft(
         out: output directory; rerunning the same command resumes from its latest checkpoint.
         settings: hyper-parameters (paper defaults when ``None``).
         progress: show the trainer's progress bar.
+        report_to: the trainer's experiment trackers (``tensorboard``, ``wandb``, ``mlflow``,
+            ``trackio``; :func:`websailor.train.common.check_report_to`); none by default.
+            Not part of the run's identity: a resumed run may report elsewhere.
 
     Returns:
         The summary written to ``out/sft_summary.json``: settings, data counts, steps, loss
@@ -143,6 +150,7 @@ def train_sft(
     from websailor.train.sft_data import load_sft_data
 
     settings = settings or SFTSettings()
+    reporters = check_report_to(report_to)  # an unknown or missing tracker fails before any work
     out = Path(out)
     paths = [Path(p) for p in (data_path if isinstance(data_path, (list, tuple)) else [data_path])]
     model_dir = resolve_model_dir(model)
@@ -191,15 +199,16 @@ def train_sft(
         save_steps=settings.save_steps,
         save_total_limit=2,
         logging_steps=settings.logging_steps,
-        report_to="none",
+        report_to=reporters or "none",
         seed=settings.seed,
         disable_tqdm=not progress,
         dataset_num_proc=None,
         use_cpu=not torch.cuda.is_available(),
     )
-    trainer = SFTTrainer(
-        model=net, args=args, train_dataset=Dataset.from_list(data.examples), processing_class=tokenizer
-    )
+    with tensorboard_dir(out / "tensorboard", reporters):
+        trainer = SFTTrainer(
+            model=net, args=args, train_dataset=Dataset.from_list(data.examples), processing_class=tokenizer
+        )
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - t0

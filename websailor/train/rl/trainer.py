@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from websailor.models.turns import TurnTemplate
 from websailor.questions import resolve_split
 from websailor.train.common import (
     CHECKPOINTING_KWARGS,
+    check_report_to,
     check_resume,
     limit_training_memory,
     load_tokenizer,
@@ -32,6 +34,7 @@ from websailor.train.common import (
     memory_record,
     resolve_model_dir,
     save_model,
+    tensorboard_dir,
     use_bf16,
 )
 from websailor.train.rl.prefilter import (
@@ -128,6 +131,8 @@ class _Run:
     stale: bool
     accumulation: int
     prefilter_counts: dict | None = None
+    #: experiment trackers of the trainer (not part of the identity: a resume may report elsewhere)
+    report_to: tuple[str, ...] = ()
 
     @property
     def step0(self) -> int:
@@ -289,7 +294,7 @@ def _grpo_config(run: _Run, bf16: bool, max_position_embeddings: int, progress: 
         save_steps=settings.save_steps,
         save_total_limit=2,
         logging_steps=1,
-        report_to="none",
+        report_to=list(run.report_to) or "none",
         seed=settings.seed,
         disable_tqdm=not progress,
         use_cpu=not torch.cuda.is_available(),
@@ -321,6 +326,7 @@ def train_rl(
     split: str | None = None,
     env: EnvSpec | None = None,
     progress: bool = True,
+    report_to: Sequence[str] | str | None = None,
 ) -> dict:
     """Train ``model`` with RL on the questions of ``data_path`` in the local environment
     (offline Wikipedia), the real web, or a tool server's.
@@ -343,6 +349,10 @@ def train_rl(
         env: the rollouts' environment (default: the local tools over the embedded corpus); its
             :meth:`~websailor.tools.environment.EnvSpec.record` is part of the run's identity.
         progress: progress bars.
+        report_to: TRL's experiment trackers (``tensorboard``, ``wandb``, ``mlflow``,
+            ``trackio``; :func:`websailor.train.common.check_report_to`), beside the step log
+            and its TensorBoard scalars that every run writes. TRL's TensorBoard files go to
+            ``out/trl_tensorboard``.
 
     Returns:
         The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
@@ -363,10 +373,12 @@ def train_rl(
     from websailor.tools.environment import EnvSpec, open_environment
 
     settings = settings or RLSettings()
+    reporters = tuple(check_report_to(report_to))  # an unknown or missing tracker fails before any work
     out = Path(out)
     run = _plan(data_path, model, out, settings, split, env or EnvSpec())
     if isinstance(run, dict):
         return run
+    run.report_to = reporters
     server, sync = _open_server(settings)
     tool_env = open_environment(env or EnvSpec())
     try:
@@ -433,15 +445,16 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in run.items])
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    trainer = GRPOTrainer(
-        model=net,
-        reward_funcs=[advantage],
-        args=_grpo_config(run, bf16, net.config.max_position_embeddings, progress),
-        train_dataset=dataset,
-        processing_class=run.tokenizer,
-        rollout_func=rollouts,
-        callbacks=[_callback(out, rollouts, settings.micro_batch_size, run.resume is not None)],
-    )
+    with tensorboard_dir(out / "trl_tensorboard", run.report_to):
+        trainer = GRPOTrainer(
+            model=net,
+            reward_funcs=[advantage],
+            args=_grpo_config(run, bf16, net.config.max_position_embeddings, progress),
+            train_dataset=dataset,
+            processing_class=run.tokenizer,
+            rollout_func=rollouts,
+            callbacks=[_callback(out, rollouts, settings.micro_batch_size, run.resume is not None)],
+        )
     if sync is not None:
         from websailor.train.rl.sync import attach
 
