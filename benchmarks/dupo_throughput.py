@@ -17,6 +17,10 @@ times (concurrently, as in training) and the judge grades them with DUPO's rewar
         --stream runs/mini/dupo_stream.jsonl --batches 3 --groups 2 --group-size 4
     python benchmarks/dupo_throughput.py --replay runs/mini/rl_model/rollouts.jsonl --groups 2
 
+``--model`` takes any model spec, a ``vllm:NAME@URL`` server among them (the ladder experiment's
+``throughput`` stage serves its SFT model and measures the live stream that way);
+``--observations compact`` matches a model trained on compact observations.
+
 Prints, per strategy: batches filled, groups sampled, wall seconds spent sampling (sum of
 group wall times), training-batch rollouts per second, and the ratio DUPO / dynamic; also the
 ratio expected from the measured share p of groups with spread, (1 - (1 - p)^B) / p, for B and
@@ -96,6 +100,7 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
     from websailor.corpus import Corpus
     from websailor.judge.base import Case, load_judge
     from websailor.models import load_model
+    from websailor.tools.environment import OBSERVATION_PRESETS
     from websailor.tools.local import build_local_tools
     from websailor.train.rewards import reward
     from websailor.train.rl import RLSettings, build_agent_config, training_questions
@@ -115,7 +120,11 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
             seed=a.seed,
         )
     )
-    agent = Agent(load_model(a.model, max_batch=a.group_size), build_local_tools(Corpus.open(None)), cfg)
+    agent = Agent(
+        load_model(a.model, max_batch=a.group_size),
+        build_local_tools(Corpus.open(None), **OBSERVATION_PRESETS[a.observations]),
+        cfg,
+    )
     judge = load_judge("em")
     with a.stream.open("a") as fh:
         for it in items[len(stream) : needed]:
@@ -151,6 +160,9 @@ def main() -> None:
     p.add_argument("--max-calls", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--observations", choices=("paper", "compact"), default="paper", help="observation setting of the tools"
+    )
     a = p.parse_args()
     if a.replay:
         groups = replay_groups(a.replay, a.group_size)

@@ -6,33 +6,45 @@ same budget), and evaluate the base, SFT and RL models on the held-out items by 
 Every stage is a `websailor` command, printed before it runs, so the experiment is also a
 recipe; each one resumes, so rerunning the script after an interruption continues it. The run
 directory keeps every stage's files and ``settings.json``; a rerun with other settings (levels,
-observations, model, seed, sizes) is refused before anything runs.
+observations, model, seed, sizes) is refused before anything runs, and so is a stage whose
+inputs are missing (the message names the stage that makes them).
+
+Rollouts (evaluations, the prefilter, RL) are sampled on a vLLM server that the script starts
+for the stage's model (``--engine vllm``; ``auto`` when ``make vllm`` built one), and RL syncs
+its weights to that server every step; ``--engine local`` uses the in-process engine.
 
     python experiments/mini_pipeline.py --out runs/ladder                       # every stage
     python experiments/mini_pipeline.py --out runs/ladder --until eval_sft      # the cold start only
     python experiments/mini_pipeline.py --out runs/ladder --rl-steps 60         # continue RL further
+    python experiments/mini_pipeline.py --out runs/ladder --publish experiments/results/ladder
 
 Writes OUT/results.json and OUT/results.md (the tables and the per-stage wall time, items or
 rollouts and peak resident memory) and the same figures with the context of the run to
-experiments/results/mini_pipeline.json.
+experiments/results/mini_pipeline.json; ``--publish DIR`` copies the run's small outputs
+(settings, summaries, scores, RL step logs and rollouts; no model) there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import write_results  # noqa: E402
+
+from websailor.train.rl_log import reward_gain  # noqa: E402
 
 WS = str(Path(sys.executable).with_name("websailor"))
 #: the stages in order; --until stops after one of them
@@ -48,7 +60,31 @@ STAGES = (
     "eval_rl",
     "dupo",
     "eval_dupo",
+    "throughput",
+    "transfer",
 )
+#: the run directory's layout; directories of an earlier layout (``settings.json`` without it:
+#: constructive trajectories that open with the clue alone, no vLLM stages) are refused
+LAYOUT = 2
+#: what each stage reads, and the stage that makes it
+NEEDS = {
+    "traj": (("qa.jsonl", "synth"),),
+    "sft": (("sft_trajectories.jsonl", "traj"),),
+    "eval_base": (("qa.jsonl", "synth"),),
+    "eval_sft": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
+    "prefilter": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
+    "sanity": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter")),
+    "rl": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter")),
+    "eval_rl": (("rl_model/rl_summary.json", "rl"),),
+    "dupo": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter")),
+    "eval_dupo": (("dupo_model/rl_summary.json", "dupo"),),
+    "throughput": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
+}
+#: the hand-written questions of the transfer check (stage ``transfer``)
+VITAL_QUESTIONS = ROOT / "benchmarks" / "data" / "vital_questions.jsonl"
+#: the models of the test tables, in order, and the run directory of each trained one
+MODELS = ("base", "sft", "rl", "dupo")
+MODEL_DIRS = {"sft": "sft_model", "rl": "rl_model", "dupo": "dupo_model"}
 #: the settings a resumed run must keep (the others, such as --until, may change)
 IDENTITY = (
     "items",
@@ -65,6 +101,8 @@ IDENTITY = (
     "max_tokens",
     "concurrency",
     "prefilter_limit",
+    "prefilter_k",
+    "question_query",
     "sanity_items",
     "sanity_group_size",
     "sanity_lr",
@@ -74,12 +112,19 @@ IDENTITY = (
 )
 
 
-def run_stage(name: str, args: list[str], stages: dict) -> None:
-    """Run one `websailor` command; record its wall time and peak resident memory (MB)."""
-    print(f"\n[{name}] $ websailor " + " ".join(shlex.quote(a) for a in args), flush=True)
+def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> None:
+    """Run one `websailor` command (or ``program``); record its wall time and peak resident
+    memory (MB)."""
+    shown = "websailor" if program == WS else "python"
+    print(f"\n[{name}] $ {shown} " + " ".join(shlex.quote(a) for a in args), flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([WS, *args])
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.Popen([program, *args])
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # Ctrl-C or SIGTERM of the script: the stage stops too, and cleans up
+        proc.terminate()
+        proc.wait()
+        raise
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed with exit code {proc.returncode}; rerun the script to resume")
@@ -87,6 +132,133 @@ def run_stage(name: str, args: list[str], stages: dict) -> None:
     rec["wall_s"] = round(rec["wall_s"] + time.perf_counter() - t0, 1)
     rec["peak_rss_mb"] = max(rec["peak_rss_mb"], round(usage.ru_maxrss / 1024, 1))
     rec["runs"] += 1
+
+
+def missing_inputs(out: Path, wanted: tuple[str, ...]) -> list[str]:
+    """What the wanted stages read that is not there and that no wanted stage earlier in the
+    run makes: one line per missing file, naming the stage that makes it."""
+    lines = []
+    for name in wanted:
+        for rel, maker in NEEDS.get(name, ()):
+            made_now = maker in wanted and STAGES.index(maker) < STAGES.index(name)
+            if not made_now and not (out / rel).exists():
+                lines.append(f"stage {name} needs {out / rel}, which stage {maker} makes (--only {maker})")
+    return lines
+
+
+def engine_of(choice: str) -> str:
+    """``vllm`` or ``local`` for ``--engine`` (``auto``: vllm when a vLLM interpreter is found)."""
+    if choice != "auto":
+        return choice
+    from websailor.errors import WebsailorError
+    from websailor.models.vllm_launch import find_vllm_python
+
+    try:
+        find_vllm_python()
+    except WebsailorError:
+        return "local"
+    return "vllm"
+
+
+def model_dir(model: str) -> Path:
+    """The transformers directory of ``smollm2``, ``hf:DIR`` or a directory."""
+    if model == "smollm2":
+        from websailor.models.embedded import ensure_smollm2
+
+        return ensure_smollm2()
+    return Path(model.removeprefix("hf:"))
+
+
+@contextlib.contextmanager
+def served(model: str, engine: str, logs: Path, label: str, max_model_len: int) -> Iterator[str]:
+    """The model spec a stage's commands take: a vLLM server started for ``model`` and stopped
+    after the stage (``engine == "vllm"``), or ``model`` itself for the local engine."""
+    if engine != "vllm":
+        yield model
+        return
+    from websailor.models.vllm_launch import VLLMServer
+
+    logs.mkdir(parents=True, exist_ok=True)
+    server = VLLMServer(
+        model_dir(model), name=label, port=0, max_model_len=max_model_len, log_path=logs / f"{label}.log"
+    )
+    print(f"[{label}] starting a vLLM server for {model} (log {server.log_path})", flush=True)
+    server.start()
+    try:
+        server.wait_ready(progress=True)
+        print(f"[{label}] {server.spec} ready in {server.startup_s:.0f} s", flush=True)
+        yield server.spec
+    finally:
+        server.stop()
+
+
+def search_baseline(bench: Path, corpus: str | None = None) -> dict:
+    """The transfer check's baseline: a BM25 search of each question's own text over the corpus,
+    answering with the top result's title, graded by exact match (deterministic: one answer a
+    question). Returns ``{"questions", "correct", "accuracy", "answers": [...]}``."""
+    from websailor.corpus import Corpus
+    from websailor.judge import load_judge
+    from websailor.judge.base import Case
+    from websailor.questions import load_questions
+
+    items = load_questions(str(bench))
+    corpus_ = Corpus.open(corpus)
+    hits = corpus_.search([it.question for it in items], k=1)
+    titles = [h[0].title if h else None for h in hits]
+    grades = load_judge("em").grade([Case(it.question, t, it.gold) for it, t in zip(items, titles)])
+    answers = [
+        {"id": it.id, "question": it.question, "answer": str(it.gold.answer), "top_title": t, "correct": g.correct}
+        for it, t, g in zip(items, titles, grades)
+    ]
+    right = sum(bool(a["correct"]) for a in answers)
+    return {"questions": len(items), "correct": right, "accuracy": round(right / len(items), 4), "answers": answers}
+
+
+#: the run's files that --publish copies (globs under OUT): small outputs, never a model
+PUBLISHED = (
+    "settings.json",
+    "results.json",
+    "results.md",
+    "qa_stats.txt",
+    "compare_*.md",
+    "dupo_stream.jsonl",
+    "transfer_baseline.json",
+    "sft_model/sft_summary.json",
+    "sft_model/sft_settings.json",
+    "eval_*/summary.json",
+    "eval_*/scores.jsonl",
+    "eval_*/report.md",
+    "eval_*/trajectories.jsonl",
+    "transfer_*/summary.json",
+    "transfer_*/scores.jsonl",
+    "transfer_*/trajectories.jsonl",
+    "*_model/rl_settings.json",
+    "*_model/rl_summary.json",
+    "*_model/rl_log.jsonl",
+    "*_model/rollouts.jsonl",
+    "*_model/*.png",
+    "rl_sanity/rl_settings.json",
+    "rl_sanity/rl_summary.json",
+    "rl_sanity/rl_log.jsonl",
+    "rl_sanity/rollouts.jsonl",
+    "rl_sanity/*.png",
+    "sanity_qa.jsonl",
+)
+
+
+def publish(out: Path, dest: Path) -> int:
+    """Copy the run's small outputs (:data:`PUBLISHED`) from ``out`` to ``dest`` (same relative
+    paths; files of an earlier publish are replaced); returns the bytes copied."""
+    total = 0
+    for pattern in PUBLISHED:
+        for src in sorted(out.glob(pattern)):
+            if not src.is_file() or "checkpoint" in src.as_posix():
+                continue
+            target = dest / src.relative_to(out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+            total += src.stat().st_size
+    return total
 
 
 def figures(eval_dir: Path) -> dict:
@@ -126,40 +298,6 @@ def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) ->
     return [by_id[q] for q in ids[:limit]]
 
 
-def reward_gain(rl_dir: Path, n: int = 10, resamples: int = 2000, seed: int = 0) -> dict | None:
-    """Mean reward of the rollouts of the last ``n`` steps minus the first ``n``, with a 95%
-    bootstrap interval (rollouts resampled within each window)."""
-    import numpy as np
-
-    path = rl_dir / "rollouts.jsonl"
-    if not path.is_file():
-        return None
-    by_step: dict[int, list[float]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        if rec.get("reward") is not None:
-            by_step.setdefault(int(rec["step"]), []).append(float(rec["reward"]))
-    steps = sorted(by_step)
-    if len(steps) < 2:
-        return None
-    n = min(n, len(steps) // 2)
-    head = np.array([r for s in steps[:n] for r in by_step[s]])
-    tail = np.array([r for s in steps[-n:] for r in by_step[s]])
-    rng = np.random.default_rng(seed)
-    diffs = np.sort(
-        rng.choice(tail, (resamples, len(tail))).mean(axis=1) - rng.choice(head, (resamples, len(head))).mean(axis=1)
-    )
-    return {
-        "steps": len(steps),
-        "window": n,
-        "first": round(float(head.mean()), 4),
-        "last": round(float(tail.mean()), 4),
-        "diff": round(float(tail.mean() - head.mean()), 4),
-        "diff_ci95": [round(float(diffs[int(0.025 * resamples)]), 4), round(float(diffs[int(0.975 * resamples)]), 4)],
-        "reward_per_step": [round(sum(by_step[s]) / len(by_step[s]), 4) for s in steps],
-    }
-
-
 def _row(name: str, f: dict, k: int | None = None) -> str:
     lo, hi = f["avg_at_k_ci95"] or (None, None)
     k = f.get("k", k)
@@ -186,6 +324,16 @@ def tables(results: dict) -> str:
             for m in models
             if lv in results["eval"][m]["by_level"]
         ]
+    transfer = results.get("transfer") or {}
+    if transfer:
+        lines += ["", "Transfer: the hand-written questions of benchmarks/data/vital_questions.jsonl:", "", head]
+        lines += ["|---|---|---|---|---|---|---|"] + [_row(m, f) for m, f in transfer.items()]
+        base = results.get("transfer_baseline")
+        if base:
+            lines += [
+                f"| search the question, answer the top title | {base['questions']} x 1 | - | "
+                f"{100 * base['accuracy']:.1f} | - | 1 | - |"
+            ]
     for name, gain in (results.get("reward_gain") or {}).items():
         if gain:
             lo, hi = gain["diff_ci95"]
@@ -204,7 +352,7 @@ def tables(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/ladder"))
     p.add_argument("--items", type=int, default=600, help="items to synthesize (train + test)")
@@ -213,49 +361,85 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--observations", default="compact", help="observation setting of SFT data, RL and eval")
     p.add_argument("--distractor-share", type=float, default=0.3)
+    p.add_argument(
+        "--question-query",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="constructive trajectories open with a search of the question's own text (traj build --question-query)",
+    )
     p.add_argument("--sft-config", type=Path, default=ROOT / "configs" / "sft" / "cpu_ladder.yaml")
     p.add_argument("--model", default="smollm2", help="the base model")
+    p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto", help="where rollouts are sampled")
+    p.add_argument("--max-model-len", type=int, default=8192, help="the vLLM server's context (tokens)")
     p.add_argument("--k", type=int, default=4, help="rollouts per test item")
     p.add_argument("--eval-limit", type=int, default=60, help="test items evaluated")
     p.add_argument("--max-calls", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--prefilter-limit", type=int, default=48, help="training items the SFT model is rated on")
+    p.add_argument("--prefilter-k", type=int, default=8, help="rollouts per training item of the prefilter")
     p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
     p.add_argument("--sanity-steps", type=int, default=16)
     p.add_argument("--sanity-group-size", type=int, default=8, help="rollouts per group (and per step) of the check")
-    p.add_argument("--sanity-lr", type=float, default=5e-5, help="learning rate of the check (overfitting is its aim)")
+    p.add_argument("--sanity-lr", type=float, default=1e-5, help="learning rate of the check")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--rl-lr", type=float, default=2e-5)
+    p.add_argument("--rl-lr", type=float, default=1e-5)
     p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_ladder.yaml")
     p.add_argument("--rl-steps", type=int, default=40, help="RL steps of the main run (V2, and DUPO)")
+    p.add_argument("--throughput-groups", type=int, default=4, help="groups per batch of the DUPO throughput stage")
+    p.add_argument("--throughput-max-groups", type=int, default=24, help="most groups the throughput stage samples")
     p.add_argument("--until", choices=STAGES, default=STAGES[-1], help="stop after this stage")
     p.add_argument("--only", help="run only these stages (comma-separated; their inputs must exist)")
-    a = p.parse_args()
-    out = a.out
-    out.mkdir(parents=True, exist_ok=True)
-    settings = {key: str(v) if isinstance(v, Path) else v for key, v in vars(a).items()}
+    p.add_argument("--publish", type=Path, help="copy the run's small outputs to this folder at the end")
+    return p.parse_args()
+
+
+def check_settings(out: Path, settings: dict) -> None:
+    """Refuse a run directory of an earlier layout or with other identity settings."""
     saved_path = out / "settings.json"
-    if saved_path.exists():
-        saved = json.loads(saved_path.read_text())
-        changed = [key for key in IDENTITY if key in saved and saved[key] != settings[key]]
-        if changed:
-            raise SystemExit(
-                f"{out} holds a run with other settings: "
-                + ", ".join(f"--{key.replace('_', '-')} {saved[key]} (now {settings[key]})" for key in changed)
-                + "; use the same settings to resume it, or another --out"
-            )
-    saved_path.write_text(json.dumps(settings, indent=2))
-    results_path = out / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    stages = results.setdefault("stages", {})
-    results["settings"] = settings
+    if not saved_path.exists():
+        return
+    saved = json.loads(saved_path.read_text())
+    if saved.get("layout") != LAYOUT:
+        raise SystemExit(
+            f"{out} holds a run of an earlier version of this script (layout {saved.get('layout', 1)}, now {LAYOUT}: "
+            "trajectories that open with the question's own words, rollouts on vLLM, a prefilter at k = 8); "
+            "start it again under another --out (or delete it)"
+        )
+    changed = [key for key in IDENTITY if key in saved and saved[key] != settings[key]]
+    if changed:
+        raise SystemExit(
+            f"{out} holds a run with other settings: "
+            + ", ".join(f"--{key.replace('_', '-')} {saved[key]} (now {settings[key]})" for key in changed)
+            + "; use the same settings to resume it, or another --out"
+        )
+
+
+def main() -> None:
+    from websailor.signals import interrupt_on_termination
+
+    interrupt_on_termination()  # a killed run stops the vLLM server of its stage
+    a = parse_args()
+    out = a.out
+    settings = {key: str(v) if isinstance(v, Path) else v for key, v in vars(a).items()} | {"layout": LAYOUT}
+    check_settings(out, settings)
     wanted = STAGES[: STAGES.index(a.until) + 1]
     if a.only:
         wanted = tuple(x.strip() for x in a.only.split(","))
         unknown = [x for x in wanted if x not in STAGES]
         if unknown:
             raise SystemExit(f"--only: no stage {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
+    missing = missing_inputs(out, wanted)
+    if missing:
+        raise SystemExit("\n".join(missing))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "settings.json").write_text(json.dumps(settings, indent=2))
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    stages = results.setdefault("stages", {})
+    results["settings"] = settings
+    engine = engine_of(a.engine)
+    logs = out / "logs"
 
     qa, traj, sft = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
     obs = ["--observations", a.observations]
@@ -273,64 +457,137 @@ def main() -> None:
             run_stage(name, args, stages)
             results_path.write_text(json.dumps(results, indent=2))
 
-    n = str(a.items)
+    def stage_script(name: str, args: list[str]) -> None:
+        if name in wanted:
+            run_stage(name, args, stages, program=sys.executable)
+            results_path.write_text(json.dumps(results, indent=2))
+
+    def serve(name: str, model: str) -> contextlib.AbstractContextManager[str]:
+        if name not in wanted:
+            return contextlib.nullcontext(model)
+        return served(model, engine, logs, name, a.max_model_len)
+
     stage(
         "synth",
-        ["synth", "--n", n, "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
+        ["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
         + ["--test-fraction", str(a.test_fraction), *obs],
     )
-    stage("synth", ["synth", "stats", str(qa)])
+    if "synth" in wanted:
+        stats = subprocess.run([WS, "synth", "stats", str(qa)], check=True, capture_output=True, text=True).stdout
+        (out / "qa_stats.txt").write_text(stats)
+        print(stats)
     stage(
         "traj",
         ["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train", "--out", str(traj)]
-        + ["--distractor-share", str(a.distractor_share), *obs],
+        + ["--distractor-share", str(a.distractor_share), *obs]
+        + ["--question-query" if a.question_query else "--no-question-query"],
     )
     stage(
         "sft",
         ["train", "sft", "--data", str(traj), "--out", str(sft), "--model", a.model, "--config", str(a.sft_config)],
     )
-    evals = {"base": a.model, "sft": f"hf:{sft}"}
+    models = {"base": a.model, "sft": f"hf:{sft}"}
     for name in ("base", "sft"):
-        stage(f"eval_{name}", ["eval", *test, "--model", evals[name], "--out", str(out / f"eval_{name}"), *agent, *obs])
+        with serve(f"eval_{name}", models[name]) as spec:
+            stage(f"eval_{name}", ["eval", *test, "--model", spec, "--out", str(out / f"eval_{name}"), *agent, *obs])
     # the SFT model on training items: the prefilter that RL reads with --prefilter-from
     rated = out / "eval_sft_train"
-    train_items = ["--bench", str(qa), "--split", "train", "--limit", str(a.prefilter_limit), "--rollouts", str(a.k)]
-    stage("prefilter", ["eval", *train_items, "--model", f"hf:{sft}", "--out", str(rated), *agent, *obs])
+    train_items = ["--bench", str(qa), "--split", "train", "--limit", str(a.prefilter_limit)]
+    with serve("prefilter", models["sft"]) as spec:
+        stage(
+            "prefilter",
+            [
+                "eval",
+                *train_items,
+                "--rollouts",
+                str(a.prefilter_k),
+                "--model",
+                spec,
+                "--out",
+                str(rated),
+                *agent,
+                *obs,
+            ],
+        )
     sanity_qa, sanity = out / "sanity_qa.jsonl", out / "rl_sanity"
-    if "sanity" in wanted:
-        if not sanity_qa.exists():
-            chosen = moderate_items(qa, rated, a.k, a.sanity_items, a.seed)
-            if not chosen:
-                raise SystemExit(f"no training item in {rated} was solved sometimes but not always: no sanity check")
-            sanity_qa.write_text("".join(json.dumps(it) + "\n" for it in chosen))
+    if "sanity" in wanted and not sanity_qa.exists():
+        chosen = moderate_items(qa, rated, a.prefilter_k, a.sanity_items, a.seed)
+        if not chosen:
+            raise SystemExit(f"no training item in {rated} was solved sometimes but not always: no sanity check")
+        sanity_qa.write_text("".join(json.dumps(it) + "\n" for it in chosen))
+    with serve("sanity", models["sft"]) as spec:
+        server = ["--rollout-server", spec] if engine == "vllm" and "sanity" in wanted else []
         stage(
             "sanity",
-            ["train", "rl", "--data", str(sanity_qa), "--split", "all", "--model", f"hf:{sft}", "--out", str(sanity)]
-            + ["--max-steps", str(a.sanity_steps), *rl_common]
+            ["train", "rl", "--data", str(sanity_qa), "--split", "all", "--model", models["sft"], "--out", str(sanity)]
+            + ["--max-steps", str(a.sanity_steps), *rl_common, *server]
             + ["--group-size", str(a.sanity_group_size), "--batch", str(a.sanity_group_size)]
             + ["--lr", str(a.sanity_lr)],
         )
     rl_runs = {"rl": ("v2", out / "rl_model"), "dupo": ("dupo", out / "dupo_model")}
     for name, (algo, path) in rl_runs.items():
-        stage(
-            name,
-            ["train", "rl", "--data", str(qa), "--split", "train", "--model", f"hf:{sft}", "--out", str(path)]
-            + ["--algo", algo, "--prefilter-from", str(rated), "--max-steps", str(a.rl_steps), *rl_common],
+        with serve(name, models["sft"]) as spec:
+            server = ["--rollout-server", spec] if engine == "vllm" and name in wanted else []
+            stage(
+                name,
+                ["train", "rl", "--data", str(qa), "--split", "train", "--model", models["sft"], "--out", str(path)]
+                + ["--algo", algo, "--prefilter-from", str(rated), "--max-steps", str(a.rl_steps), *rl_common, *server],
+            )
+        with serve(f"eval_{name}", f"hf:{path}") as spec:
+            stage(f"eval_{name}", ["eval", *test, "--model", spec, "--out", str(out / f"eval_{name}"), *agent, *obs])
+    # DUPO against dynamic sampling on one live stream of groups of the SFT model (training items)
+    with serve("throughput", models["sft"]) as spec:
+        stage_script(
+            "throughput",
+            [str(ROOT / "benchmarks" / "dupo_throughput.py"), "--model", spec, "--qa", str(qa)]
+            + ["--stream", str(out / "dupo_stream.jsonl"), "--groups", str(a.throughput_groups)]
+            + ["--group-size", str(a.group_size), "--batches", "3", "--max-groups", str(a.throughput_max_groups)]
+            + ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", a.observations],
         )
-        stage(
-            f"eval_{name}", ["eval", *test, "--model", f"hf:{path}", "--out", str(out / f"eval_{name}"), *agent, *obs]
-        )
+    models |= {name: f"hf:{path}" for name, (_, path) in rl_runs.items()}
+    if "transfer" in wanted:
+        transfer(out, a, models, engine, agent, obs, stages, results, results_path)
 
-    results["eval"] = {
-        m: figures(out / f"eval_{m}") for m in evals | rl_runs if (out / f"eval_{m}" / "summary.json").exists()
+    report(out, a, results, results_path, sanity, rl_runs)
+
+
+def transfer(out, a, models, engine, agent, obs, stages, results, results_path) -> None:
+    """The hand-written questions (:data:`VITAL_QUESTIONS`) for every model that exists, and
+    the search baseline, whose figures go to ``results["transfer"]``."""
+    baseline = search_baseline(VITAL_QUESTIONS)
+    (out / "transfer_baseline.json").write_text(json.dumps(baseline, indent=2))
+    bench = ["--bench", str(VITAL_QUESTIONS), "--rollouts", str(a.k)]
+    for name in MODELS:
+        if name != "base" and not (out / MODEL_DIRS[name] / "config.json").exists():
+            continue
+        with served(models[name], engine, out / "logs", f"transfer_{name}", a.max_model_len) as spec:
+            run_stage(
+                f"transfer_{name}",
+                ["eval", *bench, "--model", spec, "--out", str(out / f"transfer_{name}"), *agent, *obs],
+                stages,
+            )
+        results_path.write_text(json.dumps(results, indent=2))
+
+
+def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, sanity: Path, rl_runs: dict) -> None:
+    """Gather every stage's figures into OUT/results.json and OUT/results.md (and publish)."""
+    results["eval"] = {m: figures(out / f"eval_{m}") for m in MODELS if (out / f"eval_{m}" / "summary.json").exists()}
+    results["transfer"] = {
+        m: figures(out / f"transfer_{m}") for m in MODELS if (out / f"transfer_{m}" / "summary.json").exists()
     }
+    if (out / "transfer_baseline.json").exists():
+        base = json.loads((out / "transfer_baseline.json").read_text())
+        results["transfer_baseline"] = {key: base[key] for key in ("questions", "correct", "accuracy")}
+    stream = ROOT / "benchmarks" / "results" / "dupo_throughput.json"
+    if "throughput" in results.get("stages", {}) and stream.exists():
+        results["dupo_throughput"] = json.loads(stream.read_text())["figures"]
     results["reward_gain"] = {
-        label: reward_gain(path)
+        label: reward_gain(path / "rollouts.jsonl")
         for label, path in (("sanity", sanity), *((m, d) for m, (_, d) in rl_runs.items()))
         if path.exists()
     }
     compare = {}
-    for a_name, b_name in (("base", "sft"), ("sft", "rl"), ("sft", "dupo")):
+    for a_name, b_name in (("base", "sft"), ("sft", "rl"), ("sft", "dupo"), ("rl", "dupo")):
         if a_name in results["eval"] and b_name in results["eval"]:
             md = out / f"compare_{a_name}_{b_name}.md"
             subprocess.run(
@@ -349,6 +606,9 @@ def main() -> None:
     (out / "results.md").write_text(table)
     print(table)
     write_results("mini_pipeline", results, a, results_dir=ROOT / "experiments" / "results")
+    if a.publish:
+        size = publish(out, a.publish)
+        print(f"published {size / 1e6:.1f} MB of {out} to {a.publish}")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,11 @@ GENERATED = DOCS / "cli.md"
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
 RUN_MARKER = "<!-- docs-test: run -->"
 # options of this repository's scripts written alone in prose: option -> the file that defines it
-SCRIPT_OPTIONS = {"--kinds": "websailor/tools/web/fault_server.py"}
+SCRIPT_OPTIONS = {
+    "--kinds": "websailor/tools/web/fault_server.py",
+    "--engine": "experiments/mini_pipeline.py",
+    "--publish": "experiments/mini_pipeline.py",
+}
 REPO_PATH = re.compile(r"^(?:websailor|benchmarks|experiments|configs|tests|docs)(?:/[\w.-]+)*/?$")
 OPTION = re.compile(r"(?<![\w./:-])(--?[A-Za-z][\w-]*)")
 QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")

@@ -763,3 +763,28 @@ def test_train_rl_prefilters_from_an_eval_and_records_it(tiny_rl, vital_dir: Pat
             train_rl(
                 qa, f"hf:{tiny}", out, s.model_copy(update={**change, "max_steps": 2}), env=EnvSpec(corpus=vital_dir)
             )
+
+
+def test_reward_gain_bootstraps_last_against_first_window(tmp_path):
+    """The training-reward target of the experiments: last window minus first, with an
+    interval that excludes zero only when the rise is real."""
+    import random
+
+    from websailor.train.rl_log import reward_gain
+
+    def write(rewards_by_step):
+        path = tmp_path / "rollouts.jsonl"
+        lines = [json.dumps({"step": s, "reward": r}) for s, rs in enumerate(rewards_by_step, 1) for r in rs]
+        path.write_text("\n".join(lines) + "\n" + '{"step": 99, "rew')  # an unfinished last line is skipped
+        return path
+
+    rising = write([[0.0] * 6 + [1.0] * 2] * 10 + [[1.0] * 6 + [0.0] * 2] * 10)
+    g = reward_gain(rising)
+    assert (g["steps"], g["window"], g["first"], g["last"], g["diff"]) == (20, 10, 0.25, 0.75, 0.5)
+    assert 0.3 < g["diff_ci95"][0] < 0.5 < g["diff_ci95"][1] < 0.7 and len(g["reward_per_step"]) == 20
+    rng = random.Random(0)
+    flat = reward_gain(write([[float(rng.random() < 0.4) for _ in range(8)] for _ in range(12)]), window=6)
+    assert flat["window"] == 6 and flat["diff_ci95"][0] < 0 < flat["diff_ci95"][1]
+    short = reward_gain(write([[0.0, 1.0], [1.0, 1.0], [None, 1.0]]))  # fewer steps than two windows: halved
+    assert short["window"] == 1 and short["first"] == 0.5 and short["last"] == 1.0
+    assert reward_gain(tmp_path / "none.jsonl") is None and reward_gain(write([[1.0]])) is None

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
 
 import typer
 
 from websailor.cli import compare, corpus, evaluate, run, serve, synth, tools, train, traj, view
 from websailor.log import setup_logging
+from websailor.signals import interrupt_on_termination
 
 app = typer.Typer(
     help="WebSailor-V2 deep-research agents: corpus, tools, agent, synthesis, training, evaluation.",
@@ -19,15 +19,10 @@ app = typer.Typer(
 )
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # run the same clean-up as Ctrl-C (temporary build directories)
-
-
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
     setup_logging(verbose)
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _terminate)  # a closed terminal: the same clean-up (a served model's server stops)
+    interrupt_on_termination()  # a served model's server stops, temporary build directories go
 
 
 for module in (corpus, tools, run, synth, evaluate, compare, traj, serve, train, view):

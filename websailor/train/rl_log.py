@@ -182,3 +182,53 @@ def plot_log(out: str | Path, png: str | Path | None = None, smooth: int = 5) ->
     fig.savefig(png, dpi=100)
     plt.close(fig)
     return png
+
+
+def reward_gain(rollouts_path: str | Path, window: int = 10, resamples: int = 2000, seed: int = 0) -> dict | None:
+    """The training reward's change over an RL run: the mean reward of the rollouts of the
+    last ``window`` steps minus that of the first ``window`` (halved when the run has fewer
+    than ``2 * window`` steps), with a 95% percentile-bootstrap interval (rollouts resampled
+    with replacement within each window, ``resamples`` times). Rollouts without a reward
+    (ungraded) are left out.
+
+    Args:
+        rollouts_path: an RL run's ``rollouts.jsonl`` (records with ``step`` and ``reward``).
+
+    Returns:
+        ``{"steps", "window", "first", "last", "diff", "diff_ci95": [lo, hi],
+        "reward_per_step": [...]}``, or ``None`` when the file is missing or has fewer than two
+        steps with rewards.
+
+    Raises:
+        InputFormatError: a line is not a rollout record.
+    """
+    import numpy as np
+
+    from websailor.jsonio import read_appended_jsonl
+
+    path = Path(rollouts_path)
+    if not path.is_file():
+        return None
+    by_step: dict[int, list[float]] = {}
+    for _, rec in read_appended_jsonl(path, "a rollout record"):
+        if rec.get("reward") is not None:
+            by_step.setdefault(int(rec["step"]), []).append(float(rec["reward"]))
+    steps = sorted(by_step)
+    if len(steps) < 2:
+        return None
+    n = min(window, len(steps) // 2)
+    head = np.array([r for s in steps[:n] for r in by_step[s]])
+    tail = np.array([r for s in steps[-n:] for r in by_step[s]])
+    rng = np.random.default_rng(seed)
+    diffs = np.sort(
+        rng.choice(tail, (resamples, len(tail))).mean(axis=1) - rng.choice(head, (resamples, len(head))).mean(axis=1)
+    )
+    return {
+        "steps": len(steps),
+        "window": n,
+        "first": round(float(head.mean()), 4),
+        "last": round(float(tail.mean()), 4),
+        "diff": round(float(tail.mean() - head.mean()), 4),
+        "diff_ci95": [round(float(diffs[int(0.025 * resamples)]), 4), round(float(diffs[int(0.975 * resamples)]), 4)],
+        "reward_per_step": [round(sum(by_step[s]) / len(by_step[s]), 4) for s in steps],
+    }

@@ -1,0 +1,202 @@
+"""The RL overfitting check: a few RL steps on a handful of synthesized items must raise the
+training reward. It guards every change to rollouts, masks, advantages and weight sync: a sign
+flip, a stale policy (rollouts from old weights) or a mask that drops the answer's tokens leaves
+the reward flat or falling, and the check turns red (exit 1).
+
+1. ``--warm-items`` level-1 items (``synth --level 1``, compact observations) give verifying
+   constructive trajectories; the embedded SmolLM2-135M is fine-tuned on them for
+   ``--warm-steps`` steps of 2 (the warm start, made once and kept; the base model rarely
+   writes the protocol, so RL from it has no reward to raise). ``--model hf:DIR`` skips this.
+2. ``--pool`` other items of the same synthesis are rated by the warm model (RL's sampling
+   prefilter, ``--prefilter-k`` rollouts each), and V2 (groups of ``--group-size``,
+   clip-higher, no KL) trains it on those it solves sometimes but not always, one group a
+   step, for ``--steps`` steps at ``--lr``: an overfitting rate. Rollouts
+   are sampled on a vLLM server this script starts (``--engine vllm``; ``auto`` when
+   ``make vllm`` built one) with the weights synced every step, or by the local engine.
+3. The training reward of the last half of the steps minus the first half, with a 95% bootstrap
+   interval over rollouts (:func:`websailor.train.rl_log.reward_gain`): green when the
+   interval's lower end is above 0.
+
+Everything is kept under ``--work`` and resumes: a rerun reuses the warm model and continues
+or re-reads the RL run (delete ``WORK/rl`` to train again after a change). Prints the reward of
+the first and last steps, the interval and the wall time, and writes them to
+benchmarks/results/rl_overfit.json::
+
+    python benchmarks/rl_overfit.py                    # warm start, then RL (about 10 min idle on the fast stack)
+    rm -rf runs/rl_overfit/rl && python benchmarks/rl_overfit.py   # RL again after a change
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import write_results  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", type=Path, default=Path("runs/rl_overfit"), help="working folder (resumes)")
+    p.add_argument("--model", help="the model RL starts from (hf:DIR); default: the warm start built here")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--warm-items", type=int, default=80, help="items whose trajectories the warm start learns")
+    p.add_argument("--warm-steps", type=int, default=40, help="SFT steps of 2 trajectories of the warm start")
+    p.add_argument("--pool", type=int, default=12, help="items the prefilter rates for RL")
+    p.add_argument("--prefilter-k", type=int, default=4, help="rollouts per pool item of the prefilter")
+    p.add_argument("--steps", type=int, default=8, help="RL steps")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=5e-5, help="RL learning rate (overfitting is the aim)")
+    p.add_argument("--max-calls", type=int, default=6)
+    p.add_argument("--max-tokens", type=int, default=192)
+    p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto")
+    return p.parse_args()
+
+
+def items(work: Path, a: argparse.Namespace) -> tuple[Path, Path]:
+    """Level-1 items, synthesized once: the warm start's and RL's, in two files."""
+    from websailor.corpus import Corpus
+    from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
+    from websailor.tools.environment import COMPACT_OBSERVATIONS
+    from websailor.tools.local import build_local_tools
+
+    warm, rl = work / "warm_qa.jsonl", work / "rl_qa.jsonl"
+    if warm.exists() and rl.exists():
+        return warm, rl
+    corpus = Corpus.open()
+    tools = build_local_tools(corpus, **COMPACT_OBSERVATIONS)
+    every = work / "qa.jsonl"
+    cfg = SynthConfig(n=a.warm_items + a.pool, seed=a.seed, test_fraction=0.0, levels=(1,))
+    synthesize(load_or_build(corpus), every, cfg, progress=False, tools=tools)
+    made = read_items(every)
+    rl.write_text("".join(json.dumps(it) + "\n" for it in made[: a.pool]))
+    warm.write_text("".join(json.dumps(it) + "\n" for it in made[a.pool :]))
+    return warm, rl
+
+
+def warm_start(work: Path, qa: Path, a: argparse.Namespace) -> str:
+    """SFT of the embedded model on the constructive trajectories of ``qa``; ``hf:DIR``."""
+    from websailor.corpus import Corpus
+    from websailor.synth import read_items
+    from websailor.tools.environment import COMPACT_OBSERVATIONS
+    from websailor.tools.local import build_local_tools
+    from websailor.train.constructive import build_constructive
+    from websailor.train.sft import SFTSettings, train_sft
+
+    trajs, out = work / "warm_trajectories.jsonl", work / "warm_model"
+    tools = build_local_tools(Corpus.open(), **COMPACT_OBSERVATIONS)
+    build_constructive(read_items(qa), tools, trajs, split="all", progress=False)
+    settings = SFTSettings(
+        max_steps=a.warm_steps,
+        batch_size=2,
+        learning_rate=1e-4,
+        warmup_ratio=0.1,
+        max_length=4096,
+        precision="auto",
+        gradient_checkpointing=False,
+        memory_limits=False,
+        save_steps=a.warm_steps,
+        seed=a.seed,
+    )
+    train_sft(trajs, "smollm2", out, settings)
+    return f"hf:{out}"
+
+
+def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
+    """The RL run on the handful of items, on a vLLM server when there is one."""
+    from websailor.errors import WebsailorError
+    from websailor.models.vllm_launch import VLLMServer, find_vllm_python
+    from websailor.tools.environment import COMPACT_OBSERVATIONS, EnvSpec
+    from websailor.train.rl import load_settings, train_rl
+
+    engine = a.engine
+    if engine == "auto":
+        try:
+            find_vllm_python()
+            engine = "vllm"
+        except WebsailorError:
+            engine = "local"
+    server = None
+    with contextlib.ExitStack() as stack:
+        if engine == "vllm":
+            server = VLLMServer(model.removeprefix("hf:"), port=0, max_model_len=8192, log_path=work / "vllm.log")
+            server.start()
+            stack.callback(server.stop)
+            server.wait_ready(progress=True)
+        settings = load_settings(
+            ROOT / "configs" / "rl" / "cpu_ladder.yaml",
+            max_steps=a.steps,
+            group_size=a.group_size,
+            batch_size=a.group_size,
+            learning_rate=a.lr,
+            max_calls=a.max_calls,
+            max_tokens_per_turn=a.max_tokens,
+            save_steps=a.steps,
+            seed=a.seed,
+            prefilter=a.prefilter_k,
+            rollout_server=server.spec if server else None,
+        )
+        summary = train_rl(qa, model, work / "rl", settings, split="all", env=EnvSpec(**COMPACT_OBSERVATIONS))
+    summary["engine"] = engine
+    summary["startup_s"] = round(server.startup_s or 0.0, 1) if server else None
+    return summary
+
+
+def main() -> int:
+    from websailor.signals import interrupt_on_termination
+    from websailor.train.rl_log import reward_gain
+
+    interrupt_on_termination()  # a killed check stops the vLLM server it started
+    a = parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    warm_qa, rl_qa = items(a.work, a)
+    model = a.model or warm_start(a.work, warm_qa, a)
+    warm_s = time.perf_counter() - t0
+    summary = train(a.work, rl_qa, model, a)
+    wall = time.perf_counter() - t0
+    gain = reward_gain(a.work / "rl" / "rollouts.jsonl", window=max(1, a.steps // 2))
+    if gain is None:
+        print("no RL step has rewards: nothing to compare", file=sys.stderr)
+        return 1
+    log = summary.get("log") or []
+    green = gain["diff_ci95"][0] > 0
+    figures = {
+        "model": model,
+        "engine": summary["engine"],
+        "pool": a.pool,
+        "moderate_items": (summary.get("prefilter") or {}).get("kept"),
+        "steps": gain["steps"],
+        "group_size": a.group_size,
+        "lr": a.lr,
+        "reward_per_step": gain["reward_per_step"],
+        "first_window": gain["first"],
+        "last_window": gain["last"],
+        "diff": gain["diff"],
+        "diff_ci95": gain["diff_ci95"],
+        "entropy_per_step": [r.get("entropy") for r in log],
+        "wall_s": round(wall, 1),
+        "warm_start_s": round(warm_s, 1),
+        "server_startup_s": summary["startup_s"],
+        "green": green,
+    }
+    lo, hi = gain["diff_ci95"]
+    print(f"reward per step: {', '.join(f'{r:.2f}' for r in gain['reward_per_step'])}")
+    print(
+        f"first {gain['window']} steps {gain['first']:.3f}, last {gain['window']} steps {gain['last']:.3f}: "
+        f"difference {gain['diff']:+.3f} (95% CI {lo:+.3f} to {hi:+.3f}); wall {wall:.0f} s "
+        f"(warm start {warm_s:.0f} s), engine {summary['engine']}"
+    )
+    print("GREEN: RL raised the training reward" if green else "RED: the training reward did not rise clearly")
+    write_results("rl_overfit", figures, a)
+    return 0 if green else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

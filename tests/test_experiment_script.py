@@ -1,0 +1,86 @@
+"""experiments/mini_pipeline.py refuses what it cannot resume before any work, and its
+in-process pieces (the transfer baseline, publishing) do what the docs say."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "mini_pipeline.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    spec = importlib.util.spec_from_file_location("mini_pipeline", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_missing_inputs_name_the_stage_that_makes_them(tmp_path):
+    res = _run("--out", str(tmp_path / "run"), "--only", "eval_sft,rl")
+    assert res.returncode != 0
+    assert (
+        f"stage eval_sft needs {tmp_path / 'run' / 'sft_model' / 'sft_summary.json'}, which stage sft makes"
+        in res.stderr
+    )
+    assert "stage rl needs" in res.stderr and "which stage prefilter makes (--only prefilter)" in res.stderr
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+    res = _run("--out", str(tmp_path / "run"), "--only", "sft,fine_tune")
+    assert res.returncode != 0 and "--only: no stage fine_tune" in res.stderr
+
+
+def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "settings.json").write_text(json.dumps({"items": 600, "seed": 42}))
+    res = _run("--out", str(old), "--until", "synth")
+    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 2" in res.stderr
+    assert "another --out" in res.stderr and not (old / "qa.jsonl").exists()
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "settings.json").write_text(json.dumps({"layout": 2, "items": 600, "seed": 42}))
+    res = _run("--out", str(new), "--items", "300", "--until", "synth")
+    assert res.returncode != 0 and "--items 600 (now 300)" in res.stderr
+
+
+def test_transfer_baseline_searches_the_question_text(pipeline, vital_dir, tmp_path):
+    bench = tmp_path / "q.jsonl"
+    rows = [
+        {"id": "a", "question": "Who painted the Mona Lisa?", "answer": "Mona Lisa"},  # the top title is the painting
+        {"id": "b", "question": "Who painted the Mona Lisa?", "answer": "Leonardo da Vinci"},
+    ]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = pipeline.search_baseline(bench, corpus=str(vital_dir))
+    assert base["questions"] == 2 and base["correct"] == 1 and base["accuracy"] == 0.5
+    assert [a["top_title"] for a in base["answers"]] == ["Mona Lisa", "Mona Lisa"]
+    assert [a["correct"] for a in base["answers"]] == [True, False]
+
+
+def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
+    run, dest = tmp_path / "run", tmp_path / "pub"
+    files = {
+        "settings.json": "{}",
+        "eval_sft/summary.json": "{}",
+        "eval_sft/scores.jsonl": "{}\n",
+        "rl_model/rl_log.jsonl": "{}\n",
+        "rl_model/rollouts.jsonl": "{}\n",
+        "rl_model/model.safetensors": "weights",
+        "rl_model/checkpoints/checkpoint-2/rl_log.jsonl": "{}\n",
+        "sft_model/sft_summary.json": "{}",
+        "sft_model/model.safetensors": "weights",
+    }
+    for rel, text in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_text(text)
+    size = pipeline.publish(run, dest)
+    copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert copied == sorted(r for r in files if "safetensors" not in r and "checkpoint" not in r)
+    assert size == sum(len(files[r]) for r in copied)
