@@ -15,6 +15,16 @@ train_app = typer.Typer(
 )
 
 
+#: ``--report-to`` of ``train sft`` and ``train rl``
+ReportToOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        help="Experiment trackers of TRL's trainer: tensorboard, wandb, mlflow or trackio (repeat, or comma-separate); "
+        "default none beyond the run's own logs.",
+    ),
+]
+
+
 @train_app.command("sft")
 @handle_errors
 def train_sft_cmd(
@@ -53,13 +63,7 @@ def train_sft_cmd(
     precision: Annotated[Optional[str], typer.Option(help="auto, bf16 or fp32.")] = None,
     save_steps: Annotated[Optional[int], typer.Option(min=1, help="Steps between checkpoints (default 50).")] = None,
     seed: Annotated[Optional[int], typer.Option(min=0, help="Seed of data order and initialization.")] = None,
-    report_to: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            help="Experiment trackers of TRL's trainer: tensorboard, wandb, mlflow or trackio (repeat, or comma-separate); "
-            "default none beyond the run's own logs.",
-        ),
-    ] = None,
+    report_to: ReportToOpt = None,
 ) -> None:
     """Cold-start SFT with TRL: the loss covers the assistant's tokens only."""
     from websailor.train.sft import load_settings, train_sft
@@ -169,13 +173,7 @@ def train_rl_cmd(
     precision: Annotated[
         Optional[str], typer.Option(help="auto, bf16 or fp32 (default auto: bf16 where the CPU or GPU has it).")
     ] = None,
-    report_to: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            help="Experiment trackers of TRL's trainer: tensorboard, wandb, mlflow or trackio (repeat, or comma-separate); "
-            "default none beyond the run's own logs.",
-        ),
-    ] = None,
+    report_to: ReportToOpt = None,
     env_spec: Any = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
