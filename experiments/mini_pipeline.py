@@ -19,8 +19,8 @@ its weights to that server every step; ``--engine local`` uses the in-process en
     python experiments/mini_pipeline.py --out runs/ladder --publish experiments/results/ladder
 
 Writes OUT/results.json and OUT/results.md (the tables and the per-stage wall time, items or
-rollouts and peak resident memory) and the same figures with the context of the run to
-experiments/results/mini_pipeline.json; ``--publish DIR`` copies the run's small outputs
+rollouts and peak resident memory) and the same figures with the context of the run (machine,
+commit, arguments) to OUT/mini_pipeline.json; ``--publish DIR`` copies the run's small outputs
 (settings, summaries, scores, RL step logs and rollouts; no model) there.
 """
 
@@ -73,11 +73,19 @@ NEEDS = {
     "eval_base": (("qa.jsonl", "synth"),),
     "eval_sft": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
     "prefilter": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
-    "sanity": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter")),
-    "rl": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter")),
-    "eval_rl": (("rl_model/rl_summary.json", "rl"),),
-    "dupo": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter")),
-    "eval_dupo": (("dupo_model/rl_summary.json", "dupo"),),
+    "sanity": (
+        ("sft_model/sft_summary.json", "sft"),
+        ("eval_sft_train/summary.json", "prefilter"),
+        ("qa.jsonl", "synth"),
+    ),
+    "rl": (("sft_model/sft_summary.json", "sft"), ("eval_sft_train/summary.json", "prefilter"), ("qa.jsonl", "synth")),
+    "eval_rl": (("rl_model/rl_summary.json", "rl"), ("qa.jsonl", "synth")),
+    "dupo": (
+        ("sft_model/sft_summary.json", "sft"),
+        ("eval_sft_train/summary.json", "prefilter"),
+        ("qa.jsonl", "synth"),
+    ),
+    "eval_dupo": (("dupo_model/rl_summary.json", "dupo"), ("qa.jsonl", "synth")),
     "throughput": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
 }
 #: the hand-written questions of the transfer check (stage ``transfer``)
@@ -219,6 +227,7 @@ PUBLISHED = (
     "settings.json",
     "results.json",
     "results.md",
+    "mini_pipeline.json",
     "qa_stats.txt",
     "compare_*.md",
     "dupo_stream.jsonl",
@@ -394,23 +403,42 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def _option(key: str, value: object) -> str:
+    """How ``--key value`` reads on the command line (a flag for a boolean)."""
+    flag = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{flag}" if value else f"--no-{flag}"
+    return f"--{flag} {value}"
+
+
 def check_settings(out: Path, settings: dict) -> None:
-    """Refuse a run directory of an earlier layout or with other identity settings."""
+    """Refuse, in one line, an ``--out`` that is a file, a run directory whose ``settings.json``
+    cannot be read, one of another layout, or one with other identity settings."""
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--out {out} is a file; the experiment writes a directory")
     saved_path = out / "settings.json"
     if not saved_path.exists():
         return
-    saved = json.loads(saved_path.read_text())
-    if saved.get("layout") != LAYOUT:
-        raise SystemExit(
-            f"{out} holds a run of an earlier version of this script (layout {saved.get('layout', 1)}, now {LAYOUT}: "
-            "trajectories that open with the question's own words, rollouts on vLLM, a prefilter at k = 8); "
-            "start it again under another --out (or delete it)"
+    try:
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{saved_path} cannot be read ({type(e).__name__}: {e}); use another --out") from None
+    if not isinstance(saved, dict):
+        raise SystemExit(f"{saved_path} is a JSON {type(saved).__name__}, not the settings object; use another --out")
+    layout = saved.get("layout", 1)
+    if layout != LAYOUT:
+        which = (
+            f"an earlier version of this script (layout {layout}, now {LAYOUT}: trajectories that open with the "
+            "question's own words, rollouts on vLLM, a prefilter at k = 8)"
+            if isinstance(layout, int) and not isinstance(layout, bool) and layout < LAYOUT
+            else f"an unknown layout ({layout!r}; this script writes layout {LAYOUT})"
         )
+        raise SystemExit(f"{out} holds a run of {which}; start it again under another --out (or delete it)")
     changed = [key for key in IDENTITY if key in saved and saved[key] != settings[key]]
     if changed:
         raise SystemExit(
             f"{out} holds a run with other settings: "
-            + ", ".join(f"--{key.replace('_', '-')} {saved[key]} (now {settings[key]})" for key in changed)
+            + ", ".join(f"{_option(key, saved[key])} (now {_option(key, settings[key])})" for key in changed)
             + "; use the same settings to resume it, or another --out"
         )
 
@@ -421,11 +449,15 @@ def main() -> None:
     interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a = parse_args()
     out = a.out
-    settings = {key: str(v) if isinstance(v, Path) else v for key, v in vars(a).items()} | {"layout": LAYOUT}
+    # paths as absolute ones, so that the same file written another way is the same setting
+    settings = {key: str(v.resolve()) if isinstance(v, Path) else v for key, v in vars(a).items()}
+    settings |= {"out": str(a.out), "layout": LAYOUT}
     check_settings(out, settings)
     wanted = STAGES[: STAGES.index(a.until) + 1]
-    if a.only:
-        wanted = tuple(x.strip() for x in a.only.split(","))
+    if a.only is not None:
+        wanted = tuple(x.strip() for x in a.only.split(",") if x.strip())
+        if not wanted:
+            raise SystemExit(f"--only {a.only!r} names no stage; the stages are {', '.join(STAGES)}")
         unknown = [x for x in wanted if x not in STAGES]
         if unknown:
             raise SystemExit(f"--only: no stage {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
@@ -511,7 +543,14 @@ def main() -> None:
         )
     sanity_qa, sanity = out / "sanity_qa.jsonl", out / "rl_sanity"
     if "sanity" in wanted and not sanity_qa.exists():
-        chosen = moderate_items(qa, rated, a.prefilter_k, a.sanity_items, a.seed)
+        from websailor.errors import WebsailorError
+
+        try:
+            chosen = moderate_items(qa, rated, a.prefilter_k, a.sanity_items, a.seed)
+        except WebsailorError as e:
+            raise SystemExit(
+                f"[sanity] the prefilter's rollouts in {rated} cannot be read: {e}; rerun --only prefilter"
+            ) from None
         if not chosen:
             raise SystemExit(f"no training item in {rated} was solved sometimes but not always: no sanity check")
         sanity_qa.write_text("".join(json.dumps(it) + "\n" for it in chosen))
@@ -605,7 +644,7 @@ def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, 
     table = tables(results)
     (out / "results.md").write_text(table)
     print(table)
-    write_results("mini_pipeline", results, a, results_dir=ROOT / "experiments" / "results")
+    write_results("mini_pipeline", results, a, results_dir=out)  # the figures with the machine and the commit
     if a.publish:
         size = publish(out, a.publish)
         print(f"published {size / 1e6:.1f} MB of {out} to {a.publish}")

@@ -181,7 +181,7 @@ def test_the_cli_score_takes_the_allowance(tmp_path: Path, vital):
     # nothing could be graded: the figures are printed, and the exit code tells a script so
     assert strict.exit_code == 3, strict.output
     assert json.loads(strict.stdout)["ungraded"] == 2
-    assert "none of the 2 rollouts could be graded" in strict.stderr
+    assert "none of the 2 rollouts could be graded (environment 2)" in strict.stderr
     lenient = CliRunner().invoke(app, ["score", path, "--json", "--max-env-failures", "5"])
     assert lenient.exit_code == 0 and json.loads(lenient.stdout)["avg_at_k"] == 1.0
 

@@ -35,6 +35,17 @@ def test_missing_inputs_name_the_stage_that_makes_them(tmp_path):
     assert not (tmp_path / "run").exists()  # refused before anything was written
     res = _run("--out", str(tmp_path / "run"), "--only", "sft,fine_tune")
     assert res.returncode != 0 and "--only: no stage fine_tune" in res.stderr
+    res = _run("--out", str(tmp_path / "run"), "--only", " , ")  # never "every stage"
+    assert res.returncode != 0 and "names no stage" in res.stderr
+    # every stage that reads the items says so, even when its model is there
+    (tmp_path / "run" / "rl_model").mkdir(parents=True)
+    (tmp_path / "run" / "rl_model" / "rl_summary.json").write_text("{}")
+    res = _run("--out", str(tmp_path / "run"), "--only", "eval_rl")
+    assert (
+        res.returncode != 0
+        and "stage eval_rl needs" in res.stderr
+        and "qa.jsonl, which stage synth makes" in res.stderr
+    )
 
 
 def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
@@ -48,7 +59,22 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     new.mkdir()
     (new / "settings.json").write_text(json.dumps({"layout": 2, "items": 600, "seed": 42}))
     res = _run("--out", str(new), "--items", "300", "--until", "synth")
-    assert res.returncode != 0 and "--items 600 (now 300)" in res.stderr
+    assert res.returncode != 0 and "--items 600 (now --items 300)" in res.stderr
+    (new / "settings.json").write_text(json.dumps({"layout": 2, "question_query": False}))
+    res = _run("--out", str(new), "--until", "synth")
+    assert "--no-question-query (now --question-query)" in res.stderr
+    for text, message in (
+        ('{"layout": 2,', "cannot be read (JSONDecodeError"),
+        ("[1, 2]", "is a JSON list, not the settings object"),
+        ('{"layout": 3}', "an unknown layout (3; this script writes layout 2)"),
+        ('{"layout": "2"}', "an unknown layout ('2'"),
+    ):
+        (new / "settings.json").write_text(text)
+        res = _run("--out", str(new), "--until", "synth")
+        assert res.returncode != 0 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
+    (tmp_path / "afile").write_text("x")
+    res = _run("--out", str(tmp_path / "afile"), "--only", "traj")
+    assert res.returncode != 0 and "is a file; the experiment writes a directory" in res.stderr
 
 
 def test_transfer_baseline_searches_the_question_text(pipeline, vital_dir, tmp_path):

@@ -163,6 +163,8 @@ def test_report_to_names_unknown_and_missing_trackers(monkeypatch):
 
     assert check_report_to(None) == [] and check_report_to("none") == [] and check_report_to([]) == []
     assert check_report_to(["tensorboard,tensorboard"]) == ["tensorboard"]
+    with pytest.raises(ConfigError, match="none together with wandb: choose one"):
+        check_report_to("none,wandb")
     with pytest.raises(ConfigError, match="'comet': not one of tensorboard, wandb, mlflow, trackio"):
         check_report_to("tensorboard,comet")
     real = importlib.util.find_spec

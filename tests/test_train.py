@@ -403,12 +403,28 @@ def test_the_opening_search_queries_the_question_text(vital: Corpus, tmp_path):
         new, clue = json.loads(new_line), json.loads(old_line)
         item = by_id[new["id"]]
         first = new["tool_calls"][0]
-        assert first["name"] == "search" and first["arguments"]["query"] == [item["question"], item["procedure"][0]["query"]]
+        assert first["name"] == "search" and first["arguments"]["query"] == [
+            item["question"],
+            item["procedure"][0]["query"],
+        ]
         assert new["messages"][3]["content"].count("A search for ") == 2
         assert "in its own words" in new["messages"][2]["content"]
         assert new["construction_notes"]["opening"] == "question"
         assert clue["tool_calls"][0]["arguments"]["query"] == [item["procedure"][0]["query"]]
         assert clue["construction_notes"]["opening"] == "clue"
         assert new["messages"][-1]["content"].endswith(f"<answer>{item['answer']}</answer>")
-    with pytest.raises(InvalidArgumentError, match="'question' opening, not 'clue'"):
+    with pytest.raises(InvalidArgumentError, match="'question' opening"):
         build_constructive(items, tools, out, progress=False, question_query=False)
+    # a file mixed by hand is refused at the record that differs, not only at the first
+    lines = out.read_text().splitlines()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(lines[0] + "\n" + old.read_text().splitlines()[1] + "\n")
+    with pytest.raises(InvalidArgumentError, match=r"'clue' opening \(line 2\)"):
+        build_constructive(items, tools, mixed, progress=False)
+    # a question that is its own clue (or blank) is searched once, and the thought says so
+    from websailor.train.constructive import constructive_trajectory
+
+    item = dict(items[0], question=items[0]["procedure"][0]["query"].upper())
+    t = constructive_trajectory(item, tools)
+    assert t.tool_calls[0].arguments["query"] == [item["procedure"][0]["query"]]
+    assert "most specific clue I can look up" in t.messages[2]["content"]

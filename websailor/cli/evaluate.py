@@ -96,18 +96,19 @@ def eval_cmd(
         print_metrics(session.close(out / "tool_metrics.jsonl"))
     print_summary(summary)
     print(f"\nwritten to {out}: trajectories.jsonl, scores.jsonl, summary.json, report.md, *.png")
-    exit_if_all_ungraded(summary)
+    exit_if_all_ungraded(summary, "rerun the same command once the model, the tools and the judge answer")
 
 
-def exit_if_all_ungraded(summary: dict) -> None:
-    """Exit 3 with one line when no rollout of the evaluation could be graded (model errors or
-    environment failures): a script must not read an outage as a score. Some rollouts ungraded
-    exit 0; the report counts them."""
+def exit_if_all_ungraded(summary: dict, rerun: str) -> None:
+    """Exit 3 with one line when no rollout of the evaluation could be graded (model errors,
+    environment failures, a judge that did not answer), naming the reasons from the summary's
+    ``ungraded_for`` and what to rerun (``rerun``): a script must not read an outage as a
+    score. Some rollouts ungraded exit 0; the report counts them."""
     total, ungraded = summary.get("trajectories") or 0, summary.get("ungraded") or 0
     if total and ungraded >= total:
+        why = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in (summary.get("ungraded_for") or {}).items())
         print(
-            f"error: none of the {total} rollouts could be graded (model errors or environment failures); "
-            "rerun the same command once the model and the tools answer",
+            f"error: none of the {total} rollouts could be graded ({why or 'ungraded'}); {rerun}",
             file=sys.stderr,
         )
         raise typer.Exit(3)
@@ -166,7 +167,11 @@ def score(
         print_json(summary)
     else:
         print_summary(summary)
-    exit_if_all_ungraded(summary)
+    exit_if_all_ungraded(
+        summary,
+        "a judge that did not answer: rerun once it does; model errors and environment failures: rerun the eval "
+        "or run that made the trajectories",
+    )
 
 
 def register(app: typer.Typer) -> None:

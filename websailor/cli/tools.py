@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -68,9 +69,10 @@ def tool(
     """Call a tool exactly as the agent would and print its observation. PythonInterpreter
     runs the code in the sandbox; parse_file reads files under --files-dir (default: the
     current directory). A call whose result is an error (bad arguments, an unknown tool, a
-    failed provider, a dead link on the web) or that the environment degraded prints its
-    observation, then exits 1 with the reason on stderr; a local page that is not in the corpus
-    is an answer (exit 0) with the closest titles."""
+    failed provider) or that the environment degraded prints its observation, then exits 1 with
+    the reason on one line of stderr; what the tool answers about the world is not an error
+    (exit 0): a page not in the corpus, a dead link on the web, a file parse_file cannot read,
+    Python code that raises."""
     from websailor.tools import execute_tool
     from websailor.tools.environment import DEFAULT_TOOLS, EXTRA_TOOLS, open_environment
 
@@ -88,17 +90,28 @@ def tool(
         result = execute_tool(tool_env.tools, name, arguments)
     finally:
         tool_env.close()
-    print(result.observation)
+    why = None
     if result.error is not None:
-        print(f"error: the {name} call failed ({result.error}); its observation is above", file=sys.stderr)
+        why = f"the {_shown(name, 60)} call failed ({_shown(result.error, 300)})"
+    elif result.env_failures:
+        why = f"the environment degraded the {_shown(name, 60)} call ({_shown(', '.join(result.env_failures), 300)})"
+    try:
+        print(result.observation)
+    except BrokenPipeError:  # a closed pipe (`| head`) does not turn a failed call into a success
+        if why is None:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if why is not None:
+        print(f"error: {why}; its observation is on stdout", file=sys.stderr)
         raise typer.Exit(1)
-    if result.env_failures:
-        print(
-            f"error: the environment degraded the {name} call ({', '.join(result.env_failures)}); "
-            "its observation is above",
-            file=sys.stderr,
-        )
-        raise typer.Exit(1)
+
+
+def _shown(text: str, limit: int) -> str:
+    """``text`` on one short line for stderr: whitespace collapsed, control characters (terminal
+    escape codes among them) dropped, cut at ``limit`` characters."""
+    from websailor.text import normalize_space, truncate
+
+    return truncate("".join(c for c in normalize_space(str(text)) if c.isprintable()), limit)
 
 
 @handle_errors

@@ -179,6 +179,7 @@ def train_rl_cmd(
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
     environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
     from websailor.models import check_endpoint
+    from websailor.train.common import check_report_to
     from websailor.train.rl import load_settings, train_rl
 
     settings = load_settings(
@@ -200,6 +201,7 @@ def train_rl_cmd(
         rollout_server=rollout_server,
         precision=precision,
     )
+    check_report_to(report_to)  # before the judge's endpoint is probed: one bad option does not hide another
     check_endpoint(settings.reward)  # an llm: judge's endpoint answers, or one line in seconds
     s = train_rl(data, model, out, settings, split=split.value if split else None, env=env_spec, report_to=report_to)
     if s.get("prefilter"):

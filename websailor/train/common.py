@@ -357,7 +357,8 @@ def check_report_to(report_to: Sequence[str] | str | None) -> list[str]:
     string; empty or ``none``: nothing beyond the project's own logs).
 
     Raises:
-        ConfigError: a name not in :data:`REPORTERS`, or one whose package is not installed
+        ConfigError: a name not in :data:`REPORTERS`, ``none`` beside another name, or one
+            whose package is not installed
             (named, with the pip command), before any training starts.
     """
     import importlib.util
@@ -365,7 +366,10 @@ def check_report_to(report_to: Sequence[str] | str | None) -> list[str]:
     if report_to is None:
         return []
     names = report_to.split(",") if isinstance(report_to, str) else [n for r in report_to for n in r.split(",")]
-    names = [n.strip() for n in names if n.strip() and n.strip() != "none"]
+    names = [n.strip() for n in names if n.strip()]
+    if "none" in names and len(set(names)) > 1:
+        raise ConfigError(f"--report-to none together with {', '.join(n for n in names if n != 'none')}: choose one")
+    names = [n for n in names if n != "none"]
     out = []
     for name in names:
         if name not in REPORTERS:

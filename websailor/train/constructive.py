@@ -74,9 +74,30 @@ def _turn(thought: str, name: str, arguments: dict) -> str:
     return f"<think>\n{thought}\n</think>\n<tool_call>\n{call}\n</tool_call>"
 
 
+#: the longest question the opening search queries whole (the search tool cuts longer queries)
+_MAX_QUESTION_QUERY = 500
+
+
+def _asks_question(item: dict, step: dict, i: int, question_query: bool) -> bool:
+    """Whether step ``i`` is the opening search that also queries the question's text: the
+    first step, a search, the option on, and a question that is neither blank, nor the clue
+    itself, nor longer than the search tool takes whole."""
+    question = str(item.get("question") or "")
+    return (
+        question_query
+        and i == 0
+        and step.get("action") == "search"
+        and bool(question.strip())
+        and len(question) <= _MAX_QUESTION_QUERY
+        and fold_space(step["query"]) != fold_space(question)
+    )
+
+
 def _thought(step: dict, i: int, answer_title: str, question_query: bool = False) -> str:
+    """The thought before step ``i``; ``question_query``: this step is the opening search of
+    the question's text (:func:`_asks_question`)."""
     if step["action"] == "search":
-        if i == 0 and question_query:
+        if question_query:
             return f"I search the question in its own words, and its most specific clue: {step['query']}."
         lead = "I start with the most specific clue I can look up" if i == 0 else "Next I look up another clue"
         return f"{lead}: {step['query']}."
@@ -192,7 +213,7 @@ class _Replay:
 
 def _step_call(item: dict, step: dict, i: int, goal: str, question_query: bool = False) -> tuple[str, dict]:
     if step.get("action") == "search":
-        if i == 0 and question_query and fold_space(step["query"]) != fold_space(item["question"]):
+        if question_query:
             return "search", {"query": [item["question"], step["query"]]}
         return "search", {"query": [step["query"]]}
     if step.get("action") == "visit":
@@ -305,7 +326,8 @@ def constructive_trajectory(
         verify: check a constraint on the answer's page.
         question_query: the first search also queries the question's own text, beside the
             path's first clue (recorded as ``construction_notes["opening"]`` ``question``; else
-            ``clue``). A model taught this opening starts from what a question says, so the
+            ``clue``: the build's setting, also for an item whose question cannot be queried
+            whole: blank, the clue itself, or too long for the search tool). A model taught this opening starts from what a question says, so the
             move carries over to questions that name no entity (issue 27's transfer check).
 
     Raises:
@@ -329,6 +351,8 @@ def constructive_trajectory(
     )
     before = steps if last is None else steps[:last]
     checks = _check_order(item) if verify and target_url else []
+    # the opening search also queries the question's text (when it can: see _asks_question)
+    opening = _asks_question(item, steps[0], 0, question_query)
 
     def build(check: bool) -> tuple[Trajectory, bool]:
         r = _Replay(item, tools, rollout)
@@ -337,7 +361,9 @@ def constructive_trajectory(
                 item,
                 steps,
                 i,
-                r.step(_thought(step, i, answer, question_query), *_step_call(item, step, i, goal, question_query)),
+                r.step(
+                    _thought(step, i, answer, opening and i == 0), *_step_call(item, step, i, goal, opening and i == 0)
+                ),
             )
         notes: dict = {"opening": "question" if question_query else "clue"}
         rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
@@ -383,7 +409,9 @@ def constructive_trajectory(
                 ), False
             rest = [] if last is None else steps[last + 1 :]
             for i, step in enumerate(rest, len(before) + 1):
-                r.step(_thought(step, i, answer, question_query), *_step_call(item, step, i, goal, question_query))
+                r.step(
+                    _thought(step, i, answer, opening and i == 0), *_step_call(item, step, i, goal, opening and i == 0)
+                )
             said = "; ".join(f'it "{c["phrase"]}" ("{_quote(s)}")' for c, s in shown_)
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
@@ -396,10 +424,10 @@ def constructive_trajectory(
             return r.finish(thought, "distractor" if rejected else "verified", notes), True
         # today's replay of the answer's page (read for the question) and the generic conclusion
         for i, step in enumerate(steps[len(before) :], len(before)):
-            t = _thought(step, i, answer, question_query)
+            t = _thought(step, i, answer, opening and i == 0)
             if rejected and i == len(before):
                 t = f"{lead} I open its page to check the remaining conditions."
-            r.step(t, *_step_call(item, step, i, goal, question_query))
+            r.step(t, *_step_call(item, step, i, goal, opening and i == 0))
         conclusion = f"Every condition of the question fits {answer}, and no other candidate meets them all."
         if rejected and last is None:  # no page of the answer to open: the rejection goes here
             conclusion = f"{lead} {conclusion}"
@@ -527,17 +555,21 @@ def check_opening(out: Path, opening: str) -> None:
 
     if not out.is_file():
         return
-    for _, rec in read_appended_jsonl(out, "a trajectory record"):
+    for line, rec in read_appended_jsonl(out, "a trajectory record"):
         if not rec.get("construction"):  # not a constructive record (another source is refused elsewhere)
             continue
-        theirs = (rec.get("construction_notes") or {}).get("opening", "clue")
+        notes = rec.get("construction_notes") or {}
+        if not isinstance(notes, dict):
+            raise InputFormatError(f"{out} line {line}: construction_notes is {type(notes).__name__}, not an object")
+        theirs = notes.get("opening", "clue")
+        if theirs not in ("question", "clue"):
+            raise InputFormatError(f"{out} line {line}: opening {theirs!r} is neither 'question' nor 'clue'")
         if theirs != opening:
             flag = "--question-query" if theirs == "question" else "--no-question-query"
             raise InvalidArgumentError(
-                f"{out} holds constructive trajectories whose first search is the {theirs!r} opening, not "
-                f"{opening!r}: build with {flag} to resume it, or write to another file"
+                f"{out} holds constructive trajectories whose first search is the {theirs!r} opening (line {line}), "
+                f"not {opening!r}: build with {flag} to resume it, or write to another file"
             )
-        return
 
 
 def check_distractor_share(share: float) -> None:
@@ -557,9 +589,11 @@ def construction_counts(path: Path) -> Counter:
     from websailor.jsonio import read_appended_jsonl
 
     counts: Counter = Counter()
-    for _, rec in read_appended_jsonl(Path(path), "a trajectory record"):
-        counts[rec.get("construction") or "unrecorded"] += 1
-        notes = rec.get("construction_notes") or {}
+    for line, rec in read_appended_jsonl(Path(path), "a trajectory record"):
+        kind, notes = rec.get("construction") or "unrecorded", rec.get("construction_notes") or {}
+        if not isinstance(kind, str) or not isinstance(notes, dict):
+            raise InputFormatError(f"{path} line {line}: construction or construction_notes of the wrong type")
+        counts[kind] += 1
         for key in ("unverified", "no_distractor"):
             if notes.get(key):
                 counts[f"{key}:{notes[key]}"] += 1
