@@ -280,7 +280,10 @@ def test_constructive_trajectories_use_and_record_the_settings(vital, vital_dir:
     for b, s in zip(big, small):
         searches = [(x["content"], y["content"]) for x, y in zip(b["messages"][3::2], s["messages"][3::2])
                     if "## Web Results" in x["content"]]  # fmt: skip
-        assert searches and all(len(_results(y)) <= 5 < len(_results(x)) for x, y in searches)
+        # per query of the call (the opening search queries the question and the clue): at most 5 results compact
+        per_query = [(b.split("A search for ")[1:], c.split("A search for ")[1:]) for b, c in searches]
+        assert searches and all(len(x) == len(y) for x, y in per_query)
+        assert all(len(_results(q2)) <= 5 < len(_results(q1)) for x, y in per_query for q1, q2 in zip(x, y))
     assert sum(len(m["content"]) for r in small for m in r["messages"]) < sum(
         len(m["content"]) for r in big for m in r["messages"]
     )
