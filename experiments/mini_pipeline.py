@@ -291,6 +291,44 @@ def figures(eval_dir: Path) -> dict:
     return out
 
 
+def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
+    """What the wrong answers of an evaluation are: the share of graded, answered, wrong rollouts
+    whose answer is a hop's entity (the page a ``linked`` constraint names, e.g. "Maratha Empire"
+    for "which place is associated with Maratha Empire, initials I."), and a few examples.
+    Returns ``{"answered_wrong", "hop_entity", "hop_entity_share", "examples": [...]}``."""
+    from websailor.eval.compare import load_scores
+    from websailor.eval.scoring import read_trajectories
+    from websailor.judge.em import normalize_answer
+    from websailor.synth.dataset import read_items
+
+    hops = {
+        str(it["id"]): {
+            normalize_answer(o)
+            for c in it.get("constraints") or []
+            if c["kind"] == "linked"
+            for o in c["params"].get("others") or [c["params"]["other"]]
+        }
+        for it in read_items(qa)
+    }
+    questions = {str(it["id"]): it for it in read_items(qa)}
+    said = {
+        (str(r["id"]), r["rollout"]): r.get("prediction") for r in read_trajectories([eval_dir / "trajectories.jsonl"])
+    }
+    wrong = [(s.id, said.get((s.id, s.rollout))) for s in load_scores(eval_dir) if s.correct is False]
+    wrong = [(i, p) for i, p in wrong if p]
+    hop = [(i, p) for i, p in wrong if normalize_answer(p) in hops.get(i, set())]
+    shown = [
+        {"id": i, "question": questions[i]["question"], "answer": questions[i]["answer"], "said": p}
+        for i, p in hop[:examples]
+    ]
+    return {
+        "answered_wrong": len(wrong),
+        "hop_entity": len(hop),
+        "hop_entity_share": round(len(hop) / len(wrong), 3) if wrong else None,
+        "examples": shown,
+    }
+
+
 def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) -> list[dict]:
     """Training items that the SFT model solved sometimes but not always in ``scores_dir``."""
     from websailor.eval.compare import load_scores
@@ -333,6 +371,14 @@ def tables(results: dict) -> str:
             for m in models
             if lv in results["eval"][m]["by_level"]
         ]
+    for m in models:
+        w = results["eval"][m].get("wrong_answers")
+        if w and w["answered_wrong"]:
+            lines += [
+                "",
+                f"{m}: {w['hop_entity']} of {w['answered_wrong']} wrong answers name a hop's entity, not the target"
+                + "".join(f'; "{e["question"]}" -> {e["said"]} (gold {e["answer"]})' for e in w["examples"][:2]),
+            ]
     transfer = results.get("transfer") or {}
     if transfer:
         lines += ["", "Transfer: the hand-written questions of benchmarks/data/vital_questions.jsonl:", "", head]
@@ -611,6 +657,8 @@ def transfer(out, a, models, engine, agent, obs, stages, results, results_path) 
 def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, sanity: Path, rl_runs: dict) -> None:
     """Gather every stage's figures into OUT/results.json and OUT/results.md (and publish)."""
     results["eval"] = {m: figures(out / f"eval_{m}") for m in MODELS if (out / f"eval_{m}" / "summary.json").exists()}
+    for m, f in results["eval"].items():
+        f["wrong_answers"] = wrong_answers(out / "qa.jsonl", out / f"eval_{m}")
     results["transfer"] = {
         m: figures(out / f"transfer_{m}") for m in MODELS if (out / f"transfer_{m}" / "summary.json").exists()
     }
