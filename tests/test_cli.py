@@ -446,3 +446,35 @@ def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path,
     cfg.write_text("lr: 1\n")
     res = run("train", "sft", "--data", str(empty), "--out", str(tmp_path / "m"), "--config", str(cfg))
     assert res.exit_code == 2 and "lr: Extra inputs are not permitted" in res.stderr
+
+
+def test_run_exits_3_when_the_model_fails_every_rollout(vital_dir: Path, tmp_path: Path):
+    """The endpoint answers the start-up check, then refuses every request: the rollout ends in
+    a model error, and the exit code says so (one question, and a file of them)."""
+    from fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(bad_request="the model is overloaded") as srv:
+        spec = f"openai:m@{srv.url}"
+        res = run("run", "Who painted the Mona Lisa?", "--model", spec, "--corpus", str(vital_dir), "--max-calls", "2")
+        assert res.exit_code == 3 and "termination: model_error" in res.stdout
+        assert "error: the rollout ended in a model error" in res.stderr
+        questions = tmp_path / "q.jsonl"
+        questions.write_text(
+            '{"question": "Who painted the Mona Lisa?"}\n{"question": "Which river flows through Cairo?"}\n'
+        )
+        out = tmp_path / "t.jsonl"
+        res = run("run", "--questions", str(questions), "--out", str(out), "--model", spec, "--corpus", str(vital_dir))
+        assert res.exit_code == 3 and "all 2 rollouts run ended in a model error" in res.stderr
+    with FakeOpenAIServer("<answer>Leonardo da Vinci</answer>") as srv:  # answers now: the rerun runs them again
+        res = run(
+            "run",
+            "--questions",
+            str(questions),
+            "--out",
+            str(out),
+            "--model",
+            f"openai:m@{srv.url}",
+            "--corpus",
+            str(vital_dir),
+        )
+        assert res.exit_code == 0, res.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -88,9 +89,12 @@ def run(
         out.parent.mkdir(parents=True, exist_ok=True)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
-        _run_agent(session.agent, question, items, out, rollouts, concurrency, max_env_failures)
+        failed = _run_agent(session.agent, question, items, out, rollouts, concurrency, max_env_failures)
     finally:
         print_metrics(session.close(metrics_file))
+    if failed:  # a script must not read a model outage as an answer
+        print(f"error: {failed}; rerun the same command once the model answers", file=sys.stderr)
+        raise typer.Exit(3)
 
 
 def _run_agent(
@@ -101,7 +105,9 @@ def _run_agent(
     rollouts: int,
     concurrency: int,
     max_env_failures: int = 0,
-) -> None:
+) -> str | None:
+    """Run the question (or the questions), print what happened; returns why the command
+    failed when every rollout it ran ended in a model error, else ``None``."""
     from websailor.agent.runner import append_trajectory, run_questions
 
     if items is None:
@@ -122,7 +128,7 @@ def _run_agent(
                 + ", ".join(f"{k} {n}" for k, n in env["kinds"].items())
                 + "): this rollout says nothing about the model"
             )
-        return
+        return "the rollout ended in a model error" if traj.termination == "model_error" else None
     summary = run_questions(
         agent, items, out, rollouts=rollouts, concurrency=concurrency, max_env_failures=max_env_failures
     )
@@ -136,6 +142,10 @@ def _run_agent(
             f"environment failures: in {summary.env_failed} rollouts the environment degraded a tool call; "
             f"rerunning the same command runs again those with more than {max_env_failures}"
         )
+    errors = summary.terminations.get("model_error", 0)
+    if summary.finished and errors == summary.finished:
+        return f"all {errors} rollouts run ended in a model error"
+    return None
 
 
 def register(app: typer.Typer) -> None:
