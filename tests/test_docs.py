@@ -68,6 +68,7 @@ SCRIPT_OPTIONS = {
     "--kinds": "websailor/tools/web/fault_server.py",
     "--engine": "experiments/mini_pipeline.py",
     "--publish": "experiments/mini_pipeline.py",
+    "--only": "experiments/mini_pipeline.py",
 }
 REPO_PATH = re.compile(r"^(?:websailor|benchmarks|experiments|configs|tests|docs)(?:/[\w.-]+)*/?$")
 OPTION = re.compile(r"(?<![\w./:-])(--?[A-Za-z][\w-]*)")
