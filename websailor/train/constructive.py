@@ -78,14 +78,14 @@ def _turn(thought: str, name: str, arguments: dict) -> str:
 _MAX_QUESTION_QUERY = 500
 
 
-def _asks_question(item: dict, step: dict, i: int, question_query: bool) -> bool:
-    """Whether step ``i`` is the opening search that also queries the question's text: the
-    first step, a search, the option on, and a question that is neither blank, nor the clue
-    itself, nor longer than the search tool takes whole."""
+def _asks_question(item: dict, question_query: bool) -> bool:
+    """Whether the item's first step is an opening search that also queries the question's
+    text: the option on, the first step a search, and a question that is neither blank, nor
+    the clue itself, nor longer than the search tool takes whole."""
     question = str(item.get("question") or "")
+    step = item["procedure"][0]
     return (
         question_query
-        and i == 0
         and step.get("action") == "search"
         and bool(question.strip())
         and len(question) <= _MAX_QUESTION_QUERY
@@ -327,8 +327,9 @@ def constructive_trajectory(
         question_query: the first search also queries the question's own text, beside the
             path's first clue (recorded as ``construction_notes["opening"]`` ``question``; else
             ``clue``: the build's setting, also for an item whose question cannot be queried
-            whole: blank, the clue itself, or too long for the search tool). A model taught this opening starts from what a question says, so the
-            move carries over to questions that name no entity (issue 27's transfer check).
+            whole: blank, the clue itself, or too long for the search tool). A model taught
+            this opening starts from what a question says, so the move carries over to
+            questions that name no entity (issue 27's transfer check).
 
     Raises:
         InputFormatError: the item has no procedure, or a step is neither a search nor a visit.
@@ -352,7 +353,7 @@ def constructive_trajectory(
     before = steps if last is None else steps[:last]
     checks = _check_order(item) if verify and target_url else []
     # the opening search also queries the question's text (when it can: see _asks_question)
-    opening = _asks_question(item, steps[0], 0, question_query)
+    opening = _asks_question(item, question_query)
 
     def build(check: bool) -> tuple[Trajectory, bool]:
         r = _Replay(item, tools, rollout)
@@ -409,9 +410,7 @@ def constructive_trajectory(
                 ), False
             rest = [] if last is None else steps[last + 1 :]
             for i, step in enumerate(rest, len(before) + 1):
-                r.step(
-                    _thought(step, i, answer, opening and i == 0), *_step_call(item, step, i, goal, opening and i == 0)
-                )
+                r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))  # i > 0: never the opening
             said = "; ".join(f'it "{c["phrase"]}" ("{_quote(s)}")' for c, s in shown_)
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
@@ -424,10 +423,10 @@ def constructive_trajectory(
             return r.finish(thought, "distractor" if rejected else "verified", notes), True
         # today's replay of the answer's page (read for the question) and the generic conclusion
         for i, step in enumerate(steps[len(before) :], len(before)):
-            t = _thought(step, i, answer, opening and i == 0)
+            t = _thought(step, i, answer)  # the answer's page: a visit, never the opening search
             if rejected and i == len(before):
                 t = f"{lead} I open its page to check the remaining conditions."
-            r.step(t, *_step_call(item, step, i, goal, opening and i == 0))
+            r.step(t, *_step_call(item, step, i, goal))
         conclusion = f"Every condition of the question fits {answer}, and no other candidate meets them all."
         if rejected and last is None:  # no page of the answer to open: the rejection goes here
             conclusion = f"{lead} {conclusion}"
