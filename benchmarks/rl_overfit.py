@@ -110,18 +110,11 @@ def warm_start(work: Path, qa: Path, a: argparse.Namespace) -> str:
 
 def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
     """The RL run on the handful of items, on a vLLM server when there is one."""
-    from websailor.errors import WebsailorError
-    from websailor.models.vllm_launch import VLLMServer, find_vllm_python
+    from websailor.models.vllm_launch import VLLMServer, rollout_engine
     from websailor.tools.environment import COMPACT_OBSERVATIONS, EnvSpec
     from websailor.train.rl import load_settings, train_rl
 
-    engine = a.engine
-    if engine == "auto":
-        try:
-            find_vllm_python()
-            engine = "vllm"
-        except WebsailorError:
-            engine = "local"
+    engine = rollout_engine(a.engine)
     server = None
     with contextlib.ExitStack() as stack:
         if engine == "vllm":

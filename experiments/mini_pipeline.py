@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import write_results  # noqa: E402
 
+from websailor.models.vllm_launch import rollout_engine  # noqa: E402
 from websailor.train.rl_log import reward_gain  # noqa: E402
 
 WS = str(Path(sys.executable).with_name("websailor"))
@@ -152,20 +153,6 @@ def missing_inputs(out: Path, wanted: tuple[str, ...]) -> list[str]:
             if not made_now and not (out / rel).exists():
                 lines.append(f"stage {name} needs {out / rel}, which stage {maker} makes (--only {maker})")
     return lines
-
-
-def engine_of(choice: str) -> str:
-    """``vllm`` or ``local`` for ``--engine`` (``auto``: vllm when a vLLM interpreter is found)."""
-    if choice != "auto":
-        return choice
-    from websailor.errors import WebsailorError
-    from websailor.models.vllm_launch import find_vllm_python
-
-    try:
-        find_vllm_python()
-    except WebsailorError:
-        return "local"
-    return "vllm"
 
 
 def model_dir(model: str) -> Path:
@@ -516,7 +503,7 @@ def main() -> None:
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     stages = results.setdefault("stages", {})
     results["settings"] = settings
-    engine = engine_of(a.engine)
+    engine = rollout_engine(a.engine)
     logs = out / "logs"
 
     qa, traj, sft = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"

@@ -288,3 +288,13 @@ def test_stop_ends_a_server_that_ignores_sigterm_and_its_workers(tmp_path: Path,
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is taken"):
             VLLMServer(smollm2_path, port=port, python=fake).start()
+
+
+def test_rollout_engine_falls_back_to_local_without_vllm(monkeypatch, tmp_path):
+    from websailor.models.vllm_launch import rollout_engine
+
+    assert rollout_engine("local") == "local" and rollout_engine("vllm") == "vllm"
+    monkeypatch.setenv("WEBSAILOR_VLLM_PYTHON", str(tmp_path / "no-python"))  # named, and missing
+    assert rollout_engine("auto") == "local"
+    monkeypatch.setenv("WEBSAILOR_VLLM_PYTHON", sys.executable)
+    assert rollout_engine("auto") == "vllm"

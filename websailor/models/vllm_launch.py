@@ -72,6 +72,19 @@ def find_vllm_python(explicit: str | Path | None = None) -> str:
     )
 
 
+def rollout_engine(choice: str) -> str:
+    """``vllm`` or ``local`` for a script's ``--engine`` choice: ``auto`` is ``vllm`` when
+    :func:`find_vllm_python` finds an interpreter with vLLM (``make vllm``), else ``local``;
+    ``vllm`` and ``local`` are returned as they are."""
+    if choice != "auto":
+        return choice
+    try:
+        find_vllm_python()
+    except ConfigError:
+        return "local"
+    return "vllm"
+
+
 class VLLMServer:
     """A vLLM server process for one model directory.
 
