@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -281,8 +282,11 @@ def figures(eval_dir: Path) -> dict:
 def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
     """What the wrong answers of an evaluation are: the share of graded, answered, wrong rollouts
     whose answer is a hop's entity (the page a ``linked`` constraint names, e.g. "Maratha Empire"
-    for "which place is associated with Maratha Empire, initials I."), and a few examples.
-    Returns ``{"answered_wrong", "hop_entity", "hop_entity_share", "examples": [...]}``."""
+    for "which place is associated with Maratha Empire, initials I."), the share that is the title
+    of a page the rollout read (``visit``), the share whose rollout read the target's page and
+    still answered otherwise, and a few examples of the first. Returns ``{"answered_wrong",
+    "hop_entity", "hop_entity_share", "read_page", "read_page_share", "target_read",
+    "target_read_share", "examples": [...]}``."""
     from websailor.eval.compare import load_scores
     from websailor.eval.scoring import read_trajectories
     from websailor.judge.em import normalize_answer
@@ -298,12 +302,14 @@ def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
         for it in read_items(qa)
     }
     questions = {str(it["id"]): it for it in read_items(qa)}
-    said = {
-        (str(r["id"]), r["rollout"]): r.get("prediction") for r in read_trajectories([eval_dir / "trajectories.jsonl"])
-    }
-    wrong = [(s.id, said.get((s.id, s.rollout))) for s in load_scores(eval_dir) if s.correct is False]
-    wrong = [(i, p) for i, p in wrong if p]
-    hop = [(i, p) for i, p in wrong if normalize_answer(p) in hops.get(i, set())]
+    rollouts = {(str(r["id"]), r["rollout"]): r for r in read_trajectories([eval_dir / "trajectories.jsonl"])}
+    said = {key: r.get("prediction") for key, r in rollouts.items()}
+    read = {key: _read_pages(r) for key, r in rollouts.items()}
+    wrong = [(s.id, s.rollout, said.get((s.id, s.rollout))) for s in load_scores(eval_dir) if s.correct is False]
+    wrong = [(i, n, p) for i, n, p in wrong if p]
+    hop = [(i, p) for i, _, p in wrong if normalize_answer(p) in hops.get(i, set())]
+    read_page = sum(normalize_answer(p) in {normalize_answer(t) for t in read[(i, n)].values()} for i, n, p in wrong)
+    target_read = sum(questions[i].get("target_url") in read[(i, n)] for i, n, _ in wrong)
     shown = [
         {"id": i, "question": questions[i]["question"], "answer": questions[i]["answer"], "said": p}
         for i, p in hop[:examples]
@@ -312,8 +318,24 @@ def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
         "answered_wrong": len(wrong),
         "hop_entity": len(hop),
         "hop_entity_share": round(len(hop) / len(wrong), 3) if wrong else None,
+        "read_page": read_page,
+        "read_page_share": round(read_page / len(wrong), 3) if wrong else None,
+        "target_read": target_read,
+        "target_read_share": round(target_read / len(wrong), 3) if wrong else None,
         "examples": shown,
     }
+
+
+def _read_pages(rollout: dict) -> dict[str, str]:
+    """The pages a rollout's ``visit`` calls read: ``{url: title}``, the title read from the
+    URL's last path segment (``.../wiki/Nicholas_I_of_Russia`` -> "Nicholas I of Russia")."""
+    pages = {}
+    for call in rollout.get("tool_calls") or []:
+        url = (call.get("arguments") or {}).get("url") if call.get("name") == "visit" else None
+        for u in [url] if isinstance(url, str) else url if isinstance(url, list) else []:
+            if isinstance(u, str):
+                pages[u] = unquote(u.rstrip("/").rsplit("/", 1)[-1]).replace("_", " ")
+    return pages
 
 
 def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) -> list[dict]:
@@ -363,7 +385,13 @@ def tables(results: dict) -> str:
         if w and w["answered_wrong"]:
             lines += [
                 "",
-                f"{m}: {w['hop_entity']} of {w['answered_wrong']} wrong answers name a hop's entity, not the target"
+                f"{m}: of {w['answered_wrong']} wrong answers, {w['hop_entity']} name a hop's entity, not the target"
+                + (
+                    f"; {w['read_page']} are the title of a page the rollout read; in {w['target_read']} the"
+                    " rollout had read the target's page"
+                    if "read_page" in w
+                    else ""
+                )
                 + "".join(f'; "{e["question"]}" -> {e["said"]} (gold {e["answer"]})' for e in w["examples"][:2]),
             ]
     transfer = results.get("transfer") or {}

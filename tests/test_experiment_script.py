@@ -114,25 +114,41 @@ def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
 
 def test_wrong_answers_count_the_hops_entity(pipeline, vital, tmp_path):
     """The failure the reduced run showed (the hop's entity answered instead of the target) is
-    counted from real eval files: a scripted agent answers the hop for one item, the target for
-    another and a third name for a third."""
+    counted from real eval files: a scripted agent reads the hop's page and answers the hop for
+    one item, answers the target for another, and reads the target's page but answers a third
+    name for a third."""
     from tests.fakes import ScriptedModel
     from websailor.agent.loop import Agent, AgentConfig
     from websailor.eval.harness import EvalConfig, evaluate
     from websailor.judge import load_judge
     from websailor.questions import load_questions
     from websailor.synth import SynthConfig, load_or_build, synthesize
+    from websailor.tools.local import build_local_tools
 
     qa = tmp_path / "qa.jsonl"
     synthesize(load_or_build(vital), qa, SynthConfig(n=3, seed=5, test_fraction=0.0, levels=(1,)), progress=False)
     items = [json.loads(x) for x in qa.read_text().splitlines()]
     hop = next(c["params"]["other"] for c in items[0]["constraints"] if c["kind"] == "linked")
-    said = {items[0]["question"]: hop, items[1]["question"]: items[1]["answer"], items[2]["question"]: "Nobody"}
-    agent = Agent(ScriptedModel(lambda m: f"<answer>{said[m[1]['content']]}</answer>"), [], AgentConfig(max_calls=2))
+    hop_url = next(n["url"] for n in items[0]["subgraph"]["nodes"] if n["title"] == hop)
+    plan = {
+        items[0]["question"]: (hop_url, hop),
+        items[1]["question"]: (None, items[1]["answer"]),
+        items[2]["question"]: (items[2]["target_url"], "Nobody"),
+    }
+
+    def reply(messages: list[dict]) -> str:
+        url, answer = plan[messages[1]["content"]]
+        if url and len(messages) == 2:
+            call = {"name": "visit", "arguments": {"url": url, "goal": "the answer"}}
+            return f"<tool_call>{json.dumps(call)}</tool_call>"
+        return f"<answer>{answer}</answer>"
+
+    agent = Agent(ScriptedModel(reply), build_local_tools(vital), AgentConfig(max_calls=2))
     out = tmp_path / "eval"
     evaluate(load_questions(str(qa), split="all"), agent, load_judge("em"), out, EvalConfig(rollouts=2), progress=False)
     w = pipeline.wrong_answers(qa, out)
     assert (w["answered_wrong"], w["hop_entity"], w["hop_entity_share"]) == (4, 2, 0.5)
+    assert (w["read_page"], w["target_read"], w["target_read_share"]) == (2, 2, 0.5)
     assert w["examples"][0] == {
         "id": items[0]["id"],
         "question": items[0]["question"],
