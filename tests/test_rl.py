@@ -788,3 +788,47 @@ def test_reward_gain_bootstraps_last_against_first_window(tmp_path):
     short = reward_gain(write([[0.0, 1.0], [1.0, 1.0], [None, 1.0]]))  # fewer steps than two windows: halved
     assert short["window"] == 1 and short["first"] == 0.5 and short["last"] == 1.0
     assert reward_gain(tmp_path / "none.jsonl") is None and reward_gain(write([[1.0]])) is None
+
+
+def test_forward_passes_skip_the_batch_padding(smollm2_path: Path, tmp_path: Path):
+    """Each micro-batch's forward sees only its own tokens, and its log-probabilities and
+    entropies on the completion equal those of the row run alone; padding positions are 0."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.test_sft import _save_tiny
+    from websailor.train.rl.trim import live_columns, trimmed_logps
+
+    model = AutoModelForCausalLM.from_pretrained(_save_tiny(tmp_path / "tiny", None)).eval()
+    seen = []
+
+    def forward(ids, mask, keep, batch_size=None, compute_entropy=False, compute_aux_loss=False):
+        seen.append(tuple(ids.shape))
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, -keep - 1 : -1].float()
+        logps = logits.log_softmax(-1).gather(-1, ids[:, -keep:, None]).squeeze(-1)
+        entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1) if compute_entropy else None
+        return logps, entropy, None
+
+    # rows of (prompt length, completion length): left-padded prompts, right-padded completions
+    shapes, width_p, width_c = [(5, 9), (3, 2), (5, 4)], 5, 9
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.zeros(len(shapes), width_p + width_c, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    rows = []
+    for i, (p, c) in enumerate(shapes):
+        row = torch.randint(1, 49152, (p + c,), generator=gen)
+        ids[i, width_p - p : width_p + c], mask[i, width_p - p : width_p + c] = row, 1
+        rows.append(row)
+    assert live_columns(mask[1:2], width_c) == (2, 7) and live_columns(mask, width_c) == (0, 14)
+    with torch.no_grad():
+        logps, entropy, aux = trimmed_logps(forward, ids, mask, width_c, batch_size=1, compute_entropy=True)
+        alone = [
+            forward(r[None], torch.ones(1, len(r), dtype=torch.long), c, compute_entropy=True)
+            for r, (_, c) in zip(rows, shapes)
+        ]
+    assert seen[:3] == [(1, 14), (1, 5), (1, 9)] and aux is None
+    assert logps.shape == entropy.shape == (3, width_c)
+    for i, (_, c) in enumerate(shapes):
+        assert torch.allclose(logps[i, :c], alone[i][0][0], atol=1e-5)
+        assert torch.allclose(entropy[i, :c], alone[i][1][0], atol=1e-5)
+        assert not logps[i, c:].any() and not entropy[i, c:].any()

@@ -5,7 +5,8 @@ to the saved model.
 The trainer runs a token-level clipped objective (``loss_type="dapo"``: clip-higher with
 ``epsilon_low`` / ``epsilon_high``, no KL term, no entropy bonus); the rollouts, rewards and
 advantages are ours (:mod:`websailor.train.rl.rollouts`). One optimizer step per batch of
-rollouts keeps training strictly on-policy.
+rollouts keeps training strictly on-policy. The forward passes skip the batch's padding
+(:mod:`websailor.train.rl.trim`).
 """
 
 from __future__ import annotations
@@ -404,9 +405,9 @@ def train_rl(
 def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: Any, progress: bool) -> dict:
     """Build the trainer over the chosen items, train, save the model and the summary."""
     from datasets import Dataset
-    from trl import GRPOTrainer
 
     from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.rl.trim import TrimmedGRPOTrainer
     from websailor.train.rl_log import read_log
 
     settings, out = run.settings, run.out
@@ -446,7 +447,7 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in run.items])
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     with tensorboard_dir(out / "trl_tensorboard", run.report_to):
-        trainer = GRPOTrainer(
+        trainer = TrimmedGRPOTrainer(
             model=net,
             reward_funcs=[advantage],
             args=_grpo_config(run, bf16, net.config.max_position_embeddings, progress),

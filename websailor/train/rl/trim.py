@@ -1,0 +1,137 @@
+"""Forward passes over the real tokens of a micro-batch, not over the whole batch's padding.
+
+TRL's ``GRPOTrainer`` pads every rollout of a generation batch to the longest prompt (on the
+left) and the longest completion (on the right), then splits the batch into micro-batches
+without narrowing them again. Multi-turn rollouts differ a lot in length (a direct answer is a
+few hundred tokens, a rollout that reads three pages a few thousand), and the rollouts that
+carry no gradient are two-token stubs (:mod:`websailor.train.rl.rollouts`), so most of each
+micro-batch's columns can be padding: on the ladder experiment's steps the forward and
+backward passes ran over about twice the real tokens.
+
+:class:`TrimmedGRPOTrainer` narrows each chunk of rows to its columns that hold a token of at
+least one row before the model sees it, and pads the log-probabilities (and entropies) back to
+the batch's width with zeros (positions the completion mask leaves out of every mean). Both the
+old log-probabilities (the importance-sampling correction) and the loss's forward go through
+it. Cutting left padding starts a shorter prompt's positions at 0, as in the sampler, where
+the padded batch shifted them by the padding's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+Forward = Callable[..., tuple[torch.Tensor, "torch.Tensor | None", "torch.Tensor | None"]]
+
+
+def live_columns(attention_mask: torch.Tensor, logits_to_keep: int) -> tuple[int, int]:
+    """The columns ``[start, end)`` of ``attention_mask`` (rows, columns) that hold a token of
+    at least one row, widened so that the completion (the last ``logits_to_keep`` columns)
+    keeps its first column: ``start <= columns - logits_to_keep < end``."""
+    columns = attention_mask.size(1)
+    first_completion = columns - logits_to_keep
+    live = attention_mask.any(dim=0).nonzero()
+    if live.numel() == 0:
+        return first_completion, first_completion + 1
+    start = min(int(live[0]), first_completion)
+    end = max(int(live[-1]) + 1, first_completion + 1)
+    return start, end
+
+
+def trimmed_logps(
+    forward: Forward,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    batch_size: int | None = None,
+    compute_entropy: bool = False,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Per-token log-probabilities (and entropies) of the completion, computed chunk by chunk
+    on each chunk's live columns (:func:`live_columns`).
+
+    Args:
+        forward: TRL's ``_get_per_token_logps_and_entropies`` (bound), called once per chunk
+            with that chunk only.
+        input_ids, attention_mask: ``(B, T)``; prompts left-padded, completions right-padded.
+        logits_to_keep: the completion's width ``C`` (the last ``C`` columns).
+        batch_size: rows per forward pass (``None``: all ``B``).
+        compute_entropy, kwargs: passed through (``compute_aux_loss`` only; text models).
+
+    Returns:
+        ``(logps, entropies, aux_loss)``: ``logps`` and ``entropies`` ``(B, C)``, zeros on the
+        trimmed padding; ``entropies`` ``None`` unless asked; ``aux_loss`` the mean over
+        chunks, or ``None``.
+    """
+    rows = input_ids.size(0)
+    batch_size = batch_size or rows
+    first_completion = input_ids.size(1) - logits_to_keep
+    logps, entropies, aux = [], [], []
+    for lo in range(0, rows, batch_size):
+        ids, mask = input_ids[lo : lo + batch_size], attention_mask[lo : lo + batch_size]
+        start, end = live_columns(mask, logits_to_keep)
+        keep = end - first_completion
+        lp, ent, al = forward(
+            ids[:, start:end],
+            mask[:, start:end],
+            keep,
+            batch_size=None,
+            compute_entropy=compute_entropy,
+            **kwargs,
+        )
+        pad = logits_to_keep - keep
+        logps.append(torch.nn.functional.pad(lp, (0, pad)))
+        if compute_entropy:
+            entropies.append(torch.nn.functional.pad(ent, (0, pad)))
+        if al is not None:
+            aux.append(al)
+    return (
+        torch.cat(logps, dim=0),
+        torch.cat(entropies, dim=0) if compute_entropy else None,
+        torch.stack(aux).mean() if aux else None,
+    )
+
+
+class TrimmedGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` whose forward passes skip the batch's padding (:func:`trimmed_logps`).
+    Models with image inputs take TRL's own path."""
+
+    def _get_per_token_logps_and_entropies(  # noqa: PLR0913 (TRL's signature)
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        untrimmed = super()._get_per_token_logps_and_entropies
+        if any(v is not None for v in kwargs.values()):  # images, token types: TRL slices those itself
+            return untrimmed(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                compute_aux_loss=compute_aux_loss,
+                **kwargs,
+            )
+
+        def forward(ids, mask, keep, **kw):  # noqa: ANN001, ANN202
+            return untrimmed(model, ids, mask, keep, **kw)
+
+        return trimmed_logps(
+            forward,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=batch_size,
+            compute_entropy=compute_entropy,
+            compute_aux_loss=compute_aux_loss,
+        )
