@@ -66,6 +66,10 @@ else:
         return self.batch(items, trajs, trainer.state.global_step, trainer.processing_class)
 
     rl_rollouts.AgentRollouts.__call__ = finished_rollouts
+    if cfg.get("padded"):  # TRL's own forward passes, over the whole batch's padding
+        import trl
+        import websailor.train.rl.trim as trim
+        trim.TrimmedGRPOTrainer = trl.GRPOTrainer
     n = len(trajs)
     s = load_settings(str(cfg["config"]), group_size=n, batch_size=n, max_steps=1, max_context_tokens=cfg["tokens"] * 2,
                       save_steps=1000, **cfg["settings"])
@@ -75,9 +79,10 @@ print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss 
 """
 
 
-def long_trajectories(n: int, tokens: int, corpus: Path) -> list[dict]:
-    """``n`` agent runs of about ``tokens`` tokens each over ``corpus``: searches and visits
-    of real pages, then an answer (``Seine`` for the even ones, ``Loire`` for the odd)."""
+def long_trajectories(n: int, tokens: int | list[int], corpus: Path) -> list[dict]:
+    """``n`` agent runs of about ``tokens`` tokens each (or ``tokens[i]`` for run ``i``) over
+    ``corpus``: searches and visits of real pages, then an answer (``Seine`` for the even
+    ones, ``Loire`` for the odd)."""
     import json as _json
 
     from transformers import AutoTokenizer
@@ -95,8 +100,9 @@ def long_trajectories(n: int, tokens: int, corpus: Path) -> list[dict]:
     class Browser(ChatModel):
         """Searches and visits :data:`PAGES` in turn until the conversation is long enough."""
 
-        def __init__(self, answer: str, offset: int) -> None:
+        def __init__(self, answer: str, offset: int, tokens: int) -> None:
             self.name, self.max_context, self.answer, self.offset = "smollm2", 10**6, answer, offset
+            self.tokens = tokens
 
         def generate(self, conversations, params):  # noqa: ANN001
             out = []
@@ -104,7 +110,7 @@ def long_trajectories(n: int, tokens: int, corpus: Path) -> list[dict]:
                 used = length(messages)
                 turn = sum(m["role"] == "assistant" for m in messages)
                 page = PAGES[(turn // 2 + self.offset) % len(PAGES)]
-                if used > tokens - 200:
+                if used > self.tokens - 200:
                     reply = (
                         f"<think>The pages say the river is the {self.answer}.</think>\n<answer>{self.answer}</answer>"
                     )
@@ -127,7 +133,7 @@ def long_trajectories(n: int, tokens: int, corpus: Path) -> list[dict]:
         runs = []
         for i in range(n):
             agent = Agent(
-                Browser("Seine" if i % 2 == 0 else "Loire", i),
+                Browser("Seine" if i % 2 == 0 else "Loire", i, tokens if isinstance(tokens, int) else tokens[i]),
                 env.tools,
                 AgentConfig(max_calls=100, max_context_tokens=10**6),
             )
