@@ -714,4 +714,8 @@ def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, 
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the stage's server is stopped, its files kept
+        print("stopped: rerun the same command to resume from the stage's files", file=sys.stderr)
+        sys.exit(130)
