@@ -234,12 +234,13 @@ PUBLISHED = (
     "*_model/rl_log.jsonl",
     "*_model/rollouts.jsonl",
     "*_model/*.png",
-    "rl_sanity/rl_settings.json",
-    "rl_sanity/rl_summary.json",
-    "rl_sanity/rl_log.jsonl",
-    "rl_sanity/rollouts.jsonl",
-    "rl_sanity/*.png",
+    "rl_sanity*/rl_settings.json",
+    "rl_sanity*/rl_summary.json",
+    "rl_sanity*/rl_log.jsonl",
+    "rl_sanity*/rollouts.jsonl",
+    "rl_sanity*/*.png",
     "sanity_qa.jsonl",
+    "qa.jsonl",
 )
 
 

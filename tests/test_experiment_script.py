@@ -94,6 +94,9 @@ def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
     run, dest = tmp_path / "run", tmp_path / "pub"
     files = {
         "settings.json": "{}",
+        "qa.jsonl": "{}\n",
+        "rl_sanity_lr3e-5/rl_log.jsonl": "{}\n",
+        "rl_sanity_lr3e-5/checkpoints/checkpoint-2/rl_log.jsonl": "{}\n",
         "eval_sft/summary.json": "{}",
         "eval_sft/scores.jsonl": "{}\n",
         "rl_model/rl_log.jsonl": "{}\n",
