@@ -25,7 +25,7 @@ or re-reads the RL run (delete ``WORK/rl`` to train again after a change). Print
 the first and last steps, the interval and the wall time, and writes them to
 benchmarks/results/rl_overfit.json::
 
-    python benchmarks/rl_overfit.py                    # warm start, then RL (about 10 min idle on the fast stack)
+    python benchmarks/rl_overfit.py                    # warm start (once), then RL (8 steps of 4: sized for about 10 min idle on the fast stack)
     rm -rf runs/rl_overfit/rl && python benchmarks/rl_overfit.py   # RL again after a change
 """
 
