@@ -32,7 +32,6 @@ import json
 import os
 import random
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -246,16 +245,22 @@ PUBLISHED = (
 
 def publish(out: Path, dest: Path) -> int:
     """Copy the run's small outputs (:data:`PUBLISHED`) from ``out`` to ``dest`` (same relative
-    paths; files of an earlier publish are replaced); returns the bytes copied."""
+    paths; files of an earlier publish are replaced); returns the bytes written. Paths under the
+    checkout (the configs in the settings) are written relative to it, so that no path of the
+    machine that ran the experiment is published."""
     total = 0
+    prefix = f"{ROOT}/".encode()
     for pattern in PUBLISHED:
         for src in sorted(out.glob(pattern)):
             if not src.is_file() or "checkpoint" in src.as_posix():
                 continue
             target = dest / src.relative_to(out)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target)
-            total += src.stat().st_size
+            data = src.read_bytes()
+            if src.suffix != ".png":
+                data = data.replace(prefix, b"")
+            target.write_bytes(data)
+            total += len(data)
     return total
 
 

@@ -109,7 +109,11 @@ def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
     for rel, text in files.items():
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
         (run / rel).write_text(text)
+    config = pipeline.ROOT / "configs" / "rl" / "cpu_ladder.yaml"
+    (run / "settings.json").write_text(json.dumps({"rl_config": str(config)}))
+    files["settings.json"] = json.dumps({"rl_config": "configs/rl/cpu_ladder.yaml"})
     size = pipeline.publish(run, dest)
+    assert json.loads((dest / "settings.json").read_text()) == {"rl_config": "configs/rl/cpu_ladder.yaml"}
     copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert copied == sorted(r for r in files if "safetensors" not in r and "checkpoint" not in r)
     assert size == sum(len(files[r]) for r in copied)
