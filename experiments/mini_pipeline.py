@@ -298,6 +298,7 @@ def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
     from websailor.judge.em import normalize_answer
     from websailor.synth.dataset import read_items
 
+    items = read_items(qa)
     hops = {
         str(it["id"]): {
             normalize_answer(o)
@@ -305,13 +306,16 @@ def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
             if c["kind"] == "linked"
             for o in c["params"].get("others") or [c["params"]["other"]]
         }
-        for it in read_items(qa)
+        for it in items
     }
-    questions = {str(it["id"]): it for it in read_items(qa)}
+    questions = {str(it["id"]): it for it in items}
     rollouts = {(str(r["id"]), r["rollout"]): r for r in read_trajectories([eval_dir / "trajectories.jsonl"])}
-    said = {key: r.get("prediction") for key, r in rollouts.items()}
     read = {key: _read_pages(r) for key, r in rollouts.items()}
-    wrong = [(s.id, s.rollout, said.get((s.id, s.rollout))) for s in load_scores(eval_dir) if s.correct is False]
+    wrong = [
+        (s.id, s.rollout, (rollouts.get((s.id, s.rollout)) or {}).get("prediction"))
+        for s in load_scores(eval_dir)
+        if s.correct is False
+    ]
     wrong = [(i, n, p) for i, n, p in wrong if p]
     hop = [(i, p) for i, _, p in wrong if normalize_answer(p) in hops.get(i, set())]
     read_page = sum(normalize_answer(p) in {normalize_answer(t) for t in read[(i, n)].values()} for i, n, p in wrong)
@@ -392,12 +396,8 @@ def tables(results: dict) -> str:
             lines += [
                 "",
                 f"{m}: of {w['answered_wrong']} wrong answers, {w['hop_entity']} name a hop's entity, not the target"
-                + (
-                    f"; {w['read_page']} are the title of a page the rollout read; in {w['target_read']} the"
-                    " rollout had read the target's page"
-                    if "read_page" in w
-                    else ""
-                )
+                + f"; {w['read_page']} are the title of a page the rollout read; in {w['target_read']} the"
+                " rollout had read the target's page"
                 + "".join(f'; "{e["question"]}" -> {e["said"]} (gold {e["answer"]})' for e in w["examples"][:2]),
             ]
     transfer = results.get("transfer") or {}

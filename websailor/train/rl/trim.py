@@ -5,8 +5,9 @@ left) and the longest completion (on the right), then splits the batch into micr
 without narrowing them again. Multi-turn rollouts differ a lot in length (a direct answer is a
 few hundred tokens, a rollout that reads three pages a few thousand), and the rollouts that
 carry no gradient are two-token stubs (:mod:`websailor.train.rl.rollouts`), so most of each
-micro-batch's columns can be padding: on the ladder experiment's steps the forward and
-backward passes ran over about twice the real tokens.
+micro-batch's columns can be padding: on the ladder experiment's steps the padded width held
+1.15 to 1.5 times the real tokens, and the update at that width took 2.2 times as long
+(benchmarks/rl_padding.py).
 
 :class:`TrimmedGRPOTrainer` narrows each chunk of rows to its columns that hold a token of at
 least one row before the model sees it, and pads the log-probabilities (and entropies) back to
@@ -18,6 +19,7 @@ the padded batch shifted them by the padding's length.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -123,11 +125,8 @@ class TrimmedGRPOTrainer(GRPOTrainer):
                 **kwargs,
             )
 
-        def forward(ids, mask, keep, **kw):  # noqa: ANN001, ANN202
-            return untrimmed(model, ids, mask, keep, **kw)
-
         return trimmed_logps(
-            forward,
+            functools.partial(untrimmed, model),
             input_ids,
             attention_mask,
             logits_to_keep,
