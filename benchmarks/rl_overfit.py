@@ -83,8 +83,10 @@ def items(work: Path, a: argparse.Namespace) -> tuple[Path, Path]:
     return warm, rl
 
 
-def warm_start(work: Path, qa: Path, a: argparse.Namespace) -> str:
-    """SFT of the embedded model on the constructive trajectories of ``qa``; ``hf:DIR``."""
+def warm_start(work: Path, qa: Path, a: argparse.Namespace, question_query: bool = True) -> str:
+    """SFT of the embedded model on the constructive trajectories of ``qa`` (opening with a
+    search of the question's own text unless ``question_query`` is false); ``hf:DIR``. Resumes:
+    a finished model is reused."""
     from websailor.corpus import Corpus
     from websailor.synth import read_items
     from websailor.tools.environment import COMPACT_OBSERVATIONS
@@ -93,8 +95,10 @@ def warm_start(work: Path, qa: Path, a: argparse.Namespace) -> str:
     from websailor.train.sft import SFTSettings, train_sft
 
     trajs, out = work / "warm_trajectories.jsonl", work / "warm_model"
+    if (out / "config.json").exists():
+        return f"hf:{out}"
     tools = build_local_tools(Corpus.open(), **COMPACT_OBSERVATIONS)
-    build_constructive(read_items(qa), tools, trajs, split="all", progress=False)
+    build_constructive(read_items(qa), tools, trajs, split="all", progress=False, question_query=question_query)
     settings = SFTSettings(
         max_steps=a.warm_steps,
         batch_size=2,

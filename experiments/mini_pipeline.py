@@ -119,6 +119,16 @@ IDENTITY = (
     "rl_lr",
     "rl_config",
 )
+#: identity settings that only later stages read, and what those stages write: such a setting may
+#: change while none of it exists (a learning rate chosen after the overfitting check, say)
+READ_LATER = {
+    "sanity_items": ("sanity_qa.jsonl", "rl_sanity"),
+    "sanity_group_size": ("rl_sanity",),
+    "sanity_lr": ("rl_sanity",),
+    "group_size": ("rl_model", "dupo_model", "dupo_stream.jsonl"),
+    "rl_lr": ("rl_model", "dupo_model"),
+    "rl_config": ("rl_model", "dupo_model"),
+}
 
 
 def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> None:
@@ -457,9 +467,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
     p.add_argument("--sanity-steps", type=int, default=16)
     p.add_argument("--sanity-group-size", type=int, default=8, help="rollouts per group (and per step) of the check")
-    p.add_argument("--sanity-lr", type=float, default=1e-5, help="learning rate of the check")
+    p.add_argument(
+        "--sanity-lr", type=float, default=3e-5, help="learning rate of the check (1e-5 moved too little: experiments.md)"
+    )
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--rl-lr", type=float, default=1e-5)
+    p.add_argument(
+        "--rl-lr", type=float, default=3e-5, help="learning rate of V2 and DUPO (the check's: experiments.md)"
+    )
     p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_ladder.yaml")
     p.add_argument("--rl-steps", type=int, default=40, help="RL steps of the main run (V2, and DUPO)")
     p.add_argument("--throughput-groups", type=int, default=4, help="groups per batch of the DUPO throughput stage")
@@ -480,7 +494,8 @@ def _option(key: str, value: object) -> str:
 
 def check_settings(out: Path, settings: dict) -> None:
     """Refuse, in one line, an ``--out`` that is a file, a run directory whose ``settings.json``
-    cannot be read, one of another layout, or one with other identity settings."""
+    cannot be read, one of another layout, or one with other identity settings (:data:`IDENTITY`;
+    those of :data:`READ_LATER` only once a stage that reads them has written something)."""
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--out {out} is a file; the experiment writes a directory")
     saved_path = out / "settings.json"
@@ -501,7 +516,13 @@ def check_settings(out: Path, settings: dict) -> None:
             else f"an unknown layout ({layout!r}; this script writes layout {LAYOUT})"
         )
         raise SystemExit(f"{out} holds a run of {which}; start it again under another --out (or delete it)")
-    changed = [key for key in IDENTITY if key in saved and saved[key] != settings[key]]
+    changed = [
+        key
+        for key in IDENTITY
+        if key in saved
+        and saved[key] != settings[key]
+        and (key not in READ_LATER or any((out / made).exists() for made in READ_LATER[key]))
+    ]
     if changed:
         raise SystemExit(
             f"{out} holds a run with other settings: "

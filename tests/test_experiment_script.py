@@ -162,3 +162,42 @@ def test_wrong_answers_count_the_hops_entity(pipeline, vital, tmp_path):
         "answer": items[0]["answer"],
         "said": hop,
     }
+
+
+def test_transfer_opening_counts_where_the_first_search_comes_from(tmp_path):
+    path = SCRIPT.with_name("transfer_opening.py")
+    spec = importlib.util.spec_from_file_location("transfer_opening", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    question = "Which physicist shared a Nobel Prize with his wife?"
+
+    def rollout(*calls):
+        return {"question": question, "tool_calls": [{"name": n, "arguments": args} for n, args in calls]}
+
+    rollouts = [
+        # the question's own words: every word of the query is in the question
+        rollout(("search", {"query": ["physicist shared Nobel Prize with his wife"]})),
+        # an invented entity (the template's first move): no word from the question
+        rollout(("search", {"query": ["Einstein"]}), ("visit", {"url": "https://en.wikipedia.org/wiki/Einstein"})),
+        # the first search is what counts, after a visit; a string query is read too; 2 of 3 words
+        rollout(("visit", {"url": "x"}), ("search", {"query": "Nobel Prize Curie"}), ("search", {"query": ["wife"]})),
+        rollout(),  # no search at all
+    ]
+    got = module.first_search_sources(rollouts)
+    assert got["rollouts"] == 4 and got["with_search"] == 3
+    assert got["from_question"] == 2
+    assert got["question_word_share"] == pytest.approx((1 + 0 + 2 / 3) / 3, abs=1e-4)
+    assert module.words("The Nobel prize, of 1903") == {"nobel", "prize", "1903"}
+
+
+def test_a_setting_of_a_stage_not_yet_run_may_change(pipeline, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "settings.json").write_text(json.dumps({"layout": pipeline.LAYOUT, "items": 400, "rl_lr": 1e-5}))
+    now = {"items": 400, "rl_lr": 3e-5} | {key: None for key in pipeline.IDENTITY if key not in ("items", "rl_lr")}
+    pipeline.check_settings(run, now)  # V2 and DUPO have not started: the new learning rate is taken
+    (run / "dupo_model").mkdir()  # once one of them has written something, it is the run's
+    with pytest.raises(SystemExit, match=r"--rl-lr 1e-05 \(now --rl-lr 3e-05\)"):
+        pipeline.check_settings(run, now)
+    with pytest.raises(SystemExit, match=r"--items 400 \(now --items 600\)"):  # an early stage's: always
+        pipeline.check_settings(run, now | {"items": 600, "rl_lr": 1e-5})
