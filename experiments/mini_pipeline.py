@@ -468,7 +468,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sanity-steps", type=int, default=16)
     p.add_argument("--sanity-group-size", type=int, default=8, help="rollouts per group (and per step) of the check")
     p.add_argument(
-        "--sanity-lr", type=float, default=3e-5, help="learning rate of the check (1e-5 moved too little: experiments.md)"
+        "--sanity-lr",
+        type=float,
+        default=3e-5,
+        help="learning rate of the check (1e-5 moved too little: experiments.md)",
     )
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument(
