@@ -7,13 +7,17 @@ the reward flat or falling, and the check turns red (exit 1).
    constructive trajectories; the embedded SmolLM2-135M is fine-tuned on them for
    ``--warm-steps`` steps of 2 (the warm start, made once and kept; the base model rarely
    writes the protocol, so RL from it has no reward to raise). ``--model hf:DIR`` skips this.
-2. The first ``--pool`` of those items are rated by the warm model (RL's sampling prefilter,
-   ``--prefilter-k`` rollouts each), and V2 (groups of ``--group-size``, clip-higher, no KL)
-   trains it on those it solves sometimes but not always, one group a step, for ``--steps``
-   steps at ``--lr``: an overfitting rate. The pool is part of what the warm start learnt, on
-   purpose: a check of the RL path needs items the model half knows, and one epoch of SFT
-   leaves more of its own items half known than new ones (the ladder's SFT model: Avg@8 26.3
-   on its training items, 9.6 on the test split). Rollouts
+2. The first ``--pool`` of those items are rated by the warm model (``websailor eval``,
+   ``--prefilter-k`` rollouts each at RL's temperature), and the ``--rl-items`` (default 2)
+   solved closest to half the time are RL's items: V2 (groups of ``--group-size``, clip-higher,
+   no KL) trains on them, one group a step, for ``--steps`` steps at ``--lr``, an overfitting
+   rate. Each half of the run visits every item equally often (each epoch visits each item
+   once), so the two halves' rewards compare the same items: a first version drew 8 steps from
+   7 items, each seen about once, and compared different items (red, -0.19, on item
+   difficulty alone). The pool is part of what the warm start learnt, on purpose: a check of
+   the RL path needs items the model half knows, and one epoch of SFT leaves more of its own
+   items half known than new ones (the ladder's SFT model: Avg@8 26.3 on its training items,
+   9.6 on the test split). Rollouts
    are sampled on a vLLM server this script starts (``--engine vllm``; ``auto`` when
    ``make vllm`` built one) with the weights synced every step, or by the local engine.
 3. The training reward of the last half of the steps minus the first half, with a 95% bootstrap
@@ -25,8 +29,8 @@ or re-reads the RL run (delete ``WORK/rl`` to train again after a change). Print
 the first and last steps, the interval and the wall time, and writes them to
 benchmarks/results/rl_overfit.json::
 
-    python benchmarks/rl_overfit.py                    # warm start (once), then RL (8 steps of 4: sized for about 10 min idle on the fast stack)
-    rm -rf runs/rl_overfit/rl && python benchmarks/rl_overfit.py   # RL again after a change
+    python benchmarks/rl_overfit.py                    # warm start (once, about 20 min), then RL (12 steps of 4)
+    rm -rf runs/rl_overfit/rl && python benchmarks/rl_overfit.py   # RL again after a change (the rating is kept)
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import write_results  # noqa: E402
+
+WS = str(Path(sys.executable).with_name("websailor"))
 
 
 def parse_args() -> argparse.Namespace:
@@ -53,7 +60,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warm-steps", type=int, default=40, help="SFT steps of 2 trajectories of the warm start")
     p.add_argument("--pool", type=int, default=12, help="warm-start items the prefilter rates for RL")
     p.add_argument("--prefilter-k", type=int, default=4, help="rollouts per pool item of the prefilter")
-    p.add_argument("--steps", type=int, default=8, help="RL steps")
+    p.add_argument("--rl-items", type=int, default=2, help="moderate pool items RL trains on")
+    p.add_argument("--steps", type=int, default=12, help="RL steps (a multiple of twice --rl-items)")
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=5e-5, help="RL learning rate (overfitting is the aim)")
     p.add_argument("--max-calls", type=int, default=4, help="tool calls per rollout (level 1 needs 2)")
@@ -115,8 +123,35 @@ def warm_start(work: Path, qa: Path, a: argparse.Namespace, question_query: bool
     return f"hf:{out}"
 
 
+def rate_pool(work: Path, qa: Path, spec: str, a: argparse.Namespace) -> tuple[Path, dict]:
+    """The pool rated by the model (``websailor eval``, ``--prefilter-k`` rollouts an item at
+    RL's temperature): the ``--rl-items`` moderate items solved closest to half the time (ties
+    in pool order) go to ``WORK/rl_items.jsonl``. Returns that file and ``{id: correct}`` of
+    every pool item. Raises SystemExit when fewer items are moderate."""
+    from websailor.eval.compare import load_scores
+    from websailor.synth import read_items
+
+    rated, chosen = work / "pool_eval", work / "rl_items.jsonl"
+    args = ["eval", "--bench", str(qa), "--split", "all", "--rollouts", str(a.prefilter_k), "--model", spec]
+    args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
+    subprocess.run([WS, *args, "--temperature", "1.0", "--seed", str(a.seed), "--out", str(rated)], check=True)
+    correct: dict[str, int] = {}
+    for score in load_scores(rated):
+        correct[score.id] = correct.get(score.id, 0) + bool(score.correct)
+    pool = read_items(qa)
+    moderate = [it for it in pool if 0 < correct.get(it["id"], 0) < a.prefilter_k]
+    moderate.sort(key=lambda it: abs(correct[it["id"]] - a.prefilter_k / 2))  # stable: pool order on ties
+    if len(moderate) < a.rl_items:
+        raise SystemExit(
+            f"{len(moderate)} of {len(pool)} pool items are moderate (solved 1 to {a.prefilter_k - 1} times of "
+            f"{a.prefilter_k}), fewer than --rl-items {a.rl_items}: a larger --pool, or a warm start of more steps"
+        )
+    chosen.write_text("".join(json.dumps(it) + "\n" for it in moderate[: a.rl_items]))
+    return chosen, {it["id"]: correct.get(it["id"], 0) for it in pool}
+
+
 def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
-    """The RL run on the handful of items, on a vLLM server when there is one."""
+    """Rate the pool, then the RL run on the chosen items, on a vLLM server when there is one."""
     from websailor.models.vllm_launch import VLLMServer, rollout_engine
     from websailor.tools.environment import COMPACT_OBSERVATIONS, EnvSpec
     from websailor.train.rl import load_settings, train_rl
@@ -129,6 +164,7 @@ def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
             server.start()
             stack.callback(server.stop)
             server.wait_ready(progress=True)
+        chosen, pool_correct = rate_pool(work, qa, server.spec if server else model, a)
         settings = load_settings(
             ROOT / "configs" / "rl" / "cpu_ladder.yaml",
             max_steps=a.steps,
@@ -139,12 +175,13 @@ def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
             max_tokens_per_turn=a.max_tokens,
             save_steps=a.steps,
             seed=a.seed,
-            prefilter=a.prefilter_k,
             rollout_server=server.spec if server else None,
         )
-        summary = train_rl(qa, model, work / "rl", settings, split="all", env=EnvSpec(**COMPACT_OBSERVATIONS))
+        summary = train_rl(chosen, model, work / "rl", settings, split="all", env=EnvSpec(**COMPACT_OBSERVATIONS))
     summary["engine"] = engine
     summary["startup_s"] = round(server.startup_s or 0.0, 1) if server else None
+    summary["pool_correct"] = pool_correct
+    summary["rl_items"] = [json.loads(line)["id"] for line in chosen.read_text().splitlines() if line]
     return summary
 
 
@@ -156,6 +193,11 @@ def main() -> int:
     a = parse_args()
     if not 0 < a.pool <= a.warm_items:
         raise SystemExit(f"--pool {a.pool}: give 1 to --warm-items ({a.warm_items}) items")
+    if not 0 < a.rl_items <= a.pool or a.steps < 2 or a.steps % (2 * a.rl_items):
+        raise SystemExit(
+            f"--steps {a.steps} --rl-items {a.rl_items}: give 1 to --pool ({a.pool}) items and a multiple of "
+            "twice that many steps, so that each half of the run visits every item equally often"
+        )
     a.work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     warm_qa, rl_qa = items(a.work, a)
@@ -173,7 +215,9 @@ def main() -> int:
         "model": model,
         "engine": summary["engine"],
         "pool": a.pool,
-        "moderate_items": (summary.get("prefilter") or {}).get("kept"),
+        "pool_correct": summary["pool_correct"],
+        "prefilter_k": a.prefilter_k,
+        "rl_items": summary["rl_items"],
         "steps": gain["steps"],
         "group_size": a.group_size,
         "lr": a.lr,

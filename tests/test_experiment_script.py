@@ -201,3 +201,17 @@ def test_a_setting_of_a_stage_not_yet_run_may_change(pipeline, tmp_path):
         pipeline.check_settings(run, now)
     with pytest.raises(SystemExit, match=r"--items 400 \(now --items 600\)"):  # an early stage's: always
         pipeline.check_settings(run, now | {"items": 600, "rl_lr": 1e-5})
+
+
+def test_rl_overfit_refuses_halves_that_visit_items_unequally(tmp_path):
+    script = SCRIPT.parents[1] / "benchmarks" / "rl_overfit.py"
+    for args, message in (
+        (["--steps", "10", "--rl-items", "3"], "--steps 10 --rl-items 3: give 1 to --pool (12) items and a multiple"),
+        (["--rl-items", "13"], "--rl-items 13: give 1 to --pool (12)"),
+        (["--pool", "0"], "--pool 0: give 1 to --warm-items (80) items"),
+    ):
+        res = subprocess.run(
+            [sys.executable, str(script), "--work", str(tmp_path / "w"), *args], capture_output=True, text=True
+        )
+        assert res.returncode != 0 and message in res.stderr, res.stderr
+        assert not (tmp_path / "w").exists()  # refused before any work
