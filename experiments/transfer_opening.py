@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -69,35 +70,50 @@ def words(text: str) -> set[str]:
 
 
 def first_search_sources(rollouts: list[dict]) -> dict:
-    """Where the first search of each rollout comes from: ``rollouts``, ``with_search`` (those
-    that searched at all), ``question_word_share`` (mean share of the first search's words that
-    the question holds, over those) and ``from_question`` (those whose first search takes at
-    least half its words from the question)."""
-    shares = []
+    """Where the first search of each rollout comes from, and what it led to: ``rollouts``,
+    ``with_search`` (those that searched at all), ``question_word_share`` (mean share of the
+    first search's words that the question holds, over those), ``from_question`` (those whose
+    first search takes at least half its words from the question), ``answer_page_shown`` (those
+    whose first search's results list the gold answer's page, ``wiki/Title``) and
+    ``answer_page_read`` (those that visited that page at any point)."""
+    shares, shown, read = [], 0, 0
     for r in rollouts:
-        call = next((c for c in r.get("tool_calls") or [] if c.get("name") == "search"), None)
-        query = (call or {}).get("arguments", {}).get("query")
+        calls = r.get("tool_calls") or []
+        first = next((i for i, c in enumerate(calls) if c.get("name") == "search"), None)
+        query = calls[first].get("arguments", {}).get("query") if first is not None else None
         queries = [query] if isinstance(query, str) else [q for q in query or [] if isinstance(q, str)]
         asked = words(" ".join(queries))
         if asked:
             shares.append(len(asked & words(r["question"])) / len(asked))
+        page = "wiki/" + str((r.get("answer") or {}).get("answer", "")).replace(" ", "_")
+        responses = [m for m in (r.get("messages") or [])[2:] if m.get("role") in ("user", "tool")]
+        if first is not None and first < len(responses) and page in str(responses[first].get("content")):
+            shown += 1
+        urls = [c.get("arguments", {}).get("url") for c in calls if c.get("name") == "visit"]
+        read += any(isinstance(u, str) and unquote(u).endswith(page) for u in urls)
     return {
         "rollouts": len(rollouts),
         "with_search": len(shares),
         "question_word_share": round(sum(shares) / len(shares), 4) if shares else None,
         "from_question": sum(s >= 0.5 for s in shares),
+        "answer_page_shown": shown,
+        "answer_page_read": read,
     }
 
 
 def evaluate(model: str, name: str, out: Path, a: argparse.Namespace, engine: str) -> dict:
-    """``websailor eval`` of ``model`` on the hand-written questions; its figures."""
+    """``websailor eval`` of ``model`` on the hand-written questions (no server is started for an
+    evaluation that has finished); its figures."""
     eval_dir = out / f"eval_{name}"
-    with served(model, engine, out / "logs", f"transfer_{name}", 8192) as spec:
-        bench = os.path.relpath(VITAL_QUESTIONS)  # no path of this machine in the published files
-        args = ["eval", "--bench", bench, "--rollouts", str(a.k), "--model", spec]
-        args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
-        print(f"\n[eval_{name}] $ websailor {' '.join(args)} --out {eval_dir}", flush=True)
-        subprocess.run([WS, *args, "--out", str(eval_dir)], check=True)
+    done = json.loads((eval_dir / "summary.json").read_text()) if (eval_dir / "summary.json").exists() else {}
+    finished = done.get("k") == a.k and not done.get("ungraded") and done.get("trajectories") == a.k * done["questions"]
+    if not finished:
+        with served(model, engine, out / "logs", f"transfer_{name}", 8192) as spec:
+            bench = os.path.relpath(VITAL_QUESTIONS)  # no path of this machine in the published files
+            args = ["eval", "--bench", bench, "--rollouts", str(a.k), "--model", spec]
+            args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
+            print(f"\n[eval_{name}] $ websailor {' '.join(args)} --out {eval_dir}", flush=True)
+            subprocess.run([WS, *args, "--out", str(eval_dir)], check=True)
     rollouts = [json.loads(line) for line in (eval_dir / "trajectories.jsonl").read_text().splitlines() if line]
     return {**figures(eval_dir), "first_search": first_search_sources(rollouts)}
 
@@ -123,7 +139,8 @@ def main() -> int:
         print(
             f"{name} opening: Avg@{a.k} {100 * f['avg_at_k']:.1f}, Pass@{a.k} {100 * f['pass_at_k']:.1f}, format "
             f"validity {100 * f['format_validity']:.1f}%; first search from the question in {s['from_question']} "
-            f"of {s['with_search']} rollouts that searched (word share {s['question_word_share']})"
+            f"of {s['with_search']} rollouts that searched (word share {s['question_word_share']}); the answer's page "
+            f"listed by it in {s['answer_page_shown']}, read in {s['answer_page_read']} of {s['rollouts']}"
         )
     write_results("transfer_opening", results, a)
     if a.publish:

@@ -171,21 +171,40 @@ def test_transfer_opening_counts_where_the_first_search_comes_from(tmp_path):
     spec.loader.exec_module(module)
     question = "Which physicist shared a Nobel Prize with his wife?"
 
-    def rollout(*calls):
-        return {"question": question, "tool_calls": [{"name": n, "arguments": args} for n, args in calls]}
+    listed = "1. [Pierre Curie](https://en.wikipedia.org/wiki/Pierre_Curie)\nA French physicist..."
+
+    def rollout(*calls, shown=""):
+        messages = [{"role": "system", "content": "..."}, {"role": "user", "content": question}]
+        for n, _ in calls:
+            messages += [{"role": "assistant", "content": f"<tool_call>{n}</tool_call>"}]
+            messages += [{"role": "user", "content": shown if n == "search" else "a page"}]
+        return {
+            "question": question,
+            "answer": {"answer": "Pierre Curie"},
+            "messages": messages,
+            "tool_calls": [{"name": n, "arguments": args} for n, args in calls],
+        }
 
     rollouts = [
-        # the question's own words: every word of the query is in the question
-        rollout(("search", {"query": ["physicist shared Nobel Prize with his wife"]})),
+        # the question's own words: every word of the query is in the question; the results list
+        # the answer's page, and the rollout reads it
+        rollout(
+            ("search", {"query": ["physicist shared Nobel Prize with his wife"]}),
+            ("visit", {"url": "https://en.wikipedia.org/wiki/Pierre_Curie"}),
+            shown=listed,
+        ),
         # an invented entity (the template's first move): no word from the question
         rollout(("search", {"query": ["Einstein"]}), ("visit", {"url": "https://en.wikipedia.org/wiki/Einstein"})),
         # the first search is what counts, after a visit; a string query is read too; 2 of 3 words
         rollout(("visit", {"url": "x"}), ("search", {"query": "Nobel Prize Curie"}), ("search", {"query": ["wife"]})),
         rollout(),  # no search at all
     ]
+    rollouts[1]["messages"][5]["content"] = listed  # listed by a visit's page, not by the first search
+    rollouts[2]["messages"][5]["content"] = listed  # the first search is the second call: its results count
     got = module.first_search_sources(rollouts)
     assert got["rollouts"] == 4 and got["with_search"] == 3
     assert got["from_question"] == 2
+    assert got["answer_page_shown"] == 2 and got["answer_page_read"] == 1
     assert got["question_word_share"] == pytest.approx((1 + 0 + 2 / 3) / 3, abs=1e-4)
     assert module.words("The Nobel prize, of 1903") == {"nobel", "prize", "1903"}
 
