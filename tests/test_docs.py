@@ -69,6 +69,10 @@ SCRIPT_OPTIONS = {
     "--engine": "experiments/mini_pipeline.py",
     "--publish": "experiments/mini_pipeline.py",
     "--only": "experiments/mini_pipeline.py",
+    "--rl-lr": "experiments/mini_pipeline.py",
+    "--sanity-lr": "experiments/mini_pipeline.py",
+    "--rl-items": "benchmarks/rl_overfit.py",
+    "--question-model": "experiments/transfer_opening.py",
 }
 REPO_PATH = re.compile(r"^(?:websailor|benchmarks|experiments|configs|tests|docs)(?:/[\w.-]+)*/?$")
 OPTION = re.compile(r"(?<![\w./:-])(--?[A-Za-z][\w-]*)")
