@@ -108,7 +108,7 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
     stream = [json.loads(x) for x in a.stream.read_text().splitlines() if x.strip()] if a.stream.exists() else []
     if len(stream) >= needed:
         return stream
-    items = training_questions(a.qa, "train")
+    items = training_questions(a.qa)  # a synth file's train split, or every question of another file
     random.Random(a.seed).shuffle(items)
     cfg = build_agent_config(
         RLSettings(
@@ -120,8 +120,10 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
             seed=a.seed,
         )
     )
+    # a local model batches a group's rollouts itself; a server (vllm:, openai:) batches on its side
+    local = a.model == "smollm2" or a.model.startswith("hf:")
     agent = Agent(
-        load_model(a.model, max_batch=a.group_size),
+        load_model(a.model, check=not local, **({"max_batch": a.group_size} if local else {})),
         build_local_tools(Corpus.open(None), **OBSERVATION_PRESETS[a.observations]),
         cfg,
     )

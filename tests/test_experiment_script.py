@@ -234,3 +234,40 @@ def test_rl_overfit_refuses_halves_that_visit_items_unequally(tmp_path):
         )
         assert res.returncode != 0 and message in res.stderr, res.stderr
         assert not (tmp_path / "w").exists()  # refused before any work
+
+
+def test_dupo_throughput_samples_a_live_stream_from_a_server(vital_dir, tmp_path, monkeypatch):
+    """The throughput stage's live groups come from a served model (``vllm:`` or ``openai:``),
+    which batches on its side: the script must not hand it a local engine's options."""
+    from fakes import FakeOpenAIServer
+
+    path = SCRIPT.parents[1] / "benchmarks" / "dupo_throughput.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # its helpers, as when it runs as a script
+    spec = importlib.util.spec_from_file_location("dupo_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    home = tmp_path / "home"
+    (home / "corpora").mkdir(parents=True)
+    (home / "corpora" / "vital_en").symlink_to(vital_dir)  # the default corpus the script opens
+    monkeypatch.setenv("WEBSAILOR_HOME", str(home))
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(
+        '{"id": "v01", "question": "Which river flows north into the Mediterranean Sea?", "answer": "Nile"}\n'
+        '{"id": "v02", "question": "Who painted the Mona Lisa?", "answer": "Leonardo da Vinci"}\n'
+    )
+    a = module.argparse.Namespace(
+        qa=qa,
+        stream=tmp_path / "stream.jsonl",
+        seed=0,
+        group_size=2,
+        max_calls=2,
+        max_tokens=64,
+        observations="compact",
+    )
+    with FakeOpenAIServer(reply="<think>Sure.</think>\n<answer>Nile</answer>") as srv:
+        a.model = f"openai:fake@{srv.url}"
+        groups = module.live_groups(a, 2)
+    assert sorted(g["id"] for g in groups) == ["v01", "v02"]
+    for g in groups:  # DUPO's reward: 0.1 for the format, 0.9 more for the right answer
+        assert g["rewards"] == ([1.0, 1.0] if g["id"] == "v01" else [0.1, 0.1]) and g["wall_s"] > 0
+    assert [json.loads(line)["id"] for line in a.stream.read_text().splitlines()] == [g["id"] for g in groups]
