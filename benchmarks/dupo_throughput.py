@@ -95,7 +95,8 @@ def replay_groups(path: Path, group_size: int) -> list[dict]:
 
 
 def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
-    """The stream of groups, extended with the agent until ``needed`` groups exist."""
+    """The stream of groups, extended with the agent until ``needed`` groups exist (fewer when
+    ``--qa`` has fewer questions: one group a question)."""
     from websailor.agent import Agent
     from websailor.corpus import Corpus
     from websailor.judge.base import Case, load_judge
@@ -166,12 +167,23 @@ def main() -> None:
         "--observations", choices=("paper", "compact"), default="paper", help="observation setting of the tools"
     )
     a = p.parse_args()
+    for flag, value, least in (
+        ("--groups", a.groups, 1),
+        ("--group-size", a.group_size, 2),
+        ("--batches", a.batches, 1),
+    ):
+        if value < least:
+            p.error(f"{flag} {value}: give at least {least}")
     if a.replay:
         groups = replay_groups(a.replay, a.group_size)
     else:
         groups = live_groups(a, a.groups * a.batches)
         while dynamic_sampling(groups, a.groups, a.batches)["batches"] < a.batches and len(groups) < a.max_groups:
-            groups = live_groups(a, len(groups) + 1)
+            more = live_groups(a, len(groups) + 1)
+            if len(more) == len(groups):  # every question of --qa has its group: the stream ends here
+                print(f"{a.qa} has no question left for another group ({len(groups)} sampled)", file=sys.stderr)
+                break
+            groups = more
     share = sum(spread(g["rewards"]) for g in groups) / max(1, len(groups))
     batches = min(a.batches, dynamic_sampling(groups, a.groups, 10**9)["batches"])
     res = {

@@ -123,23 +123,32 @@ def warm_start(work: Path, qa: Path, a: argparse.Namespace, question_query: bool
     return f"hf:{out}"
 
 
-def rate_pool(work: Path, qa: Path, spec: str, a: argparse.Namespace) -> tuple[Path, dict]:
+def rate_pool(work: Path, qa: Path, model: str, spec: str, a: argparse.Namespace) -> tuple[Path, dict]:
     """The pool rated by the model (``websailor eval``, ``--prefilter-k`` rollouts an item at
     RL's temperature): the ``--rl-items`` moderate items solved closest to half the time (ties
-    in pool order) go to ``WORK/rl_items.jsonl``. Returns that file and ``{id: correct}`` of
-    every pool item. Raises SystemExit when fewer items are moderate."""
+    in pool order; counted over graded rollouts, an item needing all k of them) go to
+    ``WORK/rl_items.jsonl``. Returns that file and ``{id: correct}`` of every pool item rated.
+    Raises SystemExit when fewer items are moderate."""
     from websailor.eval.compare import load_scores
     from websailor.synth import read_items
 
     rated, chosen = work / "pool_eval", work / "rl_items.jsonl"
+    rater = rated / "rated_by.txt"  # the model (not the server's spec, whose port changes) the rating is of
+    if rater.exists() and rater.read_text() != model:
+        raise SystemExit(f"{rated} rates {rater.read_text()}, not {model}: use another --work (or delete it)")
+    rated.mkdir(parents=True, exist_ok=True)
+    rater.write_text(model)
     args = ["eval", "--bench", str(qa), "--split", "all", "--rollouts", str(a.prefilter_k), "--model", spec]
     args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
     subprocess.run([WS, *args, "--temperature", "1.0", "--seed", str(a.seed), "--out", str(rated)], check=True)
-    correct: dict[str, int] = {}
+    graded: dict[str, list[bool]] = {}
     for score in load_scores(rated):
-        correct[score.id] = correct.get(score.id, 0) + bool(score.correct)
+        if score.correct is not None:  # an ungraded rollout (a model error) counts neither way
+            graded.setdefault(score.id, []).append(score.correct)
+    correct = {q: sum(marks) for q, marks in graded.items()}
     pool = read_items(qa)
-    moderate = [it for it in pool if 0 < correct.get(it["id"], 0) < a.prefilter_k]
+    rated_fully = [it for it in pool if len(graded.get(it["id"], [])) == a.prefilter_k]
+    moderate = [it for it in rated_fully if 0 < correct[it["id"]] < a.prefilter_k]
     moderate.sort(key=lambda it: abs(correct[it["id"]] - a.prefilter_k / 2))  # stable: pool order on ties
     if len(moderate) < a.rl_items:
         raise SystemExit(
@@ -147,7 +156,7 @@ def rate_pool(work: Path, qa: Path, spec: str, a: argparse.Namespace) -> tuple[P
             f"{a.prefilter_k}), fewer than --rl-items {a.rl_items}: a larger --pool, or a warm start of more steps"
         )
     chosen.write_text("".join(json.dumps(it) + "\n" for it in moderate[: a.rl_items]))
-    return chosen, {it["id"]: correct.get(it["id"], 0) for it in pool}
+    return chosen, correct
 
 
 def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
@@ -164,7 +173,7 @@ def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
             server.start()
             stack.callback(server.stop)
             server.wait_ready(progress=True)
-        chosen, pool_correct = rate_pool(work, qa, server.spec if server else model, a)
+        chosen, pool_correct = rate_pool(work, qa, model, server.spec if server else model, a)
         settings = load_settings(
             ROOT / "configs" / "rl" / "cpu_ladder.yaml",
             max_steps=a.steps,
@@ -193,6 +202,11 @@ def main() -> int:
     a = parse_args()
     if not 0 < a.pool <= a.warm_items:
         raise SystemExit(f"--pool {a.pool}: give 1 to --warm-items ({a.warm_items}) items")
+    for flag, value, least in (("--prefilter-k", a.prefilter_k, 2), ("--group-size", a.group_size, 2)):
+        if value < least:  # a moderate item, or a group with spread, needs two rollouts at least
+            raise SystemExit(f"{flag} {value}: give at least {least}")
+    if not a.lr > 0:
+        raise SystemExit(f"--lr {a.lr}: give a learning rate above 0")
     if not 0 < a.rl_items <= a.pool or a.steps < 2 or a.steps % (2 * a.rl_items):
         raise SystemExit(
             f"--steps {a.steps} --rl-items {a.rl_items}: give 1 to --pool ({a.pool}) items and a multiple of "

@@ -127,7 +127,7 @@ READ_LATER = {
     "sanity_lr": ("rl_sanity",),
     "group_size": ("rl_model", "dupo_model", "dupo_stream.jsonl"),
     "rl_lr": ("rl_model", "dupo_model"),
-    "rl_config": ("rl_model", "dupo_model"),
+    "rl_config": ("rl_sanity", "rl_model", "dupo_model"),
 }
 
 

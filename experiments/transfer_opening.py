@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -64,9 +64,38 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def check_args(a: argparse.Namespace) -> None:
+    """Refuse, in one line and before any work, sizes out of range, an ``--out`` or
+    ``--publish`` that is a file, and a ``--question-model`` that is not a model directory."""
+    for flag, value, least in (
+        ("--k", a.k, 1),
+        ("--warm-items", a.warm_items, 1),
+        ("--warm-steps", a.warm_steps, 1),
+        ("--max-calls", a.max_calls, 1),
+        ("--max-tokens", a.max_tokens, 16),
+    ):
+        if value < least:
+            raise SystemExit(f"{flag} {value}: give at least {least}")
+    for flag, path in (("--out", a.out), ("--publish", a.publish)):
+        if path is not None and path.exists() and not path.is_dir():
+            raise SystemExit(f"{flag} {path} is a file; give a directory")
+    if a.question_model is not None:
+        folder = Path(a.question_model.removeprefix("hf:"))
+        if not a.question_model.startswith("hf:") or not (folder / "config.json").is_file():
+            raise SystemExit(f"--question-model {a.question_model}: give hf:DIR, DIR a model directory (config.json)")
+
+
 def words(text: str) -> set[str]:
     """Lower-cased words of ``text`` that can tell a query's source (not the commonest)."""
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2 and w not in _COMMON}
+
+
+def _queries(arguments: object) -> list[str]:
+    """The query strings of a search call's arguments (a string or a list of them)."""
+    query = arguments.get("query") if isinstance(arguments, dict) else None
+    if isinstance(query, str):
+        return [query]
+    return [q for q in query if isinstance(q, str)] if isinstance(query, list) else []
 
 
 def first_search_sources(rollouts: list[dict]) -> dict:
@@ -74,23 +103,38 @@ def first_search_sources(rollouts: list[dict]) -> dict:
     ``with_search`` (those that searched at all), ``question_word_share`` (mean share of the
     first search's words that the question holds, over those), ``from_question`` (those whose
     first search takes at least half its words from the question), ``answer_page_shown`` (those
-    whose first search's results list the gold answer's page, ``wiki/Title``) and
-    ``answer_page_read`` (those that visited that page at any point)."""
+    whose first search's results link the gold answer's page, ``/wiki/Title``, plain or
+    percent-encoded) and ``answer_page_read`` (those that visited that page at any point)."""
     shares, shown, read = [], 0, 0
     for r in rollouts:
-        calls = r.get("tool_calls") or []
+        calls = [c for c in r.get("tool_calls") or [] if isinstance(c, dict)]
         first = next((i for i, c in enumerate(calls) if c.get("name") == "search"), None)
-        query = calls[first].get("arguments", {}).get("query") if first is not None else None
-        queries = [query] if isinstance(query, str) else [q for q in query or [] if isinstance(q, str)]
-        asked = words(" ".join(queries))
+        asked = words(" ".join(_queries(calls[first].get("arguments")))) if first is not None else set()
         if asked:
-            shares.append(len(asked & words(r["question"])) / len(asked))
-        page = "wiki/" + str((r.get("answer") or {}).get("answer", "")).replace(" ", "_")
-        responses = [m for m in (r.get("messages") or [])[2:] if m.get("role") in ("user", "tool")]
-        if first is not None and first < len(responses) and page in str(responses[first].get("content")):
-            shown += 1
-        urls = [c.get("arguments", {}).get("url") for c in calls if c.get("name") == "visit"]
-        read += any(isinstance(u, str) and unquote(u).endswith(page) for u in urls)
+            shares.append(len(asked & words(str(r.get("question", "")))) / len(asked))
+        gold = r.get("answer")
+        title = str(gold.get("answer") or "" if isinstance(gold, dict) else gold or "").strip().replace(" ", "_")
+        if not title:
+            continue
+        pages = {f"/wiki/{title}", f"/wiki/{quote(title)}"}
+        responses = [  # the tool responses, in call order (not the system prompt, not a format reminder)
+            m
+            for m in r.get("messages") or []
+            if m.get("role") != "system" and str(m.get("content")).lstrip().startswith("<tool_response>")
+        ]
+        if first is not None and first < len(responses):
+            shown += any(f"{page})" in str(responses[first].get("content")) for page in pages)
+        urls = []
+        for c in calls:
+            url = (c.get("arguments") or {}).get("url") if c.get("name") == "visit" else None
+            urls += (
+                [url]
+                if isinstance(url, str)
+                else [u for u in url if isinstance(u, str)]
+                if isinstance(url, list)
+                else []
+            )
+        read += any(unquote(u).rstrip("/").endswith(f"/wiki/{title}") for u in urls)
     return {
         "rollouts": len(rollouts),
         "with_search": len(shares),
@@ -105,6 +149,11 @@ def evaluate(model: str, name: str, out: Path, a: argparse.Namespace, engine: st
     """``websailor eval`` of ``model`` on the hand-written questions (no server is started for an
     evaluation that has finished); its figures."""
     eval_dir = out / f"eval_{name}"
+    marker = eval_dir / "evaluated.txt"  # the model the rollouts are of (the server's spec changes)
+    if marker.exists() and marker.read_text() != model:
+        raise SystemExit(f"{eval_dir} holds rollouts of {marker.read_text()}, not {model}: use another --out")
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(model)
     done = json.loads((eval_dir / "summary.json").read_text()) if (eval_dir / "summary.json").exists() else {}
     finished = done.get("k") == a.k and not done.get("ungraded") and done.get("trajectories") == a.k * done["questions"]
     if not finished:
@@ -120,6 +169,7 @@ def evaluate(model: str, name: str, out: Path, a: argparse.Namespace, engine: st
 
 def main() -> int:
     a = parse_args()
+    check_args(a)
     a.pool = 1  # rl_overfit.items() also writes an RL pool; this script does not use it
     a.out.mkdir(parents=True, exist_ok=True)
     engine = rollout_engine(a.engine)

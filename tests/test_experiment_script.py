@@ -171,13 +171,18 @@ def test_transfer_opening_counts_where_the_first_search_comes_from(tmp_path):
     spec.loader.exec_module(module)
     question = "Which physicist shared a Nobel Prize with his wife?"
 
-    listed = "1. [Pierre Curie](https://en.wikipedia.org/wiki/Pierre_Curie)\nA French physicist..."
+    listed = (
+        "<tool_response>\n1. [Pierre Curie](https://en.wikipedia.org/wiki/Pierre_Curie)\nA French...</tool_response>"
+    )
 
-    def rollout(*calls, shown=""):
-        messages = [{"role": "system", "content": "..."}, {"role": "user", "content": question}]
+    def rollout(*calls, shown="<tool_response>No results.</tool_response>"):
+        messages = [{"role": "system", "content": "Results come in <tool_response> tags."}]
+        messages += [{"role": "user", "content": question}]
         for n, _ in calls:
             messages += [{"role": "assistant", "content": f"<tool_call>{n}</tool_call>"}]
-            messages += [{"role": "user", "content": shown if n == "search" else "a page"}]
+            messages += [
+                {"role": "user", "content": shown if n == "search" else "<tool_response>a page</tool_response>"}
+            ]
         return {
             "question": question,
             "answer": {"answer": "Pierre Curie"},
@@ -199,10 +204,18 @@ def test_transfer_opening_counts_where_the_first_search_comes_from(tmp_path):
         rollout(("visit", {"url": "x"}), ("search", {"query": "Nobel Prize Curie"}), ("search", {"query": ["wife"]})),
         rollout(),  # no search at all
     ]
+    # a format reminder before the first search is no tool response: the search's results still count
+    rollouts[0]["messages"][2:2] = [
+        {"role": "assistant", "content": "no call"},
+        {"role": "user", "content": "Write a tool call or an answer."},
+    ]
+    rollouts.append(
+        {"question": question, "answer": "Pierre Curie", "tool_calls": [{"name": "search", "arguments": {"query": 5}}]}
+    )
     rollouts[1]["messages"][5]["content"] = listed  # listed by a visit's page, not by the first search
     rollouts[2]["messages"][5]["content"] = listed  # the first search is the second call: its results count
     got = module.first_search_sources(rollouts)
-    assert got["rollouts"] == 4 and got["with_search"] == 3
+    assert got["rollouts"] == 5 and got["with_search"] == 3  # a query that is no text is no search words
     assert got["from_question"] == 2
     assert got["answer_page_shown"] == 2 and got["answer_page_read"] == 1
     assert got["question_word_share"] == pytest.approx((1 + 0 + 2 / 3) / 3, abs=1e-4)
@@ -271,3 +284,19 @@ def test_dupo_throughput_samples_a_live_stream_from_a_server(vital_dir, tmp_path
     for g in groups:  # DUPO's reward: 0.1 for the format, 0.9 more for the right answer
         assert g["rewards"] == ([1.0, 1.0] if g["id"] == "v01" else [0.1, 0.1]) and g["wall_s"] > 0
     assert [json.loads(line)["id"] for line in a.stream.read_text().splitlines()] == [g["id"] for g in groups]
+
+
+def test_transfer_opening_refuses_bad_arguments_before_any_work(tmp_path):
+    script = SCRIPT.with_name("transfer_opening.py")
+    (tmp_path / "afile").write_text("x")
+    for args, message in (
+        (["--k", "0"], "--k 0: give at least 1"),
+        (["--warm-steps", "-1"], "--warm-steps -1: give at least 1"),
+        (["--question-model", str(tmp_path)], "give hf:DIR, DIR a model directory"),
+        (["--publish", str(tmp_path / "afile")], "is a file; give a directory"),
+    ):
+        res = subprocess.run(
+            [sys.executable, str(script), "--out", str(tmp_path / "w"), *args], capture_output=True, text=True
+        )
+        assert res.returncode != 0 and message in res.stderr, res.stderr
+        assert not (tmp_path / "w").exists()
