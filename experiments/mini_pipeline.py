@@ -320,7 +320,7 @@ def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
     }
     questions = {str(it["id"]): it for it in items}
     rollouts = {(str(r["id"]), r["rollout"]): r for r in read_trajectories([eval_dir / "trajectories.jsonl"])}
-    read = {key: _read_pages(r) for key, r in rollouts.items()}
+    read = {key: read_pages(r) for key, r in rollouts.items()}
     wrong = [
         (s.id, s.rollout, (rollouts.get((s.id, s.rollout)) or {}).get("prediction"))
         for s in load_scores(eval_dir)
@@ -346,7 +346,7 @@ def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
     }
 
 
-def _read_pages(rollout: dict) -> dict[str, str]:
+def read_pages(rollout: dict) -> dict[str, str]:
     """The pages a rollout's ``visit`` calls read: ``{url: title}``, the title read from the
     URL's last path segment (``.../wiki/Nicholas_I_of_Russia`` -> "Nicholas I of Russia")."""
     pages = {}

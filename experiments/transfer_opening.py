@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import write_results  # noqa: E402
-from mini_pipeline import VITAL_QUESTIONS, WS, figures, publish, search_baseline, served  # noqa: E402
+from _common import claim_for_model, too_small, write_results  # noqa: E402
+from mini_pipeline import VITAL_QUESTIONS, WS, figures, publish, read_pages, search_baseline, served  # noqa: E402
 from rl_overfit import items, warm_start  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
@@ -67,15 +67,15 @@ def parse_args() -> argparse.Namespace:
 def check_args(a: argparse.Namespace) -> None:
     """Refuse, in one line and before any work, sizes out of range, an ``--out`` or
     ``--publish`` that is a file, and a ``--question-model`` that is not a model directory."""
-    for flag, value, least in (
+    refusal = too_small(
         ("--k", a.k, 1),
         ("--warm-items", a.warm_items, 1),
         ("--warm-steps", a.warm_steps, 1),
         ("--max-calls", a.max_calls, 1),
         ("--max-tokens", a.max_tokens, 16),
-    ):
-        if value < least:
-            raise SystemExit(f"{flag} {value}: give at least {least}")
+    )
+    if refusal:
+        raise SystemExit(refusal)
     for flag, path in (("--out", a.out), ("--publish", a.publish)):
         if path is not None and path.exists() and not path.is_dir():
             raise SystemExit(f"{flag} {path} is a file; give a directory")
@@ -113,7 +113,9 @@ def first_search_sources(rollouts: list[dict]) -> dict:
         if asked:
             shares.append(len(asked & words(str(r.get("question", "")))) / len(asked))
         gold = r.get("answer")
-        title = str(gold.get("answer") or "" if isinstance(gold, dict) else gold or "").strip().replace(" ", "_")
+        if isinstance(gold, dict):
+            gold = gold.get("answer")
+        title = str(gold or "").strip().replace(" ", "_")
         if not title:
             continue
         pages = {f"/wiki/{title}", f"/wiki/{quote(title)}"}
@@ -124,17 +126,7 @@ def first_search_sources(rollouts: list[dict]) -> dict:
         ]
         if first is not None and first < len(responses):
             shown += any(f"{page})" in str(responses[first].get("content")) for page in pages)
-        urls = []
-        for c in calls:
-            url = (c.get("arguments") or {}).get("url") if c.get("name") == "visit" else None
-            urls += (
-                [url]
-                if isinstance(url, str)
-                else [u for u in url if isinstance(u, str)]
-                if isinstance(url, list)
-                else []
-            )
-        read += any(unquote(u).rstrip("/").endswith(f"/wiki/{title}") for u in urls)
+        read += any(unquote(u).rstrip("/").endswith(f"/wiki/{title}") for u in read_pages({"tool_calls": calls}))
     return {
         "rollouts": len(rollouts),
         "with_search": len(shares),
@@ -149,11 +141,7 @@ def evaluate(model: str, name: str, out: Path, a: argparse.Namespace, engine: st
     """``websailor eval`` of ``model`` on the hand-written questions (no server is started for an
     evaluation that has finished); its figures."""
     eval_dir = out / f"eval_{name}"
-    marker = eval_dir / "evaluated.txt"  # the model the rollouts are of (the server's spec changes)
-    if marker.exists() and marker.read_text() != model:
-        raise SystemExit(f"{eval_dir} holds rollouts of {marker.read_text()}, not {model}: use another --out")
-    eval_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(model)
+    claim_for_model(eval_dir, model)
     done = json.loads((eval_dir / "summary.json").read_text()) if (eval_dir / "summary.json").exists() else {}
     finished = done.get("k") == a.k and not done.get("ungraded") and done.get("trajectories") == a.k * done["questions"]
     if not finished:
