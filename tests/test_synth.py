@@ -191,6 +191,19 @@ def test_mask_name():
     assert m.phrase == "whose name is one word of 14 letters, starting with S"
 
 
+def test_mask_name_ordinals_digits_and_titles_after_a_comma():
+    # item sf-7-125 of the demo read "J. C. 1. D. O. M.": a title after the comma, an ordinal
+    m = mask_name("John Churchill, 1st Duke of Marlborough", random.Random(0), "initials")
+    assert m.phrase == "whose initials are J. C." and m.matches("John Churchill, 1st Duke of Marlborough")
+    assert m.matches("John Calvin") and not m.matches("John Churchill Smith")
+    m = mask_name("Apollo 11", random.Random(0), "letters")
+    assert m.phrase == "whose name is one word of 6 letters, starting with A" and m.matches("Apollo 11")
+    assert mask_name("Apollo 11", random.Random(0), "initials").phrase == "whose initials are A."
+    # a name of numbers only keeps them
+    assert mask_name("1984", random.Random(0), "initials").phrase == "whose initials are 1."
+    assert all(not ch.isdigit() for ch in mask_name("Louis XIV of France, 2nd", random.Random(0), "initials").phrase)
+
+
 # -- constraints and verification ---------------------------------------------------------------
 from websailor.synth.constraints import Constraint, candidates, distinctive_words, is_leak_free, is_supported, is_unique  # noqa: E402
 

@@ -9,7 +9,7 @@ Examples (all tested):
   ``(1450, 1459)`` or "in the 15th century" ``(1401, 1500)``; -44 -> "in the 1st century BC".
 * :func:`vague_number`: 7088 km -> "more than 5,000 km" ``(5000, inf)`` or "between 1,000 and
   10,000 km" ``(1000, 10000)``; 2,040,000 people -> "between 1 and 10 million" or "more than 2 million".
-* :func:`mask_name`: "Leonardo da Vinci" -> initials "L. d. V."; or "a name of 3 words, the
+* :func:`mask_name`: "Leonardo da Vinci" -> initials "L. D. V."; or "a name of 3 words, the
   first with 8 letters, starting with L".
 """
 
@@ -122,6 +122,15 @@ def _letters(word: str) -> int:
     return sum(ch.isalpha() for ch in word)
 
 
+def name_words(title: str) -> list[str]:
+    """The words a name mask is made of: the bare name (:func:`bare_name`) up to its first
+    comma, without numbers and ordinals ("John Churchill, 1st Duke of Marlborough" -> ["John",
+    "Churchill"]; "Apollo 11" -> ["Apollo"]); a name of numbers only keeps its words."""
+    words = bare_name(title).split(",")[0].split()
+    named = [w for w in words if not any(ch.isdigit() for ch in w)]
+    return named or words
+
+
 @dataclass(frozen=True)
 class NameMask:
     """A partial view of a name: ``phrase`` for the question; :meth:`matches` checks a title
@@ -132,7 +141,7 @@ class NameMask:
     pattern: tuple
 
     def matches(self, title: str) -> bool:
-        words = bare_name(title).split()
+        words = name_words(title)
         if not words:
             return False
         if self.style == "initials":
@@ -142,11 +151,12 @@ class NameMask:
 
 
 def mask_name(title: str, rng: random.Random, style: str | None = None) -> NameMask:
-    """Mask a name (its bare form, without a disambiguation) as its initials in capitals
+    """Mask a name (its :func:`name_words`: no disambiguation, nothing after a comma, no
+    numbers or ordinals) as its initials in capitals
     ("whose initials are L. D. V.") or as word and letter counts ("whose name has 3 words, the first
     with 8 letters, starting with L"; letters only, hyphens and apostrophes not counted).
     ``style`` is ``initials`` or ``letters``."""
-    words = bare_name(title).split()
+    words = name_words(title)
     s = style or rng.choice(["initials", "letters"])
     if s == "initials":
         initials = tuple(w[0].upper() for w in words)  # "E. G.", not "E. g." (which reads as "e.g.")
