@@ -250,7 +250,7 @@ def test_leak_checks():
 
 
 # -- items (template mode) --------------------------------------------------------------------
-from websailor.synth.items import _lower_first, aliases_of, build_item  # noqa: E402
+from websailor.synth.items import _lower_first, aliases_of, build_item, type_word  # noqa: E402
 
 
 def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
@@ -261,7 +261,9 @@ def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
         cs = [Constraint.from_dict(c) for c in it["constraints"]]
         assert candidates(kg, cs) == [it["answer"]]  # unique over the whole graph
         assert is_leak_free(it["question"], it["answer"]) and is_supported(cs)
-        assert it["question"].startswith("Which ") and it["question"].endswith("?")
+        assert it["question"].endswith("?")
+        # "Which <type> ...?", or sentences about "a certain <type>" ending "Which <type> is it?"
+        assert it["question"].startswith("Which ") or it["question"].endswith(f"Which {type_word(kg, it['answer'])} is it?")
         assert it["uncertainty"] and all("op" in o and "params" in o for o in it["uncertainty"])
         assert (
             it["target_url"] == "https://en.wikipedia.org/wiki/" + it["answer"].replace(" ", "_")

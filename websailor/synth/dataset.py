@@ -39,6 +39,7 @@ from websailor.synth.item_schema import shape_error
 from websailor.synth.items import ATTRIBUTE_OPS, DEFAULT_LEVEL, LEVELS, ItemConfig, build_item, check_level
 from websailor.synth.replay import PathReplayer
 from websailor.synth.rewrite import rewrite_question
+from websailor.synth.wording import has_name_mask, wording_report
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -303,11 +304,13 @@ def _synthesize(
     topo: dict[int, Counter] = {level: Counter() for level in LEVELS}
     count: Counter = Counter()
     cycles: Counter = Counter()
+    masks: Counter = Counter()
     for it in items:
         level = it.get("level", DEFAULT_LEVEL)
         topo[level][it["topology_hash"]] += 1
         count[level] += 1
         cycles[level] += it["has_cycle"]
+        masks[level] += has_name_mask(it)
     keys = {item_key(it) for it in items} | {question_key(it["question"]) for it in items}
     reasons: Counter = Counter()
     since_last: Counter = Counter()  # rejections since the last accepted item
@@ -339,6 +342,13 @@ def _synthesize(
             if item is not None and (item_key(item) in keys or question_key(item["question"]) in keys):
                 item, why = None, "duplicate"
             have = count[level]
+            if (
+                item is not None
+                and spec.max_mask_share < 1.0
+                and has_name_mask(item)
+                and (masks[level] + 1) / (have + 1) > spec.max_mask_share
+            ):
+                item, why = None, "mask_cap"
             if item is not None and have >= cfg.warmup:
                 if spec.topology_cap and (topo[level][item["topology_hash"]] + 1) / (have + 1) > cfg.max_topology_share:
                     item, why = None, "topology_cap"
@@ -405,6 +415,7 @@ def _synthesize(
             topo[level][item["topology_hash"]] += 1
             count[level] += 1
             cycles[level] += item["has_cycle"]
+            masks[level] += has_name_mask(item)
             bar.update(1)
     return reasons
 
@@ -462,4 +473,5 @@ def _figures(items: list[dict]) -> dict:
             else None
         ),
         "rendering": dict(Counter((it.get("rendering") or {}).get("mode", "template") for it in items)),
+        "wording": wording_report(items),
     }

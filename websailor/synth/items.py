@@ -15,12 +15,16 @@ Uncertainty operators recorded in ``uncertainty`` (each with its parameters):
 * ``describe``: a linked entity is named only by its description ("a 1968 film by Stanley
   Kubrick" instead of "2001: A Space Odyssey"), so it must be found first.
 * ``vague_relation``: the link is stated as an unspecified association ("is associated with"),
-  not the relation of the evidence sentence.
+  which happens only where no relation phrase could be read from its evidence sentences
+  (:mod:`websailor.synth.relations`); otherwise the link is worded as its evidence states it
+  ("is an oil-on-canvas painting by a Dutch painter").
 * ``intersection``: two or more linked entities converge on the target (a cycle or a hub of the
   subgraph), each alone too weak to identify it.
 * ``vague_period``: a year blurred to a decade, century or part of a century.
 * ``vague_number``: a quantity blurred to an order of magnitude or a lower bound.
-* ``mask_name``: the answer's name as initials or letter counts.
+* ``mask_name``: the answer's name as initials or letter counts (at levels 3 and 4 offered in
+  only :attr:`Level.mask_p` of items, so that most of their uncertainty comes from the other
+  operators).
 * ``comparison``: the target is compared with a described neighbour on a quantity ("is longer
   than a major river in northeast Africa").
 * ``relative_time`` (ours): the target's date is given only relative to a described
@@ -39,7 +43,7 @@ from websailor import __version__
 from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported
 from websailor.synth.graph import SPAN_IN_DESC, KnowledgeGraph
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
-from websailor.synth.vague import bare_name, mask_name, vague_number, vague_period
+from websailor.synth.vague import bare_name, mask_name, name_words, vague_number, vague_period
 
 _TYPE_WORD = {
     "People": "person",
@@ -74,7 +78,10 @@ class Level:
     value; ``topology_cap`` / ``cycle_share``: whether the dataset loop's topology and cycle
     balancing applies to items of this level (only where several shapes, or cycles, can occur);
     ``value_tries``: subgraphs drawn until one has a node with a value to blur (the last is kept
-    either way)."""
+    either way); ``mask_p``: the chance that an item may state a name mask at all (the
+    target's name is otherwise left for the other constraints to pin down);
+    ``max_mask_share``: the dataset loop refuses an item with a name mask that would lift the
+    share of such items of this level above it (``mask_cap``)."""
 
     level: int
     hops: int
@@ -86,6 +93,8 @@ class Level:
     topology_cap: bool
     cycle_share: bool
     value_tries: int = 1
+    mask_p: float = 1.0
+    max_mask_share: float = 1.0
 
 
 #: the difficulty ladder, level 1 (a one-hop lookup) to level 4 (today's multi-hop, obfuscated,
@@ -93,8 +102,32 @@ class Level:
 LEVELS: dict[int, Level] = {
     1: Level(1, 1, (2,), 2, 2, describe=False, attributes=False, topology_cap=False, cycle_share=False),
     2: Level(2, 1, (2,), 2, 3, describe=True, attributes=True, topology_cap=False, cycle_share=False, value_tries=3),
-    3: Level(3, 2, (3, 4, 5), 3, 4, describe=True, attributes=True, topology_cap=True, cycle_share=False),
-    4: Level(4, 1, (3, 4, 5, 6), 3, 5, describe=True, attributes=True, topology_cap=True, cycle_share=True),
+    3: Level(
+        3,
+        2,
+        (3, 4, 5),
+        3,
+        4,
+        describe=True,
+        attributes=True,
+        topology_cap=True,
+        cycle_share=False,
+        mask_p=0.2,
+        max_mask_share=0.25,
+    ),
+    4: Level(
+        4,
+        1,
+        (3, 4, 5, 6),
+        3,
+        5,
+        describe=True,
+        attributes=True,
+        topology_cap=True,
+        cycle_share=True,
+        mask_p=0.2,
+        max_mask_share=0.25,
+    ),
 }
 #: the level of an item made without one (and of files written before levels existed)
 DEFAULT_LEVEL = 4
@@ -119,7 +152,10 @@ class ItemConfig:
     default, is the multi-hop obfuscated item); the other fields default to that level's
     budgets. ``n_nodes``: subgraph sizes to draw from; ``min_constraints``: constraints stated
     even when fewer already make the target unique (more clues to combine, none sufficient
-    alone); ``max_constraints``: constraints added before giving up on uniqueness.
+    alone); ``max_constraints``: constraints added before giving up on uniqueness;
+    ``worded_p``: at each step of the subgraph walk, the chance that it prefers a link whose
+    evidence states a relation phrase (so that questions word links by their relation, not
+    as associations).
 
     Raises:
         ValueError: a level outside 1..4, or budgets that contradict each other.
@@ -130,6 +166,7 @@ class ItemConfig:
     min_constraints: int | None = None
     max_constraints: int | None = None
     level: int = DEFAULT_LEVEL
+    worded_p: float = 0.8
 
     def __post_init__(self) -> None:
         spec = LEVELS[check_level(self.level)]
@@ -144,6 +181,8 @@ class ItemConfig:
             )
         if not 0.0 <= self.backtrack_p <= 1.0:
             raise ValueError(f"backtrack_p must be in [0, 1], got {self.backtrack_p}")
+        if not 0.0 <= self.worded_p <= 1.0:
+            raise ValueError(f"worded_p must be in [0, 1], got {self.worded_p}")
 
     @property
     def spec(self) -> Level:
@@ -242,13 +281,41 @@ def is_person(kg: KnowledgeGraph, node: str) -> bool:
     )
 
 
+def worded_relation(kg: KnowledgeGraph, target: str, other: str) -> tuple[str, str] | None:
+    """The relation phrase an item states for the link between ``target`` and ``other``, and
+    its form: ``"subject"`` when the target's own page states it ("<target> is a novel by
+    <other>"), ``"object"`` when the other page does ("<other> is a novel by <target>"). The
+    subject form is preferred; ``None`` when no evidence sentence has a phrase."""
+    found = sorted(
+        (e["source"] != target, e["sentence"], e["relation"]) for e in kg.evidence(target, other) if e.get("relation")
+    )
+    if not found:
+        return None
+    object_form, _, relation = found[0]
+    return relation, "object" if object_form else "subject"
+
+
+def _link_constraint(kg: KnowledgeGraph, target: str, other: str, name: str) -> tuple[Constraint, list[dict]]:
+    """A ``linked`` constraint naming ``other`` as ``name`` (its description or its title),
+    worded with the evidence's relation phrase when there is one, else as an association
+    (``vague_relation``)."""
+    evidence = tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(target, other))
+    params = {"other": other, "others": kg.referents(other) if name != other else [other]}
+    worded = worded_relation(kg, target, other)
+    if worded is None:
+        c = Constraint("linked", params, f"is associated with {name}", evidence)
+        return c, [{"op": "vague_relation", "params": {"entity": other}}]
+    relation, form = worded
+    phrase = f"{relation} {name}" if form == "subject" else f"{name} {relation}"
+    return Constraint("linked", {**params, "relation": relation, "form": form}, phrase, evidence), []
+
+
 def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> tuple[Constraint, list[dict]] | None:
     phrase = _describe(kg, other)
     if phrase is None:
         return None
-    evidence = tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(target, other))
-    c = Constraint("linked", {"other": other, "others": kg.referents(other)}, f"is associated with {phrase}", evidence)
-    return c, [{"op": "describe", "params": {"entity": other}}, {"op": "vague_relation", "params": {"entity": other}}]
+    c, ops = _link_constraint(kg, target, other, phrase)
+    return c, [{"op": "describe", "params": {"entity": other}}, *ops]
 
 
 def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) -> list[tuple[Constraint, dict]]:
@@ -359,16 +426,57 @@ def _relational_constraints(
     return out
 
 
+def is_named(kg: KnowledgeGraph, node: str) -> bool:
+    """Whether a page is a named entity, which an answer must be: a person, a name with a
+    capitalized word after its first ("Indian Ocean", "Museo del Prado", "World War I"), or a
+    single word the corpus writes capitalized more often than not mid-sentence ("Islam",
+    "Cambodia"). Common nouns are not ("Juice", "Stock", "Black pepper", "Philosophy of
+    science")."""
+    if is_person(kg, node):
+        return True
+    words = name_words(node)
+    if len(words) > 1:
+        return any(w[:1].isupper() for w in words[1:])
+    word = words[0].strip(".,;:()\"'").lower()
+    return not kg.common_words.get(word, False)
+
+
 def type_word(kg: KnowledgeGraph, node: str) -> str:
     """The noun a question uses for the answer, from its topic ("person", "place", ...)."""
     return "person" if is_person(kg, node) else _TYPE_WORD.get(kg.attributes(node).topic, "entity")
 
 
+def _join(phrases: list[str]) -> str:
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + ", and " + phrases[-1]
+
+
+#: a name mask's relative clause as a statement about "this <type>"
+_MASK_STATEMENT = (
+    ("whose initials are ", "has the initials "),
+    ("whose name is one word of ", "has a one-word name of "),
+    ("whose name has ", "has a name of "),
+)
+
+
+def _as_statement(phrase: str) -> str:
+    for clause, statement in _MASK_STATEMENT:
+        if phrase.startswith(clause):
+            return statement + phrase[len(clause) :]
+    return phrase
+
+
 def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> str:
-    """Template rendering: "Which <type> <c1>, <c2>, and <c3>?" (name masks go last)."""
+    """Template rendering. When every constraint is said of the target: "Which <type> <c1>,
+    <c2>, and <c3>?" (name masks last). When a link's relation is stated by the other page
+    (``form`` ``object``: "a 1968 film by Stanley Kubrick is a film scored by <target>"), one
+    sentence per such link, then the rest as a statement, then the question: "A Dutch painter's
+    1889 work is an oil-on-canvas painting by a certain person. This person died in the 1890s
+    and has the initials V. V. G. Which person is it?". An entity mentioned twice is "the
+    same ..." the second time."""
     word = type_word(kg, target)
     ordered = [c for c in constraints if c.kind != "name"] + [c for c in constraints if c.kind == "name"]
-    phrases: list[str] = []
+    subject: list[str] = []
+    objects: list[str] = []
     named: set[str] = set()
     for c in ordered:
         phrase = c.phrase
@@ -379,9 +487,24 @@ def render(kg: KnowledgeGraph, target: str, constraints: list[Constraint]) -> st
                 # the same entity again: "... before the same English poet was born", not a second one
                 phrase = phrase.replace(desc, "the same " + desc.split(" ", 1)[1], 1)
             named.add(other)
-        phrases.append(phrase)
-    body = phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + ", and " + phrases[-1]
-    return f"Which {word} {body}?"
+        (objects if c.params.get("form") == "object" else subject).append(phrase)
+    if not objects:
+        return f"Which {word} {_join(subject)}?"
+    sentences = [
+        f"{phrase[0].upper() + phrase[1:]} {'a certain' if i == 0 else 'the same'} {word}."
+        for i, phrase in enumerate(objects)
+    ]
+    if subject:
+        statement = f"This {word} {_join([_as_statement(p) for p in subject])}"
+        sentences.append(statement if statement.endswith(".") else statement + ".")  # "the initials N."
+    sentences.append(f"Which {word} is it?")
+    return " ".join(sentences)
+
+
+def _unworded(choice: tuple[Constraint, list[dict]]) -> bool:
+    """A link worded as a mere association (sorted after everything else)."""
+    c = choice[0]
+    return c.kind == "linked" and "relation" not in c.params
 
 
 def _valued(kg: KnowledgeGraph, node: str) -> bool:
@@ -391,14 +514,13 @@ def _valued(kg: KnowledgeGraph, node: str) -> bool:
 
 def _plain_link(kg: KnowledgeGraph, target: str, other: str) -> tuple[Constraint, list[dict]]:
     """A link stated with the other page's title (level 1: no ``describe``)."""
-    evidence = tuple({"sentence": e["sentence"], "url": e["url"]} for e in kg.evidence(target, other))
-    c = Constraint("linked", {"other": other, "others": [other]}, f"is associated with {other}", evidence)
-    return c, [{"op": "vague_relation", "params": {"entity": other}}]
+    return _link_constraint(kg, target, other, other)
 
 
 def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = None) -> tuple[dict | None, str]:
     """One item at ``cfg.level`` (default 4), or ``(None, reason)`` with reason
-    ``no_subgraph``, ``no_forward_hop``, ``too_few_hops``, ``not_unique``, ``leak`` or
+    ``no_subgraph``, ``common_noun`` (no member of a role is a named entity, :func:`is_named`),
+    ``no_forward_hop``, ``too_few_hops``, ``not_unique``, ``leak`` or
     ``unsupported``. The item's solution ``procedure`` is built here; replaying it through the
     real tools is the dataset loop's check (:mod:`websailor.synth.replay`).
 
@@ -410,24 +532,33 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     spec = cfg.spec
     for _ in range(spec.value_tries):
         sub = sample_subgraph(
-            kg.graph, rng, n_nodes=rng.choice(cfg.n_nodes), backtrack_p=cfg.backtrack_p, starts=kg.walk_starts
+            kg.graph,
+            rng,
+            n_nodes=rng.choice(cfg.n_nodes),
+            backtrack_p=cfg.backtrack_p,
+            starts=kg.walk_starts,
+            prefer=kg.is_worded,
+            prefer_p=cfg.worded_p,
         )
         if sub is None:
             return None, "no_subgraph"
         if any(_valued(kg, n) for n in sub):
             break
-    roles = structural_roles(sub)
+    # the answer is a named entity: roles are drawn evenly among those with a named member
+    roles = [r for r in structural_roles(sub) if any(is_named(kg, n) for n in r)]
+    if not roles:
+        return None, "common_noun"
     role = rng.choice(roles)
     # within the drawn role, prefer a node with a value to blur (a date or a quantity): values
     # are rarer than links, and the role stays evenly drawn
-    members = sorted(role)
+    members = sorted(n for n in role if is_named(kg, n))
     valued = [n for n in members if kg.attributes(n).span or kg.attributes(n).quantities]
     if not valued and spec.attributes:
         # the ladder keeps blurred values frequent: a role without one gives way to a role with one
-        with_values = [r for r in roles if any(_valued(kg, n) for n in r)]
+        with_values = [r for r in roles if any(_valued(kg, n) and is_named(kg, n) for n in r)]
         if with_values:
             role = rng.choice(with_values)
-            members = sorted(role)
+            members = sorted(n for n in role if is_named(kg, n))
             valued = [n for n in members if _valued(kg, n)]
     if not spec.describe:  # level 1: a lookup
         return _build_lookup(kg, rng, sub, role, cfg)
@@ -438,6 +569,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
         if got:
             pool.append(got)
     rng.shuffle(pool)
+    pool.sort(key=_unworded)  # links worded by their evidence first, in random order among them
     # the first hop must be findable by its description and its own page must mention the
     # target, so that the solution procedure (search it, read its page) leads to the answer
     forward = [
@@ -455,8 +587,11 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     attrs = _attribute_constraints(kg, target, rng) + _relational_constraints(
         kg, target, sorted(sub.neighbors(target)), rng
     )
+    if spec.mask_p < 1.0 and rng.random() >= spec.mask_p:
+        attrs = [(c, op) for c, op in attrs if c.kind != "name"]
     rest = pool[1:] + [(c, [op]) for c, op in attrs]
     rng.shuffle(rest)
+    rest.sort(key=_unworded)
     values = [i for i, (c, _) in enumerate(rest) if c.kind not in ("linked", "name")]
     if values:
         rest.insert(0, rest.pop(values[0]))
@@ -482,7 +617,7 @@ def _build_lookup(kg: KnowledgeGraph, rng: random.Random, sub, role, cfg: ItemCo
     page, so a search of the title finds the answer among the pages that mention it. The
     neighbour with fewer links is the clue (a specific name, whose search hits few pages)."""
     pairs = []
-    for target in sorted(role):
+    for target in sorted(n for n in role if is_named(kg, n)):
         url = kg.graph.nodes[target]["url"]
         for other in sorted(sub.neighbors(target)):
             if any(e["url"] == url for e in kg.evidence(target, other)):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import networkx as nx
 from networkx.algorithms.isomorphism import GraphMatcher
@@ -32,10 +34,14 @@ def sample_subgraph(
     backtrack_p: float = 0.3,
     max_tries: int = 50,
     starts: list | None = None,
+    prefer: Callable[[Any, Any], bool] | None = None,
+    prefer_p: float = 0.5,
 ) -> nx.Graph | None:
     """A connected induced subgraph of ``n_nodes`` nodes, or ``None`` if ``max_tries`` walks
     all got stuck (a small or sparse graph). ``starts``: :func:`walk_starts` of the graph,
-    when the caller samples many times (computed here otherwise).
+    when the caller samples many times (computed here otherwise). ``prefer(a, b)``: edges the
+    walk takes, with probability ``prefer_p`` at each step, when the current node has one to
+    a new node (the synthesizer prefers links whose evidence states a relation).
 
     Raises:
         InvalidArgumentError: ``n_nodes`` < 2 or ``backtrack_p`` outside [0, 1].
@@ -56,6 +62,8 @@ def sample_subgraph(
             if not options:
                 stuck += 1
                 continue
+            if prefer is not None and rng.random() < prefer_p:
+                options = [n for n in options if prefer(current, n)] or options
             chosen.append(rng.choice(sorted(options)))
         if len(chosen) == n_nodes:
             return graph.subgraph(chosen).copy()
