@@ -108,6 +108,15 @@ def vital(vital_dir: Path) -> Corpus:
     return Corpus.open(vital_dir)
 
 
+@pytest.fixture(scope="session")
+def vital_kg(vital: Corpus):
+    """The knowledge graph of the vital corpus, built once per session (about 6 s). Tests must
+    not change it (copy it to change it)."""
+    from websailor.synth.graph import build_knowledge_graph
+
+    return build_knowledge_graph(vital)
+
+
 # -- files in the other layouts: generated, and the shared samples when present ----------------
 
 

@@ -11,7 +11,6 @@ from websailor.corpus import Corpus
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.synth import (
     KnowledgeGraph,
-    build_knowledge_graph,
     has_cycle,
     load_or_build,
     parse_attributes,
@@ -24,8 +23,8 @@ from websailor.synth.graph import GRAPH_FILE
 
 
 @pytest.fixture(scope="module")
-def kg(vital: Corpus) -> KnowledgeGraph:
-    return build_knowledge_graph(vital)
+def kg(vital_kg: KnowledgeGraph) -> KnowledgeGraph:
+    return vital_kg
 
 
 def _attrs(vital: Corpus, title: str):
@@ -255,7 +254,7 @@ from websailor.synth.items import _lower_first, aliases_of, build_item, type_wor
 
 def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
     rng = random.Random(3)
-    items = [it for it, _ in (build_item(kg, rng) for _ in range(150)) if it]
+    items = [it for it, _ in (build_item(kg, rng) for _ in range(250)) if it]
     assert len(items) >= 30
     for it in items:
         cs = [Constraint.from_dict(c) for c in it["constraints"]]
@@ -263,7 +262,9 @@ def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):
         assert is_leak_free(it["question"], it["answer"]) and is_supported(cs)
         assert it["question"].endswith("?")
         # "Which <type> ...?", or sentences about "a certain <type>" ending "Which <type> is it?"
-        assert it["question"].startswith("Which ") or it["question"].endswith(f"Which {type_word(kg, it['answer'])} is it?")
+        assert it["question"].startswith("Which ") or it["question"].endswith(
+            f"Which {type_word(kg, it['answer'])} is it?"
+        )
         assert it["uncertainty"] and all("op" in o and "params" in o for o in it["uncertainty"])
         assert (
             it["target_url"] == "https://en.wikipedia.org/wiki/" + it["answer"].replace(" ", "_")
@@ -306,7 +307,7 @@ def test_aliases():
 
 def test_items_state_at_least_three_constraints_when_they_can(kg: KnowledgeGraph):
     rng = random.Random(5)
-    items = [it for it, _ in (build_item(kg, rng) for _ in range(60)) if it]
+    items = [it for it, _ in (build_item(kg, rng) for _ in range(150)) if it]
     assert sum(len(it["constraints"]) >= 3 for it in items) / len(items) >= 0.6
     for it in items:
         assert is_leak_free(it["question"], it["answer"], it["aliases"])
@@ -479,10 +480,10 @@ def test_report_by_level(ladder: list[dict]):
 
 
 def test_attribute_operators_in_at_least_a_quarter_of_items_above_level_1(kg: KnowledgeGraph):
-    """On a realistic sample (accepted candidates of 150 draws per level), at least a quarter
+    """On a realistic sample (accepted candidates of 250 draws per level), at least a quarter
     of the items of levels 2 to 4 blur one of the target's attributes."""
     for level in (2, 3, 4):
-        built = [build_item(kg, random.Random(f"7/{i}"), ItemConfig(level=level)) for i in range(150)]
+        built = [build_item(kg, random.Random(f"7/{i}"), ItemConfig(level=level)) for i in range(250)]
         items = [it for it, _ in built if it]
         assert len(items) >= 25 and all(it["level"] == level for it in items)
         share = sum(any(o["op"] in ATTRIBUTE_OPS for o in it["uncertainty"]) for it in items) / len(items)
@@ -557,35 +558,7 @@ def test_a_level_the_graph_cannot_supply_stops_naming_it(kg: KnowledgeGraph, too
     assert "stopping at 0 items (none yet)" in caplog.text and "at level 3 of --level 3" in caplog.text
 
 
-# -- LLM rewrite ----------------------------------------------------------------------------------
-from websailor.synth.rewrite import rewrite_question, survived  # noqa: E402
-
-
-def test_rewrite_keeps_constraints_or_falls_back():
-    from fakes import ScriptedModel
-
-    from websailor.errors import ModelError
-
-    cs = [
-        Constraint("linked", {"other": "Kanpur"}, "is associated with a metropolis in Uttar Pradesh, India"),
-        Constraint("span_end", {"lo": 1940, "hi": 1949}, "ended in the 1940s"),
-        Constraint("name", {"style": "initials", "pattern": ["B", "R"]}, "whose initials are B. R."),
-    ]
-    template = "Which historical subject is associated with a metropolis in Uttar Pradesh, India, ended in the 1940s, and whose initials are B. R.?"
-    good = "Which historical entity, whose initials are B. R., ended in the 1940s and is tied to a metropolis in Uttar Pradesh, India?"
-    q, r = rewrite_question(ScriptedModel([good]), template, cs, "British Raj")
-    assert q == good and r["mode"] == "llm"
-    lost = "Which historical entity ended in the 1940s and is tied to a city in Uttar Pradesh?"
-    q, r = rewrite_question(ScriptedModel([lost]), template, cs, "British Raj")
-    assert q == template and r["mode"] == "template" and "lost a constraint" in r["reason"]
-    leak = "Which historical entity, the British Raj, whose initials are B. R., ended in the 1940s near a metropolis in Uttar Pradesh, India?"
-    assert (
-        rewrite_question(ScriptedModel([leak]), template, cs, "British Raj")[1]["reason"]
-        == "the rewrite leaks the answer"
-    )
-    q, r = rewrite_question(ScriptedModel([ModelError("endpoint down")]), template, cs, "British Raj")
-    assert q == template and r["reason"].startswith("model error")
-    assert survived(good, cs) is None
+# -- LLM writer (the writer's own checks: tests/test_writer.py) ----------------------------------
 
 
 def test_llm_failing_mid_run_loses_nothing(kg: KnowledgeGraph, tmp_path):
@@ -593,13 +566,14 @@ def test_llm_failing_mid_run_loses_nothing(kg: KnowledgeGraph, tmp_path):
 
     from websailor.errors import ModelError
 
-    flaky = ScriptedModel(
-        lambda msgs: (_ for _ in ()).throw(ModelError("503")) if len(msgs[0]["content"]) % 2 else "No?"
-    )
+    calls = iter(range(1000))
+    # every other request fails; the others answer in prose: never 3 model errors in a row
+    flaky = ScriptedModel(lambda msgs: (_ for _ in ()).throw(ModelError("503")) if next(calls) % 2 else "No?")
     out = tmp_path / "qa.jsonl"
     reasons = synthesize(kg, out, SynthConfig(n=15, seed=2), progress=False, llm=flaky)
     items = read_items(out)
     assert len(items) == 15 and reasons["rendered_template"] == 15
+    assert reasons["writer_model_error"] == 7 and reasons["writer_not_json"] == 8
     assert all(it["rendering"]["mode"] == "template" for it in items)
 
 
@@ -726,11 +700,11 @@ def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vita
     synthesize(kg, plain, SynthConfig(n=3, seed=4), progress=False)
     answers = {it["question"]: it["answer"] for it in read_items(plain)}
     agent, _ = _reference_agent(vital, answers, solve_first=99)  # always right
-    # seed 4's first items are candidates 2, 3 and 8 (the next, 10, is not in answers): stop after 9
+    # seed 4's first items are candidates 2, 18 and 23 (the next, 25, is not in answers): stop after 24
     out = tmp_path / "hard.jsonl"
     with DifficultyFilter(agent, tmp_path / "r.jsonl", DifficultyConfig(k=2, keep="hard", concurrency=2)) as rater:
         reasons = synthesize(
-            kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=9), progress=False, difficulty=rater
+            kg, out, SynthConfig(n=3, seed=4, max_attempts_per_item=24), progress=False, difficulty=rater
         )
     assert read_items(out) == [] and reasons["too_easy"] == 3 and reasons["accepted"] == 0
     assert all(

@@ -39,7 +39,12 @@ def synth(
         ),
     ] = "4",
     test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
-    llm: Annotated[Optional[str], typer.Option(help="Model spec for the optional fluent rewrite.")] = None,
+    llm: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Model spec of the LLM writer: it writes each question from the item's facts, re-verified before it is kept."
+        ),
+    ] = None,
     filter_with: Annotated[
         Optional[str],
         typer.Option(help="Model spec of a reference agent: rate each item with --k rollouts and keep --keep ones."),
@@ -92,7 +97,7 @@ def synth(
     from websailor.models import load_model
 
     c = Corpus.open(corpus)
-    rewriter = load_model(llm) if llm else None
+    writer = load_model(llm) if llm else None
     with ExitStack() as stack:
         rater = None
         if filter_with:
@@ -110,7 +115,7 @@ def synth(
         # the solution path is replayed with the observation settings given, so that a file made for
         # compact observations holds only items whose searches show the page the next step opens
         replay = build_local_tools(c, **env_spec.observations())
-        reasons = synthesize(kg, out, cfg, llm=rewriter, difficulty=rater, tools=replay)
+        reasons = synthesize(kg, out, cfg, llm=writer, difficulty=rater, tools=replay)
     report = dataset_report(read_items(out))
     print(f"{report['items']} items in {out}; candidates: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
     if report["items"] < n:

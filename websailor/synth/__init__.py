@@ -1,6 +1,6 @@
 """SailorFog-QA-V2 synthesis (WebSailor-V2, arXiv 2509.13305, section 3): typed attributes,
 the knowledge graph, subgraph sampling, the uncertainty operators, item building and
-rendering, verification, the LLM rewrite, the dataset loop and the difficulty filter.
+rendering, verification, the LLM writer, the dataset loop and the difficulty filter.
 
 A minimal run::
 
@@ -19,9 +19,9 @@ from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
 from websailor.synth.graph import KnowledgeGraph, build_knowledge_graph, load_or_build
 from websailor.synth.items import LEVELS, ItemConfig, Level, aliases_of, build_item, render, type_word
 from websailor.synth.replay import PathReplayer, replay_procedure
-from websailor.synth.rewrite import rewrite_question
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash
 from websailor.synth.vague import NameMask, Vague, bare_name, mask_name, vague_number, vague_period
+from websailor.synth.writer import write_question
 
 __all__ = [
     "Attributes",
@@ -54,7 +54,6 @@ __all__ = [
     "read_items",
     "render",
     "replay_procedure",
-    "rewrite_question",
     "sample_subgraph",
     "structural_roles",
     "synthesize",
@@ -62,4 +61,5 @@ __all__ = [
     "type_word",
     "vague_number",
     "vague_period",
+    "write_question",
 ]

@@ -33,13 +33,12 @@ from tqdm import tqdm
 from websailor.errors import CorpusError, InputFormatError, InvalidArgumentError
 from websailor.jsonio import Unfinished, appending, read_appended_jsonl, read_jsonl
 from websailor.log import get_logger
-from websailor.synth.constraints import Constraint
 from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.item_schema import shape_error
 from websailor.synth.items import ATTRIBUTE_OPS, DEFAULT_LEVEL, LEVELS, ItemConfig, build_item, check_level
 from websailor.synth.replay import PathReplayer
-from websailor.synth.rewrite import rewrite_question
 from websailor.synth.wording import has_name_mask, wording_report
+from websailor.synth.writer import write_question
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -249,9 +248,11 @@ def synthesize(
     report can give rejection shares for a whole file. Stops early, with a warning, when
     ``max_attempts_per_item`` candidates in a row are rejected.
 
-    With ``llm``, each accepted question is rewritten into fluent prose when the rewrite keeps
-    every constraint and leaks nothing (:mod:`websailor.synth.rewrite`); otherwise, and when
-    the model fails, the template text is kept and the reason recorded in ``rendering``.
+    With ``llm``, the model writes each accepted item's question from its facts, and the result
+    is kept only if it passes the checks again (:mod:`websailor.synth.writer`: no leak, every
+    fact it claims stated, every link stated, still unique); otherwise, and when the model
+    fails, the template text is kept, the reason recorded in ``rendering`` and counted in the
+    returned reasons as ``writer_<reason>``.
     With ``difficulty``, each item is then rated by the reference agent and kept only in the
     filter's band (rejections: ``too_easy``, ``too_hard``).
 
@@ -370,10 +371,11 @@ def _synthesize(
                 continue
             rendering = {"mode": "template"}
             if llm is not None:
-                cs = [Constraint.from_dict(c) for c in item["constraints"]]
-                item["question"], rendering = rewrite_question(llm, item["question"], cs, item["answer"])
+                item["question"], rendering = write_question(llm, kg, item)
                 reasons[f"rendered_{rendering['mode']}"] += 1
-                if rendering["mode"] == "template" and rendering["reason"].startswith("model error"):
+                if rendering["mode"] == "template":
+                    reasons[f"writer_{rendering['reason']}"] += 1
+                if rendering["mode"] == "template" and rendering["reason"] == "model_error":
                     llm_failures += 1
                     logger.warning("LLM rewrite failed, kept the template question: %s", rendering["reason"])
                     if llm_failures >= cfg.max_llm_failures:

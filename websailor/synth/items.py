@@ -3,7 +3,7 @@ target by structural role, turn its neighbours and attributes into vague constra
 until the target is the only node of the whole graph that satisfies them (and at least
 ``min_constraints`` are stated), render the question and verify it. The dataset loop
 (:mod:`websailor.synth.dataset`) balances topologies and cycles and may rewrite the text with an
-LLM (:mod:`websailor.synth.rewrite`).
+LLM (:mod:`websailor.synth.writer`).
 
 Difficulty levels (:data:`LEVELS`, docs/synthesis.md "Difficulty levels"): 1, a lookup (one
 neighbour named by its title, one search away from the answer's page); 2, one described hop and

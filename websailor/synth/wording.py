@@ -37,8 +37,9 @@ def wording_report(items: list[dict]) -> dict:
     (distinct relation phrases among them), ``association_share`` (share of links worded "is
     associated with"), ``name_mask_share`` (share of items with a ``mask_name`` operator),
     ``name_mask_share_by_level`` (``{level: share}``), ``mean_words``, ``mean_sentences``,
-    ``mean_constraints``, and ``top_relations`` (the five most used phrases with their
-    counts).
+    ``mean_constraints``, ``top_relations`` (the five most used phrases with their counts), and
+    ``writer``: ``{"llm": questions the LLM writer wrote, "rejected": {reason: count}}`` when
+    any item records a writer's attempt (``rendering``), else ``None``.
     """
     if not items:
         return {}
@@ -60,4 +61,12 @@ def wording_report(items: list[dict]) -> dict:
         "mean_sentences": round(statistics.mean(s["sentences"] for s in shapes), 2),
         "mean_constraints": round(statistics.mean(len(it["constraints"]) for it in items), 2),
         "top_relations": dict(relations.most_common(5)),
+        "writer": _writer_counts(items),
     }
+
+
+def _writer_counts(items: list[dict]) -> dict | None:
+    renderings = [it.get("rendering") or {} for it in items]
+    rejected = Counter(r["reason"] for r in renderings if r.get("mode") == "template" and r.get("reason"))
+    written = sum(r.get("mode") == "llm" for r in renderings)
+    return {"llm": written, "rejected": dict(rejected.most_common())} if written or rejected else None
