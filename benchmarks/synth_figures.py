@@ -68,7 +68,7 @@ def main() -> int:
         t = time.perf_counter()
         kg = build_knowledge_graph(corpus)
         kg_s = time.perf_counter() - t
-        print(f"knowledge graph: {len(kg)} nodes, {kg.graph.number_of_edges()} edges, built in {kg_s:.1f} s")
+        print(f"knowledge graph: {len(kg)} nodes, {kg.number_of_edges()} edges, built in {kg_s:.1f} s")
         out = Path(tmp) / "qa.jsonl"
         t = time.perf_counter()
         synthesize(kg, out, SynthConfig(n=args.n), progress=False)
@@ -84,7 +84,7 @@ def main() -> int:
         write_results(
             "synth_figures",
             {
-                "knowledge_graph": {"nodes": len(kg), "edges": kg.graph.number_of_edges(), "build_seconds": kg_s},
+                "knowledge_graph": {"nodes": len(kg), "edges": kg.number_of_edges(), "build_seconds": kg_s},
                 "synthesis": {
                     "items": len(items),
                     "seconds": dt,

@@ -124,16 +124,14 @@ def test_graph_keeps_relations_on_evidence_and_items_word_links_with_them(kg: Kn
 
 
 def test_a_corpus_without_relation_sentences_words_links_as_associations(kg: KnowledgeGraph, caplog):
-    import networkx as nx
+    from websailor.synth.graph import Link, Page, build_graph
 
-    g = nx.Graph()
-    for a, b, d in kg.graph.edges(data=True):
-        g.add_edge(a, b, evidence=[{**e, "relation": None} for e in d["evidence"]])
-    for n, d in kg.graph.nodes(data=True):
-        g.add_node(n, **d)
-    bare = KnowledgeGraph(g)
-    assert bare.relation_counts()[0] == 0
-    items = [build_item(bare, random.Random(f"b/{i}"), ItemConfig(level=4))[0] for i in range(120)]
+    # the same pages and links, but each link's only evidence is a list entry with no verb
+    pages = [Page(t, kg.url(t), kg.attributes(t), kg.is_findable(t)) for t in kg.nodes()]
+    links = [Link(x, y, f"See also: {y}.") for a, b in kg.edges() for x, y in ((a, b), (b, a))]
+    bare = build_graph(pages, links)
+    assert bare.relation_counts() == (0, len(links)) and "every link will be worded 'is associated with'" in caplog.text
+    items = [build_item(bare, random.Random(f"b/{i}"), ItemConfig(level=4))[0] for i in range(150)]
     items = [it for it in items if it]
     assert items and wording_report(items)["association_share"] == 1.0
 

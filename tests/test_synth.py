@@ -19,7 +19,7 @@ from websailor.synth import (
     topology_hash,
 )
 from websailor.synth.attributes import parse_span, parse_years
-from websailor.synth.graph import GRAPH_FILE
+from websailor.synth.graph import GRAPH_DIR, Link, Page, build_graph
 
 
 @pytest.fixture(scope="module")
@@ -63,38 +63,42 @@ def test_years_skip_quantities():
 
 def test_graph_has_every_page_and_evidence_for_every_edge(kg: KnowledgeGraph, vital: Corpus):
     assert len(kg) == len(vital) == 10033
-    assert kg.graph.number_of_edges() > 20000
+    assert kg.number_of_edges() > 20000
     ev = kg.evidence("Mona Lisa", "Leonardo da Vinci")[0]
     assert ev["source"] == "Mona Lisa" and ev["url"] == "https://en.wikipedia.org/wiki/Mona_Lisa"
     assert "Leonardo da Vinci" in ev["sentence"]
-    for a, b, d in list(kg.graph.edges(data=True))[:2000]:
-        assert d["evidence"] and all({e["source"], e["target"]} == {a, b} for e in d["evidence"])
+    for a, b in list(kg.edges())[:2000]:
+        evidence = kg.evidence(a, b)
+        assert evidence and all({e["source"], e["target"]} == {a, b} for e in evidence)
+        assert kg.has_edge(a, b) and kg.has_edge(b, a) and b in kg.neighbors(a)
 
 
 def test_graph_cache_round_trip(kg: KnowledgeGraph, tmp_path):
-    path = tmp_path / "kg.json"
+    path = tmp_path / "kg"
     kg.save(path)
     back = KnowledgeGraph.load(path)
-    assert len(back) == len(kg) and back.graph.number_of_edges() == kg.graph.number_of_edges()
-    assert back.attributes("Paris") == kg.attributes("Paris")
+    assert len(back) == len(kg) and back.number_of_edges() == kg.number_of_edges()
+    assert back.attributes("Paris") == kg.attributes("Paris") and back.common_words == kg.common_words
+    assert back.evidence("Mona Lisa", "Leonardo da Vinci") == kg.evidence("Mona Lisa", "Leonardo da Vinci")
+    assert back.walk_starts == kg.walk_starts and back.relation_counts() == kg.relation_counts()
 
 
 def test_load_or_build_caches_in_the_corpus(vital: Corpus):
     kg = load_or_build(vital)
-    assert (vital.path / "synth" / GRAPH_FILE).exists()
-    assert load_or_build(vital).graph.number_of_edges() == kg.graph.number_of_edges()
+    assert (vital.path / "synth" / GRAPH_DIR / "meta.json").exists()
+    assert load_or_build(vital).number_of_edges() == kg.number_of_edges()
 
 
 def test_sampling_is_connected_induced_deterministic_and_forms_cycles(kg: KnowledgeGraph):
-    subs = [sample_subgraph(kg.graph, random.Random(7), n_nodes=5) for _ in range(2)]
+    subs = [sample_subgraph(kg, random.Random(7), n_nodes=5) for _ in range(2)]
     assert list(subs[0].nodes()) == list(subs[1].nodes())
     rng = random.Random(0)
-    many = [sample_subgraph(kg.graph, rng, n_nodes=rng.choice([4, 5, 6])) for _ in range(200)]
+    many = [sample_subgraph(kg, rng, n_nodes=rng.choice([4, 5, 6])) for _ in range(200)]
     for s in many:
         assert nx.is_connected(s)
         for a in s:
             for b in s:
-                assert s.has_edge(a, b) == kg.graph.has_edge(a, b)  # densified: every edge kept
+                assert s.has_edge(a, b) == kg.has_edge(a, b)  # densified: every edge kept
     assert sum(has_cycle(s) for s in many) / len(many) > 0.15
     assert len({topology_hash(s) for s in many}) > 10
 
@@ -336,7 +340,8 @@ def test_synthesize_is_resumable_deterministic_and_balanced(kg: KnowledgeGraph, 
 def test_synthesize_refuses_a_graph_too_small(tmp_path):
     from websailor.errors import CorpusError
 
-    tiny = KnowledgeGraph(nx.path_graph(["Aa", "Bb"]))
+    pages = [Page(t, f"https://example.org/{t}", parse_attributes("", "", "")) for t in ("Aa", "Bb")]
+    tiny = build_graph(pages, [Link("Aa", "Bb", "Aa is next to Bb.")])
     with pytest.raises(CorpusError, match="2 pages, 1 links, largest group of linked pages 2; items need at least 3"):
         synthesize(tiny, tmp_path / "q.jsonl", SynthConfig(n=5), progress=False)
     assert read_items(tmp_path / "q.jsonl") == []
@@ -344,8 +349,8 @@ def test_synthesize_refuses_a_graph_too_small(tmp_path):
 
 def test_synthesize_stops_with_what_it_found_when_the_graph_runs_dry(kg: KnowledgeGraph, tmp_path, caplog):
     # a small piece of the real graph: few distinct items exist, so candidates keep failing
-    nodes = list(nx.bfs_tree(kg.graph, "Nile", depth_limit=1))[:12]
-    small = KnowledgeGraph(kg.graph.subgraph(nodes).copy())
+    nodes = ["Nile", *kg.neighbors("Nile")][:12]
+    small = kg.restrict(nodes)
     out = tmp_path / "q.jsonl"
     reasons = synthesize(small, out, SynthConfig(n=500, max_attempts_per_item=30), progress=False)
     got = read_items(out)
@@ -547,11 +552,9 @@ def test_resuming_with_another_level_is_refused(kg: KnowledgeGraph, tools, tmp_p
 def test_a_level_the_graph_cannot_supply_stops_naming_it(kg: KnowledgeGraph, tools, tmp_path, caplog):
     # a star of the pages the Nile's page mentions and that do not mention it: a leaf has one hop,
     # and no leaf's page leads to the hub, so no item has two hops converging (level 3)
-    leaves = [
-        n for n in sorted(kg.graph.neighbors("Nile")) if all(e["source"] == "Nile" for e in kg.evidence("Nile", n))
-    ]
+    leaves = [n for n in sorted(kg.neighbors("Nile")) if all(e["source"] == "Nile" for e in kg.evidence("Nile", n))]
     assert len(leaves) >= 3
-    star = KnowledgeGraph(nx.Graph(kg.graph.edge_subgraph([("Nile", n) for n in leaves[:8]])))
+    star = kg.restrict(["Nile", *leaves[:8]], edges=[("Nile", n) for n in leaves[:8]])
     out = tmp_path / "q.jsonl"
     reasons = synthesize(star, out, SynthConfig(n=4, levels="3", max_attempts_per_item=20), progress=False)
     assert reasons["accepted"] == 0 and read_items(out) == []
@@ -744,15 +747,20 @@ def small_corpus(generated_kilt, tmp_path_factory: pytest.TempPathFactory) -> Co
     )
 
 
-@pytest.mark.parametrize("garbage", ["", "{not json", '{"nodes": 5}', '{"nodes": [{"id": "x"}], "edges": []}'])
-def test_a_corrupt_graph_cache_is_rebuilt(small_corpus: Corpus, garbage, caplog):
+@pytest.mark.parametrize(
+    "part, garbage",
+    [("meta.json", ""), ("meta.json", "{not json"), ("meta.json", '{"pages": 5}'), ("nodes.json", '{"titles": 5}'),
+     ("adjacency.npz", "not an archive"), ("evidence.sqlite", "not a database")],
+)  # fmt: skip
+def test_a_corrupt_graph_cache_is_rebuilt(small_corpus: Corpus, part, garbage, caplog):
     kg = load_or_build(small_corpus)
-    assert kg.graph.number_of_edges() > 0
-    cache = small_corpus.path / "synth" / GRAPH_FILE
+    assert kg.number_of_edges() > 0
+    cache = small_corpus.path / "synth" / GRAPH_DIR / part
     saved = cache.read_bytes()
     try:
         cache.write_text(garbage)
         again = load_or_build(small_corpus)
-        assert again.graph.number_of_edges() == kg.graph.number_of_edges() and "building it again" in caplog.text
+        assert again.number_of_edges() == kg.number_of_edges() and "building it again" in caplog.text
+        assert again.evidence(*next(again.edges()))
     finally:
         cache.write_bytes(saved)

@@ -264,7 +264,7 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
             wrong = notes["rejected"]["title"]
             failed = next(c for c in item["constraints"] if c["phrase"] == notes["rejected"]["failed"])
             assert wrong != item["answer"] and not Constraint.from_dict(failed).matches(kg, wrong)
-            url = kg.graph.nodes[wrong]["url"]
+            url = kg.url(wrong)
             j = next(i for i, u in visits if u == url)
             assert url != item["target_url"] and j < max(i for i, u in visits if u == item["target_url"])
             assert wrong.lower() in _norm(" ".join(observations[:j]))  # met in what was read before

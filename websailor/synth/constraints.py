@@ -69,7 +69,7 @@ class Constraint:
         p = self.params
         others = p.get("others") or ([p["other"]] if "other" in p else [])
         if self.kind == "linked":
-            return any(kg.graph.has_edge(node, o) for o in others)
+            return any(kg.has_edge(node, o) for o in others)
         if self.kind == "name":
             return NameMask(self.phrase, p["style"], tuple(p["pattern"])).matches(node)
         attrs = kg.attributes(node)
@@ -108,9 +108,9 @@ def candidates(kg: KnowledgeGraph, constraints: Iterable[Constraint]) -> list[st
     linked = [c for c in cs if c.kind == "linked"]
     if linked:
         others = linked[0].params.get("others") or [linked[0].params["other"]]
-        pool = {n for o in others if o in kg.graph for n in kg.graph.neighbors(o)}
+        pool = {n for o in others if o in kg for n in kg.neighbors(o)}
     else:
-        pool = set(kg.graph.nodes)
+        pool = set(kg.nodes())
     return sorted(n for n in pool if all(c.matches(kg, n) for c in cs))
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import networkx as nx
 from tqdm import tqdm
 
 from websailor.errors import CorpusError, InputFormatError, InvalidArgumentError
@@ -216,11 +215,11 @@ def check_graph(kg: KnowledgeGraph, cfg: SynthConfig) -> None:
             default), so no subgraph can ever be drawn.
     """
     need = min(min(cfg.item_config(level).n_nodes) for level in set(cfg.levels))
-    largest = max((len(c) for c in nx.connected_components(kg.graph)), default=0)
+    largest = kg.largest_component()
     if largest < need or not kg.walk_starts:
         raise CorpusError(
-            f"the corpus's link graph is too small to synthesize from: {kg.graph.number_of_nodes()} pages, "
-            f"{kg.graph.number_of_edges()} links, largest group of linked pages {largest}; items need at least "
+            f"the corpus's link graph is too small to synthesize from: {len(kg)} pages, "
+            f"{kg.number_of_edges()} links, largest group of linked pages {largest}; items need at least "
             f"{need} pages linked together (one of them linked to two others). Build a larger corpus "
             "(the embedded vital corpus gives a graph of 10,033 pages and 27,455 links)"
         )

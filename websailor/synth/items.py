@@ -320,7 +320,7 @@ def _linked(kg: KnowledgeGraph, target: str, other: str, rng: random.Random) -> 
 
 def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) -> list[tuple[Constraint, dict]]:
     attrs = kg.attributes(target)
-    url = kg.graph.nodes[target]["url"]
+    url = kg.url(target)
     out: list[tuple[Constraint, dict]] = []
     if attrs.span:
         which = rng.choice(["span_start", "span_end"])
@@ -370,14 +370,14 @@ def _relational_constraints(
 ) -> list[tuple[Constraint, dict]]:
     """Comparisons on a shared quantity kind, and dates relative to a neighbour's."""
     mine = kg.attributes(target)
-    url = kg.graph.nodes[target]["url"]
+    url = kg.url(target)
     out: list[tuple[Constraint, dict]] = []
     for other in neighbours:
         theirs = kg.attributes(other)
         phrase = _describe(kg, other)
         if phrase is None:
             continue
-        other_url = kg.graph.nodes[other]["url"]
+        other_url = kg.url(other)
         for q in mine.quantities:
             oq = next((x for x in theirs.quantities if x.kind == q.kind), None)
             if oq is None or oq.value == q.value or q is not next(x for x in mine.quantities if x.kind == q.kind):
@@ -532,7 +532,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     spec = cfg.spec
     for _ in range(spec.value_tries):
         sub = sample_subgraph(
-            kg.graph,
+            kg,
             rng,
             n_nodes=rng.choice(cfg.n_nodes),
             backtrack_p=cfg.backtrack_p,
@@ -575,8 +575,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     forward = [
         i
         for i, (c, _) in enumerate(pool)
-        if kg.graph.nodes[c.params["other"]].get("findable")
-        and any(e["url"] != kg.graph.nodes[target]["url"] for e in c.evidence)
+        if kg.is_findable(c.params["other"]) and any(e["url"] != kg.url(target) for e in c.evidence)
     ]
     if not forward:
         return None, "no_forward_hop"
@@ -618,10 +617,10 @@ def _build_lookup(kg: KnowledgeGraph, rng: random.Random, sub, role, cfg: ItemCo
     neighbour with fewer links is the clue (a specific name, whose search hits few pages)."""
     pairs = []
     for target in sorted(n for n in role if is_named(kg, n)):
-        url = kg.graph.nodes[target]["url"]
+        url = kg.url(target)
         for other in sorted(sub.neighbors(target)):
             if any(e["url"] == url for e in kg.evidence(target, other)):
-                pairs.append((kg.graph.degree(other), rng.random(), target, other))
+                pairs.append((kg.degree(other), rng.random(), target, other))
     if not pairs:
         return None, "no_forward_hop"
     _, _, target, other = min(pairs)
@@ -664,10 +663,10 @@ def _finish(
         "question": question,
         "answer": target,
         "aliases": aliases,
-        "target_url": kg.graph.nodes[target]["url"],
+        "target_url": kg.url(target),
         "level": cfg.level,
         "subgraph": {
-            "nodes": [{"id": n, "title": n, "url": kg.graph.nodes[n]["url"]} for n in sorted(sub)],
+            "nodes": [{"id": n, "title": n, "url": kg.url(n)} for n in sorted(sub)],
             "edges": _edges(kg, sub),
         },
         "topology_hash": topology_hash(sub),
@@ -705,7 +704,7 @@ def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint], l
     link only the target's page states); :func:`websailor.synth.replay.replay_procedure`
     checks them."""
     steps: list[dict] = []
-    target_url = kg.graph.nodes[target]["url"]
+    target_url = kg.url(target)
     linked = [c for c in constraints if c.kind == "linked"]
     if lookup:
         other = linked[0].params["other"]
@@ -716,7 +715,7 @@ def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint], l
     back: list[str] = []  # hops whose link only the target's page states
     for c in linked:
         other = c.params["other"]
-        other_url = kg.graph.nodes[other]["url"]
+        other_url = kg.url(other)
         on_other = [e for e in c.evidence if e["url"] == other_url]
         if not on_other:
             back.append(other)

@@ -14,12 +14,15 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 from networkx.algorithms.isomorphism import GraphMatcher
 
 from websailor.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from websailor.synth.graph import KnowledgeGraph
 
 
 def walk_starts(graph: nx.Graph) -> list:
@@ -28,7 +31,7 @@ def walk_starts(graph: nx.Graph) -> list:
 
 
 def sample_subgraph(
-    graph: nx.Graph,
+    graph: nx.Graph | KnowledgeGraph,
     rng: random.Random,
     n_nodes: int = 4,
     backtrack_p: float = 0.3,
@@ -37,7 +40,8 @@ def sample_subgraph(
     prefer: Callable[[Any, Any], bool] | None = None,
     prefer_p: float = 0.5,
 ) -> nx.Graph | None:
-    """A connected induced subgraph of ``n_nodes`` nodes, or ``None`` if ``max_tries`` walks
+    """A connected induced subgraph of ``n_nodes`` nodes (a :class:`networkx.Graph`), or
+    ``None`` if ``max_tries`` walks
     all got stuck (a small or sparse graph). ``starts``: :func:`walk_starts` of the graph,
     when the caller samples many times (computed here otherwise). ``prefer(a, b)``: edges the
     walk takes, with probability ``prefer_p`` at each step, when the current node has one to
@@ -50,7 +54,9 @@ def sample_subgraph(
         raise InvalidArgumentError(f"n_nodes must be at least 2, got {n_nodes}")
     if not 0.0 <= backtrack_p <= 1.0:
         raise InvalidArgumentError(f"backtrack_p must be in [0, 1], got {backtrack_p}")
-    seeds = starts if starts is not None else walk_starts(graph)
+    if starts is None:
+        starts = walk_starts(graph) if isinstance(graph, nx.Graph) else graph.walk_starts
+    seeds = starts
     if not seeds:
         return None
     for _ in range(max_tries):
@@ -66,7 +72,7 @@ def sample_subgraph(
                 options = [n for n in options if prefer(current, n)] or options
             chosen.append(rng.choice(sorted(options)))
         if len(chosen) == n_nodes:
-            return graph.subgraph(chosen).copy()
+            return nx.Graph(graph.subgraph(chosen))
     return None
 
 

@@ -233,17 +233,17 @@ def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     seen: set[str] = set()
     for c in cs:
         for o in c.params.get("others") or ([c.params["other"]] if "other" in c.params else []):
-            if o in kg.graph:
-                seen.update(kg.graph.neighbors(o))
+            if o in kg:
+                seen.update(kg.neighbors(o))
     for j in range(len(cs)):
         seen.update(candidates(kg, cs[:j] + cs[j + 1 :]))
     for obs in observations:
-        seen.update(t for t in _SEARCH_TITLE.findall(obs) if t in kg.graph)
+        seen.update(t for t in _SEARCH_TITLE.findall(obs) if t in kg)
     visited = {s.get("url") for s in item.get("procedure") or []}
     text = fold_space("\n".join(_body(o) for o in observations))
     pool = []
     for node in sorted(seen):
-        if node == answer or kg.graph.nodes[node].get("url") in visited or not _names(text, node):
+        if node == answer or kg.url(node) in visited or not _names(text, node):
             continue
         failed = sum(not c.matches(kg, node) for c in cs)
         if failed:
@@ -457,7 +457,7 @@ def _meet_distractor(
     near = pool[: _MAX_DISTRACTOR_TRIES * 2]
     random.Random(f"distractor-pick:{item['id']}").shuffle(near)  # among the nearest misses, the draw decides
     for node in near[:_MAX_DISTRACTOR_TRIES]:
-        arguments = {"url": kg.graph.nodes[node]["url"], "goal": goal}
+        arguments = {"url": kg.url(node), "goal": goal}
         probe = execute_tool(tools, "visit", arguments)
         why = _rejection(item, kg, node, probe.observation) if probe.error is None else None
         if why:
