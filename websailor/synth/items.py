@@ -281,18 +281,28 @@ def is_person(kg: KnowledgeGraph, node: str) -> bool:
     )
 
 
+#: the longest relation phrase taken from the answer's own page (a longer one is a verbatim
+#: piece of that page: "is the 18th-most populous city in")
+MAX_SUBJECT_WORDS = 4
+
+
 def worded_relation(kg: KnowledgeGraph, target: str, other: str) -> tuple[str, str] | None:
     """The relation phrase an item states for the link between ``target`` and ``other``, and
     its form: ``"subject"`` when the target's own page states it ("<target> is a novel by
     <other>"), ``"object"`` when the other page does ("<other> is a novel by <target>"). The
-    subject form is preferred; ``None`` when no evidence sentence has a phrase."""
+    object form is preferred: a phrase from the target's own page is a verbatim piece of it,
+    which a search of the question's text would find in one hop, so a subject-form phrase is
+    used only when it is short (:data:`MAX_SUBJECT_WORDS`: "borders", "is a branch of").
+    ``None`` when no evidence sentence has a usable phrase."""
     found = sorted(
-        (e["source"] != target, e["sentence"], e["relation"]) for e in kg.evidence(target, other) if e.get("relation")
+        (e["source"] == target, e["sentence"], e["relation"])
+        for e in kg.evidence(target, other)
+        if e.get("relation") and (e["source"] != target or len(e["relation"].split()) <= MAX_SUBJECT_WORDS)
     )
     if not found:
         return None
-    object_form, _, relation = found[0]
-    return relation, "object" if object_form else "subject"
+    subject_form, _, relation = found[0]
+    return relation, "subject" if subject_form else "object"
 
 
 def _link_constraint(kg: KnowledgeGraph, target: str, other: str, name: str) -> tuple[Constraint, list[dict]]:
