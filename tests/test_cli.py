@@ -172,14 +172,30 @@ def test_synth_and_stats(vital_dir: Path, tmp_path: Path):
     assert res.exit_code == 0, res.output
     assert "12 items in" in res.stdout and len(out.read_text().splitlines()) == 12
     res = run("synth", "stats", str(out), "--json")
-    assert json.loads(res.stdout)["items"] == 12
+    report = json.loads(res.stdout)
+    assert report["items"] == 12 and report["wording"]["links"] >= 12
+    assert 0 <= report["wording"]["association_share"] <= 1 and report["wording"]["mean_sentences"] >= 1
     res = run("synth", "show", str(out), "--index", "3")
-    assert res.exit_code == 0 and "question: Which " in res.stdout and "solution path:" in res.stdout
+    assert res.exit_code == 0 and "question: " in res.stdout and "solution path:" in res.stdout
     assert "level 4)" in res.stdout and "'path_replayed': True" in res.stdout
     res = run("synth", "show", str(out), "--index", "99")
     assert res.exit_code == 2 and "out of range" in res.stderr
     res = run("synth", "stats", str(tmp_path / "nope.jsonl"))
     assert res.exit_code == 2 and "does not exist" in res.stderr
+    # a graph over the memory limit is refused with its figure, before anything is written
+    res = run(
+        "synth",
+        "--n",
+        "2",
+        "--out",
+        str(tmp_path / "big.jsonl"),
+        "--corpus",
+        str(vital_dir),
+        "--max-memory-gb",
+        "0.001",
+    )
+    assert res.exit_code == 2 and "needs about" in res.stderr and "--max-memory-gb 0.001" in res.stderr
+    assert not (tmp_path / "big.jsonl").exists()
     (tmp_path / "bad.jsonl").write_text("hello\n")
     res = run("synth", "--n", "2", "--out", str(tmp_path / "bad.jsonl"), "--corpus", str(vital_dir))
     assert res.exit_code == 2 and "is not a QA item" in res.stderr

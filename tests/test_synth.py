@@ -11,6 +11,7 @@ from websailor.corpus import Corpus
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.synth import (
     KnowledgeGraph,
+    build_knowledge_graph,
     has_cycle,
     load_or_build,
     parse_attributes,
@@ -764,3 +765,18 @@ def test_a_corrupt_graph_cache_is_rebuilt(small_corpus: Corpus, part, garbage, c
         assert again.evidence(*next(again.edges()))
     finally:
         cache.write_bytes(saved)
+
+
+def test_a_graph_over_the_memory_limit_is_refused_with_its_figure(vital: Corpus, kg: KnowledgeGraph, tmp_path):
+    from websailor.synth.graph import estimate_memory_gb
+
+    need = estimate_memory_gb(len(vital), vital.meta["n_links"])
+    assert 0.001 < need < 1 and estimate_memory_gb(6_800_000, 23_000_000) > 10 * need
+    with pytest.raises(
+        InvalidArgumentError, match=r"10,033 pages and 33,858 links needs about 0\.0\d+ GB.*--max-memory-gb 0\.001"
+    ):
+        build_knowledge_graph(vital, max_memory_gb=0.001)
+    kg.save(tmp_path / "kg")
+    with pytest.raises(InvalidArgumentError, match="over --max-memory-gb 0.001"):
+        KnowledgeGraph.load(tmp_path / "kg", max_memory_gb=0.001)
+    assert len(KnowledgeGraph.load(tmp_path / "kg", max_memory_gb=1.0)) == len(kg)

@@ -55,6 +55,14 @@ def synth(
     ] = Keep.moderate,
     max_calls: Annotated[int, typer.Option(min=1, help="Model calls per rollout of the reference agent.")] = 100,
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts of the reference agent.")] = 8,
+    max_memory_gb: Annotated[
+        Optional[float],
+        typer.Option(
+            min=0.0,
+            help="Refuse a knowledge graph whose estimated memory is larger (checked from the corpus's page and "
+            "link counts before the graph is built or loaded); default: no limit.",
+        ),
+    ] = None,
     corpus: Annotated[
         Optional[Path],
         typer.Option(
@@ -74,7 +82,7 @@ def synth(
     from websailor.corpus import Corpus
     from websailor.synth.dataset import SynthConfig, dataset_report, format_levels, parse_levels, read_items, synthesize
     from websailor.synth.difficulty import DifficultyConfig, open_difficulty_filter, rollouts_file
-    from websailor.synth.graph import load_or_build
+    from websailor.synth.graph import check_memory, load_or_build
     from websailor.tools.local import build_local_tools
 
     if out is None:
@@ -97,6 +105,8 @@ def synth(
     from websailor.models import load_model
 
     c = Corpus.open(corpus)
+    # before any model is loaded: a graph too large for the limit is refused with its figure
+    check_memory(int(c.meta.get("n_docs", 0)), int(c.meta.get("n_links", 0)), max_memory_gb)
     writer = load_model(llm) if llm else None
     with ExitStack() as stack:
         rater = None
@@ -110,7 +120,7 @@ def synth(
             logger.info(
                 "difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts_file(out)
             )
-        kg = load_or_build(c)
+        kg = load_or_build(c, max_memory_gb=max_memory_gb)
         # every candidate's solution path is replayed through the local tools over the same corpus
         # the solution path is replayed with the observation settings given, so that a file made for
         # compact observations holds only items whose searches show the page the next step opens

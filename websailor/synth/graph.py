@@ -74,7 +74,7 @@ def check_memory(pages: int, links: int, max_memory_gb: float | None) -> None:
     need = estimate_memory_gb(pages, links)
     if need > max_memory_gb:
         raise InvalidArgumentError(
-            f"the knowledge graph of {pages:,} pages and {links:,} links needs about {need:.1f} GB of memory "
+            f"the knowledge graph of {pages:,} pages and {links:,} links needs about {need:.3g} GB of memory "
             f"({BYTES_PER_PAGE:,} bytes a page, {BYTES_PER_LINK} a link), over --max-memory-gb {max_memory_gb:g}: "
             "raise the limit, run on a machine with more memory, or build a smaller corpus"
         )
