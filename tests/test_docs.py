@@ -73,6 +73,7 @@ SCRIPT_OPTIONS = {
     "--sanity-lr": "experiments/mini_pipeline.py",
     "--rl-items": "benchmarks/rl_overfit.py",
     "--question-model": "experiments/transfer_opening.py",
+    "--before": "benchmarks/synth_wording.py",
 }
 REPO_PATH = re.compile(r"^(?:websailor|benchmarks|experiments|configs|tests|docs)(?:/[\w.-]+)*/?$")
 OPTION = re.compile(r"(?<![\w./:-])(--?[A-Za-z][\w-]*)")

@@ -122,6 +122,10 @@ def _letters(word: str) -> int:
     return sum(ch.isalpha() for ch in word)
 
 
+def _count(letters: int) -> str:
+    return f"{letters} letter" + ("" if letters == 1 else "s")
+
+
 def name_words(title: str) -> list[str]:
     """The words a name mask is made of: the bare name (:func:`bare_name`) up to its first
     comma, without numbers and ordinals ("John Churchill, 1st Duke of Marlborough" -> ["John",
@@ -164,7 +168,7 @@ def mask_name(title: str, rng: random.Random, style: str | None = None) -> NameM
     first = words[0]
     n = len(words)
     if n == 1:
-        phrase = f"whose name is one word of {_letters(first)} letters, starting with {first[0].upper()}"
+        phrase = f"whose name is one word of {_count(_letters(first))}, starting with {first[0].upper()}"
     else:
-        phrase = f"whose name has {n} words, the first with {_letters(first)} letters, starting with {first[0].upper()}"
+        phrase = f"whose name has {n} words, the first with {_count(_letters(first))}, starting with {first[0].upper()}"
     return NameMask(phrase, "letters", (n, _letters(first), first[0].upper()))
