@@ -46,10 +46,11 @@ logger = get_logger(__name__)
 GRAPH_DIR = "knowledge_graph.v6"
 #: a life span or period at the end of a description: "Italian polymath (1452–1519)"
 SPAN_IN_DESC = re.compile(r"\s*\([^)]*\d[^)]*\)\s*$")
-#: resident bytes a page and a link take in a loaded graph (measured by
-#: benchmarks/synth_scale.py at 1M pages; docs/synthesis.md), for :func:`estimate_memory_gb`
-BYTES_PER_PAGE = 1400
-BYTES_PER_LINK = 40
+#: bytes a page and a link mention take at the peak of a synthesis run over a loaded graph, for
+#: :func:`estimate_memory_gb` (benchmarks/synth_scale.py at 1M pages and 3.4M links: 1.27 GB at
+#: peak, 1.06 GB resident; docs/synthesis.md, "Synthesis at Wikipedia scale")
+BYTES_PER_PAGE = 1000
+BYTES_PER_LINK = 60
 
 
 def description_key(description: str) -> str:
