@@ -25,7 +25,7 @@ from _common import vital_source, write_results
 from websailor.corpus import Corpus, CorpusBuildConfig, build_corpus
 from websailor.synth.dataset import SynthConfig, dataset_report, read_items, synthesize
 from websailor.synth.graph import build_knowledge_graph
-from websailor.synth.items import type_word
+from websailor.synth.phrasing import type_word
 
 
 def plain_question(kg, item: dict) -> str:

@@ -204,7 +204,9 @@ def test_mask_name_ordinals_digits_and_titles_after_a_comma():
     assert m.phrase == "whose name is one word of 6 letters, starting with A" and m.matches("Apollo 11")
     assert mask_name("Apollo 11", random.Random(0), "initials").phrase == "whose initials are A."
     m = mask_name("W and Z bosons", random.Random(0), "letters")
-    assert m.phrase == "whose name has 4 words, the first with 1 letter, starting with W" and m.matches("W and Z bosons")
+    assert m.phrase == "whose name has 4 words, the first with 1 letter, starting with W" and m.matches(
+        "W and Z bosons"
+    )
     # a name of numbers only keeps them
     assert mask_name("1984", random.Random(0), "initials").phrase == "whose initials are 1."
     assert all(not ch.isdigit() for ch in mask_name("Louis XIV of France, 2nd", random.Random(0), "initials").phrase)
@@ -256,7 +258,8 @@ def test_leak_checks():
 
 
 # -- items (template mode) --------------------------------------------------------------------
-from websailor.synth.items import _lower_first, aliases_of, build_item, type_word  # noqa: E402
+from websailor.synth.items import aliases_of, build_item  # noqa: E402
+from websailor.synth.phrasing import _lower_first, type_word  # noqa: E402
 
 
 def test_built_items_pass_all_three_checks(kg: KnowledgeGraph):

@@ -9,6 +9,7 @@ from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import Trajectory
 from websailor.corpus import Corpus
 from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
+from websailor.synth.phrasing import statement
 from websailor.tools.local import build_local_tools
 from websailor.train.constructive import build_constructive
 
@@ -250,13 +251,14 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
             checked = [c for c in item["constraints"] if c["phrase"] in notes["checked"]]
             assert checked and all(c["kind"] != "name" for c in checked)
             for c in checked:
-                assert c["phrase"] in final  # the final thought names it
+                assert statement(c, "it") in final  # the final thought states it
                 on_page = [e["sentence"] for e in c["evidence"] if e["url"] == item["target_url"]]
                 assert any(_norm(s) in obs for s in on_page) or (
                     c["kind"] == "linked" and c["params"]["other"].lower() in obs
                 )
             # the thought before the visit quotes the first constraint checked, which the page confirmed
-            assert f'check on its own page that it "{notes["checked"][0]}"' in actions[i].thought
+            first = next(c for c in checked if c["phrase"] == notes["checked"][0])
+            assert f'check on its own page that "{statement(first, "it")}"' in actions[i].thought
         else:
             assert kind == "distractor" and notes["unverified"]
         if kind == "distractor":
@@ -269,7 +271,7 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
             assert url != item["target_url"] and j < max(i for i, u in visits if u == item["target_url"])
             assert wrong.lower() in _norm(" ".join(observations[:j]))  # met in what was read before
             rejection = actions[j + 1].thought
-            assert f'{wrong} is not the answer: it does not fit "{failed["phrase"]}"' in rejection
+            assert f'{wrong} is not the answer: it does not fit "{statement(failed, "it")}"' in rejection
             if failed["kind"] == "name":
                 assert wrong.lower() in _norm(observations[j])
             if failed["kind"] == "linked":

@@ -15,7 +15,7 @@ from websailor.models import load_model
 from websailor.synth import ItemConfig, SynthConfig, build_item, read_items, synthesize
 from websailor.synth.constraints import Constraint, candidates
 from websailor.synth.graph import KnowledgeGraph
-from websailor.synth.items import type_word
+from websailor.synth.phrasing import type_word
 from websailor.synth.wording import wording_report
 from websailor.synth.writer import survives, write_question
 

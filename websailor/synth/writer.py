@@ -32,7 +32,7 @@ from websailor.errors import ModelError
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.synth.constraints import Constraint, candidates, is_leak_free
 from websailor.synth.graph import KnowledgeGraph
-from websailor.synth.items import type_word
+from websailor.synth.phrasing import type_word
 
 WRITER_PROMPT = """You write one hard research question about a hidden answer, in the style of BrowseComp: one to four sentences that chain the facts below, naming every other entity only by the description given, and keeping each period, number, comparison and name hint exactly as vague as it is stated (copy numbers, decades, centuries and initials as they are). Do not add facts, do not sharpen any, and never name the answer or give it away. The answer is a {type}.
 

@@ -35,6 +35,7 @@ from websailor.agent.prompt import system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.log import get_logger
+from websailor.synth.phrasing import statement
 from websailor.text import fold_space
 from websailor.tools import Tool, execute_tool
 
@@ -375,7 +376,7 @@ def constructive_trajectory(
             node, c, shown = rejected
             notes["rejected"] = {"title": node, "failed": c["phrase"]}
             lead = (
-                f'{node} is not the answer: it does not fit "{c["phrase"]}", since {shown}. '
+                f'{node} is not the answer: it does not fit "{statement(c, "it")}", since {shown}. '
                 f"Another candidate, {answer}, fits the clues."
             )
         kind = "distractor" if rejected else "direct"
@@ -384,7 +385,7 @@ def constructive_trajectory(
             earlier = "\n".join(r.observations)
 
             def check_goal(c: dict) -> dict:
-                return {"url": target_url, "goal": f"check that {answer} {c['phrase']}; the question: {question}"}
+                return {"url": target_url, "goal": f"check that {statement(c, answer)}; the question: {question}"}
 
             first = next(
                 (
@@ -397,7 +398,7 @@ def constructive_trajectory(
             shown_ = []
             if first is not None:
                 obs = r.step(
-                    f'{lead} Before answering I check on its own page that it "{first["phrase"]}".',
+                    f'{lead} Before answering I check on its own page that "{statement(first, "it")}".',
                     "visit",
                     check_goal(first),
                 )
@@ -411,7 +412,7 @@ def constructive_trajectory(
             rest = [] if last is None else steps[last + 1 :]
             for i, step in enumerate(rest, len(before) + 1):
                 r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))  # i > 0: never the opening
-            said = "; ".join(f'it "{c["phrase"]}" ("{_quote(s)}")' for c, s in shown_)
+            said = "; ".join(f'"{statement(c, "it")}" ("{_quote(s)}")' for c, s in shown_)
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
             via = ""
