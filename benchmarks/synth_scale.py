@@ -220,9 +220,21 @@ def main() -> int:
         print(f"--pages and --baseline-pages are comma-separated page counts, got {a.pages!r}, {a.baseline_pages!r}",
               file=sys.stderr)  # fmt: skip
         return 2
-    bad = too_small(("--attempts", a.attempts, 1), *((f"--pages {n}", n, 100) for n in sizes + baseline))
+    if not sizes:
+        print("--pages: give at least one page count", file=sys.stderr)
+        return 2
+    bad = too_small(("--attempts", a.attempts, 1), *(("--pages", n, 100) for n in sizes + baseline))
     if bad:
         print(bad, file=sys.stderr)
+        return 2
+    if a.level not in (1, 2, 3, 4):
+        print(f"--level {a.level}: give 1, 2, 3 or 4", file=sys.stderr)
+        return 2
+    try:  # before any work: a results folder that cannot be written would lose the figures
+        a.out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=a.out).close()
+    except OSError as e:
+        print(f"--out {a.out}: cannot write there ({e.strerror})", file=sys.stderr)
         return 2
     common = {"corpus": a.corpus, "seed": a.seed, "attempts": a.attempts, "level": a.level}
     results: dict = {"store": {}, "networkx": {}}
@@ -247,7 +259,8 @@ def main() -> int:
     small, big = min(results["store"]), max(results["store"])
 
     def at_wikipedia(runs: dict, key: str) -> float | None:
-        if len(runs) < 2 or small not in runs or big not in runs or big == small:
+        # below 100k pages the fixed cost of a process (about 100 MB) swamps the slope
+        if small not in runs or big not in runs or big - small < 90_000:
             return None
         slope = (runs[big][key] - runs[small][key]) / (big - small)
         return round((runs[big][key] + slope * (WIKIPEDIA_PAGES - big)) / 1e3, 1)
@@ -259,7 +272,9 @@ def main() -> int:
         "store_graph_gb": at_wikipedia(store, "graph_mb"),
         "store_use_peak_gb": at_wikipedia(store, "use_peak_mb"),
         "store_build_peak_gb": at_wikipedia(store, "build_peak_mb"),
-        "store_build_minutes": round(store[big]["build_seconds"] * WIKIPEDIA_PAGES / big / 60, 1),
+        "store_build_minutes": round(store[big]["build_seconds"] * WIKIPEDIA_PAGES / big / 60, 1)
+        if big >= 100_000
+        else None,
         "networkx_graph_gb": at_wikipedia(results["networkx"], "graph_mb"),
         "networkx_build_peak_gb": at_wikipedia(results["networkx"], "build_peak_mb"),
     }

@@ -26,6 +26,7 @@ from pathlib import Path
 from _common import RESULTS, write_results
 
 from websailor.corpus import Corpus
+from websailor.errors import InputFormatError
 from websailor.synth.dataset import SynthConfig, read_items, synthesize
 from websailor.synth.graph import load_or_build
 from websailor.synth.wording import wording_report
@@ -56,15 +57,32 @@ def main() -> int:
     p.add_argument("--before", type=Path, nargs="*", default=[], help="QA files of an earlier version to measure too")
     p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results)")
     a = p.parse_args()
-    missing = [str(f) for f in a.before if not f.is_file()]
-    if missing:
-        print(f"--before: no such file: {', '.join(missing)}", file=sys.stderr)
+    for f in a.before:
+        if not f.is_file():
+            print(f"--before {f}: {'a directory' if f.is_dir() else 'no such file'}, give a QA file", file=sys.stderr)
+            return 2
+    out = a.out or RESULTS
+    try:  # before any work: a results folder that cannot be written would lose the figures
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        print(f"--out {out}: cannot write there ({e.strerror})", file=sys.stderr)
         return 2
+    before = {}
+    for path in a.before:
+        try:
+            before[path] = read_items(path)
+        except InputFormatError as e:
+            print(f"--before {path}: {e}", file=sys.stderr)
+            return 2
+        if not before[path]:
+            print(f"--before {path}: no items", file=sys.stderr)
+            return 2
     corpus = Corpus.open()
     kg = load_or_build(corpus)
     results: dict[str, dict] = {}
-    for path in a.before:
-        results[f"before:{path.name}"] = figures(corpus, read_items(path))
+    for path, items in before.items():
+        results[f"before:{path.name}"] = figures(corpus, items)
     with tempfile.TemporaryDirectory() as tmp:
         tools = build_local_tools(corpus)
         for name, n, levels, seed in MADE:
@@ -78,7 +96,7 @@ def main() -> int:
             f"{r['mean_words']} words and {r['mean_sentences']} sentences a question, {r['mean_constraints']} "
             "constraints an item"
         )
-    write_results("synth_wording", results, a, a.out or RESULTS)
+    write_results("synth_wording", results, a, out)
     return 0
 
 

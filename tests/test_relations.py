@@ -68,6 +68,11 @@ GOLD = Path(__file__).parent / "data" / "relation_phrases_gold.jsonl"
         ),
         ("Supergiant stars occupy the top region of the diagram.", "Supergiant", "Diagram", None),  # a noun, no verb
         ("The Ganges continues into Bangladesh.", "Ganges", "Bangladesh", "continues into"),
+        # a character whose lower case is two ("İ"): offsets stay right, nothing raises
+        ("İstanbul is the largest city in Turkey.", "İstanbul", "Turkey", "is the largest city in"),
+        ("İİ is in B.", "İİ", "B", "is in"),
+        ("", "A", "B", None),
+        ("C++ is a language by Bjarne Stroustrup.", "C++", "Bjarne Stroustrup", "is a language by"),
     ],
 )
 def test_read_relation(sentence, source, target, phrase):

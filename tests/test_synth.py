@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 from collections import Counter
 
 import networkx as nx
@@ -785,3 +786,70 @@ def test_a_graph_over_the_memory_limit_is_refused_with_its_figure(vital: Corpus,
     with pytest.raises(InvalidArgumentError, match="over --max-memory-gb 0.001"):
         KnowledgeGraph.load(tmp_path / "kg", max_memory_gb=0.001)
     assert len(KnowledgeGraph.load(tmp_path / "kg", max_memory_gb=1.0)) == len(kg)
+
+
+def test_a_cache_missing_a_part_out_of_step_or_of_another_corpus_build_is_rebuilt(small_corpus: Corpus, caplog):
+    import shutil
+
+    kg = load_or_build(small_corpus)
+    cache = small_corpus.path / "synth" / GRAPH_DIR
+    keep = cache.with_name("kept")
+    shutil.rmtree(keep, ignore_errors=True)
+    shutil.copytree(cache, keep)
+
+    def shift(folder):  # the titles out of step with the arrays: items would link the wrong pages
+        nodes = json.loads((folder / "nodes.json").read_text())
+        nodes["titles"] = nodes["titles"][1:] + nodes["titles"][:1]
+        (folder / "nodes.json").write_text(json.dumps(nodes))
+
+    def rebuild_corpus(folder):
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["source"]["built_at"] = "2001-01-01T00:00:00Z"
+        (folder / "meta.json").write_text(json.dumps(meta))
+
+    damages = {
+        "unable to open database": lambda f: (f / "evidence.sqlite").unlink(),
+        "no such table": lambda f: (f / "evidence.sqlite").write_bytes(b""),
+        "does not hold the pages": shift,
+        "another build of the corpus": rebuild_corpus,
+    }
+    try:
+        for says, damage in damages.items():
+            shutil.rmtree(cache)
+            shutil.copytree(keep, cache)
+            damage(cache)
+            caplog.clear()
+            again = load_or_build(small_corpus)
+            assert "building it again" in caplog.text and says in caplog.text, says
+            assert again.number_of_edges() == kg.number_of_edges() and again.titles == kg.titles
+            a, b = next(again.edges())
+            assert again.evidence(a, b) == kg.evidence(a, b)
+            assert not (cache / "evidence.sqlite").stat().st_size == 0
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.copytree(keep, cache)
+        shutil.rmtree(keep)
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda it: it["constraints"][0]["params"].update(relation=["x"]), "constraints.0.params.relation"),
+        (lambda it: it["constraints"][0]["params"].update(relation=42), "constraints.0.params.relation"),
+        (lambda it: it["constraints"][0]["params"].update(form="sideways"), "constraints.0.params.form"),
+        (lambda it: it.update(rendering={"mode": "template", "reason": 5}), "rendering.reason"),
+        (lambda it: it.update(rendering={"mode": ["llm"]}), "rendering.mode"),
+        (lambda it: it.update(difficulty={"k": 8, "correct": None}), "difficulty.correct"),
+        (lambda it: it.update(rejected_before={"leak": -5}), "rejected_before.leak"),
+        (lambda it: it.update(question="Which \udcff is it?"), "question"),
+    ],
+)
+def test_a_hand_edited_item_gets_one_line_naming_the_field(kg: KnowledgeGraph, tmp_path, edit, field):
+    out = tmp_path / "qa.jsonl"
+    synthesize(kg, out, SynthConfig(n=1, seed=3), progress=False)
+    item = read_items(out)[0]
+    edit(item)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(item) + "\n")
+    with pytest.raises(InputFormatError, match=rf"line 1 is not a QA item: field '{re.escape(field)}'"):
+        read_items(bad)

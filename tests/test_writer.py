@@ -149,3 +149,30 @@ def test_synthesis_with_the_writer_counts_rejections_by_reason(vital_kg: Knowled
             assert candidates(vital_kg, _facts(it)) == [it["answer"]]
     report = wording_report(items)
     assert report["writer"] == {"llm": modes.count("llm"), "rejected": {"not_json": modes.count("template")}}
+
+
+def test_text_that_is_not_a_clean_short_question_or_names_the_answer_unaccented_is_rejected(
+    vital_kg: KnowledgeGraph, items: list[dict]
+):
+    from fakes import ScriptedModel
+
+    from websailor.synth.constraints import fold, is_leak_free
+
+    # a writer that drops the diacritics still names the answer
+    assert not is_leak_free("Who founded judo, Kano Jigoro?", "Kanō Jigorō") and not is_leak_free(
+        "JIGORO?", "Kanō Jigorō"
+    )
+    item = items[0]
+    facts = _facts(item)
+    good = _question(vital_kg, facts)
+    used = list(range(1, len(facts) + 1))
+    folded = fold(item["answer"]).upper()
+    cases = {
+        "bad_text": _reply(good[:-1] + " \x00\u202e?", used),
+        "too_long": _reply(" ".join([good[:-1] + "."] * 8)[:-1] + "?", used),
+        "leaks_answer": _reply(good[:-1] + f", that is {folded}?", used),
+    }
+    for reason, reply in cases.items():
+        question, rendering = write_question(ScriptedModel([reply]), vital_kg, copy.deepcopy(item))
+        assert rendering["mode"] == "template" and rendering["reason"] == reason, (reason, rendering)
+        assert question == item["question"]

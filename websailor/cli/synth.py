@@ -107,7 +107,7 @@ def synth(
     c = Corpus.open(corpus)
     # before any model is loaded: a graph too large for the limit is refused with its figure
     check_memory(int(c.meta.get("n_docs", 0)), int(c.meta.get("n_links", 0)), max_memory_gb)
-    writer = load_model(llm) if llm else None
+    writer = load_model(llm, check=True) if llm else None  # a dead endpoint fails now, not item by item
     with ExitStack() as stack:
         rater = None
         if filter_with:

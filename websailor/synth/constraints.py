@@ -13,6 +13,7 @@ items can be stored as JSON and re-verified later.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
@@ -131,16 +132,23 @@ def distinctive_words(answer: str) -> set[str]:
 _STEMMER = Stemmer.Stemmer("english")
 
 
+def fold(text: str) -> str:
+    """Lower case without accents: "Kanō Jigorō" -> "kano jigoro" (a writer that drops the
+    diacritics still names the answer)."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+
+
 def is_leak_free(question: str, answer: str, aliases: Iterable[str] = ()) -> bool:
-    """True if no form of the answer appears in the question (case-insensitive, whole words),
-    and no distinctive word of it in any inflection ("albums" leaks "Album", "cricketer"
-    leaks "Cricket": words are compared by their Snowball stems)."""
-    q = question.lower()
+    """True if no form of the answer appears in the question (case-insensitive, accents
+    ignored, whole words), and no distinctive word of it in any inflection ("albums" leaks
+    "Album", "cricketer" leaks "Cricket": words are compared by their Snowball stems)."""
+    q = fold(question)
     for form in [answer, *aliases]:
-        if form and re.search(r"(?<!\w)" + re.escape(form.lower()) + r"(?!\w)", q):
+        if form and re.search(r"(?<!\w)" + re.escape(fold(form)) + r"(?!\w)", q):
             return False
     q_stems = set(_STEMMER.stemWords(_WORD.findall(q)))
-    return not (set(_STEMMER.stemWords(sorted(distinctive_words(answer)))) & q_stems)
+    return not (set(_STEMMER.stemWords(sorted(distinctive_words(fold(answer))))) & q_stems)
 
 
 def is_supported(constraints: Iterable[Constraint]) -> bool:

@@ -16,6 +16,7 @@ before work is lost (:func:`estimate_memory_gb`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import shutil
 import sqlite3
 import threading
 import time
+import zipfile
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -92,11 +94,20 @@ class EvidenceStore:
         "target INTEGER NOT NULL, sentence TEXT NOT NULL, relation TEXT)"
     )
 
-    def __init__(self, path: Path | str = ":memory:") -> None:
+    def __init__(self, path: Path | str = ":memory:", readonly: bool = False) -> None:
         self.path = path
-        self._conn = sqlite3.connect(str(path), check_same_thread=False)
+        if readonly:  # a cache: never created or changed by reading it
+            self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            self._conn = sqlite3.connect(str(path), check_same_thread=False)
         self._lock = threading.Lock()
-        self._conn.execute(self._SCHEMA)
+        if not readonly:
+            self._conn.execute(self._SCHEMA)
+
+    def count(self) -> int:
+        """Rows stored."""
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM evidence").fetchone()[0])
 
     def add(self, rows: Iterable[tuple[int, int, int, int, str, str | None]]) -> None:
         """Append ``(a, b, source, target, sentence, relation)`` rows (``a < b``: the edge)."""
@@ -316,9 +327,10 @@ class KnowledgeGraph:
                 if i < j:
                     yield self.titles[i], self.titles[int(j)]
 
-    def save(self, folder: Path) -> None:
+    def save(self, folder: Path, source: dict | None = None) -> None:
         """Write the graph to ``folder`` (made whole or not at all: written beside it, then
-        renamed into place)."""
+        renamed into place). ``source`` (the corpus's build stamp) is kept so that a cache of
+        another build of the corpus is not read."""
         tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -327,6 +339,7 @@ class KnowledgeGraph:
         nodes = {"titles": self.titles, "urls": self.urls, "attributes": [a.to_dict() for a in self.attrs]}
         (tmp / "nodes.json").write_text(json.dumps(nodes, ensure_ascii=True), encoding="utf-8")
         meta = {"pages": len(self), "links": self.sentence_counts[1], "sentence_counts": list(self.sentence_counts),
+                "titles_sha1": _titles_sha1(self.titles), "source": source or {},
                 "common_words": self.common}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=True), encoding="utf-8")
         self.evidence_store.copy_to(tmp / "evidence.sqlite")
@@ -334,18 +347,25 @@ class KnowledgeGraph:
         os.replace(tmp, folder)
 
     @classmethod
-    def load(cls, folder: Path, max_memory_gb: float | None = None) -> KnowledgeGraph:
-        """Read a graph written by :meth:`save`; its evidence stays on disk.
+    def load(cls, folder: Path, max_memory_gb: float | None = None, source: dict | None = None) -> KnowledgeGraph:
+        """Read a graph written by :meth:`save`; its evidence stays on disk, opened read-only.
 
         Raises:
             InvalidArgumentError: the graph is larger than ``max_memory_gb`` (checked before
                 anything large is read).
+            ValueError: the folder is not a whole, consistent graph (a part missing, cut or
+                out of step with the others, or, with ``source``, made from another build of
+                the corpus).
         """
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         check_memory(meta["pages"], meta["links"], max_memory_gb)
+        if source is not None and meta.get("source") != source:
+            raise ValueError(f"it was built from another build of the corpus ({meta.get('source')} against {source})")
         arrays = np.load(folder / "adjacency.npz")
         nodes = json.loads((folder / "nodes.json").read_text(encoding="utf-8"))
-        return cls(
+        if not isinstance(meta.get("common_words"), dict):
+            raise ValueError("meta.json has no word table")
+        kg = cls(
             titles=nodes["titles"],
             urls=nodes["urls"],
             attrs=[Attributes.from_dict(a) for a in nodes["attributes"]],
@@ -353,10 +373,23 @@ class KnowledgeGraph:
             indptr=arrays["indptr"],
             indices=arrays["indices"],
             worded=arrays["worded"],
-            evidence_store=EvidenceStore(folder / "evidence.sqlite"),
+            evidence_store=EvidenceStore(folder / "evidence.sqlite", readonly=True),
             common=meta["common_words"],
             sentence_counts=tuple(meta["sentence_counts"]),
         )
+        n = len(kg.titles)
+        sizes = (len(kg.urls), len(kg.attrs), len(kg.findable), len(kg.indptr) - 1, meta["pages"])
+        if any(size != n for size in sizes) or not int(kg.indptr[-1]) == len(kg.indices) == len(kg.worded):
+            raise ValueError(f"its parts disagree on the number of pages or links ({n}, {sizes}, {len(kg.indices)})")
+        if _titles_sha1(kg.titles) != meta.get("titles_sha1"):
+            raise ValueError("nodes.json does not hold the pages the graph was saved with")
+        if kg.evidence_store.count() != meta["links"]:
+            raise ValueError(f"evidence.sqlite holds {kg.evidence_store.count()} sentences, not {meta['links']}")
+        return kg
+
+
+def _titles_sha1(titles: list[str]) -> str:
+    return hashlib.sha1("\n".join(titles).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass
@@ -538,17 +571,21 @@ def load_or_build(corpus: Corpus, max_memory_gb: float | None = None) -> Knowled
         InvalidArgumentError: the graph is larger than ``max_memory_gb``.
     """
     cache = corpus.path / "synth" / GRAPH_DIR
+    source = {k: corpus.meta.get(k) for k in ("built_at", "n_docs", "n_links")}
     if (cache / "meta.json").exists():
         try:
-            return KnowledgeGraph.load(cache, max_memory_gb)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, sqlite3.Error) as e:
+            return KnowledgeGraph.load(cache, max_memory_gb, source)
+        except InvalidArgumentError:
+            raise  # over the memory limit: not a damaged cache
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, EOFError, sqlite3.Error,
+                zipfile.BadZipFile) as e:  # fmt: skip
             logger.warning(
                 "the cached knowledge graph %s is unreadable (%s: %s); building it again", cache, type(e).__name__, e
             )
     kg = build_knowledge_graph(corpus, max_memory_gb=max_memory_gb)
     try:
         cache.parent.mkdir(exist_ok=True)
-        kg.save(cache)
+        kg.save(cache, source)
     except OSError as e:  # a read-only corpus still works, just without the cache
         logger.warning("could not cache the knowledge graph in %s: %s", cache.parent, e.strerror)
     return kg

@@ -10,9 +10,12 @@ this schema does not name are kept as they are. The top-level fields every item 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+#: a count: a whole number, not negative
+Count = Annotated[StrictInt, Field(ge=0)]
 
 
 class _Shape(BaseModel):
@@ -46,11 +49,18 @@ class Evidence(_Shape):
     sentence: StrictStr | None = None
 
 
+class ConstraintParams(_Shape):
+    """A constraint's parameters; a link worded by its evidence names the phrase and its form."""
+
+    relation: StrictStr | None = None
+    form: Literal["subject", "object"] | None = None
+
+
 class Constraint(_Shape):
     """One constraint of the question."""
 
     kind: StrictStr
-    params: dict[str, Any]
+    params: ConstraintParams
     phrase: StrictStr | None = None
     evidence: list[Evidence] | None = None
 
@@ -69,6 +79,23 @@ class Step(_Shape):
     mentions: list[StrictStr] | None = None
 
 
+class Rendering(_Shape):
+    """How the question was written: the template, or the LLM writer (and why it was not)."""
+
+    mode: StrictStr | None = None
+    reason: StrictStr | None = None
+    detail: StrictStr | None = None
+    template: StrictStr | None = None
+    facts_used: list[StrictInt] | None = None
+
+
+class Difficulty(_Shape):
+    """The difficulty filter's rating; present fields may not be null."""
+
+    k: Count = None  # type: ignore[assignment]  # absent is fine, an explicit null is not
+    correct: Count = None  # type: ignore[assignment]
+
+
 class ItemShape(_Shape):
     """The nested fields of an item, each optional."""
 
@@ -77,22 +104,31 @@ class ItemShape(_Shape):
     uncertainty: list[Operator] | None = None
     procedure: list[Step] | None = None
     verification: dict[str, Any] | None = None
-    rendering: dict[str, Any] | None = None
-    difficulty: dict[str, Any] | StrictFloat | StrictInt | None = None
-    rejected_before: dict[str, StrictInt] | None = None
+    rendering: Rendering | None = None
+    difficulty: Difficulty | StrictFloat | StrictInt | None = None
+    rejected_before: dict[str, Count] | None = None
     split: StrictStr | None = None
     aliases: list[StrictStr] | None = None
     has_cycle: StrictBool | None = None
 
 
 _JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}
-_UNION_MEMBERS = ("str", "int", "float", "bool", "dict[", "list[", "function-", "tagged-")
+_UNION_MEMBERS = ("str", "int", "float", "bool", "dict[", "list[", "function-", "tagged-", "Difficulty")
+
+
+def _is_text(text: str) -> bool:
+    """Whether ``text`` is printable Unicode text: no lone surrogates, no control characters
+    other than tab and newline."""
+    return not any(0xD800 <= ord(ch) <= 0xDFFF or (ord(ch) < 32 and ch not in "\t\n") or ord(ch) == 127 for ch in text)
 
 
 def shape_error(record: dict) -> str | None:
     """Why ``record``'s nested fields are not those of a QA item (``"field
     'subgraph.edges.0.evidence' is a number: input should be a valid string"``), ``None`` when
     they are."""
+    question = record.get("question")
+    if isinstance(question, str) and not _is_text(question):
+        return "field 'question' holds characters that are not text (a lone surrogate or a control character)"
     try:
         ItemShape.model_validate(record)
     except ValidationError as e:

@@ -119,12 +119,12 @@ def _mention(sentence: str, title: str, start: int) -> tuple[int, int] | None:
     """(start, end) of the first mention of ``title`` at or after ``start`` (case-insensitive,
     whole words; the title, its bare name, or the bare name without an article; the longest
     form where several start at one place)."""
-    low = sentence.lower()
+    low = _lower(sentence)
     best = None
     for form in _target_forms(title):  # longest first
-        i = low.find(form.lower(), start)
+        i = low.find(_lower(form), start)
         while i >= 0 and not _word_at(sentence, low, form, i):
-            i = low.find(form.lower(), i + 1)
+            i = low.find(_lower(form), i + 1)
         if i >= 0 and (best is None or i < best[0]):
             best = (i, i + len(form))
     return best
@@ -151,12 +151,20 @@ _OPENING = re.compile(r"\s*" + _INTRO + r"(?:The\s+)?", re.I)
 _PREDICATE = re.compile(_APPOSITION + r"\s+(" + _VERB + r")", re.I)
 
 
+def _lower(text: str) -> str:
+    """``text`` lower-cased, one character for one: a character whose lower case is longer
+    ("İ" is "i" and a combining dot) stays as it is, so offsets in the result are offsets in
+    ``text``."""
+    low = text.lower()
+    return low if len(low) == len(text) else "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
 def _word_at(text: str, low: str, form: str, start: int) -> bool:
-    """Whether ``form`` occurs at ``start`` of ``text`` as whole words (``low`` is ``text``
-    lower-cased)."""
+    """Whether ``form`` occurs at ``start`` of ``text`` as whole words (``low`` is
+    :func:`_lower` of ``text``)."""
     end = start + len(form)
     return (
-        low.startswith(form.lower(), start)
+        low.startswith(_lower(form), start)
         and (start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_-"))
         and (end == len(text) or not (text[end].isalnum() or text[end] in "_-"))
     )
@@ -164,7 +172,7 @@ def _word_at(text: str, low: str, form: str, start: int) -> bool:
 
 def _head(sentence: str, source: str) -> re.Match | None:
     """The apposition and verb group after the sentence's opening names ``source``."""
-    low = sentence.lower()
+    low = _lower(sentence)
     for start in sorted({0, _OPENING.match(sentence).end()}, reverse=True):
         for form in (*subject_forms(source), *_PRONOUNS):
             if _word_at(sentence, low, form, start):

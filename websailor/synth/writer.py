@@ -10,6 +10,10 @@ and ``rendering`` records why (``{"mode": "template", "reason": CODE, "detail": 
 * ``model_error``: the endpoint failed (the dataset loop stops asking after a few in a row);
 * ``not_json``: the reply is prose, not the JSON object asked for;
 * ``not_a_question``: the question is empty, too short, or does not end with "?";
+* ``bad_text``: it holds characters that are not text (control characters, lone surrogates,
+  bidirectional overrides);
+* ``too_long``: more than :data:`MAX_SENTENCES` sentences or :data:`MAX_WORDS` words (the prompt
+  asks for one to four sentences);
 * ``leaks_answer``: the answer, an alias or a distinctive word of it appears;
 * ``bad_facts``: ``facts_used`` is not a list of the facts' numbers;
 * ``dropped_constraint``: a fact the writer says it used is not in its text (its numbers,
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import re
 
+from websailor.corpus.text import split_sentences
 from websailor.errors import ModelError
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.synth.constraints import Constraint, candidates, is_leak_free
@@ -44,7 +49,22 @@ A plain version of the question: {template}
 Reply with a JSON object only: {{"question": "<your question>", "facts_used": [<the numbers of the facts your question states>]}}"""
 
 #: rejection codes, in the order the checks run
-REASONS = ("model_error", "not_json", "not_a_question", "leaks_answer", "bad_facts", "dropped_constraint", "not_unique")
+REASONS = (
+    "model_error",
+    "not_json",
+    "not_a_question",
+    "bad_text",
+    "too_long",
+    "leaks_answer",
+    "bad_facts",
+    "dropped_constraint",
+    "not_unique",
+)
+#: the longest question kept, in sentences and words
+MAX_SENTENCES = 6
+MAX_WORDS = 150
+#: characters a question may not hold: controls, lone surrogates, zero-width and direction marks
+_NOT_TEXT = re.compile("[\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 #: wall-clock budget of one request, retries included: a hanging endpoint costs at most this per item
 WRITER_TIMEOUT_S = 60.0
 
@@ -124,6 +144,10 @@ def write_question(model: ChatModel, kg: KnowledgeGraph, item: dict) -> tuple[st
     text = " ".join(data["question"].split())
     if len(text) < 20 or not text.endswith("?"):
         return _reject(template, "not_a_question", text[:200])
+    if _NOT_TEXT.search(text):
+        return _reject(template, "bad_text", repr(text[:200]))
+    if len(text.split()) > MAX_WORDS or len(split_sentences(text)) > MAX_SENTENCES:
+        return _reject(template, "too_long", f"{len(text.split())} words")
     if not is_leak_free(text, answer, item.get("aliases", ())):
         return _reject(template, "leaks_answer", text[:200])
     used = data.get("facts_used")
