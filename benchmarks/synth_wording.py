@@ -61,12 +61,12 @@ def main() -> int:
         if not f.is_file():
             print(f"--before {f}: {'a directory' if f.is_dir() else 'no such file'}, give a QA file", file=sys.stderr)
             return 2
-    out = a.out or RESULTS
+    results_dir = a.out or RESULTS
     try:  # before any work: a results folder that cannot be written would lose the figures
-        out.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=out).close()
+        results_dir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=results_dir).close()
     except OSError as e:
-        print(f"--out {out}: cannot write there ({e.strerror})", file=sys.stderr)
+        print(f"--out {results_dir}: cannot write there ({e.strerror})", file=sys.stderr)
         return 2
     before = {}
     for path in a.before:
@@ -86,9 +86,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tools = build_local_tools(corpus)
         for name, n, levels, seed in MADE:
-            out = Path(tmp) / f"{name}.jsonl"
-            synthesize(kg, out, SynthConfig(n=n, seed=seed, levels=levels), progress=False, tools=tools)
-            results[f"now:{name}"] = figures(corpus, read_items(out))
+            made = Path(tmp) / f"{name}.jsonl"
+            synthesize(kg, made, SynthConfig(n=n, seed=seed, levels=levels), progress=False, tools=tools)
+            results[f"now:{name}"] = figures(corpus, read_items(made))
     for name, r in results.items():
         print(
             f"{name}: {r['items']} items, BM25 rank-1 {r['bm25_rank1']:.1%}, {r['distinct_relations']} relation "
@@ -96,7 +96,7 @@ def main() -> int:
             f"{r['mean_words']} words and {r['mean_sentences']} sentences a question, {r['mean_constraints']} "
             "constraints an item"
         )
-    write_results("synth_wording", results, a, out)
+    write_results("synth_wording", results, a, results_dir)
     return 0
 
 

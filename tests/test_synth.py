@@ -853,3 +853,21 @@ def test_a_hand_edited_item_gets_one_line_naming_the_field(kg: KnowledgeGraph, t
     bad.write_text(json.dumps(item) + "\n")
     with pytest.raises(InputFormatError, match=rf"line 1 is not a QA item: field '{re.escape(field)}'"):
         read_items(bad)
+
+
+def test_initialisms_leak_and_take_the_article_of_their_first_letter(kg: KnowledgeGraph):
+    from websailor.synth.phrasing import describe
+
+    assert not is_leak_free("A meeting place of the UK Parliament", "United Kingdom")
+    assert not is_leak_free("a body of the EU", "European Union") and is_leak_free("a uk-based firm", "United Kingdom")
+    si = next(n for n in kg.nodes() if kg.attributes(n).description.startswith("SI "))
+    assert describe(kg, si).startswith("an SI ")
+
+
+def test_an_item_states_at_most_one_figure_of_each_kind(kg: KnowledgeGraph):
+    # London's page gives the city's population and the metro area's: one of them, never both
+    # ("more than 10 million" and "between 1 and 10 million" read as a contradiction)
+    items = [build_item(kg, random.Random(f"q/{i}"), ItemConfig(level=4))[0] for i in range(300)]
+    for it in [it for it in items if it]:
+        kinds = [c["params"]["kind"] for c in it["constraints"] if c["kind"] == "quantity"]
+        assert len(kinds) == len(set(kinds)), it["question"]

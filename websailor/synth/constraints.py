@@ -139,14 +139,27 @@ def fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
 
 
+def _initialism(answer: str) -> str | None:
+    """The capitals an answer of two or more capitalized words is abbreviated to ("United
+    Kingdom" -> "UK", "European Union" -> "EU"), or ``None``."""
+    words = [w for w in _WORD.findall(re.sub(r"\s*\([^)]*\)\s*$", "", answer)) if w.lower() not in _STOP]
+    if len(words) < 2 or not all(w[:1].isupper() for w in words):
+        return None
+    return "".join(w[0] for w in words)
+
+
 def is_leak_free(question: str, answer: str, aliases: Iterable[str] = ()) -> bool:
     """True if no form of the answer appears in the question (case-insensitive, accents
-    ignored, whole words), and no distinctive word of it in any inflection ("albums" leaks
-    "Album", "cricketer" leaks "Cricket": words are compared by their Snowball stems)."""
+    ignored, whole words), nor its initialism ("UK" for "United Kingdom", case-sensitive), and
+    no distinctive word of it in any inflection ("albums" leaks "Album", "cricketer" leaks
+    "Cricket": words are compared by their Snowball stems)."""
     q = fold(question)
     for form in [answer, *aliases]:
         if form and re.search(r"(?<!\w)" + re.escape(fold(form)) + r"(?!\w)", q):
             return False
+    initials = _initialism(answer)
+    if initials and re.search(r"(?<![\w.])" + initials + r"(?![\w])", question):
+        return False  # "the UK Parliament" names the United Kingdom
     q_stems = set(_STEMMER.stemWords(_WORD.findall(q)))
     return not (set(_STEMMER.stemWords(sorted(distinctive_words(fold(answer))))) & q_stems)
 

@@ -240,7 +240,10 @@ def _attribute_constraints(kg: KnowledgeGraph, target: str, rng: random.Random) 
                 {"op": "vague_period", "params": {"year": year, **v.params}},
             )
         )
-    for q in attrs.quantities[:2]:
+    # one quantity of each kind: a city's population and its metro area's would read as two
+    # contradictory figures ("more than 10 million" and "between 1 and 10 million")
+    first_of_kind = list({q.kind: q for q in reversed(attrs.quantities)}.values())[::-1]
+    for q in [q for q in attrs.quantities if q in first_of_kind][:2]:
         if q.value >= 1:
             v = vague_number(q.value, q.kind, rng)
             out.append(

@@ -78,7 +78,10 @@ def describe(kg: KnowledgeGraph, node: str) -> str | None:
         return desc
     if first.endswith(("'s", "’s")):
         return "the " + desc
-    vowel_sound = desc[0].lower() in "aeiou" and not re.match(r"(?i)(eu|uni|use|usu|one\b|once\b|uk)", desc)
+    if re.match(r"[A-Z]{2,}\b", first):  # an initialism is read letter by letter: "an SI unit", "a UN body"
+        vowel_sound = first[0] in "AEFHILMNORSX"
+    else:
+        vowel_sound = desc[0].lower() in "aeiou" and not re.match(r"(?i)(eu|uni|use|usu|one\b|once\b|uk)", desc)
     return ("an " if vowel_sound else "a ") + desc
 
 
