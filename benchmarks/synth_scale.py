@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import RESULTS, too_small, write_results
+from _common import RESULTS, too_small, unwritable, write_results
 
 #: English Wikipedia's article count (2025), the size the figures are extrapolated to
 WIKIPEDIA_PAGES = 6_800_000
@@ -230,11 +230,9 @@ def main() -> int:
     if a.level not in (1, 2, 3, 4):
         print(f"--level {a.level}: give 1, 2, 3 or 4", file=sys.stderr)
         return 2
-    try:  # before any work: a results folder that cannot be written would lose the figures
-        a.out.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=a.out).close()
-    except OSError as e:
-        print(f"--out {a.out}: cannot write there ({e.strerror})", file=sys.stderr)
+    bad = unwritable(a.out)
+    if bad:
+        print(bad, file=sys.stderr)
         return 2
     common = {"corpus": a.corpus, "seed": a.seed, "attempts": a.attempts, "level": a.level}
     results: dict = {"store": {}, "networkx": {}}

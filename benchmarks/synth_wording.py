@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import RESULTS, write_results
+from _common import RESULTS, unwritable, write_results
 
 from websailor.corpus import Corpus
 from websailor.errors import InputFormatError
@@ -62,11 +62,9 @@ def main() -> int:
             print(f"--before {f}: {'a directory' if f.is_dir() else 'no such file'}, give a QA file", file=sys.stderr)
             return 2
     results_dir = a.out or RESULTS
-    try:  # before any work: a results folder that cannot be written would lose the figures
-        results_dir.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=results_dir).close()
-    except OSError as e:
-        print(f"--out {results_dir}: cannot write there ({e.strerror})", file=sys.stderr)
+    bad = unwritable(results_dir)
+    if bad:
+        print(bad, file=sys.stderr)
         return 2
     before = {}
     for path in a.before:

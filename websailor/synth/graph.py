@@ -163,9 +163,11 @@ class KnowledgeGraph:
     relation phrase. Per page: ``titles``, ``urls``, ``attrs`` (:class:`Attributes`) and
     ``findable`` (a BM25 search of the page's description returns it in the top 10, so a
     question may name it by its description and expect a solver to find it). ``evidence``
-    holds every mention of each link (:meth:`evidence`). ``common`` is
-    :attr:`common_words`, computed at build time over every description and evidence sentence;
-    ``sentence_counts`` is ``(sentences with a relation phrase, all evidence sentences)``.
+    holds every mention of each link (:meth:`evidence`). ``common_words``: for each word written
+    after the first of a description or an evidence sentence, whether it is lower case more often
+    than capitalized there ("country": True; "hindu", "disney": False), computed at build time; it
+    decides how a description's first word is cased mid-sentence, and whether a one-word title is
+    a common noun. ``sentence_counts`` is ``(sentences with a relation phrase, all evidence sentences)``.
     """
 
     titles: list[str]
@@ -176,7 +178,7 @@ class KnowledgeGraph:
     indices: np.ndarray
     worded: np.ndarray
     evidence_store: EvidenceStore
-    common: dict[str, bool] = field(default_factory=dict)
+    common_words: dict[str, bool] = field(default_factory=dict)
     sentence_counts: tuple[int, int] = (0, 0)
 
     @cached_property
@@ -209,21 +211,24 @@ class KnowledgeGraph:
         i = self.ids[title]
         return int(self.indptr[i + 1] - self.indptr[i])
 
-    def has_edge(self, a: str, b: str) -> bool:
+    def _slot(self, a: str, b: str) -> int | None:
+        """The position of ``b`` in ``a``'s row of :attr:`indices`, or ``None`` when they are
+        not linked (or either is not a page)."""
         ia, ib = self.ids.get(a), self.ids.get(b)
         if ia is None or ib is None:
-            return False
-        row = self.indices[self.indptr[ia] : self.indptr[ia + 1]]
-        k = int(np.searchsorted(row, ib))
-        return k < len(row) and int(row[k]) == ib
-
-    def is_worded(self, a: str, b: str) -> bool:
-        """Whether the link between ``a`` and ``b`` has a relation phrase to state."""
-        ia, ib = self.ids[a], self.ids[b]
+            return None
         start = int(self.indptr[ia])
         row = self.indices[start : self.indptr[ia + 1]]
         k = int(np.searchsorted(row, ib))
-        return k < len(row) and int(row[k]) == ib and bool(self.worded[start + k])
+        return start + k if k < len(row) and int(row[k]) == ib else None
+
+    def has_edge(self, a: str, b: str) -> bool:
+        return self._slot(a, b) is not None
+
+    def is_worded(self, a: str, b: str) -> bool:
+        """Whether the link between ``a`` and ``b`` has a relation phrase to state."""
+        slot = self._slot(a, b)
+        return slot is not None and bool(self.worded[slot])
 
     def url(self, title: str) -> str:
         return self.urls[self.ids[title]]
@@ -281,14 +286,6 @@ class KnowledgeGraph:
         _, labels = connected_components(matrix, directed=False)
         return int(np.bincount(labels).max())
 
-    @property
-    def common_words(self) -> dict[str, bool]:
-        """For each word written after the first of a description or an evidence sentence:
-        whether it is lower case more often than capitalized there ("country": True; "hindu",
-        "disney": False). It decides how a description's first word is cased when put
-        mid-sentence, and whether a one-word title is a common noun."""
-        return self.common
-
     @cached_property
     def same_description(self) -> dict[str, list[str]]:
         """Pages by normalized description (lower case, span removed), for descriptions that
@@ -340,7 +337,7 @@ class KnowledgeGraph:
         (tmp / "nodes.json").write_text(json.dumps(nodes, ensure_ascii=True), encoding="utf-8")
         meta = {"pages": len(self), "links": self.sentence_counts[1], "sentence_counts": list(self.sentence_counts),
                 "titles_sha1": _titles_sha1(self.titles), "source": source or {},
-                "common_words": self.common}  # fmt: skip
+                "common_words": self.common_words}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=True), encoding="utf-8")
         self.evidence_store.copy_to(tmp / "evidence.sqlite")
         shutil.rmtree(folder, ignore_errors=True)
@@ -374,7 +371,7 @@ class KnowledgeGraph:
             indices=arrays["indices"],
             worded=arrays["worded"],
             evidence_store=EvidenceStore(folder / "evidence.sqlite", readonly=True),
-            common=meta["common_words"],
+            common_words=meta["common_words"],
             sentence_counts=tuple(meta["sentence_counts"]),
         )
         n = len(kg.titles)
@@ -481,7 +478,7 @@ def build_graph(
         indices=indices,
         worded=worded_arr,
         evidence_store=store,
-        common=common,
+        common_words=common,
         sentence_counts=(int(sum(flags)), len(flags)),
     )
 
