@@ -10,9 +10,11 @@ from dataclasses import dataclass, field, replace
 from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
+from websailor.agent.summarize import SUMMARY_REQUEST, Summary, resumed_task, summary_text
 from websailor.agent.trajectory import ToolCallRecord, Trajectory, env_failure_summary
 from websailor.errors import ContextLengthError, InvalidArgumentError, ModelError
 from websailor.models.base import ChatModel, Generation, SamplingParams
+from websailor.reports.prompt import REPORT_NUDGE
 from websailor.text import clean_text
 from websailor.tools import Tool, execute_tool
 from websailor.tools.base import FORMAT_ERROR, ToolResult
@@ -35,6 +37,14 @@ class AgentConfig:
             the model's own budget (:attr:`ChatModel.turn_tokens`; 256 for the embedded model).
         sampling: temperature 0.85, top-p 0.95, presence penalty 1.1.
         seed: base seed; each (question id, rollout) gets its own derived seed.
+        task: ``qa`` (a short answer) or ``report`` (a cited Markdown report: the report
+            prompt, at least :data:`REPORT_TURN_TOKENS` a turn, and the report's citations
+            parsed into the trajectory's ``report``; docs/reports.md).
+        summarize_at: the share of the context (0 to 1, below the nudge's share) from which
+            the turns after the task are replaced by a summary the model writes (ReSum, arXiv
+            2509.13313; :mod:`websailor.agent.summarize`); ``None``: never (the paper's QA
+            setup, which only nudges).
+        max_summaries: summaries per rollout; after that the nudge ends the rollout as before.
     """
 
     max_calls: int = 100
@@ -45,6 +55,30 @@ class AgentConfig:
     max_tokens_per_turn: int | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
+    task: str = "qa"
+    summarize_at: float | None = None
+    max_summaries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise InvalidArgumentError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        nudge = self.answer_nudge_tokens / self.max_context_tokens
+        if self.summarize_at is not None and not 0 < self.summarize_at < nudge:
+            raise InvalidArgumentError(
+                f"summarize_at must be a share of the context above 0 and below the answer nudge's "
+                f"({nudge:.2f}), got {self.summarize_at!r}"
+            )
+        if self.max_summaries < 0:
+            raise InvalidArgumentError(f"max_summaries must be at least 0, got {self.max_summaries!r}")
+
+
+#: What the agent can be asked for: a short answer, or a cited report.
+TASKS = ("qa", "report")
+#: The least completion budget of a turn on a report task (the report is one turn).
+REPORT_TURN_TOKENS = 2048
+#: The share of the context at which a report task summarizes by default (ReSum's trigger; 70%:
+#: about 90k of 128k tokens, before the nudge at about 110k).
+REPORT_SUMMARIZE_AT = 0.7
 
 
 StepCallback = Callable[[int, Action, ToolResult | None], None]
@@ -126,13 +160,17 @@ class Agent:
             env_settings=dict(self.env_settings),
             seed=seed,
             version=__version__,
+            task=cfg.task,
         )
         traj.messages = [
-            {"role": "system", "content": system_prompt(self.tools.values())},
+            {"role": "system", "content": system_prompt(self.tools.values(), task=cfg.task)},
             {"role": "user", "content": question},
         ]
+        if cfg.task == "report":
+            turn_tokens = max(turn_tokens, REPORT_TURN_TOKENS)
         limit = min(cfg.max_context_tokens, self.model.max_context)
         nudge_at = limit * cfg.answer_nudge_tokens // cfg.max_context_tokens
+        summarize_at = None if cfg.summarize_at is None else int(limit * cfg.summarize_at)
         nudged = False
         bad_turns = 0
         context = 0  # tokens of the conversation so far (estimated for the newest observation)
@@ -146,6 +184,10 @@ class Agent:
             if context >= limit:
                 traj.termination = "context"
                 break
+            if summarize_at is not None and context >= summarize_at and len(traj.summaries) < cfg.max_summaries:
+                context = self._summarize(
+                    traj, seed, context, limit, turn_tokens, timeout_s - (time.perf_counter() - t0)
+                )
             params = replace(
                 cfg.sampling,
                 seed=seed + traj.num_model_calls,
@@ -197,12 +239,70 @@ class Agent:
                 bad_turns = 0
             observation = tool_response(result.observation) if action.tool_call else result.observation
             context += len(observation) // 3  # about 3 characters a token, until the next call counts it
-            if context >= nudge_at and not nudged:
-                observation += "\n\n" + FINAL_ANSWER_NUDGE
+            can_summarize = summarize_at is not None and len(traj.summaries) < cfg.max_summaries
+            if context >= nudge_at and not nudged and not can_summarize:
+                observation += "\n\n" + (REPORT_NUDGE if cfg.task == "report" else FINAL_ANSWER_NUDGE)
                 nudged = True
             traj.messages.append({"role": "user", "content": observation})
+        if cfg.task == "report":
+            from websailor.reports.citations import parse_report, visited_urls
+
+            traj.report = parse_report(traj.prediction, visited_urls(traj.tool_calls)).to_dict()
         traj.timings["total_s"] = time.perf_counter() - t0
         return traj
+
+    def _summarize(
+        self, traj: Trajectory, seed: int, context: int, limit: int, turn_tokens: int, time_left_s: float
+    ) -> int:
+        """Replace the turns after the task by a summary the model writes (ReSum, arXiv
+        2509.13313, section 3); record it in ``traj.summaries`` with what it replaced. A model
+        error or an empty summary is recorded and replaces nothing. Returns the context's
+        tokens afterwards (estimated at 3 characters a token until the next call counts them)."""
+        record = Summary(call=traj.num_model_calls, context_tokens=context)
+        try:
+            return self._summary_into(traj, record, seed, context, limit, turn_tokens, time_left_s)
+        finally:
+            traj.summaries.append(record.to_dict())
+
+    def _summary_into(
+        self,
+        traj: Trajectory,
+        record: Summary,
+        seed: int,
+        context: int,
+        limit: int,
+        turn_tokens: int,
+        time_left_s: float,
+    ) -> int:
+        room = limit - context - len(SUMMARY_REQUEST) // 3
+        if len(traj.messages) <= 2 or room < 64:
+            record.error = "nothing to summarize" if len(traj.messages) <= 2 else "no room left in the context"
+            return context
+        params = replace(
+            self.config.sampling,
+            seed=seed + 1_000_003 * (len(traj.summaries) + 1),
+            max_tokens=min(turn_tokens, room),
+            timeout_s=time_left_s,
+        )
+        tm = time.perf_counter()
+        try:
+            gen = self.model.chat([*traj.messages, {"role": "user", "content": SUMMARY_REQUEST}], params)
+        except Exception as e:  # the rollout goes on without a summary; the nudge still ends it
+            record.error = f"{type(e).__name__}: {e}"
+            return context
+        finally:
+            traj.timings["model_s"] += time.perf_counter() - tm
+        traj.tokens["prompt"] += gen.prompt_tokens
+        traj.tokens["completion"] += gen.completion_tokens
+        record.prompt_tokens, record.completion_tokens = gen.prompt_tokens, gen.completion_tokens
+        text = summary_text(clean_text(gen.text))
+        if not text:
+            record.error = "the model wrote an empty summary"
+            return context
+        record.text = text
+        record.replaced = traj.messages[2:]
+        traj.messages = [traj.messages[0], {"role": "user", "content": resumed_task(traj.question, text)}]
+        return sum(len(m["content"]) for m in traj.messages) // 3
 
     def _act(self, action: Action, traj: Trajectory) -> ToolResult:
         """Run the turn's tool call, or turn its format error into feedback."""

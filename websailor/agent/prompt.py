@@ -43,15 +43,18 @@ DIRECT_TEMPLATE = """You are a research agent without tools: answer from what yo
 Current date: {date}"""
 
 
-def system_prompt(tools: Iterable[Tool], date: dt.date | None = None) -> str:
+def system_prompt(tools: Iterable[Tool], date: dt.date | None = None, task: str = "qa") -> str:
     """The system message: tool schemas (one JSON object per line) and today's date; with no
-    tools, the direct-answer prompt of the no-tools baseline."""
+    tools, the direct-answer prompt of the no-tools baseline. ``task="report"``: the report
+    task's prompts (:mod:`websailor.reports.prompt`)."""
+    from websailor.reports.prompt import REPORT_DIRECT_TEMPLATE, REPORT_TEMPLATE
+
     tools = list(tools)
     today = (date or dt.date.today()).isoformat()
     if not tools:
-        return DIRECT_TEMPLATE.format(date=today)
+        return (REPORT_DIRECT_TEMPLATE if task == "report" else DIRECT_TEMPLATE).format(date=today)
     schemas = "\n".join(json.dumps(t.schema(), ensure_ascii=False) for t in tools)
-    return SYSTEM_TEMPLATE.format(tools=schemas, date=today)
+    return (REPORT_TEMPLATE if task == "report" else SYSTEM_TEMPLATE).format(tools=schemas, date=today)
 
 
 def tool_response(observation: str) -> str:

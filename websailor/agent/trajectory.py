@@ -120,13 +120,22 @@ class Trajectory:
     #: :func:`env_failure_summary` of :attr:`tool_calls`: the tool calls whose observation an
     #: environment failure degraded; ``{}`` when the environment held.
     env_failures: dict[str, Any] = field(default_factory=dict)
+    #: ``qa`` or ``report`` (:data:`websailor.agent.loop.TASKS`); older records: ``qa``.
+    task: str = "qa"
+    #: A report task's parsed report (:meth:`websailor.reports.citations.ParsedReport.to_dict`):
+    #: references with their problems, cited statements, counts; ``None`` on QA tasks.
+    report: dict[str, Any] | None = None
+    #: The context summaries of the rollout (:class:`websailor.agent.summarize.Summary` as
+    #: dicts), each with the messages it replaced; ``messages`` holds the last segment.
+    summaries: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record; ``env_settings`` (the observation settings that are not the paper's,
         e.g. ``{"search_results": 5}``) only when there are any, ``level`` (the question's
         difficulty level, see :func:`websailor.questions.question_level`) only when known,
         ``env_failures`` only when the environment failed a call; a tool call's
-        ``env_failures`` only when it has any."""
+        ``env_failures`` only when it has any; ``task`` only when not ``qa``, ``report`` only
+        on report tasks, ``summaries`` only when the context was summarized."""
         out = asdict(self)
         if not out["env_settings"]:
             del out["env_settings"]
@@ -134,6 +143,9 @@ class Trajectory:
             del out["level"]
         if not out["env_failures"]:
             del out["env_failures"]
+        for key, empty in (("task", "qa"), ("report", None), ("summaries", [])):
+            if out[key] == empty:
+                del out[key]
         for call in out["tool_calls"]:
             if call["env_failures"] is None:
                 del call["env_failures"]
