@@ -25,6 +25,17 @@ never answers usable scores gives ``overall=None``.
 
 Judge replies are cached in SQLite (:class:`ReplyCache`) by judge model and prompt text, so that
 re-scoring costs no judge call.
+
+Where this differs from the benchmark's scripts (``deepresearch_bench_race.py``,
+``utils/score_calculator.py``, ``utils/generate_criteria.py``): the prompts are our own; criteria
+are derived in one call at temperature 0 (the benchmark averages five samples of the dimension
+weights and asks for each dimension's criteria separately); the judge names each criterion by an
+id, and an entry it does not name is ignored (the benchmark matches criterion text loosely and
+gives an unmatched entry the dimension's mean weight); a dimension without a scored criterion is
+left out with the weights renormalized (the benchmark asks again until every dimension is there,
+and would count a dimension without a match as 0); reports are not cleaned of citations by an
+LLM first (the caller strips citation markers and reference lists, as the benchmark's cleaning
+step does).
 """
 
 from __future__ import annotations
@@ -92,7 +103,7 @@ SCORE_PROMPT = """You are marking {what} written in answer to the research task 
 The criteria are grouped by dimension; each has an id, a title and what it asks for:
 {criteria}
 
-For every criterion, read what it asks for, {compare}, then give {give} a score from 0 to 10 (decimals allowed): 0 when the criterion is not addressed at all, 5 when it is met adequately but with clear gaps, 10 when it is met fully and nothing of substance is missing. Mark on the content against the criterion only: length for its own sake{order} is no merit.
+For every criterion, read what it asks for, {compare}, then give {give} a score from 0 to 10 (decimals allowed): 0 when the criterion is not addressed at all, 5 when it is met adequately but with clear gaps, 10 when it is met fully and nothing of substance is missing. Mark on the content against the criterion only: {fair}
 
 Reply with one JSON object and nothing else, with one entry per criterion id, in the order given:
 {{"scores": [{{"id": "C1", "reason": "<one or two sentences{reason_on}>", {layout}}}, ...]}}"""
@@ -165,7 +176,9 @@ def _normalize(
         for title, explanation, cw in items:
             x = _positive(cw)
             if x is None:
-                problems.append(f"{where}: criterion {title!r} of {dim} has weight {cw!r}, not a positive number; dropped")
+                problems.append(
+                    f"{where}: criterion {title!r} of {dim} has weight {cw!r}, not a positive number; dropped"
+                )
             elif not title.strip():
                 problems.append(f"{where}: a criterion of {dim} has no title; dropped")
             else:
@@ -280,7 +293,9 @@ def derive_criteria(
     with _opened(cache) as store:
         rubric, error, calls, hits = _ask(judge, prompt, _parse_rubric, store, max_attempts, max_tokens)
     if rubric is None:
-        return Rubric({}, {}, "derived", error=f"criteria: the judge gave no usable criteria {error}", judge_calls=calls)
+        return Rubric(
+            {}, {}, "derived", error=f"criteria: the judge gave no usable criteria {error}", judge_calls=calls
+        )
     rubric.judge_calls, rubric.cache_hits = calls, hits
     return rubric
 
@@ -398,7 +413,7 @@ def _ask(
                 cache.put(key, reply)
             return value, "", calls, 0
         error = why or "unusable reply"
-    logger.warning("no usable judge reply after %d attempts: %s", calls, error)
+    logger.warning("no usable judge reply after %d attempt(s): %s", calls, error)
     return None, f"after {calls} attempt{'s' if calls > 1 else ''}: {error}", calls, 0
 
 
@@ -503,14 +518,22 @@ def _score_value(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _body(text: str) -> str:
+    """A report's text for the prompt, its own ``<report_N>`` tags defused (a report cannot close
+    its block and write outside it)."""
+    return re.sub(r"<(/?report_\d+)>", lambda m: f"<\u200b{m.group(1)}>", text.strip())
+
+
 def _prompt(task: ReportTask, report: str, reference: str | None, ids: list[tuple[str, str, Criterion]]) -> str:
+    """The scoring prompt: the task, the report (and the reference), the criteria by id with
+    their explanations, grouped by dimension, without weights."""
     groups = []
     for dim in DIMENSIONS:
         lines = [f"{cid}. {c.criterion}: {c.explanation}".rstrip(": ") for cid, d, c in ids if d == dim]
         if lines:
             groups.append(f"## {dim} ({DIMENSION_MEANING[dim]})\n" + "\n".join(lines))
     if reference is None:
-        reports = f"<report_1>\n{report.strip()}\n</report_1>"
+        reports = f"<report_1>\n{_body(report)}\n</report_1>"
         return SCORE_PROMPT.format(
             what="a report",
             task=task.prompt.strip(),
@@ -518,11 +541,11 @@ def _prompt(task: ReportTask, report: str, reference: str | None, ids: list[tupl
             criteria="\n\n".join(groups),
             compare="weigh how far the report meets it",
             give="the report",
-            order="",
+            fair="length for its own sake earns nothing.",
             reason_on="",
             layout='"report_1": <score>',
         )
-    reports = f"<report_1>\n{report.strip()}\n</report_1>\n\n<report_2>\n{reference.strip()}\n</report_2>"
+    reports = f"<report_1>\n{_body(report)}\n</report_1>\n\n<report_2>\n{_body(reference)}\n</report_2>"
     return SCORE_PROMPT.format(
         what="two reports",
         task=task.prompt.strip(),
@@ -530,7 +553,7 @@ def _prompt(task: ReportTask, report: str, reference: str | None, ids: list[tupl
         criteria="\n\n".join(groups),
         compare="compare how far each report meets it",
         give="each report",
-        order=", and which report comes first,",
+        fair="neither length for its own sake nor the order in which the reports appear earns anything.",
         reason_on=" comparing the two reports on this criterion",
         layout='"report_1": <score>, "report_2": <score>',
     )
@@ -701,10 +724,8 @@ def race_score(
                 overall=None, dimensions=_dims_of(None), criteria_source="none", judge_calls=calls,
                 cache_hits=hits, problems=problems, **base,
             )  # fmt: skip
-        ids = [
-            (f"C{i}", d, c)
-            for i, (d, c) in enumerate(((d, c) for d in DIMENSIONS for c in rubric.criteria.get(d, [])), 1)
-        ]
+        pairs = [(d, c) for d in DIMENSIONS for c in rubric.criteria.get(d, [])]
+        ids = [(f"C{i}", d, c) for i, (d, c) in enumerate(pairs, 1)]
         prompt = _prompt(task, report, reference, ids)
         parsed, error, n, h = _ask(
             judge, prompt, _scores_parser(ids, reference is not None), store, max_attempts, max_tokens
@@ -734,9 +755,9 @@ def _aggregate(result: RaceScore, rubric: Rubric, relative: bool) -> None:
     """Fill ``result``'s dimension scores, totals and overall from its criteria's scores."""
     used: list[str] = []
     for dim, ds in result.dimensions.items():
-        scored = [c for c in result.criteria if c.dimension == dim and c.target is not None]
         if dim not in rubric.weights:
             continue
+        scored = [c for c in result.criteria if c.dimension == dim and c.target is not None]
         if not scored:
             result.problems.append(
                 f"{dim}: no criterion scored; left out of the total, the other dimensions' weights renormalized"
@@ -819,9 +840,7 @@ def _group(scores: list[RaceScore], n_resamples: int, level: float, seed: int) -
     }
 
 
-def race_summary(
-    scores: Sequence[RaceScore], n_resamples: int = 1000, level: float = 0.95, seed: int = 0
-) -> dict:
+def race_summary(scores: Sequence[RaceScore], n_resamples: int = 1000, level: float = 0.95, seed: int = 0) -> dict:
     """Figures over many RACE scores (fractions 0..1, rounded to 4 decimals), kept apart by
     mode: relative and absolute scores measure different things and are never averaged
     together.
