@@ -41,6 +41,23 @@ class Split(str, Enum):
     all = "all"
 
 
+class Task(str, Enum):
+    qa = "qa"
+    report = "report"
+
+
+TaskOpt = Annotated[Task, typer.Option(help="qa: short answers; report: cited Markdown reports (docs/reports.md).")]
+SummarizeAtOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        min=0,
+        max=0.85,
+        help="Share of the context from which earlier turns are replaced by a summary the model writes "
+        "(ReSum); 0: never. Default: 0.7 on report tasks, never on QA.",
+    ),
+]
+
+
 CorpusOpt = Annotated[
     Optional[Path],
     typer.Option("--corpus", help="Corpus directory (default: the embedded corpus in $WEBSAILOR_HOME)."),
@@ -344,17 +361,32 @@ def print_metrics(summary: dict[str, Any]) -> None:
     console.print(metrics_table(summary))
 
 
-def agent_config(max_calls: int, max_tokens: int | None, timeout: float | None, temperature: float, seed: int) -> Any:
+def agent_config(
+    max_calls: int,
+    max_tokens: int | None,
+    timeout: float | None,
+    temperature: float,
+    seed: int,
+    task: str = "qa",
+    summarize_at: float | None = None,
+) -> Any:
     """The :class:`~websailor.agent.AgentConfig` of the agent options (finite numbers only;
-    ``None``: the model's own budget)."""
+    ``None``: the model's own budget). ``summarize_at``: ``None`` takes the task's default
+    (:data:`~websailor.agent.loop.REPORT_SUMMARIZE_AT` on reports, never on QA), 0 never."""
     from websailor.agent import AgentConfig
+    from websailor.agent.loop import REPORT_SUMMARIZE_AT
     from websailor.models import SamplingParams
 
-    check_finite(temperature=temperature, timeout=timeout)
+    task = getattr(task, "value", task)
+    check_finite(temperature=temperature, timeout=timeout, summarize_at=summarize_at)
+    if summarize_at is None:
+        summarize_at = REPORT_SUMMARIZE_AT if task == "report" else None
     return AgentConfig(
         max_calls=max_calls,
         max_tokens_per_turn=max_tokens,
         timeout_s=timeout,
         seed=seed,
         sampling=SamplingParams(temperature=temperature),
+        task=task,
+        summarize_at=summarize_at or None,
     )

@@ -17,6 +17,9 @@ from websailor.cli.common import (
     ModelOpt,
     SeedOpt,
     Split,
+    SummarizeAtOpt,
+    Task,
+    TaskOpt,
     TemperatureOpt,
     TimeoutOpt,
     agent_config,
@@ -27,7 +30,12 @@ from websailor.cli.common import (
     logger,
     print_json,
     print_metrics,
+    warn_unused_env,
 )
+
+LanguageOpt = Annotated[
+    Optional[str], typer.Option(help="Report tasks: only the tasks in this language (en, zh; default all).")
+]
 
 
 def print_summary(summary: dict) -> None:
@@ -56,12 +64,16 @@ def eval_cmd(
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     max_env_failures: MaxEnvFailuresOpt = 0,
+    task: TaskOpt = Task.qa,
+    summarize_at: SummarizeAtOpt = None,
+    language: LanguageOpt = None,
     env_spec: Any = None,
 ) -> None:
     """Run the agent k times on a benchmark, grade every rollout and write the report (tool
     metrics go to OUT/tool_metrics.jsonl). Rollouts that ended in a model error or whose tool
     calls the environment failed are ungraded, counted in the report, and rerun by the next
-    run of the same command."""
+    run of the same command. With --task report, --bench is DeepResearch Bench's task file (or
+    its repository folder) and every report is scored with RACE and FACT by --judge llm:MODEL."""
     from websailor.agent.runner import done_rollouts
     from websailor.agent.session import open_agent
     from websailor.config import websailor_home
@@ -70,10 +82,16 @@ def eval_cmd(
     from websailor.models import check_endpoint
     from websailor.questions import load_questions
 
-    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
-    items = load_questions(bench, split=split.value if split else None, limit=limit)
+    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed, task.value, summarize_at)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} is a file; eval writes a directory")
+    if task is Task.report:
+        if split is not None:
+            fail("--split is for synthesized QA items; report tasks have none")
+        return _eval_reports(bench, out, limit, language, model, rollouts, judge, concurrency, cfg, env_spec)
+    if language is not None:
+        fail("--language selects report tasks: use it with --task report")
+    items = load_questions(bench, split=split.value if split else None, limit=limit)
     check_output_path(out)
     done_rollouts(
         out / "trajectories.jsonl", env_spec.trajectory_settings()
@@ -99,6 +117,72 @@ def eval_cmd(
     exit_if_all_ungraded(summary, "rerun the same command once the model, the tools and the judge answer")
 
 
+def report_judge(judge: str) -> Any:
+    """The judge model of report scoring: ``llm:MODEL_SPEC`` only (RACE and FACT need a model
+    that reads); its endpoint is checked before anything runs.
+
+    Raises:
+        typer.Exit: another judge (one line, exit 2).
+    """
+    from websailor.models import check_endpoint, load_model
+
+    if not judge.startswith("llm:") or not judge[4:].strip():
+        fail(f"--judge {judge!r} cannot score reports: RACE and FACT need a judge model, --judge llm:MODEL_SPEC")
+    check_endpoint(judge)
+    return load_model(judge[4:], check=True)
+
+
+def _eval_reports(
+    bench: str, out: Path, limit: Optional[int], language: Optional[str], model: str, rollouts: int,
+    judge: str, concurrency: int, cfg: Any, env_spec: Any,
+) -> None:  # fmt: skip
+    """``eval --task report``: run, score with RACE and FACT, write the summary."""
+    from websailor.agent.runner import done_rollouts
+    from websailor.agent.session import open_agent
+    from websailor.config import websailor_home
+    from websailor.eval.report_eval import evaluate_reports, to_markdown
+    from websailor.eval.report_tasks import load_report_tasks
+
+    if language is not None and language not in ("en", "zh"):
+        fail(f"--language must be en or zh, got {language!r}")
+    tasks = load_report_tasks(bench, language)[:limit]
+    if not tasks:
+        fail(f"{bench} has no report tasks" + (f" in language {language!r}" if language else ""))
+    check_output_path(out)
+    done_rollouts(out / "trajectories.jsonl", env_spec.trajectory_settings())
+    judge_model = report_judge(judge)
+    session = open_agent(model, env_spec, cfg, check=True)
+    out.mkdir(parents=True, exist_ok=True)
+    logger.info("%d report tasks from %s, k = %d, judge %s", len(tasks), bench, rollouts, judge_model.name)
+    try:
+        summary = evaluate_reports(
+            tasks, session.agent, judge_model, out, rollouts=rollouts, concurrency=concurrency, bench=bench,
+            cache=websailor_home() / "cache" / "report_judge.sqlite",
+        )  # fmt: skip
+    finally:
+        print_metrics(session.close(out / "tool_metrics.jsonl"))
+        judge_model.close()
+    print(to_markdown(summary), end="")
+    print(f"\nwritten to {out}: trajectories.jsonl, race.jsonl, fact.jsonl, summary.json, report.md")
+    exit_if_no_report_scored(summary)
+
+
+def exit_if_no_report_scored(summary: dict) -> None:
+    """Exit 3 with one line when no report could be scored (every rollout ended in a model
+    error or an environment failure, or the judge never gave a usable score)."""
+    race = summary["race"]
+    scored = race["relative"]["n"] - race["relative"]["unscored"] + race["absolute"]["n"] - race["absolute"]["unscored"]
+    if summary["rollouts"] and not scored:
+        why = (
+            ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in summary["unscored"].items()) or "the judge gave no score"
+        )
+        print(
+            f"error: none of the {summary['rollouts']} reports could be scored ({why}); rerun once they answer",
+            file=sys.stderr,
+        )
+        raise typer.Exit(3)
+
+
 def exit_if_all_ungraded(summary: dict, rerun: str) -> None:
     """Exit 3 with one line when no rollout of the evaluation could be graded (model errors,
     environment failures, a judge that did not answer), naming the reasons from the summary's
@@ -115,6 +199,7 @@ def exit_if_all_ungraded(summary: dict, rerun: str) -> None:
 
 
 @handle_errors
+@env_options()
 def score(
     paths: Annotated[list[Path], typer.Argument(help="Trajectory JSONL files (one run, one k).")],
     judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
@@ -123,10 +208,22 @@ def score(
     ] = None,
     max_env_failures: MaxEnvFailuresOpt = 0,
     as_json: JsonOpt = False,
+    task: TaskOpt = Task.qa,
+    bench: Annotated[
+        Optional[str],
+        typer.Option(help="Report tasks: DeepResearch Bench's task file or folder (criteria, references)."),
+    ] = None,
+    env_spec: Any = None,
 ) -> None:
     """Grade existing trajectory files and print the report table (rollouts whose tool calls
     the environment failed beyond --max-env-failures are ungraded; a large value grades them
-    all, to see what an outage would have cost)."""
+    all, to see what an outage would have cost). With --task report: RACE and FACT scores of
+    report trajectories (--out needed; the environment options choose how cited pages are read)."""
+    if task is Task.report:
+        return _score_reports(paths, judge, out, bench, as_json, env_spec)
+    if bench is not None:
+        fail("--bench gives report tasks: use it with --task report")
+    warn_unused_env(env_spec, "report scoring (--task report)")
     from websailor.config import websailor_home
     from websailor.eval.report import summarize, write_report
     from websailor.eval.scoring import read_trajectories, rollouts_per_question, score_trajectories
@@ -172,6 +269,40 @@ def score(
         "a judge that did not answer: rerun once it does; model errors and environment failures: rerun the eval "
         "or run that made the trajectories",
     )
+
+
+def _score_reports(
+    paths: list[Path], judge: str, out: Optional[Path], bench: Optional[str], as_json: bool, env_spec: Any
+) -> None:
+    """``score --task report``: RACE and FACT of existing report trajectories."""
+    from websailor.config import websailor_home
+    from websailor.eval.report_eval import read_report_trajectories, score_reports, to_markdown, write_report_summary
+    from websailor.eval.report_tasks import load_report_tasks
+    from websailor.tools.environment import open_environment
+
+    if out is None:
+        fail("--task report needs --out DIR: race.jsonl and fact.jsonl are written there as they are scored")
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file; score writes a directory")
+    records = read_report_trajectories(paths)
+    tasks = load_report_tasks(bench) if bench is not None else []
+    judge_model = report_judge(judge)
+    environment = open_environment(env_spec)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        scored = score_reports(
+            records, tasks, judge_model, environment.tools, out,
+            cache=websailor_home() / "cache" / "report_judge.sqlite", progress=not as_json,
+        )  # fmt: skip
+    finally:
+        environment.close()
+        judge_model.close()
+    summary = write_report_summary(records, scored, out, ", ".join(p.name for p in paths))
+    if as_json:
+        print_json(summary)
+    else:
+        print(to_markdown(summary), end="")
+    exit_if_no_report_scored(summary)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,9 @@ from websailor.cli.common import (
     MaxTokensOpt,
     ModelOpt,
     SeedOpt,
+    SummarizeAtOpt,
+    Task,
+    TaskOpt,
     TemperatureOpt,
     TimeoutOpt,
     agent_config,
@@ -43,6 +46,24 @@ def print_step(turn: int, action: Any, result: Any) -> None:
         print(f"     -> format error: {action.error}")
 
 
+def print_report(text: Optional[str], report: dict) -> None:
+    """A finished report and what its citations say: each reference's problem, and the
+    report's own problems (no citations, no reference list)."""
+    print("\nreport:\n" + (text or "(none)"))
+    counts = report.get("counts", {})
+    print(
+        f"\ncitations: {counts.get('references', 0)} references, {counts.get('cited_statements', 0)} cited "
+        f"statements, {counts.get('pairs', 0)} statement-URL pairs"
+    )
+    for ref in report.get("references", []):
+        if ref.get("problem"):
+            print(f"  [{ref['n']}] {ref.get('url') or ref.get('title')}: {ref['problem'].replace('_', ' ')}")
+    if report.get("dangling"):
+        print(f"  cited but not in the references: {', '.join(map(str, report['dangling']))}")
+    if report.get("problems"):
+        print(f"  report: {', '.join(p.replace('_', ' ') for p in report['problems'])}")
+
+
 @handle_errors
 @env_options()
 def run(
@@ -61,12 +82,15 @@ def run(
     seed: SeedOpt = 0,
     model: ModelOpt = "smollm2",
     max_env_failures: MaxEnvFailuresOpt = 0,
+    task: TaskOpt = Task.qa,
+    summarize_at: SummarizeAtOpt = None,
     env_spec: Any = None,
 ) -> None:
     """Run the ReAct agent on one question (steps shown live) or on a questions file. Tool
     metrics are printed at the end and appended to OUT.tool_metrics.jsonl. A resumed batch run
     reruns the rollouts that ended in a model error or whose tool calls the environment failed
-    (beyond --max-env-failures)."""
+    (beyond --max-env-failures). With --task report the answer is a cited Markdown report;
+    its citations are checked against the pages the agent opened."""
     from websailor.agent.runner import done_rollouts
     from websailor.agent.session import open_agent
     from websailor.questions import load_questions, resolve_split
@@ -77,7 +101,7 @@ def run(
         fail("the question is empty")
     if questions is not None and out is None:
         fail("--questions needs --out TRAJ.jsonl")
-    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed)
+    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed, task.value, summarize_at)
     items = None
     if questions is not None:  # every layout eval reads; all items of a synth file
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
@@ -114,13 +138,19 @@ def _run_agent(
         traj = agent.run(question, id="cli", on_step=print_step)
         if out is not None:
             append_trajectory(out, traj)
-        print(f"\nprediction: {traj.prediction}")
+        if traj.report is not None:
+            print_report(traj.prediction, traj.report)
+        else:
+            print(f"\nprediction: {traj.prediction}")
         print(f"termination: {traj.termination}" + (f" ({traj.error})" if traj.error else ""))
         print(
             f"model calls {traj.num_model_calls}, tool calls {traj.num_tool_calls}, "
             f"tokens {traj.tokens['prompt']} prompt / {traj.tokens['completion']} completion, "
             f"time {traj.timings['total_s']:.1f} s (model {traj.timings['model_s']:.1f} s, tools {traj.timings['tools_s']:.2f} s)"
         )
+        if traj.summaries:
+            done = sum(bool(s["text"]) for s in traj.summaries)
+            print(f"context summaries: {done} of {len(traj.summaries)} asked (earlier turns replaced)")
         if traj.env_failures:
             env = traj.env_failures
             print(

@@ -253,6 +253,16 @@ def _statements(body: list[str]) -> list[Statement]:
     return out
 
 
+def report_body(text: str | None) -> str:
+    """The report without its reference list and inline markers: what RACE's judge reads
+    (DeepResearch Bench cleans citations out of a report before scoring its quality, so that
+    RACE measures the writing and FACT the citations)."""
+    if not text:
+        return ""
+    body, _ = _split_references(text.splitlines())
+    return re.sub(r"[ \t]+([.,;:!?。，；：！？])", r"\1", _MARKER.sub("", "\n".join(body))).strip()
+
+
 def parse_report(text: str | None, visited: Iterable[str] = ()) -> ParsedReport:
     """Read a Markdown report's sections, reference list, cited statements and problems.
 
