@@ -51,7 +51,9 @@ def test_a_report_task_parses_its_citations_and_flags_a_page_never_opened(tools,
     )
     traj = Agent(model, tools, AgentConfig(task="report")).run("Write a report on the Nile and Einstein", id="r1")
     assert traj.termination == "answer" and traj.task == "report"
-    assert "## References" in traj.messages[0]["content"] and "Cite only pages you opened" in traj.messages[0]["content"]
+    assert (
+        "## References" in traj.messages[0]["content"] and "Cite only pages you opened" in traj.messages[0]["content"]
+    )
     refs = {r["n"]: r for r in traj.report["references"]}
     assert refs[1]["visited"] and refs[1]["problem"] is None and refs[2]["problem"] is None
     assert refs[3]["problem"] == "not_visited" and not refs[3]["visited"]
@@ -118,7 +120,9 @@ def test_url_problems(url, problem):
 
 
 def test_pages_compare_by_key():
-    assert url_key("https://en.m.wikipedia.org/wiki/Albert_Einstein#Life") == url_key("en.wikipedia.org/wiki/Albert Einstein")
+    assert url_key("https://en.m.wikipedia.org/wiki/Albert_Einstein#Life") == url_key(
+        "en.wikipedia.org/wiki/Albert Einstein"
+    )
     assert url_key("https://www.Example.com/a/") == url_key("http://example.com/a")
     calls = [{"name": "visit", "arguments": {"url": ["u1", "u2"]}}, {"name": "search", "arguments": {"url": "x"}}]
     assert visited_urls(calls + [{"name": "visit", "arguments": {"url": "u1"}}]) == ["u1", "u2"]
