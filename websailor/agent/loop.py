@@ -38,7 +38,8 @@ class AgentConfig:
         sampling: temperature 0.85, top-p 0.95, presence penalty 1.1.
         seed: base seed; each (question id, rollout) gets its own derived seed.
         task: ``qa`` (a short answer) or ``report`` (a cited Markdown report: the report
-            prompt, at least :data:`REPORT_TURN_TOKENS` a turn, and the report's citations
+            prompt, at least :data:`REPORT_TURN_TOKENS` a turn unless ``max_tokens_per_turn``
+            is set, and the report's citations
             parsed into the trajectory's ``report``; docs/reports.md).
         summarize_at: the share of the context (0 to 1, below the nudge's share) from which
             the turns after the task are replaced by a summary the model writes (ReSum, arXiv
@@ -166,7 +167,7 @@ class Agent:
             {"role": "system", "content": system_prompt(self.tools.values(), task=cfg.task)},
             {"role": "user", "content": question},
         ]
-        if cfg.task == "report":
+        if cfg.task == "report" and cfg.max_tokens_per_turn is None:
             turn_tokens = max(turn_tokens, REPORT_TURN_TOKENS)
         limit = min(cfg.max_context_tokens, self.model.max_context)
         nudge_at = limit * cfg.answer_nudge_tokens // cfg.max_context_tokens

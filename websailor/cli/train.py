@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.cli.common import Split, env_options, handle_errors
+from websailor.cli.common import Split, Task, env_options, handle_errors
 
 train_app = typer.Typer(
     help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True
@@ -174,10 +174,25 @@ def train_rl_cmd(
         Optional[str], typer.Option(help="auto, bf16 or fp32 (default auto: bf16 where the CPU or GPU has it).")
     ] = None,
     report_to: ReportToOpt = None,
+    task: Annotated[
+        Optional[Task],
+        typer.Option(
+            help="qa (default) or report: --data is then DeepResearch Bench's task file or folder and the reward "
+            "each report's RACE score by --reward llm:MODEL_SPEC."
+        ),
+    ] = None,
+    rubric: Annotated[
+        Optional[Path],
+        typer.Option(help="Report tasks: a JSON rubric (the benchmark's criteria layout) scoring every task."),
+    ] = None,
+    language: Annotated[
+        Optional[str], typer.Option(help="Report tasks: train only on the tasks in this language (en, zh).")
+    ] = None,
     env_spec: Any = None,
 ) -> None:
     """Agentic RL with TRL's GRPOTrainer: multi-turn rollouts of the agent in the local
-    environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO."""
+    environment (or the real web, or a tool server's), V2's on-policy leave-one-out variant or DUPO;
+    on QA items (0/1 reward) or report tasks (RACE reward)."""
     from websailor.models import check_endpoint
     from websailor.train.common import check_report_to
     from websailor.train.rl import load_settings, train_rl
@@ -200,6 +215,9 @@ def train_rl_cmd(
         max_env_failures=max_env_failures,
         rollout_server=rollout_server,
         precision=precision,
+        task=task.value if task else None,
+        rubric=str(rubric) if rubric else None,
+        language=language,
     )
     check_report_to(report_to)  # before the judge's endpoint is probed: one bad option does not hide another
     check_endpoint(settings.reward)  # an llm: judge's endpoint answers, or one line in seconds

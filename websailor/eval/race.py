@@ -213,10 +213,12 @@ def task_rubric(task: ReportTask) -> Rubric:
     return Rubric(weights, criteria, "task", problems=problems)
 
 
-def _parse_rubric(text: str) -> tuple[Rubric | None, str | None]:
-    """A derived rubric from a judge reply, or the reason it is unusable. All four dimensions
-    must come out with a positive weight and a usable criterion; unknown dimensions and single
-    criteria with a bad weight are dropped, and said so."""
+def parse_rubric(text: str) -> tuple[Rubric | None, str | None]:
+    """A rubric from JSON text ``{"dimension_weight": {dimension: weight}, "criteria" (or the
+    benchmark's "criterions"): {dimension: [{"criterion", "explanation", "weight"}]}}`` (a judge's
+    derivation reply, or a user's rubric file), or the reason it is unusable. All four
+    dimensions must come out with a positive weight and a usable criterion; unknown dimensions
+    and single criteria with a bad weight are dropped, and said so."""
     obj = load_lenient_json(text.rpartition("</think>")[2])
     if not obj:
         return None, f"not a JSON object: {text[:200]!r}"
@@ -291,7 +293,7 @@ def derive_criteria(
     dims = "\n".join(f"- {d}: {DIMENSION_MEANING[d]}" for d in DIMENSIONS)
     prompt = DERIVE_PROMPT.format(dimensions=dims, task=task.prompt.strip())
     with _opened(cache) as store:
-        rubric, error, calls, hits = _ask(judge, prompt, _parse_rubric, store, max_attempts, max_tokens)
+        rubric, error, calls, hits = _ask(judge, prompt, parse_rubric, store, max_attempts, max_tokens)
     if rubric is None:
         return Rubric(
             {}, {}, "derived", error=f"criteria: the judge gave no usable criteria {error}", judge_calls=calls

@@ -59,10 +59,17 @@ def rollout_tokens(traj: Trajectory, tokenizer: Any, template: TurnTemplate | No
         template: its :class:`TurnTemplate` (built from ``tokenizer`` when not given).
 
     Raises:
-        ValueError: the conversation does not start with system and user messages, or a
-            turn's recorded ``token_ids`` are not ids of this tokenizer.
+        ValueError: the conversation does not start with system and user messages, a turn's
+            recorded ``token_ids`` are not ids of this tokenizer, or the rollout was summarized
+            (:mod:`websailor.agent.summarize`): its turns are several sequences, which
+            token-exact RL does not train (docs/reports.md).
         TemplateSplitError: the template cannot be split into per-turn pieces.
     """
+    if any(s.get("text") for s in traj.summaries):
+        raise ValueError(
+            f"rollout {traj.id}/{traj.rollout} was summarized (its earlier turns were replaced by a summary): "
+            "token-exact RL over summarized rollouts is not supported; RL rollouts run without summarization"
+        )
     head = traj.messages[:2]
     if [m.get("role") for m in head] != ["system", "user"]:
         raise ValueError(f"rollout {traj.id}/{traj.rollout} does not start with a system prompt and a question")

@@ -235,11 +235,16 @@ def _eval_headline(summary: Path, name: str) -> dict[str, Any]:
         s = json.loads(summary.read_text(encoding="utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as e:
         return {"error": f"{name} is not JSON ({e})"}
-    if not isinstance(s, dict) or not isinstance(s.get("k"), int) or isinstance(s.get("k"), bool):
-        return {"error": f"{name} is not an eval summary (no integer 'k')"}
 
     def names(v: Any) -> str:
         return ", ".join(map(str, v)) if isinstance(v, list) else str(v or "")
+
+    if isinstance(s, dict) and s.get("task") == "report":
+        from websailor.view.report_views import report_headline
+
+        return {"model": names(s.get("model")), "env": names(s.get("env")), "note": report_headline(s)}
+    if not isinstance(s, dict) or not isinstance(s.get("k"), int) or isinstance(s.get("k"), bool):
+        return {"error": f"{name} is not an eval summary (no integer 'k')"}
 
     def number(key: str) -> float | None:
         v = s.get(key)

@@ -2,9 +2,11 @@
 
 A run is one of:
 
-- ``eval``: a folder with ``trajectories.jsonl`` and ``scores.jsonl`` or ``summary.json``, or
-  with a ``trajectories.jsonl`` alone whose first record carries the gold record ``eval``
-  writes (``answer: {"answer", "aliases", ...}``): an evaluation still running its rollouts;
+- ``eval``: a folder with ``trajectories.jsonl`` and ``scores.jsonl``, ``summary.json``,
+  ``race.jsonl`` or ``fact.jsonl`` (a report evaluation, ``eval --task report``: its RACE and
+  FACT records are read beside the trajectories, :mod:`websailor.view.report_views`), or with a
+  ``trajectories.jsonl`` alone whose first record carries the gold record ``eval`` writes
+  (``answer: {"answer", "aliases", ...}``): an evaluation still running its rollouts;
 - ``rl``: a folder with ``rl_log.jsonl`` or ``rollouts.jsonl`` (``websailor train rl``);
 - ``sft``: a folder with ``sft_summary.json`` or ``sft_settings.json`` (``websailor train sft``);
 - ``trajectories``: a JSONL file whose first record is a trajectory (``run``, ``traj build``);
@@ -20,6 +22,8 @@ from pathlib import Path
 
 from websailor.errors import InvalidArgumentError
 
+#: Files that make a folder with a ``trajectories.jsonl`` an eval run.
+EVAL_FILES = ("scores.jsonl", "summary.json", "race.jsonl", "fact.jsonl")
 #: Folders never searched for runs (checkpoints hold no run files of their own).
 SKIPPED = frozenset({".git", ".venv", "__pycache__", "checkpoints", "tensorboard", "node_modules"})
 #: Most folders walked under the root (a home directory must not hang the index).
@@ -151,9 +155,7 @@ def not_a_run(path: Path) -> str | None:
 def folder_kind(path: Path) -> str | None:
     """``eval``, ``rl``, ``sft`` or ``None`` for a folder, from the files it holds."""
     traj = path / "trajectories.jsonl"
-    if traj.is_file() and (
-        (path / "scores.jsonl").is_file() or (path / "summary.json").is_file() or _eval_record(_first_record(traj))
-    ):
+    if traj.is_file() and (any((path / name).is_file() for name in EVAL_FILES) or _eval_record(_first_record(traj))):
         return "eval"
     if (path / "rl_log.jsonl").is_file() or (
         (path / "rollouts.jsonl").is_file() and (path / "rl_settings.json").is_file()

@@ -22,6 +22,7 @@ the library's record checks); grades line by line with the checks of :func:`webs
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ from websailor.view.pages import (
     read_in_background,
     read_row,
 )
+from websailor.view.report_views import ScoreFiles, report_view, score_files
+from websailor.view.summary_views import conversation, failed_summaries, summary_index, timeline
 
 router = APIRouter()
 
@@ -418,23 +421,29 @@ def _thought_block(thought: str) -> dict[str, Any]:
 
 
 def steps_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The steps of a trajectory record: one per assistant turn, in order, each
-    ``{n, thought, tool, arguments (pretty JSON), answer, error, latency_s, call_error,
-    env_failures, observation, observation_tokens (an estimate: characters / 4), token_ids,
-    finish_reason}``; the i-th turn with a tool call is matched with ``tool_calls[i]``."""
+    """The steps of a trajectory record: one per assistant turn of the whole conversation
+    (the turns that context summaries replaced included, :func:`~websailor.view.summary_views.conversation`),
+    in order, each ``{n, segment (the summaries before it), thought, tool, arguments (pretty
+    JSON), answer, error, latency_s, call_error, env_failures, observation,
+    observation_tokens (an estimate: characters / 4), token_ids, finish_reason}``; the i-th
+    turn with a tool call is matched with ``tool_calls[i]``."""
     from websailor.agent.parse import parse_turn
 
-    messages = [m for m in rec.get("messages") or [] if isinstance(m, dict)]
+    messages, summaries = conversation(rec)
     calls = [c for c in rec.get("tool_calls") or [] if isinstance(c, dict)]
     tools = rec.get("env") != "none"
-    out, used = [], 0
+    out, used, segment = [], 0, 0
     for i, m in enumerate(messages):
+        if summary_index(m, summaries) is not None:
+            segment += 1
+            continue
         if m.get("role") != "assistant":
             continue
         text = m.get("content") if isinstance(m.get("content"), str) else ""
         action = parse_turn(text, tools=tools)
         step: dict[str, Any] = {
             "n": len(out) + 1,
+            "segment": segment,
             "thought": _thought_block(action.thought) if action.thought else None,
             "text": text,
             "tool": None,
@@ -452,7 +461,7 @@ def steps_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
             step["call_error"] = call.get("error")
             step["env_failures"] = call.get("env_failures")
         nxt = messages[i + 1] if i + 1 < len(messages) else None
-        if nxt is not None and nxt.get("role") != "assistant":
+        if nxt is not None and nxt.get("role") != "assistant" and summary_index(nxt, summaries) is None:
             obs = nxt.get("content") if isinstance(nxt.get("content"), str) else ""
             step["observation"] = obs
             step["observation_tokens"] = _estimate_tokens(obs)
@@ -460,11 +469,18 @@ def steps_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def rollout_view(rec: dict[str, Any], score: Grade | None, row: Row, label: str = "") -> dict[str, Any]:
+def rollout_view(
+    rec: dict[str, Any], score: Grade | None, row: Row, label: str = "", scores: ScoreFiles | None = None
+) -> dict[str, Any]:
     """What the template shows of one rollout: its record's figures, the prompt, the steps
-    (:func:`steps_of`), the grade and the outcome class."""
+    (:func:`steps_of`) in blocks around its context summaries
+    (:func:`~websailor.view.summary_views.timeline`), the grade and the outcome class; for a
+    report, the report (:func:`~websailor.view.report_views.report_view`, with its RACE and
+    FACT records from ``scores``)."""
     messages = [m for m in rec.get("messages") or [] if isinstance(m, dict)]
     system = next((m.get("content") for m in messages if m.get("role") == "system"), None)
+    steps = steps_of(rec)
+    prefix = re.sub(r"[^a-z0-9]", "", (label or "").lower()) + "-"
     return {
         "label": label or f"rollout {rec['rollout']}",
         "rollout": rec["rollout"],
@@ -472,7 +488,10 @@ def rollout_view(rec: dict[str, Any], score: Grade | None, row: Row, label: str 
         "outcome": outcome(row, score),
         "score": score,
         "system": system if isinstance(system, str) else None,
-        "steps": steps_of(rec),
+        "steps": steps,
+        "timeline": timeline(steps, conversation(rec)[1]),
+        "failed_summaries": failed_summaries(rec),
+        "report": report_view(rec, scores, prefix),
         "tokens": rec.get("tokens") if isinstance(rec.get("tokens"), dict) else {},
         "timings": rec.get("timings") if isinstance(rec.get("timings"), dict) else {},
         "env_failures": rec.get("env_failures") or None,
@@ -494,12 +513,16 @@ def _find(index: FileIndex, qid: str) -> Question:
     return q
 
 
-def _rollouts_of(index: FileIndex, q: Question, grades: Grades, only: int | None, label: str = "") -> list[dict]:
+def _rollouts_of(
+    index: FileIndex, q: Question, grades: Grades, only: int | None, label: str = "", scores: ScoreFiles | None = None
+) -> list[dict]:
     rows = q.ordered() if only is None else [r for r in q.ordered() if r.rollout == only]
     if only is not None and not rows:
         raise InvalidArgumentError(f"question {q.id!r} has no rollout {only}")
     return [
-        rollout_view(read_row(index, row), grades.get((q.id, row.rollout)), row, f"{label}rollout {row.rollout}")
+        rollout_view(
+            read_row(index, row), grades.get((q.id, row.rollout)), row, f"{label}rollout {row.rollout}", scores
+        )
         for row in rows
     ]
 
@@ -515,10 +538,12 @@ def _question(ctx: ViewContext, request: Request, kind: str, rel: str, qid: str)
     q = _find(index, qid)
     only = query_int(request, "rollout", minimum=0)
     grades = grades_of(path, FULL_WAIT_S) if kind == "eval" else _NO_GRADES
-    rollouts = _rollouts_of(index, q, grades, only)
+    scores = score_files(path) if kind == "eval" and path.is_dir() else ScoreFiles()
+    rollouts = _rollouts_of(index, q, grades, only, scores=scores)
     return ctx.page(
         "eval_question.html",
         title=f"Question {q.id}",
+        notes=scores.notes,
         q=q,
         back=run_url(kind, rel),
         back_label=rel,
@@ -610,7 +635,7 @@ def _compare_question(ctx: ViewContext, a: tuple[str, Path], b: tuple[str, Path]
     for label, (_, p) in (("A ", a), ("B ", b)):
         index = file_index(p / "trajectories.jsonl")
         q = _find(index, qid)
-        rollouts += _rollouts_of(index, q, grades_of(p, FULL_WAIT_S), None, label)
+        rollouts += _rollouts_of(index, q, grades_of(p, FULL_WAIT_S), None, label, score_files(p))
     assert q is not None
     a_rel, b_rel = a[0], b[0]
     return ctx.page(

@@ -110,9 +110,17 @@ class FileIndex:
         return sum(len(q.rows) for q in self.questions.values())
 
 
+def is_report(rec: dict[str, Any]) -> bool:
+    """Whether ``rec`` is a report task's trajectory (``task: report``): it has no gold answer
+    to check, and shows none unless it carries one."""
+    return rec.get("task") == "report"
+
+
 def gold_text(answer: Any) -> str:
     """The gold answer of a record as shown: the answer, then its aliases (``Nile (also: the
-    Nile river)``); ``answer`` as given when it cannot be parsed."""
+    Nile river)``); ``answer`` as given when it cannot be parsed; ``""`` for none (a report)."""
+    if answer is None:
+        return ""
     try:
         return _shown(Gold.parse(answer))
     except ValueError:
@@ -132,7 +140,8 @@ def _index_line(index: FileIndex, raw: bytes, offset: int, lineno: int) -> None:
     path = index.path
     rec = parse_line(path, lineno, raw, "a trajectory record")
     known = index.answers.get(str(rec.get("id")), _NONE)  # a question's k records share one answer: parse it once
-    gold = check_record(path, lineno, rec, gold_checked=known is not _NONE and known == rec.get("answer"))
+    same = known is not _NONE and known == rec.get("answer")
+    gold = check_record(path, lineno, rec, gold_checked=same or is_report(rec))
     qid, rollout = str(rec["id"]), rec["rollout"]
     q = index.questions.get(qid)
     if q is None:
@@ -268,7 +277,7 @@ def read_row(index: FileIndex, row: Row) -> dict[str, Any]:
         fh.seek(row.offset)
         raw = fh.read(row.length)
     rec = parse_line(index.path, row.lineno, raw, "a trajectory record (was the file rewritten?)")
-    check_record(index.path, row.lineno, rec)
+    check_record(index.path, row.lineno, rec, gold_checked=is_report(rec))
     return rec
 
 

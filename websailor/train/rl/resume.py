@@ -52,14 +52,14 @@ def trim_jsonl(path: Path, max_step: int) -> None:
 
 
 def data_digest(data_path: str | Path, items: list[Any]) -> str:
-    """Identifies the training data of a run: the file's bytes, or (for a named benchmark or a
-    ``FORMAT:PATH`` spec) its items."""
+    """Identifies the training data of a run: the file's bytes, or (for a named benchmark, a
+    ``FORMAT:PATH`` spec or a folder of report tasks) its items."""
     import hashlib
 
     path = Path(str(data_path))
     if path.is_file():
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    rows = [[it.id, it.question, it.gold.to_dict()] for it in items]
+    rows = [[it.id, it.question, it.gold.to_dict() if it.gold is not None else None] for it in items]
     return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
 
 

@@ -142,7 +142,8 @@ class AgentRollouts:
         finished = False
         try:
             futures = [
-                pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer) for i, it in enumerate(items)
+                pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer if it.gold else None)
+                for i, it in enumerate(items)
             ]
             trajs = [f.result() for f in futures]
             finished = True
@@ -150,10 +151,11 @@ class AgentRollouts:
         finally:
             pool.shutdown(wait=finished, cancel_futures=not finished)
 
-    def _grade(self, items: list[Question], trajs: list[Trajectory]) -> list[bool | None]:
+    def _grade(self, items: list[Question], trajs: list[Trajectory]) -> list[bool | float | None]:
         """The judge's verdicts; ``None`` (no reward) for rollouts that ended in a model error
         or whose environment failed (:meth:`Trajectory.env_failed`): neither says anything
-        about the policy."""
+        about the policy. A judge whose ``scores`` attribute is true (the report judge) gives
+        each grade's score in [0, 1] instead of its correctness."""
         limit = self.settings.max_env_failures
         graded = [i for i, t in enumerate(trajs) if t.termination != "model_error" and not t.env_failed(limit)]
         correct: list[bool | None] = [None] * len(trajs)
@@ -164,8 +166,9 @@ class AgentRollouts:
         except Exception as e:  # a judge that raises instead of returning ungraded verdicts
             logger.warning("the judge failed on this batch (%s: %s): its rewards are missing", type(e).__name__, e)
             return correct
+        scores = getattr(self.judge, "scores", False)
         for i, g in zip(graded, grades):
-            correct[i] = g.correct
+            correct[i] = (g.score if g.correct is not None else None) if scores else g.correct
         return correct
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
@@ -234,8 +237,10 @@ class AgentRollouts:
             ModelError: this is the ``max_failed_steps``-th batch in a row without a reward.
         """
         s = self.settings
-        correct = self._grade(items, trajs)
-        rewards = [reward(t, c, s.algo) for t, c in zip(trajs, correct)]
+        verdicts = self._grade(items, trajs)
+        rewards = [reward(t, v, s.algo) for t, v in zip(trajs, verdicts)]
+        # a report's score counts as correct when at least as good as the reference (0.5)
+        correct = [v if v is None or isinstance(v, bool) else v >= 0.5 for v in verdicts]
         plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
         if plan.skipped_groups == len(trajs) // s.group_size:  # not one group could be graded
             self._failed_steps += 1
@@ -286,9 +291,10 @@ class AgentRollouts:
     def _log_rollouts(
         self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, used_slots: list[bool]
     ) -> None:
-        """One record per rollout: the trajectory, its step, ``correct``, ``reward``,
-        ``advantage`` (``null`` when its group was skipped or replaced) and ``in_loss`` (its
-        tokens entered the loss). ``rollout`` numbers the rollouts of the whole batch."""
+        """One record per rollout: the trajectory, its step, ``correct`` (on report tasks: the
+        RACE score is at least 0.5), ``reward``, ``advantage`` (``null`` when its group was
+        skipped or replaced) and ``in_loss`` (its tokens entered the loss). ``rollout`` numbers
+        the rollouts of the whole batch."""
         G = self.settings.group_size
         adv = {
             src: a

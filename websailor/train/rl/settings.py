@@ -107,6 +107,12 @@ class RLSettings(TrainSettings):
             trainer's: ``token_truncate`` (each token's ratio capped at the cap, the default),
             ``token_mask``, ``sequence_truncate``, ``sequence_mask``, or ``none``.
         sync_timeout_s: seconds one weight sync may take before the step stops.
+        task: ``qa`` (the data are questions with gold answers) or ``report`` (the data are
+            report tasks in DeepResearch Bench's layout; the reward is each report's RACE score
+            by the ``reward`` judge, ``llm:MODEL_SPEC``; :mod:`websailor.train.rl.report_reward`).
+        rubric: report tasks: a JSON rubric (the benchmark's criteria layout) scoring every
+            task instead of the task file's criteria.
+        language: report tasks: train only on the tasks in this language (``en``, ``zh``).
     """
 
     algo: Literal["v2", "dupo"] = "v2"
@@ -142,6 +148,9 @@ class RLSettings(TrainSettings):
     )
     importance_sampling_cap: float = Field(2.0, gt=1)
     sync_timeout_s: float = Field(300.0, gt=0)
+    task: Literal["qa", "report"] = "qa"
+    rubric: str | None = None
+    language: Literal["en", "zh"] | None = None
     save_steps: int = Field(10, ge=1)
     seed: int = Field(0, ge=0, lt=2**32)
 
@@ -174,6 +183,19 @@ class RLSettings(TrainSettings):
                 )
             if self.use_vllm:
                 raise ValueError("rollout_server and use_vllm: choose one rollout engine")
+        if self.task == "report":
+            if not self.reward.startswith("llm:") or not self.reward[4:].strip():
+                raise ValueError(
+                    f"reward {self.reward!r}: report tasks are rewarded with their RACE score, which needs a judge "
+                    "model: reward llm:MODEL_SPEC"
+                )
+            if self.prefilter or self.prefilter_from:
+                raise ValueError(
+                    "prefilter with task report: the prefilter keeps items solved sometimes, which a report's "
+                    "graded score does not define; train without it"
+                )
+        elif self.rubric is not None or self.language is not None:
+            raise ValueError("rubric and language are settings of report tasks: set task report, or leave them out")
         if self.prefilter == 1:
             raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")
         parse_band(self.prefilter_band)
@@ -225,6 +247,8 @@ def build_agent_config(settings: RLSettings) -> Any:
         max_tokens_per_turn=settings.max_tokens_per_turn,
         sampling=SamplingParams(temperature=settings.temperature, top_p=settings.top_p, presence_penalty=0.0),
         seed=settings.seed,
+        task=settings.task,
+        summarize_at=None,  # token-exact RL trains one sequence per rollout: no summaries
     )
 
 

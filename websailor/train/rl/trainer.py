@@ -176,12 +176,23 @@ def _plan(
     tokenizer = load_tokenizer(model_dir)
     TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
     load_judge(settings.reward)  # a bad spec is refused before anything is written
+    if settings.rubric is not None:
+        from websailor.train.rl.report_reward import read_rubric
+
+        read_rubric(settings.rubric)  # so is an unusable rubric
     if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
         prefilter_source(settings.prefilter_from)  # so is a missing --prefilter-from (a resumed run needs it no more)
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
-    split = resolve_split(data_path, split, "train")
-    items = training_questions(data_path, split)
+    if settings.task == "report":
+        from websailor.train.rl.report_reward import report_training_tasks
+
+        if split is not None:
+            raise ConfigError("--split selects a synth file's items; report tasks have none")
+        items, _ = report_training_tasks(data_path, settings.language)
+    else:
+        split = resolve_split(data_path, split, "train")
+        items = training_questions(data_path, split)
     check_enough(items, settings, "the data")
     record = {"model": model, "data_sha256": data_digest(data_path, items), "split": split, **settings.model_dump()}
     record.update(env.record())  # nothing for the default local environment: older runs keep their record
@@ -370,7 +381,6 @@ def train_rl(
             (:class:`~websailor.train.rl.sync.WeightSyncError`): the step is not trained and a
             rerun resumes from the last checkpoint.
     """
-    from websailor.judge.base import load_judge
     from websailor.tools.environment import EnvSpec, open_environment
 
     settings = settings or RLSettings()
@@ -387,7 +397,7 @@ def train_rl(
             for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
                 (out / name).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-        judge = load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
+        judge = _reward_judge(settings, data_path, out)
         if int(os.environ.get("RANK", "0")) == 0:
             (out / SETTINGS_FILE).write_text(json.dumps(run.record, indent=2), encoding="utf-8")
         net = load_trainable_model(run.model_dir, settings)
@@ -400,6 +410,22 @@ def train_rl(
             server.close()
         tool_env.close()
         tool_env.record_metrics(out / "tool_metrics.jsonl")
+
+
+def _reward_judge(settings: RLSettings, data_path: str | Path, out: Path) -> Any:
+    """The rollouts' judge: the QA judge of ``settings.reward``, or on report tasks the RACE
+    judge (:class:`~websailor.train.rl.report_reward.ReportJudge`); replies are cached in
+    ``out`` so a resumed run asks nothing twice."""
+    from websailor.judge.base import load_judge
+
+    if settings.task != "report":
+        return load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
+    from websailor.models import load_model
+    from websailor.train.rl.report_reward import ReportJudge, read_rubric, report_training_tasks
+
+    _, tasks = report_training_tasks(data_path, settings.language)
+    rubric = read_rubric(settings.rubric) if settings.rubric is not None else None
+    return ReportJudge(load_model(settings.reward[4:], check=True), tasks, rubric, cache=out / "race_cache.sqlite")
 
 
 def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: Any, progress: bool) -> dict:

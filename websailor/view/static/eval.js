@@ -9,6 +9,7 @@ function openStep() {
   const step = document.getElementById(id);
   if (!step || !step.classList.contains("step")) return;
   for (const d of step.querySelectorAll("details")) d.open = true;
+  for (let p = step.parentElement; p; p = p.parentElement) if (p.tagName === "DETAILS") p.open = true; // a step a context summary replaced
   step.scrollIntoView({ block: "start" });
 }
 
