@@ -18,12 +18,16 @@ from fastapi.testclient import TestClient
 from websailor.agent.summarize import Summary, resumed_task
 from websailor.eval.fact import FactResult, PairCheck, UnusableReference
 from websailor.eval.race import CriterionScore, DimensionScore, RaceScore
-from websailor.eval.report_eval import report_key
+from websailor.eval.report_eval import ScoredReports, report_key, report_summary
 from websailor.reports.citations import parse_report, visited_urls
 from websailor.view import create_view_app, find_runs
 from websailor.view.safe_markdown import Cite, render_markdown, safe_url
 
-NILE, CAIRO, UNSEEN = "https://en.wikipedia.org/wiki/Nile", "https://en.wikipedia.org/wiki/Cairo", "https://example.org/x"
+NILE, CAIRO, UNSEEN = (
+    "https://en.wikipedia.org/wiki/Nile",
+    "https://en.wikipedia.org/wiki/Cairo",
+    "https://example.org/x",
+)
 REPORT = f"""# The Nile
 
 Intro <script>alert(1)</script> and <img src=x onerror=alert(1)> in a sentence. {XSS}
@@ -140,7 +144,9 @@ def root(tmp_path: Path) -> Path:
     rep.mkdir()
     recs = [_report_record(0), _report_record(1)]
     _lines(rep / "trajectories.jsonl", recs)
-    _lines(rep / "race.jsonl", [_race(recs[0]), "{not json", {"task_id": "t1", "rollout": 1}], tail='{"task_id": "t1", "ro')
+    _lines(
+        rep / "race.jsonl", [_race(recs[0]), "{not json", {"task_id": "t1", "rollout": 1}], tail='{"task_id": "t1", "ro'
+    )
     _lines(rep / "fact.jsonl", ["", _fact(recs[0]), '{"task_id": "t1", "rollout": 1, "pairs": [{"n": "x"}]}'])
     _lines(tmp_path / "qa.jsonl", [_qa_with_summaries()])
     return tmp_path
@@ -168,7 +174,7 @@ def _inert(html: str) -> None:
             tag == "meta" and attrs == [("charset", "utf-8")]
         ), (tag, attrs)
         if tag == "script":
-            assert dict(attrs).get("src", "").startswith("/static/"), attrs
+            assert re.fullmatch(r"(\.\./)*/?static/\w+\.js", dict(attrs).get("src") or ""), attrs  # the viewer's own
         for name, value in attrs:
             assert not name.startswith("on"), (tag, name, value)
             if name in ("href", "src", "action", "formaction"):
@@ -181,6 +187,14 @@ def test_a_report_eval_is_found_and_its_table_opens(root: Path):
     c = TestClient(create_view_app(root))
     r = c.get("/eval/rep")
     assert r.status_code == 200 and 'data-id="t1"' in r.text  # a report has no gold answer: it opens all the same
+    assert "RACE relative 0.481, citation accuracy 0.500" in r.text  # rollout 0's cell title
+    # the index's line from the summary eval --task report writes
+    recs = [_report_record(0), _report_record(1)]
+    race, fact = RaceScore.from_dict(_race(recs[0])), FactResult.from_dict(_fact(recs[0]))
+    summary = report_summary(recs, ScoredReports(race=[race], fact=[fact]), "drb")
+    (root / "rep" / "summary.json").write_text(json.dumps(summary))
+    index = c.get("/").text
+    assert "2 reports on 1 tasks, RACE relative 48.1, citation accuracy 50.0%, 1.00 effective citations" in index
 
 
 def test_the_report_is_rendered_as_inert_html(root: Path):
@@ -189,7 +203,9 @@ def test_the_report_is_rendered_as_inert_html(root: Path):
     assert "<h1>The Nile</h1>" in html and "<h2>Course</h2>" in html and "<table>" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;div onmouseover=" in html  # shown as text
     assert "[a link](javascript:alert(1))" in html  # not a link
-    link = '<a href="https://en.wikipedia.org/wiki/Nile" title="title" rel="noopener noreferrer nofollow" target="_blank">'
+    link = (
+        '<a href="https://en.wikipedia.org/wiki/Nile" title="title" rel="noopener noreferrer nofollow" target="_blank">'
+    )
     assert link + "the river</a>" in html
     assert 'class="image-link" href="https://example.org/map.png"' in html and "[image: a map]" in html
     assert "![bad](javascript:alert(2))" in html
@@ -207,8 +223,11 @@ def test_each_citation_shows_facts_verdict_and_reason(root: Path):
     # the reference list
     assert '<li class="reference verdict-supported" id="rollout0-ref-1">' in html
     assert '<li class="reference verdict-unsupported" id="rollout0-ref-2">' in html
+    assert "does not support the statement; a page the agent never opened" in html  # FACT's verdict and the parse's
     assert '<li class="reference verdict-private_url" id="rollout0-ref-3">' in html
-    assert '<li class="reference verdict-not_visited" id="rollout0-ref-4">' in html and "never opened; not cited" in html
+    assert (
+        '<li class="reference verdict-not_visited" id="rollout0-ref-4">' in html and "never opened; not cited" in html
+    )
     assert '<a href="http://10.0.0.7/notes"' not in html  # a private address is never a link
     assert "The page gives 6,650 km &lt;b&gt;exactly&lt;/b&gt;" in html and "The page is about something else" in html
     assert "citation accuracy" in html and "0.500" in html and "1 effective citation" in html
@@ -282,3 +301,48 @@ def test_safe_url_and_markdown_rules():
     marked = str(render_markdown("A [1, 2] b `[3]`", lambda n, before: Cite("supported", f"r{n} <x>", f"p-ref-{n}")))
     assert marked.count('class="cite verdict-supported"') == 2 and "<code>[3]</code>" in marked
     assert 'title="r1 &lt;x&gt;"' in marked
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"report": "not a report"},
+        {"report": {"references": [{"n": "1"}, 5, {"n": True}, {"n": 2, "url": ["x"], "problem": 3}], "counts": 7}},
+        {"prediction": None, "report": None},
+        {"summaries": 5},
+        {"summaries": [1, "x", {"text": 3, "replaced": "y"}, {"text": "S", "replaced": [1, {"role": "user"}]}]},
+        {"messages": "not a list"},
+    ],
+    ids=["report-text", "odd-references", "no-prediction", "summaries-number", "odd-summaries", "messages-text"],
+)
+def test_records_of_odd_shape_still_show(root: Path, change: dict):
+    rec = {**_report_record(0), **change}
+    odd_race = {**_race(rec), "overall": "high", "target_total": 10**400}
+    odd_race["dimensions"]["insight"] = {"weight": "x", "target": None, "reference": [], "score": float("inf")}
+    _lines(root / "rep" / "trajectories.jsonl", [rec])
+    _lines(root / "rep" / "race.jsonl", [odd_race, {**_race(rec), "criteria": [{"id": 1}]}])
+    r = TestClient(create_view_app(root)).get("/eval/rep?question=t1&rollout=0")
+    assert r.status_code == 200, r.text
+    _inert(r.text)
+    assert "race.jsonl line 2 skipped" in r.text and "overall <b>n/a</b>" in r.text  # odd figures show as n/a
+
+
+def test_an_export_writes_the_report_pages(root: Path, tmp_path_factory):
+    from websailor.view.export import export_site
+
+    site = tmp_path_factory.mktemp("site")
+    export_site(root, site)
+    pages = {p.name: p.read_text(encoding="utf-8") for p in site.rglob("*.html")}
+    report = next(text for name, text in pages.items() if "question_3Dt1" in name and "rollout_3D0" in name)
+    _inert(report)
+    assert "<h1>The Nile</h1>" in report and 'class="cite verdict-supported" href="#rollout0-ref-1"' in report
+
+
+def test_a_score_file_that_leads_out_of_its_run_is_not_read(root: Path, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "race.jsonl"
+    _lines(outside, [{**_race(_report_record(0)), "judge": "SECRET-JUDGE"}])
+    (root / "rep" / "race.jsonl").unlink()
+    (root / "rep" / "race.jsonl").symlink_to(outside)
+    r = TestClient(create_view_app(root)).get("/eval/rep?question=t1&rollout=0")
+    assert r.status_code == 200 and "SECRET-JUDGE" not in r.text
+    assert "race.jsonl not read" in r.text and "symbolic link out of its run folder" in r.text

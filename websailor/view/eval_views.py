@@ -291,6 +291,7 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
         grades_of(path, 0)  # both read at once: the page waits wait_s in all, not twice
     index = file_index(traj, wait_s)
     grades = grades_of(path, max(0.0, deadline - time.monotonic())) if kind == "eval" else _NO_GRADES
+    scores = score_files(path) if kind == "eval" else ScoreFiles()
     f = Filters.of(request)
     summary = summary_of(index, grades)
     kept = [r for r in summary.rows if _keep(r[1], r[3], f)]
@@ -314,7 +315,7 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
                 {
                     "class": cell,
                     "rollout": row.rollout,
-                    "title": _cell_title(row, cell, g),
+                    "title": _cell_title(row, cell, g, scores.figures(_row_record(q.id, row))),
                     "url": question_url(kind, rel, q.id, rollout=row.rollout) + "#step-1",
                 }
                 for row, cell, g in cells
@@ -357,13 +358,20 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     )
 
 
-def _cell_title(row: Row, cell: str, g: Grade | None) -> str:
+def _cell_title(row: Row, cell: str, g: Grade | None, figures: str | None = None) -> str:
     pred = "no answer" if row.prediction is None else f"answer: {row.prediction[:200]}"
     parts = [f"rollout {row.rollout}: {cell.replace('_', ' ')}", f"termination: {row.termination}", pred]
     parts.append(f"{row.calls} tool call{'' if row.calls == 1 else 's'}")
     if g is not None and g.correct is None and g.ungraded_for:
         parts.append(f"ungraded for: {g.ungraded_for}")
+    if figures:  # a report's RACE and FACT
+        parts.append(figures)
     return "\n".join(parts)
+
+
+def _row_record(qid: str, row: Row) -> dict[str, Any]:
+    """What :meth:`~websailor.view.report_views.ScoreFiles.of` needs of an indexed rollout."""
+    return {"id": qid, "rollout": row.rollout, "prediction": row.prediction, "termination": row.termination}
 
 
 def _run_page(request: Request, kind: str, rel: str) -> Response:

@@ -24,6 +24,7 @@ from typing import Any
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.fact import FactResult, PairCheck
 from websailor.eval.race import RaceScore
+from websailor.eval.report_eval import report_key
 from websailor.jsonio import JsonlStream, loads_object
 from websailor.reports.citations import REFERENCE_HEADINGS, parse_report, visited_urls
 from websailor.view.discover import run_file
@@ -86,12 +87,13 @@ class ScoreFiles:
     fact: ScoreFile = field(default_factory=ScoreFile)
 
     def of(self, rec: dict[str, Any]) -> tuple[RaceScore | None, FactResult | None, list[str]]:
-        """The RACE score and FACT result of the rollout ``rec``, and notes: a record scored
+        """The RACE score and FACT result of the rollout ``rec`` (a trajectory record, or its
+        ``id``, ``rollout``, ``prediction`` and ``termination``), and notes: a record scored
         for another report of the rollout (its ``key`` is not the report's, see
         :func:`websailor.eval.report_eval.report_key`: the rollout was run again since) is not
         shown."""
-        from websailor.eval.report_eval import report_key
-
+        if not self.race.by_key and not self.fact.by_key:
+            return None, None, []
         rid, key, notes = (str(rec.get("id")), rec.get("rollout")), report_key(rec), []
         found = []
         for name, f in ((RACE_FILE, self.race), (FACT_FILE, self.fact)):
@@ -101,6 +103,15 @@ class ScoreFiles:
                 value = None
             found.append(value)
         return found[0], found[1], notes
+
+    def figures(self, rec: dict[str, Any]) -> str | None:
+        """One line for the table's cell of rollout ``rec`` (as :meth:`of` takes it): RACE
+        overall with its mode and citation accuracy; ``None`` without either."""
+        race, fact, _ = self.of(rec)
+        parts = [f"RACE {race.mode} {number(race.overall)}"] if race is not None else []
+        if fact is not None:
+            parts.append(f"citation accuracy {number(fact.citation_accuracy)}")
+        return ", ".join(parts) or None
 
     @property
     def notes(self) -> list[str]:
@@ -328,6 +339,9 @@ class Citations:
                     "verdict": verdict,
                     "css": css_name(verdict),
                     "meaning": MEANINGS.get(verdict, ""),
+                    "also": MEANINGS.get(ref["problem"], ref["problem"])
+                    if ref["problem"] not in (None, verdict)
+                    else "",
                     "checks": [
                         {"statement": p.statement, "verdict": p.verdict, "css": css_name(p.verdict), "reason": p.reason}
                         for p in pairs

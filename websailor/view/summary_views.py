@@ -39,9 +39,8 @@ def conversation(rec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     """``(messages, summaries)``: the whole conversation of a trajectory record, each summary
     marked where it came in (a message with ``"summary": i``), and the summaries marked so,
     as :func:`summary_entry` shows them. A record without summaries gives its messages."""
-    messages = (
-        [m for m in rec.get("messages") or [] if isinstance(m, dict)] if isinstance(rec.get("messages"), list) else []
-    )
+    raw = rec.get("messages")
+    messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
     written = _written(rec)
     if not written or len(messages) < 2:
         return messages, []
