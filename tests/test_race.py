@@ -12,14 +12,8 @@ import pytest
 from fakes import FakeOpenAIServer, ScriptedModel
 
 from websailor.errors import ContextLengthError, InputFormatError, ModelError
-from websailor.eval.race import (
-    DimensionScore,
-    RaceScore,
-    derive_criteria,
-    race_score,
-    race_summary,
-    task_rubric,
-)
+from websailor.eval.race import DimensionScore, RaceScore, race_score, race_summary
+from websailor.eval.race_rubric import derive_criteria, task_rubric
 from websailor.eval.report_tasks import DIMENSIONS, Criterion, ReportTask
 from websailor.models import load_model
 

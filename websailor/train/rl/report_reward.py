@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from websailor.errors import ConfigError, InputFormatError
-from websailor.eval.race import ReplyCache, Rubric, derive_criteria, parse_rubric, race_score
+from websailor.eval.race import race_score
+from websailor.eval.race_rubric import ReplyCache, Rubric, derive_criteria, parse_rubric
 from websailor.eval.report_tasks import ReportTask, load_report_tasks
 from websailor.judge.base import Case, Grade
 from websailor.log import get_logger
