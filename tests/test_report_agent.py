@@ -195,3 +195,20 @@ def test_a_failed_summary_is_recorded_and_the_nudge_still_ends_the_rollout(tools
 def test_bad_agent_settings_are_refused(kwargs, message):
     with pytest.raises(InvalidArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         AgentConfig(**kwargs)
+
+
+def test_eval_counts_the_rollouts_that_summarized(tools, pages, tmp_path):
+    from websailor.eval.report import summarize, to_markdown
+    from websailor.eval.scoring import score_trajectories
+    from websailor.judge import load_judge
+    from websailor.judge.gold import Gold
+
+    model = ScriptedModel(_researcher((pages * 4)[:8], "done", []), max_context=2000)
+    summarized = Agent(model, tools, AgentConfig(summarize_at=0.5)).run("Tell me", id="a").to_dict()
+    plain = Agent(ScriptedModel(["<answer>done</answer>"]), tools).run("Tell me", id="b").to_dict()
+    records = [{**r, "answer": Gold.parse("done").to_dict()} for r in (summarized, plain)]
+    scores = score_trajectories(records, load_judge("em"), tmp_path / "scores.jsonl", progress=False)
+    summary = summarize(scores)
+    n = sum(bool(s["text"]) for s in summarized["summaries"])
+    assert n >= 1 and summary["summarized_rollouts"] == {"rollouts": 1, "summaries": n}
+    assert f"context summaries: 1 of 2 rollouts summarized ({n} summaries)" in to_markdown(summary)

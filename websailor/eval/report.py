@@ -93,7 +93,8 @@ def summarize(
     ``env_failures`` (:func:`environment_figures`, with the allowance ``max_env_failures`` when
     given) when the environment failed any tool call, ``by_level`` (:func:`by_level`) when the
     questions have levels, ``env_settings`` (the distinct observation settings that were not
-    the paper's) when there are any.
+    the paper's) when there are any, ``summarized_rollouts`` (rollouts that summarized their
+    context, and the summaries written) when any did.
 
     Raises:
         ValueError: no scores, or questions with different numbers of rollouts.
@@ -158,6 +159,9 @@ def summarize(
     settings = [dict(t) for t in sorted({tuple(sorted(s.env_settings.items())) for s in scores if s.env_settings})]
     if settings:
         out["env_settings"] = settings
+    summarized = [s for s in scores if s.summaries]
+    if summarized:
+        out["summarized_rollouts"] = {"rollouts": len(summarized), "summaries": sum(s.summaries for s in summarized)}
     return out
 
 
@@ -199,6 +203,12 @@ def to_markdown(s: dict) -> str:
 
         shown = "; ".join(", ".join(f"{OPTIONS[f]} {v}" for f, v in e.items()) for e in s["env_settings"])
         lines.insert(3, f"- observation settings: {shown} (the rest the paper's)")
+    if s.get("summarized_rollouts"):
+        sr = s["summarized_rollouts"]
+        lines.insert(
+            3,
+            f"- context summaries: {sr['rollouts']} of {s['trajectories']} rollouts summarized ({sr['summaries']} summaries)",
+        )
     lines += [f"| {b} | {v['n']} | {_pct(v['accuracy'])} |" for b, v in s["accuracy_by_tool_calls"].items()]
     lines += ["", "| j | Pass@j |", "|---|---|"] + [f"| {j} | {_pct(v)} |" for j, v in s["pass_at_j"].items()]
     return "\n".join(lines) + "\n"

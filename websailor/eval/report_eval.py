@@ -216,14 +216,16 @@ def _append(fh: Any, record: dict) -> None:
 def _race(
     judge: ChatModel, task: ReportTask, rec: dict, rubrics: dict[str, Rubric], cache: Any, result: ScoredReports
 ) -> RaceScore:
-    """RACE of one rollout; a task without criteria has them derived once for all its rollouts."""
+    """RACE of one rollout; a task without criteria has them derived once for all its rollouts
+    (not for an empty report, which scores 0 without a judge call)."""
+    body = report_body(rec["prediction"])
     rubric = None
-    if not task.criteria:
+    if not task.criteria and body.strip():
         if task.id not in rubrics:
             rubrics[task.id] = derive_criteria(judge, task, cache=cache)
             result.rubric_calls += rubrics[task.id].judge_calls
         rubric = rubrics[task.id]
-    return race_score(judge, task, report_body(rec["prediction"]), rubric=rubric, cache=cache, rollout=rec["rollout"])
+    return race_score(judge, task, body, rubric=rubric, cache=cache, rollout=rec["rollout"])
 
 
 def report_summary(records: Sequence[dict], scored: ScoredReports, bench: str = "") -> dict:

@@ -59,6 +59,7 @@ class Score:
     env_settings: dict = field(default_factory=dict)  # the observation settings that were not the paper's
     env_failures: dict = field(default_factory=dict)  # the record's env_failures ({} when the environment held)
     ungraded_for: str | None = None  # model_error, environment or judge, when correct is None
+    summaries: int = 0  # context summaries the rollout made (websailor.agent.summarize)
 
 
 def check_record(path: Path, lineno: int, rec: dict, gold_checked: bool = False) -> Gold | None:
@@ -338,15 +339,19 @@ def score_trajectories(
 
 
 def _context(rec: dict) -> dict:
-    """The ``level``, ``env_settings`` and ``env_failures`` of a trajectory record, as a
-    :class:`Score` holds them."""
+    """The ``level``, ``env_settings``, ``env_failures`` and ``summaries`` (how many context
+    summaries were written) of a trajectory record, as a :class:`Score` holds them."""
     level = rec.get("level")
     settings = rec.get("env_settings")
     failures = rec.get("env_failures")
+    summaries = rec.get("summaries")
     return {
         "level": level if isinstance(level, int) and not isinstance(level, bool) else None,
         "env_settings": dict(settings) if isinstance(settings, dict) else {},
         "env_failures": dict(failures) if isinstance(failures, dict) else {},
+        "summaries": sum(isinstance(x, dict) and bool(x.get("text")) for x in summaries)
+        if isinstance(summaries, list)
+        else 0,
     }
 
 

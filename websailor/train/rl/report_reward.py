@@ -111,7 +111,9 @@ class ReportJudge:
             if task is None:
                 out.append(Grade(None, None, error="not one of the training tasks"))
                 continue
-            score = race_score(self.model, task, report_body(c.prediction), rubric=self._rubric(task), cache=self.cache)
+            body = report_body(c.prediction)  # an empty report scores 0 without deriving criteria first
+            rubric = self._rubric(task) if body.strip() else self.rubric
+            score = race_score(self.model, task, body, rubric=rubric, cache=self.cache)
             if score.overall is None:
                 out.append(Grade(None, None, error="; ".join(score.problems) or "no RACE score"))
             else:
