@@ -81,14 +81,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.pages < 2 or not all(0 < s < 0.85 for s in shares):
         p.error("--pages must be at least 2 and each share in (0, 0.85)")
     corpus = Corpus.open()
-    titles = [args.seed_page] + [m.target for m in corpus.links(args.seed_page)]
-    urls = [title_to_url(t) for t in dict.fromkeys(titles) if corpus.get(t) is not None][: args.pages]
+    titles, frontier = [args.seed_page], [args.seed_page]  # the seed's links, then theirs, in order
+    while frontier and len(titles) < args.pages:
+        for m in corpus.links(frontier.pop(0)):
+            if m.target not in titles and corpus.get(m.target) is not None:
+                titles.append(m.target)
+                frontier.append(m.target)
+    urls = [title_to_url(t) for t in titles[: args.pages]]
     writer = load_model(args.model, check=True)
     tokenizer = getattr(writer, "tokenizer", None)
     if tokenizer is not None:
-        count = lambda msgs: len(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))  # noqa: E731
-    else:
-        count = lambda msgs: sum(len(m["content"]) for m in msgs) // 4  # noqa: E731
+
+        def count(msgs: list[dict]) -> int:
+            text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    else:  # a served model: about 4 characters a token
+
+        def count(msgs: list[dict]) -> int:
+            return sum(len(m["content"]) for m in msgs) // 4
+
     tools = build_local_tools(corpus)
     figures: dict = {"model": writer.name, "context_limit": writer.max_context, "pages": len(urls), "runs": {}}
     for share in [None, *shares]:
