@@ -292,7 +292,7 @@ def _score_reports(
     try:
         scored = score_reports(
             records, tasks, judge_model, environment.tools, out,
-            cache=websailor_home() / "cache" / "report_judge.sqlite", progress=not as_json,
+            cache=websailor_home() / "cache" / "report_judge.sqlite", progress=not as_json, env=environment.name,
         )  # fmt: skip
     finally:
         environment.close()

@@ -607,8 +607,9 @@ def fact_summary(
     """FACT's figures over tasks (DeepResearch Bench, section 3.2), rates as fractions 0..1.
 
     Keys:
-        ``tasks``; ``tasks_with_accuracy`` (tasks with a judged pair); ``citation_accuracy``:
-        the mean of the per-task accuracies over those tasks, with ``citation_accuracy_ci``, its
+        ``tasks`` (distinct task ids; a task's rollouts are averaged first), ``reports``;
+        ``tasks_with_accuracy`` (tasks with a judged pair); ``citation_accuracy``: the mean of
+        the per-task accuracies over those tasks, with ``citation_accuracy_ci``, its
         seeded percentile bootstrap interval (:func:`websailor.eval.metrics.bootstrap_ci`,
         resampling tasks; ``None`` without such tasks); ``pooled_citation_accuracy``: supported
         / judged pairs over all tasks (the benchmark's ``valid_rate``); ``effective_citations``:
@@ -622,11 +623,22 @@ def fact_summary(
     """
     from websailor.eval.metrics import bootstrap_ci
 
-    accs = [a for r in results if (a := r.citation_accuracy) is not None]
+    by_task: dict[str, list[FactResult]] = {}
+    for r in results:  # a task's rollouts count once, averaged, as RACE's summary does
+        by_task.setdefault(r.task_id, []).append(r)
+    accs = []
+    effective, effective_cited = [], []
+    for rs in by_task.values():
+        task_accs = [a for r in rs if (a := r.citation_accuracy) is not None]
+        if task_accs:
+            accs.append(sum(task_accs) / len(task_accs))
+        effective.append(sum(r.effective_citations for r in rs) / len(rs))
+        cited = [r for r in rs if r.pairs]
+        if cited:
+            effective_cited.append(sum(r.effective_citations for r in cited) / len(cited))
     counts = [r.counts() for r in results]
     by_verdict = {v: sum(c[v] for c in counts) for v in VERDICTS}
     judged = by_verdict["supported"] + by_verdict["unsupported"]
-    cited = [r for r in results if r.pairs]
     ci = None
     if accs:
         # one "run" per task: the interval of the mean of per-task accuracies (fractions, not 0/1)
@@ -637,13 +649,14 @@ def fact_summary(
         for p in dict.fromkeys(r.problems):
             problems[p] = problems.get(p, 0) + 1
     return {
-        "tasks": len(results),
+        "tasks": len(by_task),
+        "reports": len(results),
         "tasks_with_accuracy": len(accs),
         "citation_accuracy": sum(accs) / len(accs) if accs else None,
         "citation_accuracy_ci": ci,
         "pooled_citation_accuracy": by_verdict["supported"] / judged if judged else None,
-        "effective_citations": sum(r.effective_citations for r in results) / len(results) if results else None,
-        "effective_citations_cited_tasks": (sum(r.effective_citations for r in cited) / len(cited) if cited else None),
+        "effective_citations": sum(effective) / len(effective) if effective else None,
+        "effective_citations_cited_tasks": sum(effective_cited) / len(effective_cited) if effective_cited else None,
         "pairs": {**by_verdict, "total": sum(c["pairs"] for c in counts)},
         "unusable": sum(c["unusable"] for c in counts),
         "judge_calls": sum(r.judge_calls for r in results),

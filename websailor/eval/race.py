@@ -182,7 +182,7 @@ def _score_value(value: Any) -> float | None:
         return None
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return x if math.isfinite(x) else None
 

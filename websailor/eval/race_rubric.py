@@ -93,7 +93,7 @@ def _positive(value: Any) -> float | None:
         return None
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return x if math.isfinite(x) and x > 0 else None
 

@@ -3,18 +3,21 @@ score each report with RACE (:mod:`websailor.eval.race`) and FACT (:mod:`websail
 and write the figures. Every stage writes as it goes and resumes (docs/reports.md):
 
 * ``trajectories.jsonl``: the rollouts (the batch runner skips finished ones);
-* ``race.jsonl``: one :class:`~websailor.eval.race.RaceScore` a line, with ``key``;
-* ``fact.jsonl``: one :class:`~websailor.eval.fact.FactResult` a line, with ``rollout`` and ``key``;
+* ``race.jsonl``: one :class:`~websailor.eval.race.RaceScore` a line, with ``key`` and ``report_key``;
+* ``fact.jsonl``: one :class:`~websailor.eval.fact.FactResult` a line, with ``rollout``, ``key``
+  and ``report_key``;
 * ``summary.json`` and ``report.md``.
 
-A stored score is reused only for the same report (``key``: a SHA-256 of the report and how
-the rollout ended), so a rerun rollout is scored again.
+A stored score is reused only for the same report, judge and task (``key``), so a rerun rollout,
+another judge or other criteria score again; ``report_key`` (:func:`report_key` of the report
+alone) tells the viewer which report a line scored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -49,10 +52,50 @@ def report_questions(tasks: Sequence[ReportTask]) -> list[Question]:
     return [Question(t.id, t.prompt, meta={"topic": t.topic, "language": t.language}) for t in tasks]
 
 
-def report_key(rec: dict) -> str:
-    """The key of a rollout's report: a stored score counts for the same report only."""
-    raw = json.dumps([rec.get("prediction"), rec.get("termination")], ensure_ascii=False)
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+def report_key(rec: dict, *context: Any) -> str:
+    """The key of a rollout's report and what its score depends on beside it (``context``: the
+    judge, the task's criteria and reference, the environment): a stored score counts only when
+    all of it is the same."""
+    raw = json.dumps([rec.get("prediction"), rec.get("termination"), *context], ensure_ascii=False, default=str)
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _task_digest(task: ReportTask) -> list:
+    """What of a task a RACE score depends on: its prompt, weights, criteria and reference."""
+    criteria = {d: [(c.criterion, c.explanation, c.weight) for c in cs] for d, cs in sorted(task.criteria.items())}
+    return [task.prompt, sorted(task.weights.items()), criteria, task.reference]
+
+
+def _number(x: Any, lo: float = -math.inf, hi: float = math.inf) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and lo <= x <= hi
+
+
+def stored_race(rec: dict) -> RaceScore | None:
+    """A ``race.jsonl`` line as a score, or ``None`` when it is not one a scorer could have
+    written (a figure out of its range or not a number): it is scored again."""
+    try:
+        score = RaceScore.from_dict(rec)
+    except InputFormatError:
+        return None
+    figures = [score.overall, *(v for d in score.dimensions.values() for v in (d.score,))]
+    totals = [
+        score.target_total,
+        score.reference_total,
+        *(v for d in score.dimensions.values() for v in (d.target, d.reference, d.weight)),
+    ]
+    if not all(x is None or _number(x, 0.0, 1.0) for x in figures) or not all(
+        x is None or _number(x, 0.0, 10.0) for x in totals
+    ):
+        return None
+    return score
+
+
+def stored_fact(rec: dict) -> FactResult | None:
+    """A ``fact.jsonl`` line as a result, or ``None`` when it is not one (scored again)."""
+    try:
+        return FactResult.from_dict(rec)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def read_report_trajectories(paths: Sequence[Path]) -> list[dict]:
@@ -79,6 +122,11 @@ def read_report_trajectories(paths: Sequence[Path]) -> list[dict]:
                 )
             if isinstance(rec["rollout"], bool) or not isinstance(rec["rollout"], int):
                 raise InputFormatError(f"{path} line {lineno}: rollout must be an integer, got {rec['rollout']!r}")
+            if not isinstance(rec["question"], str) or not isinstance(rec["prediction"], str | None):
+                raise InputFormatError(
+                    f"{path} line {lineno}: question must be text and prediction text or null, got "
+                    f"{type(rec['question']).__name__} and {type(rec['prediction']).__name__}"
+                )
             by_key[(str(rec["id"]), rec["rollout"])] = rec
     if not by_key:
         raise InputFormatError(f"no trajectories in {', '.join(map(str, paths))}")
@@ -133,10 +181,13 @@ def score_reports(
     out_dir: Path,
     cache: Path | None = None,
     progress: bool = True,
+    env: str = "",
 ) -> ScoredReports:
     """RACE and FACT for each report rollout of ``records``, appended to ``out_dir``'s
     :data:`RACE_FILE` and :data:`FACT_FILE` as each is scored; a rollout scored before (same
-    :func:`report_key`) is read back, not scored again.
+    :func:`report_key`: the same report, judge, and task criteria and reference for RACE, or
+    environment ``env`` for FACT) is read back, not scored again; a stored line that is not a
+    score is scored again, with a warning.
 
     Args:
         records: report trajectory records (:func:`read_report_trajectories`).
@@ -169,29 +220,30 @@ def score_reports(
                 if reason:
                     result.unscored[reason] += 1
                     continue
-                key, rid = report_key(rec), (str(rec["id"]), rec["rollout"])
+                rid = (str(rec["id"]), rec["rollout"])
                 task = task_of(rec, by_id)
-                race = race_done.get(rid)
-                if race is not None and race.get("key") == key:
-                    result.race.append(RaceScore.from_dict(race))
+                race_key = report_key(rec, judge.name, _task_digest(task))
+                fact_key = report_key(rec, judge.name, env)
+                stored = race_done.get(rid)
+                race = stored_race(stored) if stored is not None and stored.get("key") == race_key else None
+                if stored is not None and stored.get("key") == race_key and race is None:
+                    logger.warning("%s: the stored RACE score of %s/%s is not a score; scoring again", RACE_FILE, *rid)
+                if race is not None:
                     result.reused += 1
                 else:
-                    score = _race(judge, task, rec, rubrics, race_cache, result)
-                    _append(race_fh, {**score.to_dict(), "key": key})
-                    result.race.append(score)
-                fact = fact_done.get(rid)
-                if fact is not None and fact.get("key") == key:
-                    result.fact.append(FactResult.from_dict(fact))
-                else:
-                    checked = check_report(
-                        rec["prediction"],
-                        tools,
-                        fact_judge,
-                        task_id=task.id,
-                        visited=visited_urls(rec.get("tool_calls") or []),
+                    race = _race(judge, task, rec, rubrics, race_cache, result)
+                    _append(race_fh, {**race.to_dict(), "key": race_key, "report_key": report_key(rec)})
+                result.race.append(race)
+                stored = fact_done.get(rid)
+                fact = stored_fact(stored) if stored is not None and stored.get("key") == fact_key else None
+                if fact is None:
+                    visited = visited_urls(rec.get("tool_calls") or [])
+                    fact = check_report(rec["prediction"], tools, fact_judge, task_id=task.id, visited=visited)
+                    _append(
+                        fact_fh,
+                        {**fact.to_dict(), "rollout": rec["rollout"], "key": fact_key, "report_key": report_key(rec)},
                     )
-                    _append(fact_fh, {**checked.to_dict(), "rollout": rec["rollout"], "key": key})
-                    result.fact.append(checked)
+                result.fact.append(fact)
     finally:
         fact_judge.close()
         if race_cache is not None:
@@ -237,12 +289,16 @@ def report_summary(records: Sequence[dict], scored: ScoredReports, bench: str = 
     tasks = len({str(r["id"]) for r in records}) or 1
     problems: Counter = Counter()
     for r in records:
-        for key, value in ((r.get("report") or {}).get("counts") or {}).items():
-            if key not in ("references", "cited_statements", "pairs") and isinstance(value, int):
-                problems[key] += value
-        for p in (r.get("report") or {}).get("problems") or []:
-            problems[p] += 1
-    summaries = [s for r in records for s in r.get("summaries") or [] if isinstance(s, dict)]
+        parsed = r.get("report") if isinstance(r.get("report"), dict) else {}
+        counts = parsed.get("counts") if isinstance(parsed.get("counts"), dict) else {}
+        for key, value in counts.items():
+            if key not in ("references", "cited_statements", "pairs") and _number(value, 0):
+                problems[str(key)] += int(value)
+        for p in parsed.get("problems") if isinstance(parsed.get("problems"), list) else []:
+            problems[str(p)] += 1
+    summaries = [
+        s for r in records if isinstance(r.get("summaries"), list) for s in r["summaries"] if isinstance(s, dict)
+    ]
     race_calls = sum(s.judge_calls for s in scored.race) + scored.rubric_calls
     fact_calls = sum(f.judge_calls for f in scored.fact)
     return {
@@ -252,10 +308,13 @@ def report_summary(records: Sequence[dict], scored: ScoredReports, bench: str = 
         "tasks": len({str(r["id"]) for r in records}),
         "terminations": dict(Counter(r["termination"] for r in records).most_common()),
         "unscored": dict(scored.unscored),
-        "seconds_per_report": round(sum((r.get("timings") or {}).get("total_s", 0.0) for r in records) / n, 2),
-        "model_calls_per_report": round(sum(r.get("num_model_calls", 0) for r in records) / n, 2),
-        "tool_calls_per_report": round(sum(r.get("num_tool_calls", 0) for r in records) / n, 2),
-        "summarized_rollouts": sum(any(s.get("text") for s in r.get("summaries") or []) for r in records),
+        "seconds_per_report": round(sum(_field(r, "timings", "total_s") for r in records) / n, 2),
+        "model_calls_per_report": round(sum(_field(r, "num_model_calls") for r in records) / n, 2),
+        "tool_calls_per_report": round(sum(_field(r, "num_tool_calls") for r in records) / n, 2),
+        "summarized_rollouts": sum(
+            isinstance(r.get("summaries"), list) and any(isinstance(s, dict) and s.get("text") for s in r["summaries"])
+            for r in records
+        ),
         "summaries": {
             "done": sum(bool(s.get("text")) for s in summaries),
             "failed": sum(not s.get("text") for s in summaries),
@@ -265,6 +324,14 @@ def report_summary(records: Sequence[dict], scored: ScoredReports, bench: str = 
         "race": race_summary(scored.race),
         "fact": fact_summary(scored.fact),
     }
+
+
+def _field(rec: dict, *path: str) -> float:
+    """A number of a record (``timings.total_s``, ``num_model_calls``), 0 when it is not one."""
+    value: Any = rec
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if _number(value, 0) else 0.0
 
 
 def _f(x: float | None, pct: bool = True) -> str:
@@ -379,5 +446,7 @@ def evaluate_reports(
         for r in read_report_trajectories([traj_path])
         if (str(r["id"]), r["question"]) in wanted and r["rollout"] < rollouts
     ]
-    scored = score_reports(records, tasks, judge, agent.tools, out_dir, cache=cache, progress=progress)
+    scored = score_reports(
+        records, tasks, judge, agent.tools, out_dir, cache=cache, progress=progress, env=getattr(agent, "env", "")
+    )
     return write_report_summary(records, scored, out_dir, bench)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from websailor.errors import InputFormatError
 from websailor.jsonio import read_jsonl
+from websailor.text import clean_text
 
 #: RACE's four dimensions (DeepResearch Bench, section 3.1)
 DIMENSIONS = ("comprehensiveness", "insight", "instruction_following", "readability")
@@ -87,13 +88,13 @@ def _criteria(path: Path, lineno: int, rec: dict) -> tuple[dict[str, float], dic
             out[dim] = [
                 Criterion(str(c["criterion"]), str(c.get("explanation", "")), float(c["weight"])) for c in items
             ]
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise InputFormatError(
                 f"{where}: each criterion of {dim!r} needs 'criterion' and a numeric 'weight' ({type(e).__name__}: {e})"
             ) from None
     try:
         return {d: float(w) for d, w in weights.items()}, out
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputFormatError(f"{where}: 'dimension_weight' values must be numbers") from None
 
 
@@ -105,9 +106,13 @@ def load_report_tasks(source: str | Path, language: str | None = None) -> list[R
             and the others), a folder holding the three files by name, or the task file itself.
         language: keep only tasks in this language (``en`` or ``zh``); ``None`` keeps all.
 
+    Prompts are read as the agent records them (NFC, lone surrogates replaced); languages
+    compare without case.
+
     Raises:
         InputFormatError: no task file, a task file in another layout (one line naming the
-            expected fields), or a criteria file whose entries are malformed.
+            expected fields), a task with an empty prompt or an id used twice, or a criteria
+            file whose entries are malformed.
     """
     src = Path(source)
     root = src.parent if src.is_file() else src
@@ -115,20 +120,30 @@ def load_report_tasks(source: str | Path, language: str | None = None) -> list[R
     if query is None:
         raise InputFormatError(f"{src}: no DeepResearch Bench task file ({QUERY_FILE} or {QUERY_FILE.name})")
     tasks: list[ReportTask] = []
+    seen: dict[str, int] = {}
     for lineno, rec in _records(query, "task"):
         if not all(k in rec for k in TASK_FIELDS):
             raise InputFormatError(
                 f"{query} line {lineno} is not a DeepResearch Bench task: expected the fields "
                 f"{', '.join(TASK_FIELDS)}, got {', '.join(sorted(rec)) or 'none'}"
             )
-        if language is None or rec["language"] == language:
-            tasks.append(ReportTask(str(rec["id"]), str(rec["topic"]), str(rec["language"]), str(rec["prompt"])))
+        prompt = clean_text(str(rec["prompt"])).strip()  # as the agent records it: NFC, no lone surrogates
+        if not prompt:
+            raise InputFormatError(f"{query} line {lineno}: task {rec['id']!r} has an empty prompt")
+        if str(rec["id"]) in seen:
+            raise InputFormatError(
+                f"{query} line {lineno}: task id {rec['id']!r} is used again (first on line {seen[str(rec['id'])]}); "
+                "each task needs its own id"
+            )
+        seen[str(rec["id"])] = lineno
+        if language is None or str(rec["language"]).strip().lower() == language:
+            tasks.append(ReportTask(str(rec["id"]), str(rec["topic"]), str(rec["language"]), prompt))
     criteria_path, reference_path = _find(root, CRITERIA_FILE), _find(root, REFERENCE_FILE)
     by_id = {t.id: t for t in tasks}
     by_prompt = {t.prompt: t for t in tasks}
 
     def task_of(rec: dict) -> ReportTask | None:  # the benchmark's scripts match by prompt
-        return by_id.get(str(rec.get("id"))) or by_prompt.get(str(rec.get("prompt")))
+        return by_id.get(str(rec.get("id"))) or by_prompt.get(clean_text(str(rec.get("prompt"))).strip())
 
     if criteria_path is not None:
         for lineno, rec in _records(criteria_path, "criteria"):

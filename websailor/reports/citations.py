@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from websailor.corpus.urls import title_key, url_to_title
 
@@ -42,13 +43,21 @@ REFERENCE_HEADINGS = (
     "引用",
 )
 #: a reference entry: ``[n] rest``, ``[n]: rest``, ``n. rest`` or ``- [n] rest``
-_ENTRY = re.compile(r"^\s*(?:[-*]\s*)?(?:\[(\d{1,4})\]:?|(\d{1,4})[.)])\s+(.*\S)\s*$")
-_MD_LINK = re.compile(r"\[([^\]]*)\]\(\s*<?([^)\s>]+)>?\s*\)")
-_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"']+|[a-z][a-z0-9+.-]*://[^\s<>()\[\]\"']+", re.I)
+_ENTRY = re.compile(r"^\s*(?:[-*]\s*)?(?:\[(\d{1,4})\][:：]?\s*|(\d{1,4})[.)]\s+)(.*\S)\s*$")
+#: a Markdown link; its URL may hold balanced parentheses (``Python_(programming_language)``)
+_MD_LINK = re.compile(r"\[([^\]]*)\]\(\s*<?((?:[^()\s<>]|\([^()\s]*\))+)>?\s*\)")
+#: a URL written bare: with a scheme, ``www.``, or ``host.tld/path``; stops at space, quotes,
+#: brackets and CJK punctuation (trailing punctuation and unbalanced ")" are trimmed after)
+_URL_CHARS = r"[^\s<>\[\]\"'，。；：、（）《》【】「」]"
+_BARE_URL = re.compile(
+    rf"(?:[a-z][a-z0-9+.-]*://|www\.|(?<![\w@])[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{{2,}}/){_URL_CHARS}*", re.I
+)
 #: an inline marker: [1], [1, 2], [1-3], [1–3]; not a Markdown link's text (followed by "(")
 _MARKER = re.compile(r"\[(\d{1,4}(?:\s*(?:[,;]|[-–])\s*\d{1,4})*)\](?!\()")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
+#: markers written after a sentence's end mark ("long. [1]"): they belong to that sentence
+_MARKERS_AFTER_END = re.compile(r"([.!?。！？])((?:\s*\[\d{1,4}(?:\s*(?:[,;]|[-–])\s*\d{1,4})*\](?!\())+)")
 #: the problems a reference may have, in the order they are checked
 PROBLEMS = ("no_url", "malformed_url", "private_url", "duplicate", "not_visited")
 #: a range marker longer than this is read as its two ends only
@@ -134,13 +143,15 @@ class ParsedReport:
 
 def url_problem(url: str) -> str | None:
     """``malformed_url``, ``private_url`` or ``None`` for a URL as a report writes it (a URL
-    without a scheme, ``en.wikipedia.org/wiki/Nile``, counts as ``https://``)."""
+    without a scheme, ``en.wikipedia.org/wiki/Nile``, counts as ``https://``). A host is read as
+    a browser reads it: percent-decoded, without a trailing dot, and IPv4 in any of its
+    spellings (``127.1``, ``0x7f.1``, ``0177.0.0.1``)."""
     u = url.strip()
     if "://" not in u and re.match(r"^(?:www\.)?[a-z0-9-]+(?:\.[a-z0-9-]+)+/", u, re.I):
         u = "https://" + u
     try:
         parts = urlsplit(u)
-        host = parts.hostname or ""
+        host = unquote(parts.hostname or "").rstrip(".").lower()
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         return "malformed_url"
@@ -148,13 +159,27 @@ def url_problem(url: str) -> str | None:
         return "malformed_url"
     if host == "localhost" or host.endswith((".localhost", ".local", ".internal", ".lan", ".home.arpa")):
         return "private_url"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+    address = _ip_address(host)
+    if address is None:
         return None if "." in host else "private_url"  # a bare host name is someone's local machine
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return None if address.is_global and not address.is_multicast else "private_url"
+
+
+def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host names literally (IPv6, or IPv4 in the forms ``inet_aton`` reads:
+    short, hexadecimal, octal), or ``None`` for a name."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if re.fullmatch(r"(?:0x[0-9a-f]*|\d+)(?:\.(?:0x[0-9a-f]*|\d+)){0,3}", host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
 
 
 def url_key(url: str) -> str:
@@ -196,6 +221,20 @@ def _numbers(inner: str) -> list[int]:
     return out
 
 
+def _trim_url(url: str) -> str:
+    """A bare URL without the punctuation after it, and without a closing ")" it did not open."""
+    while url:
+        if url[-1] in ".,;:!?'\"":
+            url = url[:-1]
+        elif url[-1] == ")" and url.count(")") > url.count("("):
+            url = url[:-1]
+        else:
+            break
+    if "://" not in url and not url.lower().startswith("www."):  # host.tld/path: as url_problem reads it
+        url = "https://" + url
+    return url
+
+
 def _entry(rest: str) -> tuple[str | None, str]:
     """The URL and the title of a reference entry's text."""
     link = _MD_LINK.search(rest)
@@ -204,8 +243,8 @@ def _entry(rest: str) -> tuple[str | None, str]:
         return link.group(2), " ".join(title.split())
     bare = _BARE_URL.search(rest)
     if bare:
-        url = bare.group(0).rstrip(".,;:")
-        title = (rest[: bare.start()] + rest[bare.end() :]).strip(" -–—:,.<>")
+        url = _trim_url(bare.group(0))
+        title = (rest[: bare.start()] + rest[bare.start() + len(url) :]).strip(" -–—:,.<>()（）")
         return url, " ".join(title.split())
     broken = next((tok for tok in rest.split() if "//" in tok), None)  # "htp//x": a URL, written wrong
     if broken:
@@ -243,6 +282,7 @@ def _statements(body: list[str]) -> list[Statement]:
         if in_code or _HEADING.match(line):
             continue
         text = re.sub(r"^\s*(?:[-*+]|\d+[.)])\s+", "", line).strip()
+        text = _MARKERS_AFTER_END.sub(lambda m: m.group(2) + m.group(1), text)
         for sentence in _SENTENCE_END.split(text):
             refs = [n for m in _MARKER.finditer(sentence) for n in _numbers(m.group(1))]
             if refs:
@@ -260,7 +300,7 @@ def report_body(text: str | None) -> str:
     if not text:
         return ""
     body, _ = _split_references(text.splitlines())
-    return re.sub(r"[ \t]+([.,;:!?。，；：！？])", r"\1", _MARKER.sub("", "\n".join(body))).strip()
+    return re.sub(r"(?<![ \t])[ \t]+(?=[.,;:!?。，；：！？])", "", _MARKER.sub("", "\n".join(body))).strip()
 
 
 def parse_report(text: str | None, visited: Iterable[str] = ()) -> ParsedReport:

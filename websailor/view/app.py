@@ -54,8 +54,8 @@ class ViewContext:
         viewed path's absolute location is left out of the page (:func:`relative`), so an error
         message or a problem list names files as the user sees them under the root."""
         html = self.templates.get_template(name).render(root=self.root.name or str(self.root), **values)
-        # a file name that is not UTF-8 (kept by Python as lone surrogates) shows as U+FFFD
-        html = relative(html, self.root).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        # a file name that is not UTF-8 (kept by Python as lone surrogates), or a lone surrogate a record holds, shows as U+FFFD
+        html = relative(html, self.root).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         return HTMLResponse(html, status_code=status_code)
 
 

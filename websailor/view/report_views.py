@@ -155,7 +155,8 @@ def _read(path: Path, name: str, parse: Callable[[dict[str, Any]], Any]) -> Scor
                 continue
             try:
                 rec = loads_object(raw.decode("utf-8"))
-                key = rec.get("key") if isinstance(rec.get("key"), str) else None
+                key = rec.get("report_key", rec.get("key"))  # the report it scored (older lines: key)
+                key = key if isinstance(key, str) else None
                 out.by_key[_key(rec)] = (key, parse(rec))
             except _UNUSABLE as e:
                 out.note(f"{name} line {lineno} skipped: {str(e)[:200] or type(e).__name__}")
