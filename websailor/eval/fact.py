@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -269,6 +270,12 @@ def parse_fact_verdict(text: str) -> tuple[str, str] | None:
     return verdict, "" if reason in (None, "") else " ".join(str(reason).split())
 
 
+def _defused(text: str) -> str:
+    """``text`` with its own ``<statement>``/``<page>`` tags broken (a statement or page cannot
+    close its block in the judge's prompt and write outside it)."""
+    return re.sub(r"<(\s*/?\s*(?:statement|page)\b)", "<\u200b\\1", text, flags=re.I)
+
+
 @dataclass(frozen=True)
 class JudgeVerdict:
     """One answer of :class:`FactJudge`: ``verdict`` ``supported``, ``unsupported``,
@@ -363,7 +370,9 @@ class FactJudge:
         hit = self._cached(key)
         if hit is not None:
             return JudgeVerdict(hit[0], hit[1], cached=True)
-        prompt = FACT_PROMPT.format(statement=statement, url=url, page=page)
+        prompt = FACT_PROMPT.format(
+            statement=_defused(statement), url=url.replace('"', "%22").replace(">", "%3E"), page=_defused(page)
+        )
         error = ""
         calls = 0
         for _ in range(self.max_attempts):

@@ -190,7 +190,7 @@ def _score_value(value: Any) -> float | None:
 def _body(text: str) -> str:
     """A report's text for the prompt, its own ``<report_N>`` tags defused (a report cannot close
     its block and write outside it)."""
-    return re.sub(r"<(/?report_\d+)>", lambda m: f"<\u200b{m.group(1)}>", text.strip())
+    return re.sub(r"<(\s*/?\s*report_\d+\s*)>", lambda m: f"<\u200b{m.group(1)}>", text.strip(), flags=re.I)
 
 
 def _prompt(task: ReportTask, report: str, reference: str | None, ids: list[tuple[str, str, Criterion]]) -> str:
