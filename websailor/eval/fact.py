@@ -49,8 +49,6 @@ import hashlib
 import json
 import math
 import re
-import sqlite3
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -59,6 +57,7 @@ from typing import Any
 
 from websailor.errors import ModelError
 from websailor.jsonio import load_lenient_json
+from websailor.judge.reply_cache import ReplyCache
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, SamplingParams
 from websailor.reports.citations import ParsedReport, parse_report, url_key
@@ -309,19 +308,7 @@ class FactJudge:
             raise ValueError("max_attempts must be at least 1")
         self.model = model
         self.max_attempts = max_attempts
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        if cache is not None:
-            try:
-                Path(cache).parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(str(cache), check_same_thread=False, timeout=30)
-                self._db.execute(
-                    "CREATE TABLE IF NOT EXISTS fact_verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL)"
-                )
-                self._db.commit()
-            except (OSError, sqlite3.Error) as e:
-                logger.warning("the FACT verdict cache %s cannot be used (%s); judging without it", cache, e)
-                self._db = None
+        self._cache = ReplyCache(cache, "fact_replies", "FACT verdict") if cache is not None else None
 
     @property
     def name(self) -> str:
@@ -336,31 +323,19 @@ class FactJudge:
         return hashlib.sha256(raw.encode()).hexdigest()
 
     def _cached(self, key: str) -> tuple[str, str] | None:
-        if self._db is None:
+        raw = self._cache.get(key) if self._cache is not None else None
+        if raw is None:
             return None
         try:
-            with self._lock:
-                row = self._db.execute("SELECT verdict FROM fact_verdicts WHERE key = ?", (key,)).fetchone()
-            if not row:
-                return None
-            obj = json.loads(row[0])
+            obj = json.loads(raw)
             return str(obj["verdict"]), str(obj.get("reason", ""))
-        except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError) as e:
             logger.warning("FACT verdict cache read failed (%s); asking the judge", e)
             return None
 
     def _store(self, key: str, verdict: str, reason: str) -> None:
-        if self._db is None:
-            return
-        try:
-            with self._lock:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO fact_verdicts VALUES (?, ?)",
-                    (key, json.dumps({"verdict": verdict, "reason": reason}, ensure_ascii=False)),
-                )
-                self._db.commit()
-        except sqlite3.Error as e:  # the verdict is still returned
-            logger.warning("FACT verdict cache write failed (%s)", e)
+        if self._cache is not None:
+            self._cache.put(key, json.dumps({"verdict": verdict, "reason": reason}, ensure_ascii=False))
 
     def judge(self, statement: str, url: str, page: str) -> JudgeVerdict:
         """The verdict on one pair, from the cache or from the model (up to ``max_attempts``
@@ -392,10 +367,8 @@ class FactJudge:
 
     def close(self) -> None:
         """Close the cache (the model is the caller's)."""
-        if self._db is not None:
-            with self._lock:
-                self._db.close()
-            self._db = None
+        if self._cache is not None:
+            self._cache.close()
 
     def __enter__(self) -> FactJudge:
         return self

@@ -8,12 +8,8 @@ weights and weighted criteria a report is scored on, taken from the task file
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
-import sqlite3
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +18,7 @@ from typing import Any, TypeVar
 from websailor.errors import ContextLengthError, InvalidArgumentError, ModelError
 from websailor.eval.report_tasks import DIMENSIONS, Criterion, ReportTask
 from websailor.jsonio import load_lenient_json
+from websailor.judge.reply_cache import ReplyCache
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, SamplingParams
 
@@ -255,57 +252,6 @@ def derive_criteria(
 
 
 # ----------------------------------------------------------------------------- the cache
-
-
-class ReplyCache:
-    """Usable judge replies in SQLite, keyed by the SHA-256 of the judge model's name and the
-    prompt text sent, so that the same scoring (or derivation) asked again costs no call. A
-    file that cannot be opened, read or written is warned about and scoring goes on without
-    it; safe to share between threads."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-            self._db.execute("CREATE TABLE IF NOT EXISTS race_replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
-            self._db.commit()
-        except (OSError, sqlite3.Error) as e:
-            logger.warning("the RACE reply cache %s cannot be used (%s); scoring without it", self.path, e)
-            self._db = None
-
-    @staticmethod
-    def key(model: str, prompt: str) -> str:
-        return hashlib.sha256(json.dumps([model, prompt], ensure_ascii=False).encode()).hexdigest()
-
-    def get(self, key: str) -> str | None:
-        if self._db is None:
-            return None
-        try:
-            with self._lock:
-                row = self._db.execute("SELECT reply FROM race_replies WHERE key = ?", (key,)).fetchone()
-            return row[0] if row else None
-        except sqlite3.Error as e:
-            logger.warning("RACE reply cache read failed (%s); asking the judge", e)
-            return None
-
-    def put(self, key: str, reply: str) -> None:
-        if self._db is None:
-            return
-        try:
-            with self._lock:
-                self._db.execute("INSERT OR REPLACE INTO race_replies VALUES (?, ?)", (key, reply))
-                self._db.commit()
-        except sqlite3.Error as e:  # the score itself is still returned
-            logger.warning("RACE reply cache write failed (%s)", e)
-
-    def close(self) -> None:
-        if self._db is not None:
-            with self._lock:
-                self._db.close()
-                self._db = None
 
 
 class opened:

@@ -31,9 +31,10 @@ from tqdm import tqdm
 from websailor.errors import InputFormatError
 from websailor.eval.fact import FactJudge, FactResult, check_report, fact_summary
 from websailor.eval.race import RaceScore, race_score, race_summary
-from websailor.eval.race_rubric import ReplyCache, Rubric, derive_criteria
+from websailor.eval.race_rubric import Rubric, derive_criteria
 from websailor.eval.report_tasks import ReportTask
 from websailor.jsonio import appending, read_appended_jsonl
+from websailor.judge.reply_cache import ReplyCache
 from websailor.log import get_logger
 from websailor.models.base import ChatModel
 from websailor.questions import Question

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.eval.race import race_score
-from websailor.eval.race_rubric import ReplyCache, Rubric, derive_criteria, parse_rubric
+from websailor.eval.race_rubric import Rubric, derive_criteria, parse_rubric
 from websailor.eval.report_tasks import ReportTask, load_report_tasks
 from websailor.judge.base import Case, Grade
+from websailor.judge.reply_cache import ReplyCache
 from websailor.log import get_logger
 from websailor.models.base import ChatModel
 from websailor.questions import Question
