@@ -154,7 +154,7 @@ class VLLMServerModel(ChatModel):
             if not skip_check():
                 served = probe_models(self.base_url, self.model, api_key(), prefix="vllm")
                 self._context, root = served.max_model_len, served.root
-            from websailor.train.common import load_tokenizer
+            from websailor.models.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(self._tokenizer_dir or _tokenizer_dir(self.model, root))
             self._turns = TurnTemplate(tokenizer, self.name)

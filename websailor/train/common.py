@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
+from websailor.models.tokenizer import load_tokenizer  # noqa: F401 (re-exported: the training stages load it from here)
 
 logger = get_logger(__name__)
 
@@ -104,32 +105,6 @@ def resolve_model_dir(spec: str) -> Path:
     if path is None:
         raise ConfigError(f"--model {spec!r}: training needs local weights: smollm2 or hf:DIR")
     return path
-
-
-def load_tokenizer(model_dir: Path) -> Any:
-    """The fast tokenizer of ``model_dir``, with a chat template and a pad token.
-
-    Raises:
-        ConfigError: no tokenizer files, a slow tokenizer, or no chat template.
-    """
-    from transformers import AutoTokenizer
-
-    if not any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise ConfigError(
-            f"{model_dir} has no tokenizer (tokenizer.json or tokenizer_config.json): "
-            "save the tokenizer beside the weights"
-        )
-    try:
-        tok = AutoTokenizer.from_pretrained(model_dir)
-    except Exception as e:  # a broken config.json or tokenizer file: transformers raises several types
-        raise ConfigError(f"{model_dir}: cannot load its tokenizer: {type(e).__name__}: {e}") from None
-    if not getattr(tok, "is_fast", False):
-        raise ConfigError(f"{model_dir}: a fast tokenizer (tokenizer.json) is needed for the loss mask")
-    if not tok.chat_template:
-        raise ConfigError(f"{model_dir}: the tokenizer has no chat template")
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
 
 
 def wrap_lora(model: Any, settings: Any) -> Any:
