@@ -802,7 +802,7 @@ def test_forward_passes_skip_the_batch_padding(smollm2_path: Path, tmp_path: Pat
     model = AutoModelForCausalLM.from_pretrained(_save_tiny(tmp_path / "tiny", None)).eval()
     seen = []
 
-    def forward(ids, mask, keep, batch_size=None, compute_entropy=False, compute_aux_loss=False):
+    def forward(ids, mask, keep, rows=None, compute_entropy=False):
         seen.append(tuple(ids.shape))
         logits = model(input_ids=ids, attention_mask=mask).logits[:, -keep - 1 : -1].float()
         logps = logits.log_softmax(-1).gather(-1, ids[:, -keep:, None]).squeeze(-1)

@@ -345,20 +345,3 @@ def test_memory_limits_off_restores_trls_tiles(monkeypatch: pytest.MonkeyPatch):
     off = common.limit_training_memory(False)
     assert off == {"lm_head_tile": None, "mmap_threshold": None}
     assert (kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE) == (4096, 32768)
-
-
-@pytest.mark.parametrize(
-    ("flags", "expected"),
-    [("fpu avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)],
-)
-def test_auto_precision_is_bf16_on_cpus_with_bf16_units(flags: str, expected: bool, tmp_path: Path, monkeypatch):
-    from websailor.train import common
-
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-    real = common.Path
-    monkeypatch.setattr(common, "Path", lambda p: cpuinfo if p == "/proc/cpuinfo" else real(p))
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    assert common.cpu_has_bf16() is expected
-    assert common.use_bf16("auto") is expected
-    assert common.use_bf16("bf16") is True and common.use_bf16("fp32") is False

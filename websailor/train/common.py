@@ -27,21 +27,26 @@ class TrainSettings(BaseModel):
     Attributes:
         lora: train LoRA adapters (merged into the saved model) instead of every weight;
             ``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules`` shape them.
-        precision: ``auto`` = bf16 autocast on a GPU or CPU that has bf16 units (AVX-512 BF16,
-            AMX), fp32 elsewhere; ``bf16`` forces bf16 autocast; ``fp32``. Weights and optimizer
-            state stay fp32 either way: updates of a few 1e-5 relative to a weight are below bf16's
-            resolution (2^-8) and would be lost in bf16 weights.
+        precision: ``auto`` = bf16 autocast where this machine computes it faster than fp32
+            (a GPU with bf16; on a CPU, timed on the model's shapes once per machine:
+            :func:`websailor.train.precision.choose_precision`), fp32 elsewhere; ``bf16``
+            forces bf16 autocast; ``fp32``. Weights and optimizer state stay fp32 either way:
+            updates of a few 1e-5 relative to a weight are below bf16's resolution (2^-8) and
+            would be lost in bf16 weights.
+        lm_head: how the loss reaches the vocabulary. ``loss_positions`` (the default): only the
+            positions in the loss go through the LM head, in the training precision, in chunks
+            of tokens recomputed in the backward pass (:mod:`websailor.train.lm_head`);
+            ``trl``: TRL's fused head, which off CUDA projects every position (prompts and tool
+            responses included) and computes its tiles in fp32 outside autocast.
         gradient_checkpointing: recompute each decoder layer's activations in the backward pass
             (non-reentrant ``torch.utils.checkpoint``): the activations kept for the backward
             pass shrink from every layer's to the layer inputs, which at 4,096 tokens is most
             of the memory of a step (``docs/benchmarks.md``), for about a third more compute.
             On by default; the loss over the vocabulary never materializes the full logits
-            either way (TRL's fused LM head scores the tokens in tiles).
-        memory_limits: on CPU, smaller tiles for TRL's fused LM head and a 1 MiB mmap threshold
-            (:func:`limit_training_memory`). On by default: measured on the two-core AMD EPYC
-            development machine (docs/benchmarks.md, "Training"), an SFT step of 2 x 1,730 tokens
-            in bf16 took 45.0 s with them and checkpointing, 43.0 s with checkpointing alone,
-            and peaked at 3.2 GB against 5.7 GB; turn them off where memory is plentiful.
+            either way.
+        memory_limits: on CPU, a 1 MiB mmap threshold and, with ``lm_head: trl``, smaller tiles
+            for TRL's fused head (:func:`limit_training_memory`). On by default; turn them off
+            where memory is plentiful (docs/benchmarks.md, "Training").
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -52,6 +57,7 @@ class TrainSettings(BaseModel):
     lora_dropout: float = Field(0.05, ge=0, lt=1)
     lora_target_modules: str | list[str] = "all-linear"
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    lm_head: Literal["loss_positions", "trl"] = "loss_positions"
     gradient_checkpointing: bool = True
     memory_limits: bool = True
 
@@ -206,35 +212,14 @@ def memory_record(settings: TrainSettings, limits: dict[str, Any] | None = None)
     return {
         "gradient_checkpointing": on,
         "checkpointing_kwargs": dict(CHECKPOINTING_KWARGS) if on else None,
-        "loss": "TRL's fused LM head: log-probabilities computed in tiles, never the full logits",
+        "lm_head": settings.lm_head,
+        "loss": (
+            "the positions in the loss only, through the LM head in chunks of tokens, never the full logits"
+            if settings.lm_head == "loss_positions"
+            else "TRL's fused LM head: log-probabilities computed in tiles, never the full logits"
+        ),
         **(limits or {}),
     }
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 matrix products in hardware (AVX-512 BF16 or AMX, from
-    ``/proc/cpuinfo``; ``False`` where it cannot be read). There bf16 matmul ran about 8 times
-    fp32 (2,672 against 314 GFLOPS, docs/benchmarks.md, "Training")."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def use_bf16(precision: str) -> bool:
-    """bf16 autocast (fp32 weights and optimizer state) for ``precision`` ``bf16``, or
-    ``auto`` on a GPU that supports it or a CPU with bf16 units (:func:`cpu_has_bf16`)."""
-    import torch
-
-    if precision == "bf16":
-        return True
-    if precision != "auto":
-        return False
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return cpu_has_bf16()
 
 
 def check_resume(

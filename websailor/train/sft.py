@@ -31,7 +31,6 @@ from websailor.train.common import (  # noqa: F401
     TrainSettings,
     check_report_to,
     check_resume,
-    latest_checkpoint,
     limit_training_memory,
     load_tokenizer,
     load_trainable_model,
@@ -40,7 +39,6 @@ from websailor.train.common import (  # noqa: F401
     resolve_model_dir,
     save_model,
     tensorboard_dir,
-    use_bf16,
     wrap_lora,
 )
 
@@ -147,6 +145,8 @@ def train_sft(
     from transformers import AutoConfig
     from trl import SFTConfig, SFTTrainer
 
+    from websailor.train.lm_head import install_head
+    from websailor.train.precision import choose_precision
     from websailor.train.sft_data import load_sft_data
 
     settings = settings or SFTSettings()
@@ -156,9 +156,10 @@ def train_sft(
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
     try:
-        limit = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or settings.max_length)
+        config = AutoConfig.from_pretrained(model_dir)
     except Exception as e:  # unknown model_type, invalid values: transformers raises several types
         raise ConfigError(f"{model_dir}/config.json cannot be loaded: {type(e).__name__}: {e}") from None
+    limit = int(getattr(config, "max_position_embeddings", 0) or settings.max_length)
     capped = limit < settings.max_length
     if capped:
         logger.info("max_length %d is capped at the model's context, %d tokens", settings.max_length, limit)
@@ -173,7 +174,8 @@ def train_sft(
     accumulation = max(1, math.ceil(settings.batch_size / (settings.micro_batch_size * world)))
     _check_warmup(settings, len(data.examples), world, accumulation)
 
-    bf16 = use_bf16(settings.precision)
+    precision = choose_precision(settings.precision, config)
+    bf16 = precision.bf16
     limits = limit_training_memory(settings.memory_limits)
     net = load_trainable_model(model_dir, settings)
     # written once everything is checked, just before training: a run that fails earlier leaves nothing behind
@@ -209,6 +211,7 @@ def train_sft(
         trainer = SFTTrainer(
             model=net, args=args, train_dataset=Dataset.from_list(data.examples), processing_class=tokenizer
         )
+    head = install_head(trainer.model, settings.lm_head, outputs=("entropy", "is_top1"))  # TRL's metrics read both
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - t0
@@ -227,6 +230,8 @@ def train_sft(
         "steps": trainer.state.global_step,
         "gradient_accumulation": accumulation,
         "bf16": bf16,
+        "precision": precision.record(),
+        "lm_head": head,
         "memory": memory_record(settings, limits),
         "train_loss": result.training_loss,
         "train_seconds": round(seconds, 1),

@@ -5,8 +5,9 @@ to the saved model.
 The trainer runs a token-level clipped objective (``loss_type="dapo"``: clip-higher with
 ``epsilon_low`` / ``epsilon_high``, no KL term, no entropy bonus); the rollouts, rewards and
 advantages are ours (:mod:`websailor.train.rl.rollouts`). One optimizer step per batch of
-rollouts keeps training strictly on-policy. The forward passes skip the batch's padding
-(:mod:`websailor.train.rl.trim`).
+rollouts keeps training strictly on-policy. The update's forward passes skip the batch's padding,
+score only the positions in the loss and need no separate pass for the old log-probabilities
+(:mod:`websailor.train.rl.update`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from websailor.train.common import (
     resolve_model_dir,
     save_model,
     tensorboard_dir,
-    use_bf16,
 )
 from websailor.train.rl.prefilter import (
     check_prefilter_record,
@@ -140,7 +140,7 @@ class _Run:
         """The optimizer steps already taken (from the checkpoint resumed)."""
         return int(self.resume.name.rpartition("-")[2]) if self.resume else 0
 
-    def summary(self, steps: int, bf16: bool, limits: dict) -> dict[str, Any]:
+    def summary(self, steps: int, precision: Any, limits: dict) -> dict[str, Any]:
         """What ``rl_summary.json`` says of the run, less its time and log."""
         return {
             "model": self.model,
@@ -151,7 +151,8 @@ class _Run:
             "prefilter": self.prefilter_counts,
             "steps": steps,
             "gradient_accumulation": self.accumulation,
-            "bf16": bf16,
+            "bf16": precision.bf16,
+            "precision": precision.record(),
             "memory": memory_record(self.settings, limits),
         }
 
@@ -432,19 +433,20 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     """Build the trainer over the chosen items, train, save the model and the summary."""
     from datasets import Dataset
 
+    from websailor.train.precision import choose_precision
     from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
-    from websailor.train.rl.trim import TrimmedGRPOTrainer
+    from websailor.train.rl.update import AgentGRPOTrainer
     from websailor.train.rl_log import read_log
 
     settings, out = run.settings, run.out
-    bf16 = use_bf16(settings.precision)
+    precision = choose_precision(settings.precision, net.config)
     limits = limit_training_memory(settings.memory_limits)
     for name in (LOG_FILE, ROLLOUTS_FILE):
         trim_jsonl(out / name, run.step0)
     if run.resume is not None and settings.max_steps is not None and run.step0 >= settings.max_steps:
         # the trainer would still sample one more batch: take the model of that checkpoint as it is
         logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, run.step0, settings.max_steps)
-        summary = run.summary(run.step0, bf16, limits)
+        summary = run.summary(run.step0, precision, limits)
         return finish_from_checkpoint(run.resume, out, run.model_dir, run.tokenizer, settings, summary)
 
     rollouts = AgentRollouts(
@@ -473,10 +475,11 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in run.items])
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     with tensorboard_dir(out / "trl_tensorboard", run.report_to):
-        trainer = TrimmedGRPOTrainer(
+        trainer = AgentGRPOTrainer(
             model=net,
+            lm_head=settings.lm_head,
             reward_funcs=[advantage],
-            args=_grpo_config(run, bf16, net.config.max_position_embeddings, progress),
+            args=_grpo_config(run, precision.bf16, net.config.max_position_embeddings, progress),
             train_dataset=dataset,
             processing_class=run.tokenizer,
             rollout_func=rollouts,
@@ -491,7 +494,8 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     seconds = time.perf_counter() - t0
     save_model(trainer, out, run.model_dir, settings.lora)
     summary = {
-        **run.summary(trainer.state.global_step, bf16, limits),
+        **run.summary(trainer.state.global_step, precision, limits),
+        "lm_head": trainer.lm_head,
         "train_seconds": round(seconds, 1),
         "log": read_log(out),
     }

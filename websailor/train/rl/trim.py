@@ -9,22 +9,19 @@ micro-batch's columns can be padding: on the ladder experiment's steps the padde
 1.15 to 1.5 times the real tokens, and the update at that width took 2.2 times as long
 (benchmarks/rl_padding.py).
 
-:class:`TrimmedGRPOTrainer` narrows each chunk of rows to its columns that hold a token of at
-least one row before the model sees it, and pads the log-probabilities (and entropies) back to
-the batch's width with zeros (positions the completion mask leaves out of every mean). Both the
-old log-probabilities (the importance-sampling correction) and the loss's forward go through
-it. Cutting left padding starts a shorter prompt's positions at 0, as in the sampler, where
-the padded batch shifted them by the padding's length.
+:func:`trimmed_logps` narrows each chunk of rows to its columns that hold a token of at least
+one row before the model sees it, and pads the log-probabilities (and entropies) back to the
+batch's width with zeros (positions the completion mask leaves out of every mean). Every
+forward of the update goes through it (:class:`websailor.train.rl.update.AgentGRPOTrainer`).
+Cutting left padding starts a shorter prompt's positions at 0, as in the sampler, where the
+padded batch shifted them by the padding's length.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from typing import Any
 
 import torch
-from trl import GRPOTrainer
 
 Forward = Callable[..., tuple[torch.Tensor, "torch.Tensor | None", "torch.Tensor | None"]]
 
@@ -50,18 +47,19 @@ def trimmed_logps(
     logits_to_keep: int,
     batch_size: int | None = None,
     compute_entropy: bool = False,
-    **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the completion, computed chunk by chunk
     on each chunk's live columns (:func:`live_columns`).
 
     Args:
-        forward: TRL's ``_get_per_token_logps_and_entropies`` (bound), called once per chunk
-            with that chunk only.
+        forward: ``forward(ids, mask, keep, rows, compute_entropy=...)`` for one chunk (its
+            trimmed ``ids`` and ``mask``, the completion columns ``keep`` it kept and the
+            ``rows`` slice of the batch it holds): ``(logps, entropies, aux_loss)`` over the
+            last ``keep`` columns.
         input_ids, attention_mask: ``(B, T)``; prompts left-padded, completions right-padded.
         logits_to_keep: the completion's width ``C`` (the last ``C`` columns).
         batch_size: rows per forward pass (``None``: all ``B``).
-        compute_entropy, kwargs: passed through (``compute_aux_loss`` only; text models).
+        compute_entropy: passed through.
 
     Returns:
         ``(logps, entropies, aux_loss)``: ``logps`` and ``entropies`` ``(B, C)``, zeros on the
@@ -77,12 +75,7 @@ def trimmed_logps(
         start, end = live_columns(mask, logits_to_keep)
         keep = end - first_completion
         lp, ent, al = forward(
-            ids[:, start:end],
-            mask[:, start:end],
-            keep,
-            batch_size=None,
-            compute_entropy=compute_entropy,
-            **kwargs,
+            ids[:, start:end], mask[:, start:end], keep, slice(lo, lo + batch_size), compute_entropy=compute_entropy
         )
         pad = logits_to_keep - keep
         logps.append(torch.nn.functional.pad(lp, (0, pad)))
@@ -95,42 +88,3 @@ def trimmed_logps(
         torch.cat(entropies, dim=0) if compute_entropy else None,
         torch.stack(aux).mean() if aux else None,
     )
-
-
-class TrimmedGRPOTrainer(GRPOTrainer):
-    """TRL's ``GRPOTrainer`` whose forward passes skip the batch's padding (:func:`trimmed_logps`).
-    Models with image inputs take TRL's own path."""
-
-    def _get_per_token_logps_and_entropies(  # noqa: PLR0913 (TRL's signature)
-        self,
-        model: Any,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        logits_to_keep: int,
-        batch_size: int | None = None,
-        compute_entropy: bool = False,
-        compute_aux_loss: bool = False,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        untrimmed = super()._get_per_token_logps_and_entropies
-        if any(v is not None for v in kwargs.values()):  # images, token types: TRL slices those itself
-            return untrimmed(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=batch_size,
-                compute_entropy=compute_entropy,
-                compute_aux_loss=compute_aux_loss,
-                **kwargs,
-            )
-
-        return trimmed_logps(
-            functools.partial(untrimmed, model),
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=batch_size,
-            compute_entropy=compute_entropy,
-            compute_aux_loss=compute_aux_loss,
-        )
