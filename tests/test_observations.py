@@ -95,7 +95,7 @@ def test_presets_single_options_record_and_ignored():
 
 
 def test_a_resumed_rl_run_with_other_observations_is_refused(tmp_path: Path):
-    from websailor.train.common import check_resume
+    from websailor.train.run_folder import check_resume
 
     record = {"model": "m", **EnvSpec(search_results=5).record()}
     (tmp_path / "settings.json").write_text(json.dumps(record))  # what train rl saved

@@ -279,7 +279,7 @@ def test_a_half_written_last_step_is_left_out_and_a_whole_one_kept(tmp_path: Pat
 
 
 def test_a_resumed_run_trims_its_logs_and_refuses_to_drop_a_complete_line(tmp_path: Path, caplog):
-    from websailor.train.rl.resume import trim_jsonl
+    from websailor.train.run_folder import trim_jsonl
 
     log = tmp_path / "rl_log.jsonl"
     log.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3}\n{"step": 4, "lo')

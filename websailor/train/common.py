@@ -47,6 +47,10 @@ class TrainSettings(BaseModel):
         memory_limits: on CPU, a 1 MiB mmap threshold and, with ``lm_head: trl``, smaller tiles
             for TRL's fused head (:func:`limit_training_memory`). On by default; turn them off
             where memory is plentiful (docs/benchmarks.md, "Training").
+        keep_checkpoints: the newest checkpoints kept (older ones are deleted as new ones are
+            written), so a long run does not fill the disk: a checkpoint of SmolLM2-135M with
+            its optimizer state is about 1.6 GB. At least 2 keeps one to fall back to when the
+            newest is damaged. A resumed run may change it.
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -60,6 +64,7 @@ class TrainSettings(BaseModel):
     lm_head: Literal["loss_positions", "trl"] = "loss_positions"
     gradient_checkpointing: bool = True
     memory_limits: bool = True
+    keep_checkpoints: int = Field(2, ge=1)
 
 
 def read_settings(cls: type[S], what: str, config: str | Path | None = None, **overrides: Any) -> S:
@@ -220,68 +225,6 @@ def memory_record(settings: TrainSettings, limits: dict[str, Any] | None = None)
         ),
         **(limits or {}),
     }
-
-
-def check_resume(
-    out: Path, record: dict, settings_file: str, summary_file: str, kind: str, ignore: tuple[str, ...] = ()
-) -> Path | None:
-    """The checkpoint to resume from when ``out`` holds this very run (``None``: start); the
-    run is identified by ``record`` less the ``ignore`` keys (settings that may change between
-    a run and its continuation), saved in ``settings_file``; ``summary_file`` marks a finished
-    run.
-
-    A directory of another run is refused, unless that run never saved a checkpoint or a
-    model (it failed before training: nothing is lost by starting over).
-
-    Raises:
-        ConfigError: ``out`` holds other files, or a run with other settings or data.
-    """
-    saved = out / settings_file
-    if not saved.exists():
-        if out.exists() and any(out.iterdir()):
-            raise ConfigError(f"--out {out} is not empty and holds no {kind} run: choose a new directory")
-        return None
-    try:
-        before = json.loads(saved.read_text(encoding="utf-8"))
-    except ValueError:
-        raise ConfigError(f"{saved} is unreadable: remove {out} to start over") from None
-    checkpoint = latest_checkpoint(out / "checkpoints")
-    if not isinstance(before, dict):
-        raise ConfigError(f"{saved} is unreadable: remove {out} to start over")
-    before = {k: v for k, v in before.items() if k not in ignore}
-    record = {k: v for k, v in record.items() if k not in ignore}
-    if before != record:
-        if checkpoint is None and not (out / summary_file).exists():
-            logger.info("%s holds the settings of a run that never trained: starting over", out)
-            return None
-        changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
-        raise ConfigError(
-            f"--out {out} holds an {kind} run with other {', '.join(changed)}: "
-            "rerun with the same settings to resume, or choose a new directory"
-        )
-    return checkpoint
-
-
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` in ``folder``. The trainer writes
-    ``trainer_state.json`` last, so a checkpoint without it was cut short (a kill during a
-    save); such newer ones are removed, with a warning, and the run resumes from the one
-    before."""
-    import shutil
-
-    found = sorted(
-        (p for p in folder.glob("checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
-        key=lambda p: int(p.name.rpartition("-")[2]),
-    )
-    while found and not (found[-1] / "trainer_state.json").is_file():
-        broken = found.pop()
-        logger.warning(
-            "%s is incomplete (a save was interrupted): removed; resuming from %s",
-            broken,
-            found[-1].name if found else "the start",
-        )
-        shutil.rmtree(broken, ignore_errors=True)
-    return found[-1] if found else None
 
 
 def save_model(trainer: Any, out: Path, base_dir: Path, lora: bool) -> None:

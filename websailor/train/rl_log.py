@@ -19,13 +19,12 @@ Figures per step (names as logged):
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from websailor.errors import InputFormatError
 from websailor.jsonio import JsonlStream, Unfinished
+from websailor.train.step_log import StepLogger as _StepLogger
 
 LOG_FILE = "rl_log.jsonl"
 TB_DIR = "tensorboard"
@@ -43,40 +42,14 @@ PLOTTED = (
 )
 
 
-class StepLogger:
+class StepLogger(_StepLogger):
     """Appends one record per step to ``out/rl_log.jsonl`` and writes its numeric values as
     TensorBoard scalars under ``out/tensorboard``."""
 
     def __init__(self, out: Path, replay: bool = False) -> None:
-        """``replay``: a resumed run; the event files are rewritten from the step log (already
-        cut back to the checkpoint), so no step appears twice."""
-        import shutil
-
-        from tensorboardX import SummaryWriter
-
-        self.path = Path(out) / LOG_FILE
-        if replay:
-            shutil.rmtree(Path(out) / TB_DIR, ignore_errors=True)
-        self.writer = SummaryWriter(str(Path(out) / TB_DIR))
-        if replay and self.path.exists():
-            for rec in read_log(self.path):
-                self._scalars(rec["step"], rec)
-
-    def write(self, step: int, values: dict[str, Any]) -> None:
-        """Record ``values`` (names to numbers) for optimizer step ``step``."""
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"step": step, **clean}) + "\n")
-        self._scalars(step, clean)
-
-    def _scalars(self, step: int, values: dict[str, Any]) -> None:
-        for k, v in values.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                self.writer.add_scalar(k, v, step)
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
+        """``replay``: a resumed run; the event files are rewritten from the step log (already cut
+        back to the checkpoint), so no step appears twice."""
+        super().__init__(Path(out) / LOG_FILE, Path(out) / TB_DIR, replay)
 
 
 @dataclass(frozen=True)

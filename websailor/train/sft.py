@@ -30,7 +30,6 @@ from websailor.train.common import (  # noqa: F401
     CHECKPOINTING_KWARGS,
     TrainSettings,
     check_report_to,
-    check_resume,
     limit_training_memory,
     load_tokenizer,
     load_trainable_model,
@@ -41,11 +40,15 @@ from websailor.train.common import (  # noqa: F401
     tensorboard_dir,
     wrap_lora,
 )
+from websailor.train.run_folder import FORMAT_KEY, RUN_FORMAT, check_resume, checkpoint_step, trim_jsonl
+from websailor.train.step_log import SFT_LOG_FILE as LOG_FILE
 
 logger = get_logger(__name__)
 
 SETTINGS_FILE = "sft_settings.json"
 SUMMARY_FILE = "sft_summary.json"
+#: settings a resumed run may change: they do not change what is trained
+CONTINUABLE = ("keep_checkpoints", "logging_steps")
 
 
 class SFTSettings(TrainSettings):
@@ -62,8 +65,12 @@ class SFTSettings(TrainSettings):
         max_steps: optimizer steps; ``None`` runs ``epochs``.
         max_length: longest trajectory in tokens (paper V1: 32k budget); longer ones are dropped,
             capped by the model's context size.
-        (LoRA, precision, gradient checkpointing: :class:`websailor.train.common.TrainSettings`.)
-        save_steps: steps between checkpoints (a stopped run resumes from the latest).
+        (LoRA, precision, LM head, gradient checkpointing, checkpoints kept:
+        :class:`websailor.train.common.TrainSettings`.)
+        save_steps: optimizer steps between checkpoints (model, optimizer, scheduler, random
+            states and the position in the data): a run killed at any moment loses at most
+            that many steps, and rerunning the same command resumes from the latest whole one.
+        logging_steps: optimizer steps between lines of the step log (``sft_log.jsonl``).
     """
 
     learning_rate: float = Field(5e-6, gt=0)
@@ -111,6 +118,14 @@ def _check_warmup(settings: SFTSettings, n_examples: int, world: int, accumulati
         )
 
 
+def _logged_seconds(out: Path) -> float | None:
+    """The seconds of every step in the run's step log (all sessions of a resumed run)."""
+    from websailor.jsonio import read_appended_jsonl
+
+    seconds = [rec.get("time/step_s") for _, rec in read_appended_jsonl(out / LOG_FILE, "a step record")]
+    return sum(s for s in seconds if isinstance(s, (int, float))) or None
+
+
 def train_sft(
     data_path: str | Path | list[str | Path],
     model: str,
@@ -143,11 +158,11 @@ def train_sft(
     import torch
     from datasets import Dataset
     from transformers import AutoConfig
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
-    from websailor.train.lm_head import install_head
     from websailor.train.precision import choose_precision
     from websailor.train.sft_data import load_sft_data
+    from websailor.train.sft_trainer import AgentSFTTrainer, step_log_callback
 
     settings = settings or SFTSettings()
     reporters = check_report_to(report_to)  # an unknown or missing tracker fails before any work
@@ -165,8 +180,9 @@ def train_sft(
         logger.info("max_length %d is capped at the model's context, %d tokens", settings.max_length, limit)
     max_length = limit if capped else settings.max_length
     data = load_sft_data(paths, tokenizer, max_length, limit_name="the model's context" if capped else "--max-length")
-    record = {"model": model, "data_sha256": data.sha256, **settings.model_dump()}
-    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "SFT")  # refuses a directory of another run
+    record = {"model": model, "data_sha256": data.sha256, **settings.model_dump(), FORMAT_KEY: RUN_FORMAT}
+    # refuses a directory of another run, of another run format, or with other settings
+    resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "SFT", ignore=CONTINUABLE)
     if (out / SUMMARY_FILE).exists():
         logger.info("%s already holds the finished model of this run", out)
         return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
@@ -182,6 +198,8 @@ def train_sft(
     out.mkdir(parents=True, exist_ok=True)
     if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch, one process writes
         (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+        # the steps after the checkpoint are trained again: their lines go, and come back once
+        trim_jsonl(out / LOG_FILE, checkpoint_step(resume) if resume else 0)
     args = SFTConfig(
         output_dir=str(out / "checkpoints"),
         learning_rate=settings.learning_rate,
@@ -199,7 +217,7 @@ def train_sft(
         activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
         save_strategy="steps",
         save_steps=settings.save_steps,
-        save_total_limit=2,
+        save_total_limit=settings.keep_checkpoints,
         logging_steps=settings.logging_steps,
         report_to=reporters or "none",
         seed=settings.seed,
@@ -208,10 +226,14 @@ def train_sft(
         use_cpu=not torch.cuda.is_available(),
     )
     with tensorboard_dir(out / "tensorboard", reporters):
-        trainer = SFTTrainer(
-            model=net, args=args, train_dataset=Dataset.from_list(data.examples), processing_class=tokenizer
+        trainer = AgentSFTTrainer(
+            model=net,
+            lm_head=settings.lm_head,
+            args=args,
+            train_dataset=Dataset.from_list(data.examples),
+            processing_class=tokenizer,
+            callbacks=[step_log_callback(out)],
         )
-    head = install_head(trainer.model, settings.lm_head, outputs=("entropy", "is_top1"))  # TRL's metrics read both
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - t0
@@ -231,10 +253,11 @@ def train_sft(
         "gradient_accumulation": accumulation,
         "bf16": bf16,
         "precision": precision.record(),
-        "lm_head": head,
+        "lm_head": trainer.lm_head,
         "memory": memory_record(settings, limits),
         "train_loss": result.training_loss,
-        "train_seconds": round(seconds, 1),
+        "train_seconds": round(_logged_seconds(out) or seconds, 1),
+        "session_seconds": round(seconds, 1),
         "loss_history": history,
     }
     if data.observation_settings():  # what observations the data's tool responses were made with

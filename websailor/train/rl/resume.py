@@ -16,41 +16,6 @@ from websailor.train.rl.settings import CONTINUABLE, LOG_FILE, SETTINGS_FILE, SU
 logger = get_logger(__name__)
 
 
-def trim_jsonl(path: Path, max_step: int) -> None:
-    """Drop the records of steps after ``max_step`` (a resumed run repeats those steps) and an
-    unfinished last line of a killed run (with a warning), streaming the file
-    (:class:`websailor.jsonio.JsonlStream`); blank lines go too. The file is replaced (a new
-    file moved over it) only when something is dropped or its last line lacks its newline.
-
-    Raises:
-        InputFormatError: a complete line that is not a JSON object: refused, and the file left
-            as it is, rather than dropped unseen.
-    """
-    from websailor.jsonio import JsonlStream, parse_line
-
-    if not path.exists():
-        return
-    stream = JsonlStream(path, f"a record of {path.name}")
-    tmp = path.with_name(f".{path.name}.trim-{os.getpid()}")
-    changed = False
-    try:
-        with tmp.open("wb") as out:
-            for _, lineno, raw in stream.lines():
-                step = parse_line(path, lineno, raw, f"a record of {path.name}").get("step", 0) if raw.strip() else None
-                if step is None or (isinstance(step, int) and step > max_step):
-                    changed = True
-                    continue
-                changed = changed or not raw.endswith(b"\n")
-                out.write(raw if raw.endswith(b"\n") else raw + b"\n")
-        if stream.unfinished is not None:
-            logger.warning("%s", stream.unfinished)
-            changed = True
-        if changed:
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def data_digest(data_path: str | Path, items: list[Any]) -> str:
     """Identifies the training data of a run: the file's bytes, or (for a named benchmark, a
     ``FORMAT:PATH`` spec or a folder of report tasks) its items."""

@@ -19,7 +19,7 @@ LOG_FILE = "rl_log.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 PREFILTER_FILE = "prefilter.json"
 #: settings that may change between a run and its continuation (not part of a run's identity)
-CONTINUABLE = ("max_steps", "rollout_server", "sync_timeout_s")
+CONTINUABLE = ("max_steps", "rollout_server", "sync_timeout_s", "keep_checkpoints")
 #: the moderate band of WebSailor's filter: solved sometimes but not always
 DEFAULT_BAND = "0<c<k"
 
@@ -113,6 +113,9 @@ class RLSettings(TrainSettings):
         rubric: report tasks: a JSON rubric (the benchmark's criteria layout) scoring every
             task instead of the task file's criteria.
         language: report tasks: train only on the tasks in this language (``en``, ``zh``).
+        save_steps: optimizer steps between checkpoints (default 1: after every step, so a run
+            killed at any moment loses at most the step in progress; the last
+            ``keep_checkpoints`` are kept).
     """
 
     algo: Literal["v2", "dupo"] = "v2"
@@ -151,7 +154,7 @@ class RLSettings(TrainSettings):
     task: Literal["qa", "report"] = "qa"
     rubric: str | None = None
     language: Literal["en", "zh"] | None = None
-    save_steps: int = Field(10, ge=1)
+    save_steps: int = Field(1, ge=1)
     seed: int = Field(0, ge=0, lt=2**32)
 
     @model_validator(mode="after")

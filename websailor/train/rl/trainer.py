@@ -29,7 +29,6 @@ from websailor.questions import resolve_split
 from websailor.train.common import (
     CHECKPOINTING_KWARGS,
     check_report_to,
-    check_resume,
     limit_training_memory,
     load_tokenizer,
     load_trainable_model,
@@ -44,7 +43,7 @@ from websailor.train.rl.prefilter import (
     prefilter_items,
     prefilter_source,
 )
-from websailor.train.rl.resume import check_enough, data_digest, finish_from_checkpoint, holds_other_run, trim_jsonl
+from websailor.train.rl.resume import check_enough, data_digest, finish_from_checkpoint, holds_other_run
 from websailor.train.rl.settings import (
     CONTINUABLE,
     LOG_FILE,
@@ -57,6 +56,7 @@ from websailor.train.rl.settings import (
     build_agent_config,
     training_questions,
 )
+from websailor.train.run_folder import FORMAT_KEY, RUN_FORMAT, check_resume, trim_jsonl
 
 if TYPE_CHECKING:
     from websailor.tools.environment import EnvSpec
@@ -195,7 +195,13 @@ def _plan(
         split = resolve_split(data_path, split, "train")
         items = training_questions(data_path, split)
     check_enough(items, settings, "the data")
-    record = {"model": model, "data_sha256": data_digest(data_path, items), "split": split, **settings.model_dump()}
+    record = {
+        "model": model,
+        "data_sha256": data_digest(data_path, items),
+        "split": split,
+        **settings.model_dump(),
+        FORMAT_KEY: RUN_FORMAT,
+    }
     record.update(env.record())  # nothing for the default local environment: older runs keep their record
     stale = holds_other_run(out, record)
     resume = check_resume(out, record, SETTINGS_FILE, SUMMARY_FILE, "RL", ignore=CONTINUABLE)
@@ -305,7 +311,7 @@ def _grpo_config(run: _Run, bf16: bool, max_position_embeddings: int, progress: 
         activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
         save_strategy="steps",
         save_steps=settings.save_steps,
-        save_total_limit=2,
+        save_total_limit=settings.keep_checkpoints,
         logging_steps=1,
         report_to=list(run.report_to) or "none",
         seed=settings.seed,
