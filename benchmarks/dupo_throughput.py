@@ -163,6 +163,7 @@ def main() -> None:
     p.add_argument("--max-calls", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results-dir", type=Path, help="where dupo_throughput.json goes (default benchmarks/results)")
     p.add_argument(
         "--observations", choices=("paper", "compact"), default="paper", help="observation setting of the tools"
     )
@@ -202,7 +203,7 @@ def main() -> None:
             B: round((1 - (1 - share) ** B) / share, 2) for B in sorted({a.groups, 16})
         }
     print(json.dumps(res, indent=2))
-    write_results("dupo_throughput", res, a)
+    write_results("dupo_throughput", res, a, **({"results_dir": a.results_dir} if a.results_dir else {}))
 
 
 if __name__ == "__main__":

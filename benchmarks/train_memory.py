@@ -1,31 +1,41 @@
-"""Peak memory and seconds per step of training the embedded model (SmolLM2-135M) at long
-contexts, under each precision and memory setting.
+"""Training speed and peak memory of the embedded model (SmolLM2-135M) at long contexts:
+tokens per second of the fast defaults against TRL's own path, measured in the same run.
 
 Each configuration runs in a fresh Python process (peak RSS by ``resource.getrusage``):
 
-* ``sft``: ``train_sft`` for ``--steps`` optimizer steps at batch ``--batch`` (one trajectory of
-  about ``--tokens`` tokens per micro-batch);
-* ``rl``: ``train_rl`` for one step on a group of ``--rollouts`` rollouts of about ``--tokens``
-  tokens each (two answer right, the others wrong, so every rollout carries an advantage).
-  The rollout function is replaced by one that hands the trainer these finished rollouts
-  through :meth:`~websailor.train.rl.rollouts.AgentRollouts.batch`: grading, advantages,
-  tokenization and the trainer's loss are the real ones, only the sampling is skipped.
+* ``sft``: ``train_sft`` for ``--steps`` optimizer steps of each ``--sizes`` entry
+  (``BATCHxTOKENS``: that many trajectories of about that many tokens per step, one per
+  micro-batch). Speed is read from the run's step log (``sft_log.jsonl``) over the steps after
+  the first (its allocations and kernel choices are a warm-up): all tokens and loss tokens
+  (the assistant replies) per second, and seconds per step.
+* ``rl``: ``train_rl`` for one step on a group of ``--rollouts`` rollouts of about the first
+  size's tokens each (two answer right, the others wrong, so every rollout carries an
+  advantage). The rollout function is replaced by one that hands the trainer these finished
+  rollouts through :meth:`~websailor.train.rl.rollouts.AgentRollouts.batch`: grading,
+  advantages, tokenization and the trainer's loss are the real ones, only the sampling is
+  skipped (so there is no rollout server and no importance-sampling pass:
+  ``benchmarks/rl_step.py`` times that).
 
 The trajectories are real multi-turn agent runs over the embedded corpus: a scripted model
-searches and visits pages until the conversation holds ``--tokens`` tokens, then answers.
-The settings (``--labels``, each against ``fp32`` in the same run):
+searches and visits pages until the conversation holds the size's tokens, then answers. The
+settings (``--labels``; ratios against ``trl`` and ``before`` in the same run):
 
-* ``fp32``: fp32, gradient checkpointing, the memory limits (the tiled LM head and the 1 MiB
-  mmap threshold, :func:`websailor.train.common.limit_training_memory`): the CPU default before
-  bf16;
-* ``memory``: bf16 autocast with checkpointing and the memory limits (the ladder experiment's
-  SFT settings before);
-* ``bf16``: bf16 autocast, no checkpointing, no memory limits;
-* ``bf16_ckpt``: bf16 autocast with checkpointing, no memory limits (the defaults now).
+* ``trl``: TRL's own defaults: ``SFTTrainer`` / ``GRPOTrainer`` with bf16 autocast (TRL's
+  ``bf16`` default), activation checkpointing, TRL's fused LM head (every position, fp32 tiles
+  off CUDA), glibc's allocator as it is;
+* ``before``: websailor's defaults before the fast path: TRL's head, checkpointing, the memory
+  limits, and the precision the CPU flags chose (bf16 where ``/proc/cpuinfo`` lists
+  ``avx512_bf16`` or ``amx_bf16``);
+* ``default``: today's defaults: precision by measurement, the loss-position head,
+  checkpointing, the memory limits;
+* ``fast``: today's defaults without checkpointing or the memory limits (more memory).
+
+The precision measurement (``choose_precision("auto")``: bf16 and fp32 GFLOPS of the model's
+shapes on this machine) is printed and saved beside the figures.
 
 Usage::
 
-    python benchmarks/train_memory.py [--tokens 1730] [--batch 2] [--rollouts 8] [--only sft] [--labels fp32,bf16_ckpt]
+    python benchmarks/train_memory.py [--sizes 2x1730,1x4096] [--steps 3] [--rollouts 8] [--only sft] [--labels trl,default]
 """
 
 from __future__ import annotations
@@ -50,10 +60,14 @@ cfg = json.loads(sys.argv[1])
 out = Path(cfg["out"])
 if cfg["kind"] == "sft":
     from websailor.train.sft import load_settings, train_sft
-    s = load_settings(str(cfg["config"]), max_steps=cfg["steps"], batch_size=cfg["batch"], max_length=cfg["tokens"] + 512,
-                      warmup_ratio=0.0, save_steps=1000, **cfg["settings"])
+    s = load_settings(None, learning_rate=1e-4, weight_decay=0.1, max_steps=cfg["steps"], batch_size=cfg["batch"],
+                      max_length=cfg["tokens"] + 512, warmup_ratio=0.0, save_steps=1000, **cfg["settings"])
     summary = train_sft(cfg["trajs"], "smollm2", out, s, progress=False)
-    step_s = summary["train_seconds"] / summary["steps"]
+    log = [json.loads(x) for x in (out / "sft_log.jsonl").read_text().splitlines()][1:]  # the first step warms up
+    seconds = sum(r["time/step_s"] for r in log)
+    result = {"step_s": seconds / len(log), "tokens_per_s": sum(r["tokens"] for r in log) / seconds,
+              "loss_tokens_per_s": sum(r["loss_tokens"] for r in log) / seconds,
+              "precision": summary["precision"]["precision"], "lm_head": summary["lm_head"]}
 else:
     from websailor.agent.trajectory import Trajectory
     from websailor.tools.environment import EnvSpec
@@ -66,16 +80,15 @@ else:
         return self.batch(items, trajs, trainer.state.global_step, trainer.processing_class)
 
     rl_rollouts.AgentRollouts.__call__ = finished_rollouts
-    if cfg.get("padded"):  # TRL's own forward passes, over the whole batch's padding
-        import trl
-        import websailor.train.rl.trim as trim
-        trim.TrimmedGRPOTrainer = trl.GRPOTrainer
     n = len(trajs)
-    s = load_settings(str(cfg["config"]), group_size=n, batch_size=n, max_steps=1, max_context_tokens=cfg["tokens"] * 2,
-                      save_steps=1000, **cfg["settings"])
+    s = load_settings(None, algo="v2", learning_rate=3e-5, group_size=n, batch_size=n, max_steps=1,
+                      max_context_tokens=cfg["tokens"] * 2, save_steps=1000, **cfg["settings"])
     summary = train_rl(cfg["qa"], "smollm2", out, s, env=EnvSpec(corpus=cfg["corpus"]), progress=False)
-    step_s = summary["log"][0]["time/update_s"]
-print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "step_s": step_s}))
+    step = summary["log"][0]
+    result = {"step_s": step["time/update_s"], "tokens_per_s": step["num_tokens"] / step["time/update_s"],
+              "precision": summary["precision"]["precision"], "lm_head": summary["lm_head"]}
+result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(result))
 """
 
 
@@ -154,79 +167,122 @@ def measure(cfg: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-#: the settings measured (see the module docstring)
+def flags_precision() -> str:
+    """The precision ``auto`` chose before it measured: bf16 where ``/proc/cpuinfo`` lists a
+    bf16 instruction set (``avx512_bf16`` or ``amx_bf16``), else fp32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "fp32"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "fp32"
+
+
+#: the settings measured (see the module docstring); ``before`` takes its precision from the flags
 SETTINGS = {
-    "fp32": {"precision": "fp32", "gradient_checkpointing": True, "memory_limits": True},
-    "memory": {"precision": "bf16", "gradient_checkpointing": True, "memory_limits": True},
-    "bf16": {"precision": "bf16", "gradient_checkpointing": False, "memory_limits": False},
-    "bf16_ckpt": {"precision": "bf16", "gradient_checkpointing": True, "memory_limits": False},
+    "trl": {"precision": "bf16", "lm_head": "trl", "gradient_checkpointing": True, "memory_limits": False},
+    "before": {"precision": None, "lm_head": "trl", "gradient_checkpointing": True, "memory_limits": True},
+    "default": {},
+    "no_limits": {"memory_limits": False},
+    "fast": {"gradient_checkpointing": False, "memory_limits": False},
 }
+BASELINES = ("trl", "before")
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``2x1730,1x4096`` as ``[(2, 1730), (1, 4096)]``."""
+    sizes = []
+    for part in text.split(","):
+        batch, _, tokens = part.strip().partition("x")
+        if not (batch.isdigit() and tokens.isdigit()) or int(batch) < 1 or int(tokens) < 300:
+            raise SystemExit(f"--sizes: {part!r} is not BATCHxTOKENS (e.g. 2x1730, at least 300 tokens)")
+        sizes.append((int(batch), int(tokens)))
+    return sizes
 
 
 def main() -> None:
-    """Measure SFT and RL under each setting, print the figures and the ratios to fp32, save them."""
+    """Measure SFT and RL under each setting, print the figures and the ratios, save them."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokens", type=int, default=1730, help="tokens per trajectory")
-    ap.add_argument("--batch", type=int, default=2, help="SFT trajectories per optimizer step")
-    ap.add_argument("--rollouts", type=int, default=8, help="rollouts in the RL group")
-    ap.add_argument("--steps", type=int, default=3, help="SFT optimizer steps")
+    ap.add_argument("--sizes", default="2x1730,1x4096", help="SFT steps as BATCHxTOKENS, comma-separated")
+    ap.add_argument("--rollouts", type=int, default=8, help="rollouts in the RL group (of the first size's tokens)")
+    ap.add_argument("--steps", type=int, default=3, help="SFT optimizer steps (the first is not timed)")
     ap.add_argument("--only", choices=("sft", "rl"), help="measure one of the two")
     ap.add_argument("--labels", default=",".join(SETTINGS), help="which settings to run (comma-separated)")
     a = ap.parse_args()
     from _common import vital_source
 
     from websailor.corpus import CorpusBuildConfig, build_corpus
+    from websailor.train.precision import choose_precision
 
     labels = [x for x in a.labels.split(",") if x]
     unknown = [x for x in labels if x not in SETTINGS]
     if unknown:
         raise SystemExit(f"--labels: unknown {unknown}; choose from {list(SETTINGS)}")
-    results: dict = {"tokens": a.tokens, "batch": a.batch, "rollouts": a.rollouts, "sft_steps": a.steps}
+    if a.steps < 2 or a.rollouts < 2:
+        raise SystemExit("--steps and --rollouts: give at least 2")
+    sizes = parse_sizes(a.sizes)
+    measured = choose_precision("auto")
+    print(measured.describe(), flush=True)
+    old = flags_precision()
+    results: dict = {"sizes": a.sizes, "rollouts": a.rollouts, "sft_steps": a.steps}
+    results["precision"] = {"auto": measured.record(), "by_cpu_flags": old}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = build_corpus(
             CorpusBuildConfig(source=vital_source(), format="vital", out=tmp / "corpus", show_progress=False)
         )
-        runs = long_trajectories(max(2, a.rollouts, a.batch), a.tokens, corpus)
-        results["trajectory_tokens"] = [r.pop("_tokens") for r in runs]
-        print(f"trajectories: {results['trajectory_tokens']} tokens")
-        sft_file = tmp / "sft.jsonl"
-        sft_file.write_text("".join(json.dumps(r) + "\n" for r in runs[: a.batch]))
-        rl_file = tmp / "rl.jsonl"
-        rl_file.write_text("".join(json.dumps(r) + "\n" for r in runs[: a.rollouts]))
         qa = tmp / "qa.jsonl"
         qa.write_text(json.dumps({"id": "river", "question": QUESTION, "answer": "Seine"}) + "\n")
-        for kind in ("sft", "rl"):
-            if a.only and kind != a.only:
-                continue
+        runs_by_size = {}
+        for batch, tokens in sizes:
+            runs = long_trajectories(max(batch, 2 if a.only == "sft" else a.rollouts), tokens, corpus)
+            runs_by_size[(batch, tokens)] = runs
+            print(f"{batch}x{tokens}: trajectories of {[r['_tokens'] for r in runs]} tokens", flush=True)
+        jobs = []
+        if a.only != "rl":
+            jobs += [("sft", size) for size in sizes]
+        if a.only != "sft":
+            jobs.append(("rl", sizes[0]))
+        for kind, (batch, tokens) in jobs:
+            runs = runs_by_size[(batch, tokens)]
+            data = tmp / f"{kind}-{batch}x{tokens}.jsonl"
+            chosen = runs[:batch] if kind == "sft" else runs[: a.rollouts]
+            data.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "_tokens"}) + "\n" for r in chosen))
+            key = f"{kind}_{batch}x{tokens}" if kind == "sft" else f"rl_{len(chosen)}x{tokens}"
+            figures = results.setdefault(key, {"trajectory_tokens": [r["_tokens"] for r in chosen]})
             for label in labels:
+                settings = dict(SETTINGS[label])
+                if settings.get("precision", "") is None:
+                    settings["precision"] = old
                 cfg = {
                     "kind": kind,
                     "label": label,
-                    "out": str(tmp / f"{kind}-{label}"),
-                    "config": str(ROOT / "configs" / kind / "cpu_mini.yaml"),
-                    "settings": SETTINGS[label],
-                    "tokens": a.tokens,
+                    "out": str(tmp / f"{key}-{label}"),
+                    "settings": settings,
+                    "tokens": tokens,
                     "steps": a.steps,
-                    "batch": a.batch,
-                    "trajs": str(sft_file if kind == "sft" else rl_file),
+                    "batch": batch,
+                    "trajs": str(data),
                     "qa": str(qa),
                     "corpus": str(corpus),
                 }
                 r = measure(cfg)
-                results[f"{kind}_{label}"] = r
-                print(f"{kind} {label}: peak {r['peak_mb']:,.0f} MB, {r['step_s']:.1f} s/step", flush=True)
-            base = results.get(f"{kind}_fp32")
-            for label in labels:
-                if base is None or label == "fp32":
-                    continue
-                f = results[f"{kind}_{label}"]
-                results[f"{kind}_{label}"]["speedup_vs_fp32"] = base["step_s"] / f["step_s"]
-                results[f"{kind}_{label}"]["peak_vs_fp32"] = f["peak_mb"] / base["peak_mb"]
+                figures[label] = r
+                loss_rate = f", {r['loss_tokens_per_s']:.1f} loss tokens/s" if "loss_tokens_per_s" in r else ""
                 print(
-                    f"{kind} {label}: {base['step_s'] / f['step_s']:.2f}x the speed of fp32, "
-                    f"{f['peak_mb'] / base['peak_mb']:.2f}x its peak memory"
+                    f"{key} {label} ({r['precision']}, {r['lm_head']} head): {r['tokens_per_s']:.1f} tokens/s{loss_rate}, "
+                    f"{r['step_s']:.1f} s/step, peak {r['peak_mb']:,.0f} MB",
+                    flush=True,
                 )
+            for base in BASELINES:
+                if base not in figures:
+                    continue
+                for label in labels:
+                    if label in BASELINES:
+                        continue
+                    ratio = figures[label]["tokens_per_s"] / figures[base]["tokens_per_s"]
+                    figures[label][f"speed_vs_{base}"] = round(ratio, 2)
+                    print(f"{key} {label}: {ratio:.2f}x the tokens/s of {base}", flush=True)
     write_results("train_memory" + (f"_{a.only}" if a.only else ""), results, a)
 
 

@@ -17,6 +17,10 @@ its weights to that server every step; ``--engine local`` uses the in-process en
     python experiments/mini_pipeline.py --out runs/ladder --until eval_sft      # the cold start only
     python experiments/mini_pipeline.py --out runs/ladder --rl-steps 60         # continue RL further
     python experiments/mini_pipeline.py --out runs/ladder --publish experiments/results/ladder
+    python experiments/mini_pipeline.py status --out runs/ladder                # where it stands, what is left
+
+The run folder can live anywhere (``--out ~/runs/ladder``, outside the checkout: a checkout laid
+anew does not lose it); every stage resumes from its files, SFT and RL at step granularity.
 
 Writes OUT/results.json and OUT/results.md (the tables and the per-stage wall time, items or
 rollouts and peak resident memory) and the same figures with the context of the run (machine,
@@ -64,9 +68,14 @@ STAGES = (
     "throughput",
     "transfer",
 )
-#: the run directory's layout; directories of an earlier layout (``settings.json`` without it:
-#: constructive trajectories that open with the clue alone, no vLLM stages) are refused
-LAYOUT = 2
+#: the run directory's layout; directories of an earlier layout are refused (:data:`LAYOUT_CHANGES`)
+LAYOUT = 3
+#: what each layout changed (a run folder of an earlier one is refused, naming the change)
+LAYOUT_CHANGES = {
+    2: "trajectories that open with the question's own words, rollouts on vLLM, a prefilter at k = 8",
+    3: "SFT and RL run folders that resume at step granularity (run format 2: an SFT step log, RL "
+    "checkpoints after every step), the loss-position LM head and the measured precision",
+}
 #: what each stage reads, and the stage that makes it
 NEEDS = {
     "traj": (("qa.jsonl", "synth"),),
@@ -133,24 +142,28 @@ READ_LATER = {
 
 def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> None:
     """Run one `websailor` command (or ``program``); record its wall time and peak resident
-    memory (MB)."""
+    memory (MB), also when it fails or is interrupted (``status`` reads the time spent)."""
     shown = "websailor" if program == WS else "python"
     print(f"\n[{name}] $ {shown} " + " ".join(shlex.quote(a) for a in args), flush=True)
     t0 = time.perf_counter()
+    rec = stages.setdefault(name, {"wall_s": 0.0, "peak_rss_mb": 0.0, "runs": 0})
     proc = subprocess.Popen([program, *args])
+    usage = None
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM of the script: the stage stops too, and cleans up
         proc.terminate()
         proc.wait()
         raise
+    finally:
+        rec["wall_s"] = round(rec["wall_s"] + time.perf_counter() - t0, 1)
+        if usage is not None:
+            rec["peak_rss_mb"] = max(rec["peak_rss_mb"], round(usage.ru_maxrss / 1024, 1))
+        rec["runs"] += 1
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed with exit code {proc.returncode}; rerun the script to resume")
-    rec = stages.setdefault(name, {"wall_s": 0.0, "peak_rss_mb": 0.0, "runs": 0})
-    rec["wall_s"] = round(rec["wall_s"] + time.perf_counter() - t0, 1)
-    rec["peak_rss_mb"] = max(rec["peak_rss_mb"], round(usage.ru_maxrss / 1024, 1))
-    rec["runs"] += 1
+    rec["finished"] = True
 
 
 def missing_inputs(out: Path, wanted: tuple[str, ...]) -> list[str]:
@@ -228,7 +241,9 @@ PUBLISHED = (
     "qa_stats.txt",
     "compare_*.md",
     "dupo_stream.jsonl",
+    "dupo_throughput.json",
     "transfer_baseline.json",
+    "sft_model/sft_log.jsonl",
     "sft_model/sft_summary.json",
     "sft_model/sft_settings.json",
     "eval_*/summary.json",
@@ -253,13 +268,27 @@ PUBLISHED = (
 )
 
 
+def machine_paths(out: Path) -> list[tuple[bytes, bytes]]:
+    """What :func:`publish` writes instead of this machine's paths: the run folder's (``OUT``,
+    wherever it lives), the checkout's (paths relative to it) and ``$WEBSAILOR_HOME``'s; longest
+    first, so a run folder inside the checkout reads ``OUT``."""
+    from websailor.config import websailor_home
+
+    pairs = [
+        (f"{out.resolve()}".encode(), b"OUT"),
+        (f"{ROOT}/".encode(), b""),
+        (f"{websailor_home().resolve()}".encode(), b"$WEBSAILOR_HOME"),
+    ]
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
 def publish(out: Path, dest: Path) -> int:
     """Copy the run's small outputs (:data:`PUBLISHED`) from ``out`` to ``dest`` (same relative
-    paths; files of an earlier publish are replaced); returns the bytes written. Paths under the
-    checkout (the configs in the settings) are written relative to it, so that no path of the
-    machine that ran the experiment is published."""
+    paths; files of an earlier publish are replaced); returns the bytes written. No path of the
+    machine that ran the experiment is published (:func:`machine_paths`): the run folder reads
+    ``OUT``, paths under the checkout (the configs in the settings) are relative to it."""
     total = 0
-    prefix = f"{ROOT}/".encode()
+    replace = machine_paths(out)
     for pattern in PUBLISHED:
         for src in sorted(out.glob(pattern)):
             if not src.is_file() or "checkpoint" in src.as_posix():
@@ -268,7 +297,8 @@ def publish(out: Path, dest: Path) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             data = src.read_bytes()
             if src.suffix != ".png":
-                data = data.replace(prefix, b"")
+                for old, new in replace:
+                    data = data.replace(old, new)
             target.write_bytes(data)
             total += len(data)
     return total
@@ -438,7 +468,8 @@ def tables(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_args() -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The script's options (``status`` has its own: :mod:`pipeline_status`)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/ladder"))
     p.add_argument("--items", type=int, default=600, help="items to synthesize (train + test)")
@@ -484,7 +515,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--until", choices=STAGES, default=STAGES[-1], help="stop after this stage")
     p.add_argument("--only", help="run only these stages (comma-separated; their inputs must exist)")
     p.add_argument("--publish", type=Path, help="copy the run's small outputs to this folder at the end")
-    return p.parse_args()
+    return p
+
+
+def parse_args() -> argparse.Namespace:
+    return build_parser().parse_args()
 
 
 def _option(key: str, value: object) -> str:
@@ -493,6 +528,14 @@ def _option(key: str, value: object) -> str:
     if isinstance(value, bool):
         return f"--{flag}" if value else f"--no-{flag}"
     return f"--{flag} {value}"
+
+
+def layout_difference(layout: object) -> str:
+    """What a run folder of ``layout`` is, against this script's :data:`LAYOUT`, in words."""
+    if isinstance(layout, int) and not isinstance(layout, bool) and layout < LAYOUT:
+        since = "; ".join(LAYOUT_CHANGES[n] for n in range(layout + 1, LAYOUT + 1) if n in LAYOUT_CHANGES)
+        return f"an earlier version of this script (layout {layout}, now {LAYOUT}: since then {since})"
+    return f"an unknown layout ({layout!r}; this script writes layout {LAYOUT})"
 
 
 def check_settings(out: Path, settings: dict) -> None:
@@ -512,13 +555,9 @@ def check_settings(out: Path, settings: dict) -> None:
         raise SystemExit(f"{saved_path} is a JSON {type(saved).__name__}, not the settings object; use another --out")
     layout = saved.get("layout", 1)
     if layout != LAYOUT:
-        which = (
-            f"an earlier version of this script (layout {layout}, now {LAYOUT}: trajectories that open with the "
-            "question's own words, rollouts on vLLM, a prefilter at k = 8)"
-            if isinstance(layout, int) and not isinstance(layout, bool) and layout < LAYOUT
-            else f"an unknown layout ({layout!r}; this script writes layout {LAYOUT})"
+        raise SystemExit(
+            f"{out} holds a run of {layout_difference(layout)}; start it again under another --out (or delete it)"
         )
-        raise SystemExit(f"{out} holds a run of {which}; start it again under another --out (or delete it)")
     changed = [
         key
         for key in IDENTITY
@@ -534,8 +573,21 @@ def check_settings(out: Path, settings: dict) -> None:
         )
 
 
+def status_command(argv: list[str]) -> int:
+    """``status --out DIR``: each stage's state, progress, time spent and left, and the command
+    that continues the run (:mod:`pipeline_status`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from pipeline_status import status
+
+    defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
+    return status(argv, LAYOUT, layout_difference, defaults, _option)
+
+
 def main() -> None:
     from websailor.signals import interrupt_on_termination
+
+    if sys.argv[1:2] == ["status"]:
+        sys.exit(status_command(sys.argv[2:]))
 
     interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a = parse_args()
@@ -566,24 +618,32 @@ def main() -> None:
 
     qa, traj, sft = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
     obs = ["--observations", a.observations]
+    # --engine local: the stages' own commands must not start a server either (the script starts them for vllm)
+    local = ["--engine", "local"] if engine == "local" else []
     agent = ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
+    agent += local
     test = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.k)]
     rl_common = [
         *["--config", str(a.rl_config)],
         *["--group-size", str(a.group_size), "--batch", str(a.group_size), "--lr", str(a.rl_lr)],
         *["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)],
         *obs,
+        *local,
     ]
 
     def stage(name: str, args: list[str]) -> None:
         if name in wanted:
-            run_stage(name, args, stages)
-            results_path.write_text(json.dumps(results, indent=2))
+            try:
+                run_stage(name, args, stages)
+            finally:
+                results_path.write_text(json.dumps(results, indent=2))
 
     def stage_script(name: str, args: list[str]) -> None:
         if name in wanted:
-            run_stage(name, args, stages, program=sys.executable)
-            results_path.write_text(json.dumps(results, indent=2))
+            try:
+                run_stage(name, args, stages, program=sys.executable)
+            finally:
+                results_path.write_text(json.dumps(results, indent=2))
 
     def serve(name: str, model: str) -> contextlib.AbstractContextManager[str]:
         if name not in wanted:
@@ -672,7 +732,8 @@ def main() -> None:
             [str(ROOT / "benchmarks" / "dupo_throughput.py"), "--model", spec, "--qa", str(qa)]
             + ["--stream", str(out / "dupo_stream.jsonl"), "--groups", str(a.throughput_groups)]
             + ["--group-size", str(a.group_size), "--batches", "3", "--max-groups", str(a.throughput_max_groups)]
-            + ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", a.observations],
+            + ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", a.observations]
+            + ["--results-dir", str(out)],
         )
     models |= {name: f"hf:{path}" for name, (_, path) in rl_runs.items()}
     if "transfer" in wanted:
@@ -690,13 +751,15 @@ def transfer(out, a, models, engine, agent, obs, stages, results, results_path) 
     for name in MODELS:
         if name != "base" and not (out / MODEL_DIRS[name] / "config.json").exists():
             continue
-        with served(models[name], engine, out / "logs", f"transfer_{name}", a.max_model_len) as spec:
-            run_stage(
-                f"transfer_{name}",
-                ["eval", *bench, "--model", spec, "--out", str(out / f"transfer_{name}"), *agent, *obs],
-                stages,
-            )
-        results_path.write_text(json.dumps(results, indent=2))
+        try:
+            with served(models[name], engine, out / "logs", f"transfer_{name}", a.max_model_len) as spec:
+                run_stage(
+                    f"transfer_{name}",
+                    ["eval", *bench, "--model", spec, "--out", str(out / f"transfer_{name}"), *agent, *obs],
+                    stages,
+                )
+        finally:
+            results_path.write_text(json.dumps(results, indent=2))
 
 
 def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, sanity: Path, rl_runs: dict) -> None:
@@ -710,7 +773,7 @@ def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, 
     if (out / "transfer_baseline.json").exists():
         base = json.loads((out / "transfer_baseline.json").read_text())
         results["transfer_baseline"] = {key: base[key] for key in ("questions", "correct", "accuracy")}
-    stream = ROOT / "benchmarks" / "results" / "dupo_throughput.json"
+    stream = out / "dupo_throughput.json"
     if "throughput" in results.get("stages", {}) and stream.exists():
         results["dupo_throughput"] = json.loads(stream.read_text())["figures"]
     results["reward_gain"] = {

@@ -370,3 +370,78 @@ __all__ = [
     "silent_socket",
     "web_providers",
 ]
+
+
+_FAKE_VLLM = '''#!{python}
+"""A stand-in for `python -m vllm.entrypoints.openai.api_server`: the parts of vLLM's HTTP API the
+rollouts use (each reply after $FAKE_VLLM_DELAY seconds), a worker process in its process group and a shared-memory file it maps (as
+vLLM's CPU workers do), with the pids written to $FAKE_VLLM_PIDS."""
+import argparse, mmap, os, subprocess, sys
+
+p = argparse.ArgumentParser()
+p.add_argument("-m")
+p.add_argument("--model")
+p.add_argument("--served-model-name")
+p.add_argument("--host")
+p.add_argument("--port", type=int)
+p.add_argument("--max-model-len", type=int, default=8192)
+a, _ = p.parse_known_args()
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+shm = "/dev/shm/psm_websailor_test_" + str(os.getpid())
+fd = os.open(shm, os.O_CREAT | os.O_RDWR)
+os.ftruncate(fd, 4096)
+mapped = mmap.mmap(fd, 4096)
+with open(os.environ["FAKE_VLLM_PIDS"], "a") as fh:
+    fh.write(f"{{os.getpid()}} {{worker.pid}} {{shm}}\\n")
+
+import uvicorn
+from fastapi import FastAPI, Request
+from transformers import AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained(a.model)
+reply = os.environ.get("FAKE_VLLM_REPLY", "<think>I know it.</think>\\n<answer>Paris</answer>")
+ids = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+app = FastAPI(openapi_url=None)
+
+@app.get("/v1/models")
+def models():
+    return {{"data": [{{"id": a.served_model_name, "root": a.model, "max_model_len": a.max_model_len}}]}}
+
+@app.get("/openapi.json")
+def openapi():
+    return {{"paths": {{"/v1/models": {{}}, "/v1/completions": {{}}, "/collective_rpc": {{}}, "/reset_prefix_cache": {{}}}}}}
+
+@app.post("/v1/completions")
+async def completions(request: Request):
+    import asyncio
+
+    body = await request.json()
+    await asyncio.sleep(float(os.environ.get("FAKE_VLLM_DELAY", "0")))
+    choice = {{"text": reply, "finish_reason": "stop", "stop_reason": None, "token_ids": ids,
+              "logprobs": {{"token_logprobs": [-0.5] * len(ids), "tokens": [], "top_logprobs": []}}}}
+    return {{"choices": [choice], "usage": {{"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}}}
+
+uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
+'''
+
+
+def write_fake_vllm(folder) -> tuple:
+    """An executable stand-in for vLLM's Python (:data:`_FAKE_VLLM`) in ``folder``, and the file
+    it writes ``server_pid worker_pid shm_path`` lines to (set ``FAKE_VLLM_PIDS`` to it)."""
+    import sys
+    from pathlib import Path
+
+    folder = Path(folder)
+    python = folder / "fake_vllm_python"
+    python.write_text(_FAKE_VLLM.format(python=sys.executable))
+    python.chmod(0o755)
+    return python, folder / "fake_vllm_pids"
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

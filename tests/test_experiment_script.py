@@ -53,21 +53,24 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     old.mkdir()
     (old / "settings.json").write_text(json.dumps({"items": 600, "seed": 42}))
     res = _run("--out", str(old), "--until", "synth")
-    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 2" in res.stderr
+    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 3" in res.stderr
     assert "another --out" in res.stderr and not (old / "qa.jsonl").exists()
+    (old / "settings.json").write_text(json.dumps({"layout": 2}))
+    res = _run("--out", str(old), "--until", "synth")
+    assert "(layout 2, now 3: since then SFT and RL run folders that resume at step granularity" in res.stderr
     new = tmp_path / "new"
     new.mkdir()
-    (new / "settings.json").write_text(json.dumps({"layout": 2, "items": 600, "seed": 42}))
+    (new / "settings.json").write_text(json.dumps({"layout": 3, "items": 600, "seed": 42}))
     res = _run("--out", str(new), "--items", "300", "--until", "synth")
     assert res.returncode != 0 and "--items 600 (now --items 300)" in res.stderr
-    (new / "settings.json").write_text(json.dumps({"layout": 2, "question_query": False}))
+    (new / "settings.json").write_text(json.dumps({"layout": 3, "question_query": False}))
     res = _run("--out", str(new), "--until", "synth")
     assert "--no-question-query (now --question-query)" in res.stderr
     for text, message in (
-        ('{"layout": 2,', "cannot be read (JSONDecodeError"),
+        ('{"layout": 3,', "cannot be read (JSONDecodeError"),
         ("[1, 2]", "is a JSON list, not the settings object"),
-        ('{"layout": 3}', "an unknown layout (3; this script writes layout 2)"),
-        ('{"layout": "2"}', "an unknown layout ('2'"),
+        ('{"layout": 4}', "an unknown layout (4; this script writes layout 3)"),
+        ('{"layout": "3"}', "an unknown layout ('3'"),
     ):
         (new / "settings.json").write_text(text)
         res = _run("--out", str(new), "--until", "synth")
@@ -110,10 +113,15 @@ def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
         (run / rel).write_text(text)
     config = pipeline.ROOT / "configs" / "rl" / "cpu_ladder.yaml"
-    (run / "settings.json").write_text(json.dumps({"rl_config": str(config)}))
-    files["settings.json"] = json.dumps({"rl_config": "configs/rl/cpu_ladder.yaml"})
+    # the run folder lives outside the checkout: its own path is published as OUT
+    (run / "settings.json").write_text(json.dumps({"rl_config": str(config), "out": str(run.resolve())}))
+    (run / "eval_sft" / "summary.json").write_text(json.dumps({"model": f"hf:{run.resolve()}/sft_model"}))
+    files["settings.json"] = json.dumps({"rl_config": "configs/rl/cpu_ladder.yaml", "out": "OUT"})
+    files["eval_sft/summary.json"] = json.dumps({"model": "hf:OUT/sft_model"})
     size = pipeline.publish(run, dest)
-    assert json.loads((dest / "settings.json").read_text()) == {"rl_config": "configs/rl/cpu_ladder.yaml"}
+    assert json.loads((dest / "settings.json").read_text()) == {"rl_config": "configs/rl/cpu_ladder.yaml", "out": "OUT"}
+    assert json.loads((dest / "eval_sft" / "summary.json").read_text()) == {"model": "hf:OUT/sft_model"}
+    assert str(tmp_path).encode() not in b"".join(p.read_bytes() for p in dest.rglob("*") if p.is_file())
     copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert copied == sorted(r for r in files if "safetensors" not in r and "checkpoint" not in r)
     assert size == sum(len(files[r]) for r in copied)
@@ -300,3 +308,57 @@ def test_transfer_opening_refuses_bad_arguments_before_any_work(tmp_path):
         )
         assert res.returncode != 0 and message in res.stderr, res.stderr
         assert not (tmp_path / "w").exists()
+
+
+def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_path):
+    """``status`` reads a run folder: states, progress in each stage's units, time spent (the
+    script's record, or the step log's seconds), estimates from a stage's own rate or a like
+    stage's, and the command with the settings that differ from the defaults."""
+    run = tmp_path / "ladder"
+    (run / "sft_model").mkdir(parents=True)
+    settings = {
+        key: str(v.resolve()) if isinstance(v, Path) else v
+        for key, v in vars(pipeline.build_parser().parse_args([])).items()
+    }
+    settings |= {"out": str(run), "layout": pipeline.LAYOUT, "items": 10, "k": 2, "eval_limit": 3, "rl_steps": 20}
+    (run / "settings.json").write_text(json.dumps(settings))
+    items = [{"id": f"i{n}", "split": "test" if n < 3 else "train"} for n in range(10)]
+    (run / "qa.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
+    (run / "qa_stats.txt").write_text("stats")
+    (run / "sft_trajectories.jsonl").write_text("{}\n" * 7)
+    (run / "sft_model" / "sft_log.jsonl").write_text(
+        "".join(json.dumps({"step": s, "time/step_s": 10.0}) + "\n" for s in (1, 2)) + '{"step": 3, "ti'
+    )
+    (run / "eval_base").mkdir()
+    (run / "eval_base" / "trajectories.jsonl").write_text(
+        "".join(json.dumps({"id": f"i{n}", "rollout": r}) + "\n" for n in range(3) for r in range(2))
+    )
+    (run / "eval_base" / "summary.json").write_text("{}")
+    stages = {
+        "synth": {"wall_s": 5.0, "runs": 1, "finished": True},
+        "traj": {"wall_s": 7.0, "runs": 1, "finished": True},
+    }
+    stages["eval_base"] = {"wall_s": 60.0, "runs": 1, "finished": True}
+    (run / "results.json").write_text(json.dumps({"stages": stages}))
+    res = _run("status", "--out", str(run))
+    assert res.returncode == 0, res.stderr
+    rows = {line.split()[0]: line for line in res.stdout.splitlines()[3:] if line and not line.startswith(" ")}
+    assert "done" in rows["synth"] and "10 of 10 items" in rows["synth"]
+    assert "partial" in rows["sft"] and "2 of 4 steps" in rows["sft"]  # 7 trajectories, batch 2, one epoch
+    assert "0m20s" in rows["sft"] and rows["sft"].split()[-1] == "0m20s"  # 2 steps left at 10 s each
+    assert "done" in rows["eval_base"] and "6 of 6 rollouts" in rows["eval_base"]
+    # not started, estimated at eval_base's 10 s a rollout
+    assert "not started" in rows["eval_sft"] and rows["eval_sft"].split()[-1] == "1m00s"
+    assert "not started" in rows["rl"] and "0 of 20 RL steps" in rows["rl"] and rows["rl"].split()[-1] == "?"
+    assert "next: sft; continue with:" in res.stdout
+    command = res.stdout.strip().splitlines()[-1].strip()
+    assert command.startswith(f"python experiments/mini_pipeline.py --out {run}")
+    assert "--items 10" in command and "--k 2" in command and "--rl-steps 20" in command and "--seed" not in command
+    data = json.loads(_run("status", "--out", str(run), "--json").stdout)
+    assert data["stages"]["sft"]["done"] == 2 and data["stages"]["sft"]["left_s"] == 20.0
+    # a folder that is not an experiment, and one of another layout
+    res = _run("status", "--out", str(tmp_path))
+    assert res.returncode == 2 and "is not a ladder experiment folder (no settings.json)" in res.stderr
+    (run / "settings.json").write_text(json.dumps({**settings, "layout": 2}))
+    res = _run("status", "--out", str(run))
+    assert res.returncode == 2 and "layout 2, now 3" in res.stderr and "Traceback" not in res.stderr

@@ -167,7 +167,7 @@ def test_asked_precision_and_gpus(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_timing_real_matmuls_gives_positive_figures():
-    figures = prec.time_matmuls([(64, 32, 48)], seconds=0.01)
+    figures = prec.time_matmuls([(256, 256, 256)], seconds=0.01)
     assert set(figures) == {"fp32", "bf16"} and all(v > 0 for v in figures.values())
 
 
@@ -328,3 +328,48 @@ def test_sft_losses_match_trls_head(tiny_model: Path, generated_chatml, tmp_path
     assert len(losses["trl"]) == 3 and all(x > 1 for x in losses["trl"])
     tolerance = 1e-4 if precision == "fp32" else 2e-2
     assert losses["loss_positions"] == pytest.approx(losses["trl"], rel=tolerance)
+
+
+def test_checkpointing_keeps_the_attention_and_recomputes_the_rest(tmp_path: Path):
+    """With gradient checkpointing as the trainers enable it, each layer's attention kernel runs
+    once (its output is kept), where plain checkpointing runs it again in the backward pass; the
+    other products are recomputed in both; the gradients are the same as without checkpointing."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from websailor.train.common import CHECKPOINTING_KWARGS, load_trainable_model
+    from websailor.train.sft import SFTSettings
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._opname
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    _tiny_llama().save_pretrained(tmp_path / "m")
+    ids = torch.randint(0, 1000, (1, 24))
+
+    def run(mode: str) -> tuple[dict, list]:
+        model = load_trainable_model(tmp_path / "m", SFTSettings())
+        if mode != "none":
+            model.activation_checkpointing_enable(dict(CHECKPOINTING_KWARGS))
+            if mode == "plain":  # what the trainers asked for before
+                from transformers import PreTrainedModel
+
+                PreTrainedModel.activation_checkpointing_enable(model, dict(CHECKPOINTING_KWARGS))
+        model.train()
+        with Count() as count:
+            model(input_ids=ids, labels=ids).loss.backward()
+        return count.calls, [p.grad.clone() for p in model.parameters()]
+
+    none, none_grads = run("none")
+    selective, grads = run("selective")
+    plain, _ = run("plain")
+    attention = "_scaled_dot_product_flash_attention_for_cpu"
+    assert none[attention] == selective[attention] == 2 and plain[attention] == 4  # 2 layers
+    assert selective["mm"] > none["mm"]  # the projections are recomputed
+    for a, b in zip(none_grads, grads):
+        assert torch.allclose(a, b, atol=1e-6)

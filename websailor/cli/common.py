@@ -66,6 +66,24 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 # agent options of the commands that run the agent
 ModelOpt = Annotated[str, typer.Option(help="smollm2, hf:PATH, openai:MODEL@BASE_URL or vllm:NAME@BASE_URL.")]
 MaxCallsOpt = Annotated[int, typer.Option(min=1, help="Model calls per question.")]
+
+
+class Engine(str, Enum):
+    """Which engine samples a local model's rollouts (:mod:`websailor.models.serving`)."""
+
+    auto = "auto"
+    local = "local"
+    vllm = "vllm"
+
+
+EngineOpt = Annotated[
+    Engine,
+    typer.Option(
+        help="Which engine samples a local model (smollm2, hf:DIR): auto starts a vLLM server for the job when "
+        "its rollouts reach the break-even of the server's start-up (about 15 on two cores) and vLLM is installed "
+        "(make vllm), and stops it at the end; local never does; vllm always does."
+    ),
+]
 MaxEnvFailuresOpt = Annotated[
     int,
     typer.Option(

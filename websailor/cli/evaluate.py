@@ -10,6 +10,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from websailor.cli.common import (
+    Engine,
+    EngineOpt,
     JsonOpt,
     MaxCallsOpt,
     MaxEnvFailuresOpt,
@@ -55,6 +57,7 @@ def eval_cmd(
     split: Annotated[Optional[Split], typer.Option(help="Split of synthesized QA items (default test).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
     model: ModelOpt = "smollm2",
+    engine: EngineOpt = Engine.auto,
     rollouts: Annotated[int, typer.Option(min=1, help="k: rollouts per question.")] = 3,
     judge: Annotated[str, typer.Option(help="em, f1[:THRESHOLD] or llm:MODEL_SPEC.")] = "em",
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts.")] = 8,
@@ -88,17 +91,20 @@ def eval_cmd(
     if task is Task.report:
         if split is not None:
             fail("--split is for synthesized QA items; report tasks have none")
-        return _eval_reports(bench, out, limit, language, model, rollouts, judge, concurrency, cfg, env_spec)
+        return _eval_reports(
+            bench, out, limit, language, model, rollouts, judge, concurrency, cfg, env_spec, engine.value
+        )
     if language is not None:
         fail("--language selects report tasks: use it with --task report")
     items = load_questions(bench, split=split.value if split else None, limit=limit)
     check_output_path(out)
-    done_rollouts(
-        out / "trajectories.jsonl", env_spec.trajectory_settings()
-    )  # a wrong --out fails before any model time
+    # a wrong --out fails before any model time
+    done = done_rollouts(out / "trajectories.jsonl", env_spec.trajectory_settings())
     grader = load_judge(judge, cache=websailor_home() / "cache" / "judge.sqlite")
     check_endpoint(judge)  # an llm: judge's endpoint answers, or one line in seconds
-    session = open_agent(model, env_spec, cfg, check=True)  # tools and model answer before anything is written
+    todo = max(0, len(items) * rollouts - len({(i, r) for i, r in done if r < rollouts}))
+    # tools and model answer before anything is written
+    session = open_agent(model, env_spec, cfg, engine=engine.value, rollouts=todo, check=True)
     out.mkdir(parents=True, exist_ok=True)
     logger.info("%d questions from %s, k = %d, judge %s", len(items), bench, rollouts, grader.name)
     try:
@@ -134,7 +140,7 @@ def report_judge(judge: str) -> Any:
 
 def _eval_reports(
     bench: str, out: Path, limit: Optional[int], language: Optional[str], model: str, rollouts: int,
-    judge: str, concurrency: int, cfg: Any, env_spec: Any,
+    judge: str, concurrency: int, cfg: Any, env_spec: Any, engine: str = "auto",
 ) -> None:  # fmt: skip
     """``eval --task report``: run, score with RACE and FACT, write the summary."""
     from websailor.agent.runner import done_rollouts
@@ -149,9 +155,10 @@ def _eval_reports(
     if not tasks:
         fail(f"{bench} has no report tasks" + (f" in language {language!r}" if language else ""))
     check_output_path(out)
-    done_rollouts(out / "trajectories.jsonl", env_spec.trajectory_settings())
+    done = done_rollouts(out / "trajectories.jsonl", env_spec.trajectory_settings())
     judge_model = report_judge(judge)
-    session = open_agent(model, env_spec, cfg, check=True)
+    todo = max(0, len(tasks) * rollouts - len(done))
+    session = open_agent(model, env_spec, cfg, engine=engine, rollouts=todo, check=True)
     out.mkdir(parents=True, exist_ok=True)
     logger.info("%d report tasks from %s, k = %d, judge %s", len(tasks), bench, rollouts, judge_model.name)
     try:

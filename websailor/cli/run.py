@@ -10,6 +10,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from websailor.cli.common import (
+    Engine,
+    EngineOpt,
     MaxCallsOpt,
     MaxEnvFailuresOpt,
     MaxTokensOpt,
@@ -81,6 +83,7 @@ def run(
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     model: ModelOpt = "smollm2",
+    engine: EngineOpt = Engine.auto,
     max_env_failures: MaxEnvFailuresOpt = 0,
     task: TaskOpt = Task.qa,
     summarize_at: SummarizeAtOpt = None,
@@ -90,7 +93,8 @@ def run(
     metrics are printed at the end and appended to OUT.tool_metrics.jsonl. A resumed batch run
     reruns the rollouts that ended in a model error or whose tool calls the environment failed
     (beyond --max-env-failures). With --task report the answer is a cited Markdown report;
-    its citations are checked against the pages the agent opened."""
+    its citations are checked against the pages the agent opened. Exits 3 when the rollout (or
+    every rollout of a file) ended in a model error."""
     from websailor.agent.runner import done_rollouts
     from websailor.agent.session import open_agent
     from websailor.questions import load_questions, resolve_split
@@ -105,10 +109,13 @@ def run(
     items = None
     if questions is not None:  # every layout eval reads; all items of a synth file
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)
+    done: set = set()
     if out is not None:  # check the output before spending any model time
         check_output_path(out)
-        done_rollouts(out, env_spec.trajectory_settings())
-    session = open_agent(model, env_spec, cfg, check=True)  # tools and model answer before anything is written
+        done = done_rollouts(out, env_spec.trajectory_settings())
+    todo = 1 if items is None else max(0, len(items) * rollouts - len(done))
+    # tools and model answer before anything is written
+    session = open_agent(model, env_spec, cfg, engine=engine.value, rollouts=todo, check=True)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None

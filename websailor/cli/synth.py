@@ -10,7 +10,17 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.cli.common import JsonOpt, env_options, fail, handle_errors, logger, print_json, warn_unused_env
+from websailor.cli.common import (
+    Engine,
+    EngineOpt,
+    JsonOpt,
+    env_options,
+    fail,
+    handle_errors,
+    logger,
+    print_json,
+    warn_unused_env,
+)
 
 synth_app = typer.Typer(
     help="SailorFog-QA-V2: synthesize verified, high-uncertainty QA items.", invoke_without_command=True
@@ -55,6 +65,7 @@ def synth(
     ] = Keep.moderate,
     max_calls: Annotated[int, typer.Option(min=1, help="Model calls per rollout of the reference agent.")] = 100,
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent rollouts of the reference agent.")] = 8,
+    engine: EngineOpt = Engine.auto,
     max_memory_gb: Annotated[
         Optional[float],
         typer.Option(
@@ -116,7 +127,11 @@ def synth(
                 env = env.model_copy(update={"corpus": corpus})
             difficulty = DifficultyConfig(k=k, keep=keep.value, concurrency=concurrency)
             agent_cfg = AgentConfig(max_calls=max_calls, seed=seed)
-            rater = stack.enter_context(open_difficulty_filter(out, filter_with, env, difficulty, agent_cfg))
+            rater = stack.enter_context(
+                open_difficulty_filter(
+                    out, filter_with, env, difficulty, agent_cfg, engine=engine.value, rollouts=(n - have) * k
+                )
+            )
             logger.info(
                 "difficulty filter: %d rollouts per item, keep %s; rollouts in %s", k, keep.value, rollouts_file(out)
             )

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from websailor.cli.common import (
+    Engine,
+    EngineOpt,
     SeedOpt,
     Split,
     TemperatureOpt,
@@ -75,6 +77,7 @@ def traj_build(
     temperature: TemperatureOpt = 0.85,
     seed: SeedOpt = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Expert rollouts in flight.")] = 4,
+    engine: EngineOpt = Engine.auto,
     rewrite_thoughts: Annotated[
         Optional[str],
         typer.Option(
@@ -150,7 +153,9 @@ def traj_build(
         if not expert:
             fail("--source expert needs --expert MODEL (the strong model that answers)")
         items_split = resolve_split(qa, split.value if split else None, "train")
-        run = ExpertRun(expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency)
+        run = ExpertRun(
+            expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency, engine.value
+        )
         cfg = agent_config(max_calls, max_turn_tokens, None, temperature, seed)
         env = env_spec if corpus is None else env_spec.model_copy(update={"corpus": corpus})
         counts: Counter = Counter()

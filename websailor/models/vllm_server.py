@@ -109,6 +109,9 @@ class VLLMServerModel(ChatModel):
             HTTP 5xx); a server that stays down ends the call with :class:`ModelError`.
         backoff_s: first back-off in seconds (doubles, with jitter, up to 10 s).
         tokenizer_dir: where to read the tokenizer (default: see the module docstring).
+        label: how records name the model (``name``; default the spec ``vllm:MODEL@URL``). A
+            server a job started for itself is labelled with the job's own spec, so records
+            do not depend on its port (:mod:`websailor.models.serving`).
 
     Raises:
         ConfigError: (on :meth:`check`, and on the first request) the server does not serve
@@ -124,10 +127,13 @@ class VLLMServerModel(ChatModel):
         max_attempts: int = 4,
         backoff_s: float = 0.5,
         tokenizer_dir: str | Path | None = None,
+        label: str | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url.rstrip("/")
-        self.name = f"vllm:{model}@{self.base_url}"
+        #: the spec of the server, named in errors
+        self.where = f"vllm:{model}@{self.base_url}"
+        self.name = label or self.where
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -221,21 +227,21 @@ class VLLMServerModel(ChatModel):
             return retrying(once)
         except httpx.HTTPStatusError as e:
             detail = e.response.text[:300]
-            raise ModelError(f"{self.name}: HTTP {e.response.status_code} from /v1/completions: {detail}") from e
+            raise ModelError(f"{self.where}: HTTP {e.response.status_code} from /v1/completions: {detail}") from e
         except httpx.TransportError as e:
             raise ModelError(
-                f"{self.name}: the server does not answer after {self.max_attempts} attempts "
+                f"{self.where}: the server does not answer after {self.max_attempts} attempts "
                 f"({type(e).__name__}: {e}); is it still running?"
             ) from e
         except ValueError as e:
-            raise ModelError(f"{self.name}: the reply of /v1/completions is not JSON ({e})") from e
+            raise ModelError(f"{self.where}: the reply of /v1/completions is not JSON ({e})") from e
 
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
         turns = self.turns
         try:
             prompt = turns.prompt_ids(messages)
         except ValueError as e:
-            raise ModelError(f"{self.name}: {e}") from e
+            raise ModelError(f"{self.where}: {e}") from e
         room = self.max_context - len(prompt)
         if room <= 0:
             return Generation("", len(prompt), 0, "length", [], [])
@@ -260,11 +266,11 @@ class VLLMServerModel(ChatModel):
             logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise ModelError(
-                f"{self.name}: the reply carries no token_ids or logprobs ({type(e).__name__}: {e}); "
+                f"{self.where}: the reply carries no token_ids or logprobs ({type(e).__name__}: {e}); "
                 "is it a vLLM server of a version that supports return_token_ids?"
             ) from e
         if len(ids) != len(logprobs) or not all(math.isfinite(x) for x in logprobs):
-            raise ModelError(f"{self.name}: the reply has {len(ids)} token ids but {len(logprobs)} finite logprobs")
+            raise ModelError(f"{self.where}: the reply has {len(ids)} token ids but {len(logprobs)} finite logprobs")
         finish = choice.get("finish_reason") or "stop"
         text = None
         if isinstance(choice.get("stop_reason"), str):  # stopped at a stop string: its tokens are among the ids

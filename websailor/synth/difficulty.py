@@ -168,10 +168,14 @@ def open_difficulty_filter(
     env: EnvSpec | None = None,
     config: DifficultyConfig | None = None,
     agent_config: AgentConfig | None = None,
+    engine: str | None = None,
+    rollouts: int = 0,
 ) -> Iterator[DifficultyFilter]:
     """The difficulty filter of ``synth --filter-with``: a reference agent of ``model`` (a
     spec) with the tools of ``env`` (default: local), rolling out into :func:`rollouts_file`
-    of ``out``; the model, the tools and the rollouts file are closed on exit.
+    of ``out``; the model, the tools and the rollouts file are closed on exit. ``engine`` and
+    ``rollouts`` (about items x k) choose the engine of a local model
+    (:func:`websailor.agent.session.open_agent`).
 
     Raises:
         ConfigError: a bad model spec or environment.
@@ -180,7 +184,7 @@ def open_difficulty_filter(
     from websailor.agent.session import open_agent
 
     with (
-        open_agent(model, env, agent_config) as session,
+        open_agent(model, env, agent_config, engine=engine, rollouts=rollouts) as session,
         DifficultyFilter(session.agent, rollouts_file(out), config) as rater,
     ):
         yield rater

@@ -144,7 +144,8 @@ def wrap_lora(model: Any, settings: Any) -> Any:
 
 
 def load_trainable_model(model_dir: Path, settings: Any) -> Any:
-    """The fp32 causal LM of ``model_dir``, wrapped with LoRA adapters when ``settings.lora``.
+    """The fp32 causal LM of ``model_dir`` with selective checkpointing (:func:`selective_checkpointing`),
+    wrapped with LoRA adapters when ``settings.lora``.
 
     Raises:
         ConfigError: missing or broken weights, or a model type PEFT cannot wrap.
@@ -156,11 +157,51 @@ def load_trainable_model(model_dir: Path, settings: Any) -> Any:
         net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     except Exception as e:  # missing or broken weights: transformers raises several types
         raise ConfigError(f"{model_dir}: cannot load the model weights: {type(e).__name__}: {e}") from None
+    selective_checkpointing(net)
     return wrap_lora(net, settings) if settings.lora else net
 
 
-#: keyword arguments of ``torch.utils.checkpoint`` under ``gradient_checkpointing``
+#: keyword arguments of ``torch.utils.checkpoint`` under ``gradient_checkpointing`` (with
+#: :func:`selective_checkpointing`'s policy added)
 CHECKPOINTING_KWARGS = {"use_reentrant": False}
+#: what the backward pass keeps of a checkpointed layer besides its input: the attention's output
+KEPT_OPS = (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+)
+
+
+def _keep_attention(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Selective checkpointing's policy: keep the attention kernels' outputs, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if getattr(op, "_opname", None) in KEPT_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_checkpointing(model: Any) -> None:
+    """Make activation checkpointing on ``model`` selective, whoever enables it (the trainer
+    does, at the start of ``train()``, with ``activation_checkpointing_kwargs``, which must stay
+    JSON for its logs): non-reentrant, with ``torch.utils.checkpoint``'s selective policy
+    (``create_selective_checkpoint_contexts``) keeping each layer's attention output
+    (:data:`KEPT_OPS`: ``T x hidden`` values and the softmax's log-sum-exp) for the backward pass,
+    so only the cheaper rest of the layer is recomputed. Measured on the two-core Xeon: a
+    4,096-token SFT step of SmolLM2-135M took 41 to 47 s with plain checkpointing, 37 to 40 s
+    with this, 36 to 43 s without checkpointing, for 283 MB more than plain checkpointing
+    (docs/benchmarks.md, "Training")."""
+    import functools
+
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    enable = model.activation_checkpointing_enable
+    selective = functools.partial(create_selective_checkpoint_contexts, _keep_attention)
+
+    def selective_enable(activation_checkpointing_kwargs: dict | None = None, *args: Any, **kwargs: Any) -> Any:
+        merged = {**CHECKPOINTING_KWARGS, **(activation_checkpointing_kwargs or {}), "context_fn": selective}
+        return enable(merged, *args, **kwargs)
+
+    model.activation_checkpointing_enable = selective_enable
 
 
 #: TRL's fused LM head on CPU: tokens x vocabulary columns per projection tile (TRL's own,
@@ -216,7 +257,7 @@ def memory_record(settings: TrainSettings, limits: dict[str, Any] | None = None)
     on = settings.gradient_checkpointing
     return {
         "gradient_checkpointing": on,
-        "checkpointing_kwargs": dict(CHECKPOINTING_KWARGS) if on else None,
+        "checkpointing_kwargs": {**CHECKPOINTING_KWARGS, "kept": "attention outputs"} if on else None,
         "lm_head": settings.lm_head,
         "loss": (
             "the positions in the loss only, through the LM head in chunks of tokens, never the full logits"

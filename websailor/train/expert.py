@@ -54,6 +54,8 @@ class ExpertRun:
         filter: which graded rollouts are kept.
         tokenizer: model spec of the student whose chat template counts the token budget.
         concurrency: rollouts in flight.
+        engine: which engine serves a local expert (``auto``, ``local``, ``vllm``;
+            :func:`websailor.agent.session.open_agent`); ``None``: the spec as it is.
     """
 
     expert: str
@@ -62,6 +64,7 @@ class ExpertRun:
     filter: ExpertFilter = field(default_factory=ExpertFilter)
     tokenizer: str = "smollm2"
     concurrency: int = 4
+    engine: str | None = None
 
 
 def side_files(out: Path) -> tuple[Path, Path]:
@@ -218,7 +221,7 @@ def build_expert_file(
     items = load_questions(qa, split=split)
     student = load_tokenizer(resolve_model_dir(run.tokenizer))
     judge = load_judge(run.judge)
-    with open_agent(run.expert, env, agent_config) as session:
+    with open_agent(run.expert, env, agent_config, engine=run.engine, rollouts=len(items) * run.k) as session:
         return build_expert(
             items,
             session.agent,

@@ -346,6 +346,7 @@ def train_rl(
     env: EnvSpec | None = None,
     progress: bool = True,
     report_to: Sequence[str] | str | None = None,
+    engine: str | None = None,
 ) -> dict:
     """Train ``model`` with RL on the questions of ``data_path`` in the local environment
     (offline Wikipedia), the real web, or a tool server's.
@@ -372,6 +373,11 @@ def train_rl(
             ``trackio``; :func:`websailor.train.common.check_report_to`), beside the step log
             and its TensorBoard scalars that every run writes. TRL's TensorBoard files go to
             ``out/trl_tensorboard``.
+        engine: ``auto`` or ``vllm``: without ``settings.rollout_server``, start a vLLM server
+            for ``model`` once the run is checked, sample there with the weights synced every
+            step, and stop it at the end (``auto``: only when ``max_steps x batch_size`` reaches
+            the server's break-even and vLLM is installed; :mod:`websailor.models.serving`);
+            ``local`` or ``None``: the local engine.
 
     Returns:
         The summary written to ``out/rl_summary.json``: settings, item counts (and prefilter
@@ -388,7 +394,7 @@ def train_rl(
             (:class:`~websailor.train.rl.sync.WeightSyncError`): the step is not trained and a
             rerun resumes from the last checkpoint.
     """
-    from websailor.tools.environment import EnvSpec, open_environment
+    from websailor.tools.environment import EnvSpec
 
     settings = settings or RLSettings()
     reporters = tuple(check_report_to(report_to))  # an unknown or missing tracker fails before any work
@@ -397,6 +403,51 @@ def train_rl(
     if isinstance(run, dict):
         return run
     run.report_to = reporters
+    served = _serve_policy(run, engine)
+    try:
+        return _open_and_train(run, data_path, model, env, progress)
+    finally:
+        if served is not None:
+            served.close()
+
+
+def _serve_policy(run: _Run, engine: str | None) -> Any:
+    """A vLLM rollout server started for the starting model when ``engine`` (``auto``,
+    ``vllm``) asks for one and the run names none (:func:`websailor.models.serving.serve_for_job`;
+    ``auto`` weighs ``max_steps x batch_size`` rollouts); it becomes the run's
+    ``rollout_server``. ``None``: no server started.
+
+    Raises:
+        ConfigError: ``vllm`` where the sync cannot serve (LoRA, TRL's own vLLM) or without
+            vLLM installed; a server that cannot start.
+    """
+    settings = run.settings
+    if engine in (None, "local") or settings.rollout_server:
+        return None
+    if settings.lora or settings.use_vllm:
+        if engine == "vllm":
+            why = "lora (the weight sync writes whole models)" if settings.lora else "use_vllm (TRL's own engine)"
+            raise ConfigError(f"--engine vllm cannot serve RL rollouts with {why}; use --engine local")
+        return None
+    from transformers import AutoConfig
+
+    from websailor.models.serving import serve_for_job
+
+    rollouts = (settings.max_steps or 10**6) * settings.batch_size
+    context = int(getattr(AutoConfig.from_pretrained(run.model_dir), "max_position_embeddings", 0) or 0)
+    limit = settings.max_context_tokens if context and settings.max_context_tokens < context else None
+    served = serve_for_job(run.model, engine, rollouts, max_model_len=limit)
+    if served.engine != "vllm":
+        return None
+    run.settings = settings.model_copy(update={"rollout_server": served.spec})
+    return served
+
+
+def _open_and_train(run: _Run, data_path: str | Path, model: str, env: EnvSpec | None, progress: bool) -> dict:
+    """Open the rollout server and the tools, choose the items, train (see :func:`train_rl`)."""
+    from websailor.tools.environment import EnvSpec, open_environment
+
+    settings, out = run.settings, run.out
     server, sync = _open_server(settings)
     tool_env = open_environment(env or EnvSpec())
     try:
