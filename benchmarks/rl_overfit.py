@@ -136,6 +136,7 @@ def rate_pool(work: Path, qa: Path, model: str, spec: str, a: argparse.Namespace
     claim_for_model(rated, model)
     args = ["eval", "--bench", str(qa), "--split", "all", "--rollouts", str(a.prefilter_k), "--model", spec]
     args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
+    args += ["--engine", "local"] if spec == model else []  # the local engine asked: eval starts no server either
     subprocess.run([WS, *args, "--temperature", "1.0", "--seed", str(a.seed), "--out", str(rated)], check=True)
     graded: dict[str, list[bool]] = {}
     for score in load_scores(rated):

@@ -1,6 +1,6 @@
 """Seconds of one RL update on a group of rollouts of different lengths, with the forward
-passes over each micro-batch's own tokens (:class:`websailor.train.rl.trim.TrimmedGRPOTrainer`)
-against TRL's, which run every micro-batch at the whole batch's padded width.
+passes over each micro-batch's own tokens (:func:`websailor.train.rl.trim.trimmed_logps`, in
+:class:`websailor.train.rl.update.AgentGRPOTrainer`) against TRL's, which run every micro-batch at the whole batch's padded width.
 
 The group is real multi-turn agent runs over the embedded corpus (a scripted model searches
 and visits pages, then answers; :func:`train_memory.long_trajectories`), one per length of
@@ -8,8 +8,9 @@ and visits pages, then answers; :func:`train_memory.long_trajectories`), one per
 run, 2026-12-02, step 7): rollouts of 1,400 to 3,000 tokens, 16,150 in all, 23,904 at the
 padded width. Half answer right,
 so every rollout carries an advantage and enters the loss. Each variant runs in a fresh process
-(``train_rl``, one step, the ladder's settings: ``configs/rl/cpu_ladder.yaml``, bf16, no
-checkpointing); the figure is the update's ``time/update_s`` and the ratio of the two::
+(``train_rl``, one step: V2, lr 3e-5, the precision ``auto`` measures, TRL's LM head in both so
+that only the padding differs, no checkpointing); the figure is the update's ``time/update_s`` and
+the ratio of the two::
 
     python benchmarks/rl_padding.py [--lengths 1400,1500,1700,1750,2000,2100,2700,3000]
 """
@@ -23,8 +24,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, vital_source, write_results  # noqa: E402
-from train_memory import QUESTION, SETTINGS, long_trajectories, measure  # noqa: E402
+from _common import vital_source, write_results  # noqa: E402
+from train_memory import QUESTION, long_trajectories, measure  # noqa: E402
 
 
 def main() -> None:
@@ -65,8 +66,7 @@ def main() -> None:
                 "label": label,
                 "padded": is_padded,
                 "out": str(tmp / f"rl-{label}"),
-                "config": str(ROOT / "configs" / "rl" / "cpu_ladder.yaml"),
-                "settings": SETTINGS["bf16"],
+                "settings": {"lm_head": "trl", "gradient_checkpointing": False, "memory_limits": False},
                 "tokens": max(tokens),
                 "trajs": str(trajs),
                 "qa": str(qa),

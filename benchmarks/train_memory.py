@@ -21,13 +21,14 @@ searches and visits pages until the conversation holds the size's tokens, then a
 settings (``--labels``; ratios against ``trl`` and ``before`` in the same run):
 
 * ``trl``: TRL's own defaults: ``SFTTrainer`` / ``GRPOTrainer`` with bf16 autocast (TRL's
-  ``bf16`` default), activation checkpointing, TRL's fused LM head (every position, fp32 tiles
-  off CUDA), glibc's allocator as it is;
-* ``before``: websailor's defaults before the fast path: TRL's head, checkpointing, the memory
-  limits, and the precision the CPU flags chose (bf16 where ``/proc/cpuinfo`` lists
-  ``avx512_bf16`` or ``amx_bf16``);
-* ``default``: today's defaults: precision by measurement, the loss-position head,
-  checkpointing, the memory limits;
+  ``bf16`` default), activation checkpointing of whole layers, TRL's fused LM head (every
+  position, fp32 tiles off CUDA), glibc's allocator as it is;
+* ``before``: websailor's defaults before the fast path: TRL's head, checkpointing of whole
+  layers, the memory limits, and the precision the CPU flags chose (bf16 where
+  ``/proc/cpuinfo`` lists ``avx512_bf16`` or ``amx_bf16``);
+* ``default``: today's defaults: precision by measurement, the loss-position head, selective
+  checkpointing (attention outputs kept), the memory limits;
+* ``no_limits``: today's defaults without the memory limits;
 * ``fast``: today's defaults without checkpointing or the memory limits (more memory).
 
 The precision measurement (``choose_precision("auto")``: bf16 and fp32 GFLOPS of the model's
@@ -58,6 +59,9 @@ import json, resource, sys, time
 from pathlib import Path
 cfg = json.loads(sys.argv[1])
 out = Path(cfg["out"])
+if cfg["settings"].pop("plain_checkpointing", False):  # the checkpointing before it kept the attention
+    import websailor.train.common as common
+    common.selective_checkpointing = lambda model: None
 if cfg["kind"] == "sft":
     from websailor.train.sft import load_settings, train_sft
     s = load_settings(None, learning_rate=1e-4, weight_decay=0.1, max_steps=cfg["steps"], batch_size=cfg["batch"],
@@ -80,6 +84,16 @@ else:
         return self.batch(items, trajs, trainer.state.global_step, trainer.processing_class)
 
     rl_rollouts.AgentRollouts.__call__ = finished_rollouts
+    if cfg.get("padded"):  # TRL's own forward passes, over the whole batch's padding (benchmarks/rl_padding.py)
+        import trl
+        import websailor.train.rl.update as update
+
+        class Padded(trl.GRPOTrainer):
+            def __init__(self, *args, lm_head=None, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.lm_head = "trl"
+
+        update.AgentGRPOTrainer = Padded
     n = len(trajs)
     s = load_settings(None, algo="v2", learning_rate=3e-5, group_size=n, batch_size=n, max_steps=1,
                       max_context_tokens=cfg["tokens"] * 2, save_steps=1000, **cfg["settings"])
@@ -180,8 +194,20 @@ def flags_precision() -> str:
 
 #: the settings measured (see the module docstring); ``before`` takes its precision from the flags
 SETTINGS = {
-    "trl": {"precision": "bf16", "lm_head": "trl", "gradient_checkpointing": True, "memory_limits": False},
-    "before": {"precision": None, "lm_head": "trl", "gradient_checkpointing": True, "memory_limits": True},
+    "trl": {
+        "precision": "bf16",
+        "lm_head": "trl",
+        "gradient_checkpointing": True,
+        "memory_limits": False,
+        "plain_checkpointing": True,
+    },
+    "before": {
+        "precision": None,
+        "lm_head": "trl",
+        "gradient_checkpointing": True,
+        "memory_limits": True,
+        "plain_checkpointing": True,
+    },
     "default": {},
     "no_limits": {"memory_limits": False},
     "fast": {"gradient_checkpointing": False, "memory_limits": False},

@@ -149,6 +149,7 @@ def evaluate(model: str, name: str, out: Path, a: argparse.Namespace, engine: st
             bench = os.path.relpath(VITAL_QUESTIONS)  # no path of this machine in the published files
             args = ["eval", "--bench", bench, "--rollouts", str(a.k), "--model", spec]
             args += ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", "compact"]
+            args += ["--engine", "local"] if engine == "local" else []  # eval must not start a server either
             print(f"\n[eval_{name}] $ websailor {' '.join(args)} --out {eval_dir}", flush=True)
             subprocess.run([WS, *args, "--out", str(eval_dir)], check=True)
     rollouts = [json.loads(line) for line in (eval_dir / "trajectories.jsonl").read_text().splitlines() if line]

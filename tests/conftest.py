@@ -63,8 +63,10 @@ def websailor_home(path: Path) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test touches the user's ~/.cache/websailor."""
+    """No test touches the user's ~/.cache/websailor, and no command a test runs starts a vLLM
+    server of its own unless the test asks for one (``--engine``'s default is ``local`` here)."""
     monkeypatch.setenv("WEBSAILOR_HOME", str(tmp_path_factory.mktemp("home")))
+    monkeypatch.setenv("WEBSAILOR_ENGINE", "local")
 
 
 @pytest.fixture(scope="session")

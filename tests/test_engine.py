@@ -160,3 +160,18 @@ def test_orphaned_shared_memory_is_removed_and_mapped_files_kept(monkeypatch: py
         monkeypatch.setattr(serving, "_mapped_shm", lambda: {"psm_held"})
         assert serving.remove_orphaned_shm(before) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old", "psm_held"]
+
+
+def test_a_weight_sync_into_a_full_dev_shm_is_refused_before_writing(monkeypatch: pytest.MonkeyPatch):
+    import shutil
+
+    import torch
+
+    from websailor.train.rl.sync import ServerWeightSync
+
+    model = torch.nn.Linear(512, 1024)  # 0.5M parameters: 1 MB in bf16
+    sync = ServerWeightSync("vllm:policy@http://127.0.0.1:9/v1")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0))
+    with pytest.raises(ConfigError, match=r"has 0 MB free and the weight sync needs about 2 MB"):
+        sync.push(model, 0)
+    assert not sync._dir.exists() and sync.version is None

@@ -750,7 +750,10 @@ def test_train_rl_prefilters_from_an_eval_and_records_it(tiny_rl, vital_dir: Pat
     out = tmp_path / "run"
     summary = train_rl(qa, f"hf:{tiny}", out, s, env=EnvSpec(corpus=vital_dir), progress=False)
     assert summary["questions"] == 1 and summary["steps"] == 1
-    assert summary["memory"]["checkpointing_kwargs"] == {"use_reentrant": False}  # the default
+    assert summary["memory"]["checkpointing_kwargs"] == {
+        "use_reentrant": False,
+        "kept": "attention outputs",
+    }  # the default
     p = summary["prefilter"]
     assert (p["kept"], p["too_easy"], p["too_hard"], p["band"], p["k"]) == (1, 1, 0, "0<c<k", 4)
     assert p["source"] == str(tmp_path / "eval" / "trajectories.jsonl")

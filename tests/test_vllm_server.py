@@ -35,22 +35,44 @@ def _vllm_python() -> str:
 
 @pytest.fixture(scope="module")
 def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One vLLM server for the embedded model, 2 GiB of key/value cache, 4,096 tokens of context."""
-    from websailor.models.vllm_launch import VLLMServer
+    """One vLLM server for the embedded model, 2 GiB of key/value cache, 4,096 tokens of context,
+    started as a job's ``--engine vllm`` starts one (:func:`websailor.models.serving.serve_for_job`);
+    when the module ends it is stopped, and nothing of it is left: no process of its group, no
+    shared-memory file its workers made."""
+    from websailor.models import serving
 
-    python = _vllm_python()
+    _vllm_python()  # skipped (or failed under WEBSAILOR_REQUIRE_VLLM) without vLLM
     logs = tmp_path_factory.mktemp("vllm")
     before = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # read by every start of the server (one test restarts it)
-    srv = VLLMServer(smollm2_path, "policy", port=0, max_model_len=4096, python=python, log_path=logs / "vllm.log")
-    srv.start()
+    shm_before = serving._shm_names()
+    served = serving.serve_for_job(
+        f"hf:{smollm2_path}", "vllm", 100, max_model_len=4096, log_path=logs / "vllm.log", startup_timeout_s=900
+    )
+    srv = served.server
     try:
-        srv.wait_ready(900)
         yield srv
     finally:
-        srv.stop()
+        group = srv.proc.pid
+        served.close()
         if before is None:
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:
+        os.killpg(group, 0)
+        left = [p.name for p in Path("/proc").glob("[0-9]*") if _in_group(p, group)]
+    except ProcessLookupError:
+        left = []
+    assert not left, f"processes of the vLLM server's group survived: {left}"
+    new_shm = serving._shm_names() - shm_before - {n for n in serving._shm_names() if n.startswith("websailor-policy")}
+    assert not {n for n in new_shm if n not in serving._mapped_shm()}, f"left in /dev/shm: {new_shm}"
+
+
+def _in_group(proc: Path, group: int) -> bool:
+    try:
+        fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[2]) == group and fields[0] != "Z"
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def _hf_logprobs(model, prompt: list[int], ids: list[int]) -> list[float]:

@@ -76,12 +76,16 @@ class Engine(str, Enum):
     vllm = "vllm"
 
 
+#: the environment variable that sets ``--engine``'s default (a cluster's job script, the test suite)
+ENGINE_ENV = "WEBSAILOR_ENGINE"
+
 EngineOpt = Annotated[
     Engine,
     typer.Option(
+        envvar=ENGINE_ENV,
         help="Which engine samples a local model (smollm2, hf:DIR): auto starts a vLLM server for the job when "
         "its rollouts reach the break-even of the server's start-up (about 15 on two cores) and vLLM is installed "
-        "(make vllm), and stops it at the end; local never does; vllm always does."
+        "(make vllm), and stops it at the end; local never does; vllm always does.",
     ),
 ]
 MaxEnvFailuresOpt = Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.cli.common import Engine, Split, Task, env_options, handle_errors
+from websailor.cli.common import ENGINE_ENV, Engine, Split, Task, env_options, handle_errors
 
 train_app = typer.Typer(
     help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True
@@ -186,9 +186,10 @@ def train_rl_cmd(
     engine: Annotated[
         Engine,
         typer.Option(
+            envvar=ENGINE_ENV,
             help="Without --rollout-server: auto starts a vLLM rollout server for --model (synced every step) when "
             "max_steps x batch rollouts reach the break-even of its start-up and vLLM is installed (make vllm), and "
-            "stops it at the end; vllm always does; local samples with the trainer's own weights."
+            "stops it at the end; vllm always does; local samples with the trainer's own weights.",
         ),
     ] = Engine.auto,
     precision: Annotated[

@@ -107,19 +107,20 @@ def install_hint() -> str:
     return "pip install vllm (a GPU machine)" if gpu else "make vllm (vLLM's CPU build in .venv-vllm)"
 
 
-def check_shm(need_mb: float, what: str) -> None:
-    """Refuse to start ``what`` when ``/dev/shm`` (where it is missing: nothing to check) has less
-    than ``need_mb`` MB free.
+def check_shm(need_mb: float, what: str, folder: Path | None = None) -> None:
+    """Refuse ``what`` when ``folder`` (default ``/dev/shm``; where it is missing: nothing to
+    check) has less than ``need_mb`` MB free.
 
     Raises:
         ConfigError: one line with the free and the needed space.
     """
-    if not SHM.is_dir():
+    folder = SHM if folder is None else Path(folder)
+    if not folder.is_dir():
         return
-    free = shutil.disk_usage(SHM).free / 2**20
+    free = shutil.disk_usage(folder).free / 2**20
     if free < need_mb:
         raise ConfigError(
-            f"{SHM} has {free:.0f} MB free and {what} needs about {need_mb:.0f} MB: free it (old vLLM files are "
+            f"{folder} has {free:.0f} MB free and {what} needs about {need_mb:.0f} MB: free it (old vLLM files are "
             f"psm_*, old weight syncs websailor-policy-*) or enlarge it"
         )
 

@@ -146,6 +146,11 @@ class ServerWeightSync:
             WeightSyncError: as :meth:`sync_weights`.
         """
         t0 = time.perf_counter()
+        if main:  # a full /dev/shm is one line before anything is written, not a failed write
+            from websailor.models.serving import check_shm
+
+            size_mb = sum(p.numel() for p in model.state_dict().values()) * 2 / 2**20  # bf16
+            check_shm(1.1 * size_mb + 1, "the weight sync", self._dir.parent)
         try:
             if main:
                 self._write(model)

@@ -394,7 +394,7 @@ def train_rl(
             (:class:`~websailor.train.rl.sync.WeightSyncError`): the step is not trained and a
             rerun resumes from the last checkpoint.
     """
-    from websailor.tools.environment import EnvSpec
+    from websailor.tools.environment import EnvSpec, open_environment
 
     settings = settings or RLSettings()
     reporters = tuple(check_report_to(report_to))  # an unknown or missing tracker fails before any work
@@ -403,12 +403,18 @@ def train_rl(
     if isinstance(run, dict):
         return run
     run.report_to = reporters
-    served = _serve_policy(run, engine)
+    tool_env = open_environment(env or EnvSpec())  # the tools answer before a server is started
     try:
-        return _open_and_train(run, data_path, model, env, progress)
+        served = _serve_policy(run, engine)
+        try:
+            return _open_and_train(run, data_path, model, tool_env, progress)
+        finally:
+            if served is not None:
+                served.close()
     finally:
-        if served is not None:
-            served.close()
+        tool_env.close()
+        if out.exists():
+            tool_env.record_metrics(out / "tool_metrics.jsonl")
 
 
 def _serve_policy(run: _Run, engine: str | None) -> Any:
@@ -443,13 +449,11 @@ def _serve_policy(run: _Run, engine: str | None) -> Any:
     return served
 
 
-def _open_and_train(run: _Run, data_path: str | Path, model: str, env: EnvSpec | None, progress: bool) -> dict:
-    """Open the rollout server and the tools, choose the items, train (see :func:`train_rl`)."""
-    from websailor.tools.environment import EnvSpec, open_environment
-
+def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any, progress: bool) -> dict:
+    """Open the rollout server, choose the items, train with the tools of ``tool_env`` (see
+    :func:`train_rl`)."""
     settings, out = run.settings, run.out
     server, sync = _open_server(settings)
-    tool_env = open_environment(env or EnvSpec())
     try:
         if run.stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
             for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
@@ -466,8 +470,6 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, env: EnvSpec |
     finally:
         if server is not None:
             server.close()
-        tool_env.close()
-        tool_env.record_metrics(out / "tool_metrics.jsonl")
 
 
 def _reward_judge(settings: RLSettings, data_path: str | Path, out: Path) -> Any:
