@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -60,6 +61,7 @@ class Score:
     env_failures: dict = field(default_factory=dict)  # the record's env_failures ({} when the environment held)
     ungraded_for: str | None = None  # model_error, environment or judge, when correct is None
     summaries: int = 0  # context summaries the rollout made (websailor.agent.summarize)
+    grounding: dict = field(default_factory=dict)  # websailor.eval.grounding.rollout_grounding ({}: a report task)
 
 
 def check_record(path: Path, lineno: int, rec: dict, gold_checked: bool = False) -> Gold | None:
@@ -339,8 +341,11 @@ def score_trajectories(
 
 
 def _context(rec: dict) -> dict:
-    """The ``level``, ``env_settings``, ``env_failures`` and ``summaries`` (how many context
-    summaries were written) of a trajectory record, as a :class:`Score` holds them."""
+    """The ``level``, ``env_settings``, ``env_failures``, ``summaries`` (how many context
+    summaries were written) and ``grounding`` (:func:`websailor.eval.grounding.rollout_grounding`;
+    ``{}`` for a report task) of a trajectory record, as a :class:`Score` holds them."""
+    from websailor.eval.grounding import rollout_grounding
+
     level = rec.get("level")
     settings = rec.get("env_settings")
     failures = rec.get("env_failures")
@@ -352,7 +357,18 @@ def _context(rec: dict) -> dict:
         "summaries": sum(isinstance(x, dict) and bool(x.get("text")) for x in summaries)
         if isinstance(summaries, list)
         else 0,
+        "grounding": {}
+        if rec.get("task", "qa") != "qa"
+        else rollout_grounding(rec.get("messages") or [], rec.get("prediction"), _gold_or_none(rec.get("answer"))),
     }
+
+
+def _gold_or_none(answer: Any) -> Gold | None:
+    """The record's gold answer, or ``None`` where it has none that parses (an ungraded question)."""
+    try:
+        return Gold.parse(answer)
+    except (ValueError, TypeError):
+        return None
 
 
 def score_table(scores: list[Score]) -> tuple[list[str], list[list[bool | None]]]:

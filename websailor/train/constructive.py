@@ -38,6 +38,7 @@ from websailor.log import get_logger
 from websailor.synth.phrasing import statement
 from websailor.text import fold_space
 from websailor.tools import Tool, execute_tool
+from websailor.tools.observation_parse import observation_body, search_results
 
 logger = get_logger(__name__)
 
@@ -49,7 +50,6 @@ _REJECTABLE = ("name", "span_start", "span_end", "quantity", "linked")
 DEFAULT_DISTRACTOR_SHARE = 0.3
 #: Candidate pages tried (visited) before giving up on a distractor.
 _MAX_DISTRACTOR_TRIES = 6
-_SEARCH_TITLE = re.compile(r"^\d+\. \[([^\]]+)\]\(", re.M)
 
 
 class HopNotShown(InputFormatError):
@@ -112,13 +112,6 @@ def _names(text: str, title: str) -> bool:
     return re.search(r"(?<!\w)" + re.escape(fold_space(title)) + r"(?!\w)", text) is not None
 
 
-def _body(observation: str) -> str:
-    """An observation without the lines that echo the call (the search's query, the visit's URL
-    and goal, which quote the question): what the tool found."""
-    lines = observation.splitlines()[1:]
-    return "\n".join(ln for ln in lines if not ln.startswith(("Page ", "A search for ")))
-
-
 def _quote(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "..."
@@ -136,7 +129,7 @@ def _confirmed(constraint: dict, observation: str, target_url: str, earlier: str
     shown = next((s for s in mine if fold_space(s) in obs), None)
     if shown is None and constraint["kind"] == "linked":
         other = re.compile(rf"(?<!\w){re.escape(constraint['params']['other'])}(?!\w)")
-        lines = [ln for ln in _body(observation).splitlines() if ln.strip()]
+        lines = [ln for ln in observation_body(observation).splitlines() if ln.strip()]
         shown = next((ln.strip() for ln in lines if other.search(ln)), None)
     if shown is None:
         return None
@@ -239,9 +232,9 @@ def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     for j in range(len(cs)):
         seen.update(candidates(kg, cs[:j] + cs[j + 1 :]))
     for obs in observations:
-        seen.update(t for t in _SEARCH_TITLE.findall(obs) if t in kg)
+        seen.update(hit.title for hit in search_results(obs) if hit.title in kg)
     visited = {s.get("url") for s in item.get("procedure") or []}
-    text = fold_space("\n".join(_body(o) for o in observations))
+    text = fold_space("\n".join(observation_body(o) for o in observations))
     pool = []
     for node in sorted(seen):
         if node == answer or kg.url(node) in visited or not _names(text, node):
@@ -258,7 +251,7 @@ def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, 
     from websailor.synth.constraints import Constraint
     from websailor.synth.vague import bare_name
 
-    body = _body(observation)
+    body = observation_body(observation)
     obs = fold_space(body)
     attrs = kg.attributes(node)
     # what the page shows first (a name, a year, a number), an absent link last

@@ -1,0 +1,154 @@
+"""Why an agent fails: whether its answer came from what it read, whether the answer's page was
+within its reach, and whether its checks can say no.
+
+Accuracy alone does not tell a user where a research agent goes wrong. These figures, read from
+a rollout's messages and its gold answer, do (issue 38):
+
+* ``grounded``: the final answer appears (normalized, as whole words) in an observation read
+  before the agent first named it (in a thought, a tool call or the answer), not counting the
+  lines that echo the agent's own queries and goals. An ungrounded answer was chosen from the
+  model's memory or made up, even when the agent then opened its page.
+* ``listed``: a search listed a page whose title is a gold form (its bare title: "Mercury
+  (planet)" lists "Mercury"); ``visited``: such a page was opened; ``picked``: of the rollouts
+  whose search listed it, the final answer is a gold form. Listed but not picked is a failure
+  to choose; never listed is a failure to search.
+* ``checks`` and ``rejections``: the thoughts right after a page was read that state a verdict
+  on it (it fits, confirms, matches; or it does not fit, is not the answer, is ruled out; words
+  in quotation marks are the page's, not the verdict), and how many of those say no. A checker
+  that never rejects is not checking.
+
+The verdict is read from the thought's words (:data:`REJECT` and :data:`ACCEPT`), so it is an
+estimate for free-form models; the constructive trajectories (:mod:`websailor.train.constructive`)
+write their verdicts in these words.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from websailor.agent.parse import parse_turn
+from websailor.judge.em import normalize_answer
+from websailor.judge.gold import Gold
+from websailor.tools.observation_parse import observation_body, pages_read, search_results, title_from_url
+
+#: a thought that rejects the candidate whose page it just read
+REJECT = re.compile(
+    r"\b(?:is not (?:the|our) (?:answer|one|entity)|does(?: not|n't) (?:fit|match)|"
+    r"(?:can ?not|cannot|could not) be (?:the|our) (?:answer|one|entity)|rule[sd]? (?:it |this |that )?out|"
+    r"reject(?:ed|s)?|not (?:a|the) match)\b",
+    re.I,
+)
+#: a thought that accepts it
+ACCEPT = re.compile(r"\b(?:fits|confirms?|confirmed|matches|is the (?:answer|one|entity))\b", re.I)
+_PARENS = re.compile(r"\s*\([^)]*\)\s*$")
+#: quoted text: what a page says, not the agent's verdict
+_QUOTED = re.compile(r'"[^"]*"|\u201c[^\u201d]*\u201d')
+
+#: the per-rollout fields, in the order a report shows them
+FIELDS = ("answered", "grounded", "listed", "visited", "picked", "checks", "rejections")
+
+
+def _norm(text: str) -> str:
+    return normalize_answer(text)
+
+
+def _contains(haystack: str, needle: str) -> bool:
+    """Whether normalized ``needle`` is whole words of normalized ``haystack`` (both already
+    normalized)."""
+    return bool(needle) and f" {needle} " in f" {haystack} "
+
+
+def _bare(title: str) -> str:
+    """A page title without its disambiguation: ``Mercury (planet)`` -> ``Mercury``."""
+    return _PARENS.sub("", title)
+
+
+def rollout_grounding(messages: list[dict], prediction: str | None, gold: Gold | None) -> dict[str, Any]:
+    """The grounding figures of one rollout (see the module docstring).
+
+    Args:
+        messages: the rollout's chat (system, question, then assistant turns and the tool
+            responses that answer them).
+        prediction: the final answer (``None``: none given).
+        gold: the question's gold answer (``None``: ungraded question; ``listed``,
+            ``visited`` and ``picked`` are then ``None``).
+
+    Returns:
+        ``answered`` (bool); ``grounded`` (bool, ``None`` without an answer); ``listed``,
+        ``visited`` (bool, ``None`` without a gold answer); ``picked`` (bool, ``None`` unless
+        listed); ``checks`` and ``rejections`` (counts).
+    """
+    observations: list[str] = []  # what the tools found, in order
+    forms = {_norm(f) for f in gold.forms} - {""} if gold is not None else set()
+    listed = visited = False
+    listed_urls: set[str] = set()
+    checks = rejections = 0
+    after_visit = False
+    answer = _norm(prediction) if prediction else ""
+    grounded: bool | None = None  # decided at the first assistant turn that names the answer
+    for m in messages[2:]:
+        content = m.get("content") if isinstance(m.get("content"), str) else ""
+        if m.get("role") == "user":
+            pages = pages_read(content)
+            after_visit = bool(pages)
+            for hit in search_results(content):
+                if forms & {_norm(hit.title), _norm(_bare(hit.title))}:
+                    listed = True
+                    listed_urls.add(hit.url)
+            if forms and any(u in listed_urls or _norm(_bare(title_from_url(u))) in forms for u in pages):
+                visited = True
+            observations.append(observation_body(content))
+            continue
+        if m.get("role") != "assistant":
+            continue
+        if answer and grounded is None and _contains(_norm(content), answer):
+            grounded = _contains(_norm("\n".join(observations)), answer)
+        if after_visit:
+            thought = _QUOTED.sub(" ", parse_turn(content).thought)
+            if REJECT.search(thought):
+                checks, rejections = checks + 1, rejections + 1
+            elif ACCEPT.search(thought):
+                checks += 1
+            after_visit = False
+    if answer and grounded is None:  # an answer given outside the chat's turns: all that was read
+        grounded = _contains(_norm("\n".join(observations)), answer)
+    return {
+        "answered": bool(answer),
+        "grounded": grounded,
+        "listed": listed if gold is not None else None,
+        "visited": visited if gold is not None else None,
+        "picked": (answer in forms) if listed else None,
+        "checks": checks,
+        "rejections": rejections,
+    }
+
+
+def grounding_figures(rollouts: list[dict]) -> dict[str, Any]:
+    """The run's grounding figures from the per-rollout ones (:func:`rollout_grounding`):
+    ``answered`` (count), ``grounded`` (share of the answered), ``listed`` and ``visited``
+    (shares of the rollouts with a gold answer), ``picked`` (share of the listed), ``checks``
+    (count) and ``rejecting`` (share of the checks); a share is ``None`` where nothing counts
+    towards it. ``{}`` for no rollouts."""
+    rows = [r for r in rollouts if r]
+    if not rows:
+        return {}
+
+    def share(key: str, among: list[dict]) -> float | None:
+        return round(sum(bool(r[key]) for r in among) / len(among), 4) if among else None
+
+    answered = [r for r in rows if r.get("answered")]
+    with_gold = [r for r in rows if r.get("listed") is not None]
+    listed = [r for r in with_gold if r["listed"]]
+    checks = sum(int(r.get("checks") or 0) for r in rows)
+    rejections = sum(int(r.get("rejections") or 0) for r in rows)
+    return {
+        "rollouts": len(rows),
+        "answered": len(answered),
+        "grounded": share("grounded", answered),
+        "listed": share("listed", with_gold),
+        "visited": share("visited", with_gold),
+        "picked": share("picked", listed),
+        "checks": checks,
+        "rejecting": round(rejections / checks, 4) if checks else None,
+    }
