@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 #: stages measured in rollouts, and where their trajectories are
 EVALS = {
     "eval_base": "eval_base",
@@ -75,10 +77,10 @@ def _sft_total(out: Path, settings: dict, trajectories: int) -> int | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     try:
-        import yaml
-
         cfg = yaml.safe_load(Path(settings["sft_config"]).read_text()) or {}
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, TypeError, yaml.YAMLError):
+        return None
+    if not isinstance(cfg, dict):
         return None
     if cfg.get("max_steps"):
         return int(cfg["max_steps"])
@@ -234,10 +236,21 @@ def status(
             file=sys.stderr,
         )
         return 2
+    if not a.out.is_dir():
+        print(f"{a.out} is not a folder", file=sys.stderr)
+        return 2
     results = _records_file(a.out / "results.json")
-    rows = stage_progress(a.out, settings, results)
+    try:
+        rows = stage_progress(a.out, settings, results)
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as e:
+        print(
+            f"{a.out} holds damaged experiment records ({type(e).__name__}: {e}): check settings.json, results.json "
+            "and the SFT settings file they name",
+            file=sys.stderr,
+        )
+        return 2
     estimate_left(rows)
-    settings.setdefault("out", str(a.out))
+    settings["out"] = str(a.out)  # the folder as it is now, wherever it was made
     command = continue_command(settings, defaults, option)
     if a.json:
         print(json.dumps({"out": str(a.out), "stages": rows, "continue": command}, indent=2))

@@ -362,3 +362,18 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     (run / "settings.json").write_text(json.dumps({**settings, "layout": 2}))
     res = _run("status", "--out", str(run))
     assert res.returncode == 2 and "layout 2, now 3" in res.stderr and "Traceback" not in res.stderr
+    # a folder moved since it was made: the command continues it where it is now
+    moved = tmp_path / "moved"
+    run.rename(moved)
+    (moved / "settings.json").write_text(json.dumps(settings))
+    res = _run("status", "--out", str(moved))
+    assert res.returncode == 0 and res.stdout.strip().splitlines()[-1].strip().startswith(
+        f"python experiments/mini_pipeline.py --out {moved}"
+    )
+    # damaged records: one line, no traceback
+    for name, text in (("settings.json", json.dumps({**settings, "k": "four"})),
+                       ("results.json", json.dumps({"stages": {"synth": 5}}))):  # fmt: skip
+        (moved / name).write_text(text)
+        res = _run("status", "--out", str(moved))
+        assert res.returncode == 2 and "damaged experiment records" in res.stderr and "Traceback" not in res.stderr
+        (moved / name).write_text(json.dumps(settings) if name == "settings.json" else "{}")

@@ -156,6 +156,23 @@ def test_auto_precision_is_chosen_by_timing_and_cached(tmp_path: Path, monkeypat
     assert prec.choose_precision("auto", measure=False).how == "not_measured"
 
 
+@pytest.mark.parametrize("bad", [{"fp32": 0, "bf16": 0}, {"fp32": -5, "bf16": 3}, {"fp32": True, "bf16": True},
+                                 {"fp32": float("nan"), "bf16": 1.0}, {"fp32": 1.0}])  # fmt: skip
+def test_cached_figures_that_cannot_be_true_are_measured_again(tmp_path: Path, monkeypatch, bad: dict):
+    import json
+
+    monkeypatch.setenv("WEBSAILOR_HOME", str(tmp_path))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(prec, "time_matmuls", lambda shapes, seconds=prec.TIME_S: {"fp32": 200.0, "bf16": 50.0})
+    prec.choose_precision("auto")
+    cache = json.loads((tmp_path / prec.CACHE_FILE).read_text())
+    for entry in cache.values():
+        entry["gflops"] = bad
+    (tmp_path / prec.CACHE_FILE).write_text(json.dumps(cache))
+    choice = prec.choose_precision("auto")
+    assert choice.how == "measured" and choice.bf16 is False and "0.25x" in choice.describe()
+
+
 def test_asked_precision_and_gpus(monkeypatch: pytest.MonkeyPatch):
     assert prec.choose_precision("bf16").bf16 is True and prec.choose_precision("fp32").bf16 is False
     assert prec.choose_precision("fp32").record() == {"precision": "fp32", "how": "asked"}

@@ -96,6 +96,30 @@ def test_sft_killed_mid_run_resumes_with_each_step_logged_once(tiny: Path, gener
 
 
 @pytest.mark.trainer
+def test_sft_killed_after_its_last_checkpoint_ends_at_its_step_count(tiny: Path, generated_chatml, tmp_path: Path):
+    """Killed after the last step's checkpoint and before the model and summary were written:
+    the rerun writes them from that checkpoint, without a step past --max-steps."""
+    import shutil
+
+    from tests.test_sft import _import_first
+    from websailor.train.sft import SFTSettings, train_sft
+
+    data = _import_first(generated_chatml.path, tmp_path / "sft.jsonl", n=4)
+    values = dict(max_steps=4, batch_size=1, learning_rate=1e-3, lr_scheduler="constant_with_warmup", save_steps=2)
+    out = tmp_path / "run"
+    first = train_sft(data, f"hf:{tiny}", out, SFTSettings(**values), progress=False)
+    weights = (out / "model.safetensors").read_bytes()
+    for f in out.iterdir():  # back to the moment after checkpoint-4 was saved
+        if f.is_file() and f.name not in ("sft_settings.json", "sft_log.jsonl"):
+            f.unlink()
+    shutil.rmtree(out / "tensorboard", ignore_errors=True)
+    summary = train_sft(data, f"hf:{tiny}", out, SFTSettings(**values), progress=False)
+    assert summary["steps"] == 4 and summary["train_loss"] == pytest.approx(first["train_loss"])
+    assert [json.loads(x)["step"] for x in (out / "sft_log.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert (out / "model.safetensors").read_bytes() == weights
+
+
+@pytest.mark.trainer
 def test_rl_killed_mid_run_resumes_with_each_step_logged_once(tiny: Path, vital_dir: Path, tmp_path: Path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(
@@ -144,9 +168,16 @@ def _fake_checkpoint(folder: Path, step: int) -> Path:
     path.mkdir(parents=True)
     save_file({"w": torch.arange(1000, dtype=torch.float32)}, str(path / "model.safetensors"))
     torch.save({"state": torch.ones(500)}, path / "optimizer.pt")
+    torch.save({"last_epoch": 1}, path / "scheduler.pt")
     torch.save({"rng": torch.zeros(10)}, path / "rng_state.pth")
     (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     return path
+
+
+def _safetensors_with_header(path: Path, header: bytes) -> None:
+    import struct
+
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 64)
 
 
 def _cut(path: Path, keep: float = 0.5) -> None:
@@ -163,6 +194,13 @@ def _cut(path: Path, keep: float = 0.5) -> None:
         (lambda p: (p / "trainer_state.json").write_text('{"global_st'), "trainer_state.json: unreadable"),
         (lambda p: (p / "model.safetensors").write_bytes(b"\xff" * 20), "model.safetensors"),
         (lambda p: (p / "model.safetensors").unlink(), "no model weights"),
+        # training_args.bin is not the weights
+        (lambda p: ((p / "model.safetensors").unlink(), (p / "training_args.bin").write_bytes(b"x")), "no model weights"),
+        (lambda p: (p / "optimizer.pt").unlink(), "no optimizer.pt"),
+        (lambda p: (p / "scheduler.pt").unlink(), "no scheduler.pt"),
+        (lambda p: (p / "trainer_state.json").write_text("{}"), "no integer global_step"),
+        (lambda p: _safetensors_with_header(p / "model.safetensors", b"[1, 2]"), "not a safetensors header"),
+        (lambda p: _safetensors_with_header(p / "model.safetensors", b'{"w": {"dtype": "F32"}}'), "KeyError"),
     ],
 )
 def test_a_damaged_checkpoint_is_skipped_for_the_one_before(tmp_path: Path, caplog, damage, problem: str):
@@ -177,6 +215,24 @@ def test_a_damaged_checkpoint_is_skipped_for_the_one_before(tmp_path: Path, capl
     assert "checkpoint-4 is damaged" in caplog.text and "resuming from checkpoint-2" in caplog.text
     # moved aside, never loaded, out of the trainer's way when it saves step 4 again
     assert not newest.exists() and (folder / "damaged-checkpoint-4").is_dir()
+
+
+def test_only_the_newest_damaged_checkpoint_is_kept_aside(tmp_path: Path):
+    folder = tmp_path / "checkpoints"
+    _fake_checkpoint(folder, 2)
+    (_fake_checkpoint(folder, 4) / "optimizer.pt").unlink()
+    (folder / "damaged-checkpoint-3").mkdir()  # from an earlier session
+    assert latest_checkpoint(folder).name == "checkpoint-2"
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint-2", "damaged-checkpoint-4"]
+
+
+def test_a_deepspeed_checkpoint_keeps_its_optimizer_state_in_its_own_folder(tmp_path: Path):
+    path = _fake_checkpoint(tmp_path, 5)
+    (path / "optimizer.pt").unlink()
+    (path / "scheduler.pt").unlink()
+    assert "no optimizer.pt" in checkpoint_problem(path)
+    (path / "global_step5").mkdir()
+    assert checkpoint_problem(path) is None
 
 
 def test_a_flipped_byte_inside_a_torch_archive_is_found(tmp_path: Path):

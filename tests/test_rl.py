@@ -447,6 +447,11 @@ def test_prefilter_with_nothing_moderate_is_refused(tiny_rl, vital_dir: Path):
         )
     again = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
     assert len(again) == 4 and {r["seed"] for r in again}.isdisjoint({r["seed"] for r in first})
+    # a wider band is a retry of the same prefilter: its rollouts are read again, not sampled anew
+    wider = s.model_copy(update={"seed": 1, "prefilter_band": "0:1"})
+    summary = train_rl(qa, f"hf:{tiny}", root / "prefiltered", wider, env=EnvSpec(corpus=vital_dir), progress=False)
+    kept = [json.loads(x) for x in (root / "prefiltered" / "prefilter_rollouts.jsonl").read_text().splitlines()]
+    assert kept == again and summary["prefilter"]["kept"] == 2 and summary["steps"] == 1
 
 
 def test_synth_files_train_on_their_train_split(tmp_path: Path):

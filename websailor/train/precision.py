@@ -16,6 +16,7 @@ are below bf16's resolution (2^-8) and would be lost in bf16 weights.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -140,6 +141,14 @@ def time_matmuls(shapes: list[tuple[int, int, int]], seconds: float = TIME_S) ->
     return out
 
 
+def _usable(gflops: Any) -> bool:
+    """Whether a cached measurement can be trusted: both figures finite numbers above 0 (not
+    booleans, not NaN)."""
+    return isinstance(gflops, dict) and all(
+        type(gflops.get(k)) in (int, float) and math.isfinite(gflops[k]) and gflops[k] > 0 for k in ("fp32", "bf16")
+    )
+
+
 def _read_cache(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -188,7 +197,7 @@ def choose_precision(precision: str, config: Any = None, measure: bool = True) -
     cached = _read_cache(path).get(key)
     gflops = cached.get("gflops") if isinstance(cached, dict) else None
     how = "cached"
-    if not (isinstance(gflops, dict) and all(isinstance(gflops.get(k), (int, float)) for k in ("fp32", "bf16"))):
+    if not _usable(gflops):  # missing, or written by hand or damaged: measured again
         if not measure:
             return PrecisionChoice(False, "not_measured")
         gflops, how = time_matmuls(shapes), "measured"

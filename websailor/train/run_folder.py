@@ -94,14 +94,37 @@ def checkpoint_step(path: Path) -> int:
     return int(Path(path).name.rpartition("-")[2])
 
 
+#: the files that hold a checkpoint's weights, one of which must be there (full model or LoRA
+#: adapter, whole or sharded)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+#: what a resumed run needs besides the weights (the trainer's own files; DeepSpeed keeps its
+#: optimizer state in ``global_stepN/`` instead)
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+
+
 def checkpoint_problem(path: Path) -> str | None:
     """What is wrong with checkpoint ``path`` (``None``: it is whole). The trainer writes
-    ``trainer_state.json`` last, so a checkpoint without it was cut short; every safetensors
-    file must hold the bytes its header declares, every torch file (a zip archive) must read
-    back with matching checksums, and every JSON file must parse."""
+    ``trainer_state.json`` last, so a checkpoint without it was cut short; the weights
+    (:data:`WEIGHT_FILES`) and the optimizer and scheduler states (:data:`TRAINING_STATE_FILES`)
+    must be there; every safetensors file must hold the bytes its header declares, every torch
+    file (a zip archive) must read back with matching checksums, every JSON file must parse, and
+    the trainer state must have its step."""
     path = Path(path)
     if not (path / "trainer_state.json").is_file():
         return "no trainer_state.json (a save was interrupted)"
+    if not any((path / w).is_file() for w in WEIGHT_FILES):
+        return "no model weights (" + ", ".join(WEIGHT_FILES[:2]) + ")"
+    deepspeed = any(d.is_dir() and d.name.startswith("global_step") for d in path.iterdir())
+    for name in () if deepspeed else TRAINING_STATE_FILES:  # DeepSpeed keeps them in global_stepN/
+        if not (path / name).is_file():
+            return f"no {name} (the optimizer's state would be lost)"
     for f in sorted(path.iterdir()):
         if not f.is_file():
             continue
@@ -110,17 +133,19 @@ def checkpoint_problem(path: Path) -> str | None:
                 problem = _safetensors_problem(f)
             elif f.suffix in (".pt", ".pth", ".bin"):
                 problem = _torch_file_problem(f)
+            elif f.name == "trainer_state.json":
+                state = json.loads(f.read_text(encoding="utf-8"))
+                ok = isinstance(state, dict) and type(state.get("global_step")) is int
+                problem = None if ok else "not a trainer state (no integer global_step)"
             elif f.suffix == ".json":
                 json.loads(f.read_text(encoding="utf-8"))
                 problem = None
             else:
                 problem = None
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             problem = f"unreadable ({type(e).__name__}: {e})"
         if problem:
             return f"{f.name}: {problem}"
-    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
-        return "no model weights"
     return None
 
 
@@ -134,6 +159,8 @@ def _safetensors_problem(path: Path) -> str | None:
         if n > size - 8:
             return f"its header claims {n} bytes, the file has {size}"
         header = json.loads(fh.read(n))
+    if not isinstance(header, dict):
+        return "its header is not a safetensors header"
     ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
     need = 8 + n + max(ends, default=0)
     return None if size >= need else f"cut short: {size} of {need} bytes"
@@ -147,10 +174,23 @@ def _torch_file_problem(path: Path) -> str | None:
     return None if bad is None else f"member {bad} fails its checksum"
 
 
+def checkpoint_is_final(path: Path) -> bool:
+    """Whether checkpoint ``path`` was saved at its run's last step (``global_step`` reached the
+    ``max_steps`` its ``trainer_state.json`` records): a run killed after it and before its
+    model was written is finished from it, not trained a step further (transformers' trainer,
+    resumed at its last step, trains one more)."""
+    try:
+        state = json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))
+        return 0 < int(state["max_steps"]) <= int(state["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
     """The newest whole ``checkpoint-N`` in ``folder`` (:func:`checkpoint_problem`). Newer ones
-    that are cut short or damaged are moved aside to ``damaged-checkpoint-N`` (replacing an older
-    one of that step), with a warning, and never loaded; the run resumes from the one before."""
+    that are cut short or damaged are moved aside to ``damaged-checkpoint-N`` (replacing any
+    damaged one kept before: one is kept to look at), with a warning, and never loaded; the run
+    resumes from the one before."""
     found = checkpoints(folder)
     while found:
         problem = checkpoint_problem(found[-1])
@@ -158,7 +198,8 @@ def latest_checkpoint(folder: Path) -> Path | None:
             return found[-1]
         broken = found.pop()
         aside = broken.with_name(f"damaged-{broken.name}")
-        shutil.rmtree(aside, ignore_errors=True)
+        for old in broken.parent.glob("damaged-checkpoint-*"):  # one kept for a look, not a disk's worth
+            shutil.rmtree(old, ignore_errors=True)
         try:
             broken.rename(aside)
         except OSError:

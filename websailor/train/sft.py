@@ -40,7 +40,14 @@ from websailor.train.common import (  # noqa: F401
     tensorboard_dir,
     wrap_lora,
 )
-from websailor.train.run_folder import FORMAT_KEY, RUN_FORMAT, check_resume, checkpoint_step, trim_jsonl
+from websailor.train.run_folder import (
+    FORMAT_KEY,
+    RUN_FORMAT,
+    check_resume,
+    checkpoint_is_final,
+    checkpoint_step,
+    trim_jsonl,
+)
 from websailor.train.step_log import SFT_LOG_FILE as LOG_FILE
 
 logger = get_logger(__name__)
@@ -235,7 +242,16 @@ def train_sft(
             callbacks=[step_log_callback(out)],
         )
     t0 = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if resume is not None and checkpoint_is_final(resume):  # killed after its last step: nothing left to train
+        from transformers import TrainerState
+
+        logger.info("%s is the run's last step: its model is written without training further", resume.name)
+        trainer._load_from_checkpoint(str(resume))
+        trainer.state = TrainerState.load_from_json(str(resume / "trainer_state.json"))
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        train_loss = sum(losses) / len(losses) if losses else None
+    else:
+        train_loss = trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss
     seconds = time.perf_counter() - t0
 
     save_model(trainer, out, model_dir, settings.lora)
@@ -255,7 +271,7 @@ def train_sft(
         "precision": precision.record(),
         "lm_head": trainer.lm_head,
         "memory": memory_record(settings, limits),
-        "train_loss": result.training_loss,
+        "train_loss": train_loss,
         "train_seconds": round(_logged_seconds(out) or seconds, 1),
         "session_seconds": round(seconds, 1),
         "loss_history": history,

@@ -42,19 +42,52 @@ def check_enough(items: list[Any], settings: RLSettings, what: str) -> None:
         )
 
 
-def holds_other_run(out: Path, record: dict) -> bool:
-    """Whether ``out`` holds the settings of another run (the resume check decides whether it
-    may be replaced)."""
+def holds_other_run(out: Path, record: dict) -> set[str]:
+    """The settings in which the run ``out`` holds differs from ``record`` (empty: the same run,
+    or none there; the resume check decides whether it may be replaced)."""
     saved = out / SETTINGS_FILE
     try:
         before = json.loads(saved.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
+        return set()
     if not isinstance(before, dict):
-        return False
-    return {k: v for k, v in before.items() if k not in CONTINUABLE} != {
-        k: v for k, v in record.items() if k not in CONTINUABLE
+        return set()
+    return {k for k in before.keys() | record.keys() if k not in CONTINUABLE and before.get(k) != record.get(k)}
+
+
+#: settings that change how RL trains but not what the prefilter samples: a run that never
+#: trained, taken over with other values of these only, keeps its prefilter rollouts (a retry
+#: with a wider ``prefilter_band`` re-reads them instead of sampling them again)
+PREFILTER_NEUTRAL = frozenset(
+    {
+        "prefilter_band",
+        "prefilter_from",
+        "lora",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "lm_head",
+        "gradient_checkpointing",
+        "memory_limits",
+        "algo",
+        "group_size",
+        "batch_size",
+        "micro_batch_size",
+        "learning_rate",
+        "warmup_ratio",
+        "weight_decay",
+        "max_grad_norm",
+        "epsilon_low",
+        "epsilon_high",
+        "skip_zero_advantage",
+        "epochs",
+        "importance_sampling",
+        "importance_sampling_cap",
+        "save_steps",
+        "concurrency",
     }
+)
 
 
 def finish_from_checkpoint(

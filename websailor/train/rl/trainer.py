@@ -43,7 +43,13 @@ from websailor.train.rl.prefilter import (
     prefilter_items,
     prefilter_source,
 )
-from websailor.train.rl.resume import check_enough, data_digest, finish_from_checkpoint, holds_other_run
+from websailor.train.rl.resume import (
+    PREFILTER_NEUTRAL,
+    check_enough,
+    data_digest,
+    finish_from_checkpoint,
+    holds_other_run,
+)
 from websailor.train.rl.settings import (
     CONTINUABLE,
     LOG_FILE,
@@ -129,7 +135,7 @@ class _Run:
     items: list
     record: dict
     resume: Path | None
-    stale: bool
+    stale: set[str]  # the settings in which a run that never trained differs (empty: none there or ours)
     accumulation: int
     prefilter_counts: dict | None = None
     #: experiment trackers of the trainer (not part of the identity: a resume may report elsewhere)
@@ -455,9 +461,12 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any,
     settings, out = run.settings, run.out
     server, sync = _open_server(settings)
     try:
-        if run.stale:  # a run that never trained, with other settings: its rollouts and prefilter are not ours
-            for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, "prefilter_rollouts.jsonl"):
+        if run.stale:  # a run that never trained, with other settings: its rollouts and choice are not ours
+            sampled = run.stale - PREFILTER_NEUTRAL  # what the prefilter's rollouts would differ in
+            for name in (LOG_FILE, ROLLOUTS_FILE, PREFILTER_FILE, *(["prefilter_rollouts.jsonl"] if sampled else [])):
                 (out / name).unlink(missing_ok=True)
+            if not sampled and (out / "prefilter_rollouts.jsonl").exists():
+                logger.info("the prefilter's rollouts are kept: %s do not change them", ", ".join(sorted(run.stale)))
         out.mkdir(parents=True, exist_ok=True)
         judge = _reward_judge(settings, data_path, out)
         if int(os.environ.get("RANK", "0")) == 0:
