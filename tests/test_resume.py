@@ -195,7 +195,10 @@ def _cut(path: Path, keep: float = 0.5) -> None:
         (lambda p: (p / "model.safetensors").write_bytes(b"\xff" * 20), "model.safetensors"),
         (lambda p: (p / "model.safetensors").unlink(), "no model weights"),
         # training_args.bin is not the weights
-        (lambda p: ((p / "model.safetensors").unlink(), (p / "training_args.bin").write_bytes(b"x")), "no model weights"),
+        (
+            lambda p: ((p / "model.safetensors").unlink(), (p / "training_args.bin").write_bytes(b"x")),
+            "no model weights",
+        ),
         (lambda p: (p / "optimizer.pt").unlink(), "no optimizer.pt"),
         (lambda p: (p / "scheduler.pt").unlink(), "no scheduler.pt"),
         (lambda p: (p / "trainer_state.json").write_text("{}"), "no integer global_step"),
