@@ -200,3 +200,44 @@ def test_the_committed_transfer_rollouts_show_the_failure_the_issue_describes():
     assert (f["rollouts"], round(f["listed"] * 80), round(f["visited"] * 80)) == (80, 45, 1)
     assert f["checks"] > 100 and f["rejecting"] == 0
     assert f["grounded"] < 0.9
+
+
+def test_a_choice_is_grounded_when_its_thought_says_where_the_page_was_shown():
+    from websailor.eval.grounding import choice_grounding
+
+    visit = {"name": "visit", "arguments": {"url": WIKI + "Nile", "goal": "length"}}
+    said = [
+        ("Result 2 of my search for the question, Nile: its snippet shares '7,088' with the question.", True),
+        ('The search says "The Nile is a major north-flowing river in northeast Africa".', True),
+        ("The clues point to Nile.", False),  # shown, but the thought does not say where
+        ("Result 1 of my search, Mediterranean Sea, fits.", False),  # the rank of another result
+        ('"Nile" is named.', False),  # a bare name is not a quotation
+    ]
+    for thought, grounded in said:
+        msgs = _chat(Q, (_turn("I search.", {"name": "search", "arguments": {"query": [Q]}}), RESULTS),
+                     (_turn(thought, visit), _visit("Nile", "length", "It is long.")))  # fmt: skip
+        [c] = choice_grounding(msgs)
+        assert (c["candidate"], c["shown"], c["grounded"]) == ("Nile", True, grounded), thought
+    # a page no observation showed is not grounded whatever the thought says
+    msgs = _chat(Q, (_turn("Result 1 of the search, Gene Kelly.", {"name": "visit", "arguments": {
+        "url": WIKI + "Gene_Kelly"}}), _visit("Gene Kelly", "g", "An actor.")))  # fmt: skip
+    assert choice_grounding(msgs) == [
+        {"turn": 2, "candidate": "Gene Kelly", "shown": False, "says_where": False, "grounded": False}
+    ]
+
+
+def test_traj_build_refuses_a_trajectory_whose_visit_has_no_reason(vital, tmp_path, monkeypatch, caplog):
+    """Without the reason a thought gives for each page (patched out here), the replay's
+    generic thoughts are not grounded: the builder refuses those items and says how many."""
+    import websailor.train.constructive as con
+    from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
+    from websailor.tools.local import build_local_tools
+
+    tools = build_local_tools(vital)
+    qa = tmp_path / "qa.jsonl"
+    synthesize(load_or_build(vital), qa, SynthConfig(n=6, seed=3, test_fraction=0.0), progress=False, tools=tools)
+    monkeypatch.setattr(con, "why_this_page", lambda url, observations, question: None)
+    with caplog.at_level("WARNING"):
+        written, _ = con.build_constructive(read_items(qa), tools, tmp_path / "sft.jsonl", progress=False)
+    assert written == 0 and not (tmp_path / "sft.jsonl").read_text().strip()
+    assert "6 of 6 items refused: a visit of their trajectory has no reason in what was read" in caplog.text

@@ -279,6 +279,15 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
         else:
             assert not notes.get("rejected")
     assert seen["verified"] and seen["distractor"] and seen["direct"]
+    # every page opened has its reason in what was read before (issue 38), and checks can say no
+    from websailor.eval.grounding import choice_grounding, rollout_grounding
+    from websailor.judge.gold import Gold
+
+    choices = [c for r in records for c in choice_grounding(r["messages"])]
+    assert choices and all(c["grounded"] for c in choices)
+    figures = [rollout_grounding(r["messages"], r["prediction"], Gold.parse(r["answer"])) for r in records]
+    assert all(f["grounded"] and f["picked"] is not False for f in figures)
+    assert sum(f["rejections"] for f in figures) == seen["distractor"]
     counts = construction_counts(out)
     assert {k: counts[k] for k in CONSTRUCTIONS} == {k: seen[k] for k in CONSTRUCTIONS}
     line = format_construction_counts(counts).splitlines()[0]

@@ -152,3 +152,64 @@ def grounding_figures(rollouts: list[dict]) -> dict[str, Any]:
         "checks": checks,
         "rejecting": round(rejections / checks, 4) if checks else None,
     }
+
+
+#: a thought that gives a search result's rank: "result 2", "the second result" is not read
+_RANK = re.compile(r"\bresults?\s+(?:#\s*|no\.?\s*)?(\d{1,2})\b", re.I)
+#: the fewest words of a quoted stretch that count as a quotation of what was read (a bare name does not)
+_MIN_QUOTE_WORDS = 4
+
+
+def _quotes(thought: str) -> list[str]:
+    """The stretches in quotation marks, each cut at its ellipses (a quotation may leave words out)."""
+    parts = [m.group(0)[1:-1] for m in _QUOTED.finditer(thought)]
+    return [p.strip() for q in parts for p in re.split(r"\.\.\.|\u2026", q) if len(p.split()) >= _MIN_QUOTE_WORDS]
+
+
+def choice_grounding(messages: list[dict]) -> list[dict[str, Any]]:
+    """For every assistant turn that opens a page, whether its choice is grounded (issue 38):
+    the page's entity (its title, :func:`~websailor.tools.observation_parse.title_from_url`)
+    was shown by an earlier observation (a search listed its URL, or what a tool found names
+    it), and the thought says where: the rank of a result that listed it ("result 2"), or a
+    quotation (in quotation marks, at least four words: a bare name is not one) of an earlier
+    observation that names it.
+
+    Args:
+        messages: a trajectory's chat (system, question, then assistant turns and tool
+            responses).
+
+    Returns:
+        One dict per visit turn, in order: ``turn`` (index in ``messages``), ``candidate``
+        (the title), ``shown``, ``says_where`` and ``grounded`` (both).
+    """
+    listed: list = []
+    bodies: list[str] = []
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages[2:], 2):
+        content = m.get("content") if isinstance(m.get("content"), str) else ""
+        if m.get("role") == "user":
+            listed.extend(search_results(content))
+            bodies.append(observation_body(content))
+            continue
+        if m.get("role") != "assistant":
+            continue
+        action = parse_turn(content)
+        call = action.tool_call
+        if call is None or call.name != "visit":
+            continue
+        url = call.arguments.get("url")
+        url = url[0] if isinstance(url, list) and url else url
+        if not isinstance(url, str) or not url.strip():
+            continue
+        candidate = title_from_url(url.strip())
+        names = {_norm(candidate), _norm(_bare(candidate))} - {""}
+        read = _norm("\n".join(bodies))
+        hits = [h for h in listed if h.url == url.strip()]
+        shown = bool(hits) or any(_contains(read, n) for n in names)
+        ranks = {int(r) for r in _RANK.findall(_QUOTED.sub(" ", action.thought))}
+        quoted = [_norm(q) for q in _quotes(action.thought)]
+        says = any(h.rank in ranks for h in hits) or any(
+            q in read and any(_contains(q, n) for n in names) for q in quoted
+        )
+        out.append({"turn": i, "candidate": candidate, "shown": shown, "says_where": says, "grounded": shown and says})
+    return out

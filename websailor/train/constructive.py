@@ -34,11 +34,12 @@ from websailor import __version__
 from websailor.agent.prompt import system_prompt, tool_response
 from websailor.agent.trajectory import ToolCallRecord, Trajectory
 from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.eval.grounding import choice_grounding
 from websailor.log import get_logger
 from websailor.synth.phrasing import statement
 from websailor.text import fold_space
 from websailor.tools import Tool, execute_tool
-from websailor.tools.observation_parse import observation_body, search_results
+from websailor.tools.observation_parse import observation_body, pages_read, search_results, title_from_url
 
 logger = get_logger(__name__)
 
@@ -94,17 +95,124 @@ def _asks_question(item: dict, question_query: bool) -> bool:
     )
 
 
-def _thought(step: dict, i: int, answer_title: str, question_query: bool = False) -> str:
+def _thought(
+    step: dict,
+    i: int,
+    answer_title: str,
+    question_query: bool = False,
+    observations: list[str] = (),
+    question: str = "",
+) -> str:
     """The thought before step ``i``; ``question_query``: this step is the opening search of
-    the question's text (:func:`_asks_question`)."""
+    the question's text (:func:`_asks_question`). Before a visit, the thought says why that page
+    from ``observations`` (what was read so far) and the ``question``
+    (:func:`why_this_page`)."""
     if step["action"] == "search":
         if question_query:
             return f"I search the question in its own words, and its most specific clue: {step['query']}."
         lead = "I start with the most specific clue I can look up" if i == 0 else "Next I look up another clue"
         return f"{lead}: {step['query']}."
+    why = why_this_page(step.get("url", ""), observations, question)
+    if why:
+        return f"{why} I open its page."
     if step.get("url", "").endswith("/" + answer_title.replace(" ", "_")):
         return f"The clues point to {answer_title}. I open its page to check the remaining conditions."
     return "One of the results looks like the entity described. I read its page for what it is linked to."
+
+
+_WORD = re.compile(r"[\w][\w'\-,.]*[\w]|\w")
+
+
+def _content_words(text: str) -> list[str]:
+    """The words of ``text`` a reader matches on, in order, each once: not stop words, not
+    shorter than three characters (numbers of any length)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    seen, out = set(), []
+    for w in _WORD.findall(text):
+        key = w.lower()
+        if key in seen or key in STOPWORDS_EN or (len(w) < 3 and not w.isdigit()):
+            continue
+        seen.add(key)
+        out.append(w)
+    return out
+
+
+def _shared(question: str, text: str, most: int = 3) -> list[str]:
+    """Up to ``most`` words of ``text`` that the question has too, the telling ones first:
+    numbers, then names (capitalized), then the longer words; in ``text``'s order among the
+    chosen."""
+    asked = {w.lower() for w in _content_words(question)}
+    common = [w for w in _content_words(text) if w.lower() in asked]
+    telling = sorted(common, key=lambda w: (not any(ch.isdigit() for ch in w), not w[0].isupper(), -len(w)))
+    chosen = set(telling[:most])
+    return [w for w in common if w in chosen]
+
+
+def _quoted_words(words: list[str]) -> str:
+    q = [f"'{w}'" for w in words]
+    return q[0] if len(q) == 1 else ", ".join(q[:-1]) + " and " + q[-1]
+
+
+def why_this_page(url: str, observations: list[str], question: str) -> str | None:
+    """Why open ``url``, from what was read (issue 38), as a sentence: the rank of the latest
+    search result that lists it and what its title and snippet share with the question (or
+    with the query that found it); else the line of an earlier observation that names it,
+    quoted. ``None`` when nothing read shows it (the caller's thought is then not grounded, and
+    :func:`websailor.eval.grounding.choice_grounding` says so)."""
+    title = title_from_url(url)
+    for obs in reversed(observations):
+        hits = [h for h in search_results(obs) if h.url == url]
+        if hits:
+            h = min(hits, key=lambda h: h.rank)
+            shown = f"{h.title} {h.snippet}"
+            words = _shared(question, shown)
+            if words:
+                why = f"its title and snippet share {_quoted_words(words)} with the question"
+            elif words := _shared(h.query, shown):
+                why = f"it is what the clue I searched names ({_quoted_words(words)})"
+            else:
+                continue
+            search = (
+                "my search for the question"
+                if fold_space(h.query) == fold_space(question)
+                else f"the search for '{h.query}'"
+            )
+            return f"Result {h.rank} of {search}, {h.title}: {why}."
+        body = observation_body(obs)
+        names = {fold_space(title), fold_space(_bare_title(title))}
+        line = next(
+            (
+                ln.strip()
+                for ln in body.splitlines()
+                if len(ln.split()) >= 4 and any(_names(fold_space(ln), n) for n in names)
+            ),
+            None,
+        )
+        if line:
+            where = title_from_url(pages_read(obs)[0]) if pages_read(obs) else "what I read"
+            return f'The page of {where} names {title}: "{_quote_naming(line, title)}".'
+    return None
+
+
+def _bare_title(title: str) -> str:
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title)
+
+
+def _quote_naming(line: str, title: str, limit: int = 200) -> str:
+    """``line`` cut to ``limit`` characters around the first mention of ``title`` (or its bare
+    name), the mention kept whole."""
+    text = " ".join(line.split()).replace('"', "'")  # the quotation's own marks stay whole
+    if len(text) <= limit:
+        return text
+    at = max(text.lower().find(title.lower()), text.lower().find(_bare_title(title).lower()), 0)
+    start = max(0, at - limit // 2)
+    cut = text[start : start + limit]
+    if start:
+        cut = cut.split(" ", 1)[-1]
+    if start + limit < len(text):
+        cut = cut.rsplit(" ", 1)[0]
+    return ("..." if start else "") + cut + ("..." if start + limit < len(text) else "")
 
 
 def _names(text: str, title: str) -> bool:
@@ -357,20 +465,21 @@ def constructive_trajectory(
                 steps,
                 i,
                 r.step(
-                    _thought(step, i, answer, opening and i == 0), *_step_call(item, step, i, goal, opening and i == 0)
+                    _thought(step, i, answer, opening and i == 0, r.observations, question),
+                    *_step_call(item, step, i, goal, opening and i == 0),
                 ),
             )
         notes: dict = {"opening": "question" if question_query else "clue"}
         rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
         if distractor and isinstance(rejected, str):
             notes["no_distractor"], rejected = rejected, None
-        lead = f"The clues point to {answer}."
+        why = why_this_page(target_url, r.observations, question)
+        lead = why or f"The clues point to {answer}."
         if rejected:
             node, c, shown = rejected
             notes["rejected"] = {"title": node, "failed": c["phrase"]}
-            lead = (
-                f'{node} is not the answer: it does not fit "{statement(c, "it")}", since {shown}. '
-                f"Another candidate, {answer}, fits the clues."
+            lead = f'{node} is not the answer: it does not fit "{statement(c, "it")}", since {shown}. ' + (
+                f"Another candidate: {why}" if why else f"Another candidate, {answer}, fits the clues."
             )
         kind = "distractor" if rejected else "direct"
         if check:
@@ -404,7 +513,9 @@ def constructive_trajectory(
                 ), False
             rest = [] if last is None else steps[last + 1 :]
             for i, step in enumerate(rest, len(before) + 1):
-                r.step(_thought(step, i, answer), *_step_call(item, step, i, goal))  # i > 0: never the opening
+                r.step(
+                    _thought(step, i, answer, False, r.observations, question), *_step_call(item, step, i, goal)
+                )  # i > 0
             said = "; ".join(f'"{statement(c, "it")}" ("{_quote(s)}")' for c, s in shown_)
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
@@ -417,7 +528,7 @@ def constructive_trajectory(
             return r.finish(thought, "distractor" if rejected else "verified", notes), True
         # today's replay of the answer's page (read for the question) and the generic conclusion
         for i, step in enumerate(steps[len(before) :], len(before)):
-            t = _thought(step, i, answer)  # the answer's page: a visit, never the opening search
+            t = _thought(step, i, answer, False, r.observations, question)  # the answer's page: a visit
             if rejected and i == len(before):
                 t = f"{lead} I open its page to check the remaining conditions."
             r.step(t, *_step_call(item, step, i, goal))
@@ -455,8 +566,9 @@ def _meet_distractor(
         probe = execute_tool(tools, "visit", arguments)
         why = _rejection(item, kg, node, probe.observation) if probe.error is None else None
         if why:
+            reason = why_this_page(arguments["url"], r.observations, r.item["question"])
             r.step(
-                f"{node}, named in what I have read, could be the entity asked about. "
+                f"{reason or f'{node}, named in what I have read, could be the entity asked about.'} "
                 "I open its page to check it against the question.",
                 "visit",
                 arguments,
@@ -509,10 +621,11 @@ def build_constructive(
         raise InputFormatError(f"no QA items in split {split!r}")
     check_opening(Path(out), "question" if question_query else "clue")
     not_shown: list[str] = []
+    ungrounded: list[str] = []
 
     def make(it: dict) -> Trajectory | None:
         try:
-            return constructive_trajectory(
+            traj = constructive_trajectory(
                 it,
                 tools,
                 kg=kg,
@@ -523,6 +636,10 @@ def build_constructive(
         except HopNotShown:
             not_shown.append(str(it["id"]))
             return None
+        if not all(c["grounded"] for c in choice_grounding(traj.messages)):
+            ungrounded.append(str(it["id"]))  # a page opened for no reason that was read: never taught
+            return None
+        return traj
 
     makers = [(str(it["id"]), partial(make, it)) for it in chosen]
     written, skipped = append_new_trajectories(
@@ -537,7 +654,15 @@ def build_constructive(
             len(chosen),
             not_shown[0],
         )
-    return written - len(not_shown), skipped
+    if ungrounded:
+        logger.warning(
+            "%d of %d items refused: a visit of their trajectory has no reason in what was read before it (no "
+            "search listed the page and no quoted line names it; e.g. %s)",
+            len(ungrounded),
+            len(chosen),
+            ungrounded[0],
+        )
+    return written - len(not_shown) - len(ungrounded), skipped
 
 
 def check_opening(out: Path, opening: str) -> None:
