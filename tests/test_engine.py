@@ -175,3 +175,11 @@ def test_a_weight_sync_into_a_full_dev_shm_is_refused_before_writing(monkeypatch
     with pytest.raises(ConfigError, match=r"has 0 MB free and the weight sync needs about 2 MB"):
         sync.push(model, 0)
     assert not sync._dir.exists() and sync.version is None
+
+
+def test_a_missing_vllm_python_named_by_the_environment_is_an_error_not_a_fallback(monkeypatch: pytest.MonkeyPatch):
+    from websailor.models import serving
+
+    monkeypatch.setenv("WEBSAILOR_VLLM_PYTHON", "/nonexistent/python")
+    with pytest.raises(ConfigError, match="WEBSAILOR_VLLM_PYTHON /nonexistent/python: no such file"):
+        serving.vllm_available()

@@ -87,9 +87,17 @@ def is_local_spec(spec: str) -> bool:
 
 
 def vllm_available() -> str | None:
-    """The Python that has vLLM (:func:`~websailor.models.vllm_launch.find_vllm_python`), or ``None``."""
-    from websailor.models.vllm_launch import find_vllm_python
+    """The Python that has vLLM (:func:`~websailor.models.vllm_launch.find_vllm_python`), or
+    ``None`` where none is installed.
 
+    Raises:
+        ConfigError: the interpreter named by ``WEBSAILOR_VLLM_PYTHON`` is missing or not an
+            executable (a user's explicit choice is never passed over in silence).
+    """
+    from websailor.models.vllm_launch import VLLM_PYTHON_ENV, find_vllm_python
+
+    if os.environ.get(VLLM_PYTHON_ENV):
+        return find_vllm_python()
     try:
         return find_vllm_python()
     except ConfigError:
