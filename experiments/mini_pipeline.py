@@ -470,7 +470,11 @@ def tables(results: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The script's options (``status`` has its own: :mod:`pipeline_status`)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="`python experiments/mini_pipeline.py status --out DIR` prints where a run stands, the time left "
+        "and the command that continues it.",
+    )
     p.add_argument("--out", type=Path, default=Path("runs/ladder"))
     p.add_argument("--items", type=int, default=600, help="items to synthesize (train + test)")
     p.add_argument("--levels", default="1-2", help="difficulty levels of the ladder (synth --level)")

@@ -217,7 +217,10 @@ def serve_for_job(
     python = vllm_available()
     if engine == "auto":
         if rollouts < BREAK_EVEN_ROLLOUTS:
-            why = f"{rollouts} rollouts, fewer than the {BREAK_EVEN_ROLLOUTS} at which a vLLM server's start-up pays"
+            why = (
+                f"{rollouts} rollout{'' if rollouts == 1 else 's'}, fewer than the {BREAK_EVEN_ROLLOUTS} at which a "
+                "vLLM server's start-up pays"
+            )
             logger.info("engine auto: the local engine (%s)", why)
             return ServedModel(spec, spec, "local", reason=why)
         if python is None:
