@@ -30,7 +30,7 @@ from typing import Any
 from websailor.agent.parse import parse_turn
 from websailor.judge.em import normalize_answer
 from websailor.judge.gold import Gold
-from websailor.tools.observation_parse import observation_body, pages_read, search_results, title_from_url
+from websailor.tools.observation_parse import bare_title, observation_body, pages_read, search_results, title_from_url
 
 #: a thought that rejects the candidate whose page it just read
 REJECT = re.compile(
@@ -41,7 +41,6 @@ REJECT = re.compile(
 )
 #: a thought that accepts it
 ACCEPT = re.compile(r"\b(?:fits|confirms?|confirmed|matches|is the (?:answer|one|entity))\b", re.I)
-_PARENS = re.compile(r"\s*\([^)]*\)\s*$")
 #: quoted text: what a page says, not the agent's verdict
 _QUOTED = re.compile(r'"[^"]*"|\u201c[^\u201d]*\u201d')
 
@@ -57,11 +56,6 @@ def _contains(haystack: str, needle: str) -> bool:
     """Whether normalized ``needle`` is whole words of normalized ``haystack`` (both already
     normalized)."""
     return bool(needle) and f" {needle} " in f" {haystack} "
-
-
-def _bare(title: str) -> str:
-    """A page title without its disambiguation: ``Mercury (planet)`` -> ``Mercury``."""
-    return _PARENS.sub("", title)
 
 
 def rollout_grounding(messages: list[dict], prediction: str | None, gold: Gold | None) -> dict[str, Any]:
@@ -93,10 +87,10 @@ def rollout_grounding(messages: list[dict], prediction: str | None, gold: Gold |
             pages = pages_read(content)
             after_visit = bool(pages)
             for hit in search_results(content):
-                if forms & {_norm(hit.title), _norm(_bare(hit.title))}:
+                if forms & {_norm(hit.title), _norm(bare_title(hit.title))}:
                     listed = True
                     listed_urls.add(hit.url)
-            if forms and any(u in listed_urls or _norm(_bare(title_from_url(u))) in forms for u in pages):
+            if forms and any(u in listed_urls or _norm(bare_title(title_from_url(u))) in forms for u in pages):
                 visited = True
             observations.append(observation_body(content))
             continue
@@ -202,7 +196,7 @@ def choice_grounding(messages: list[dict]) -> list[dict[str, Any]]:
         if not isinstance(url, str) or not url.strip():
             continue
         candidate = title_from_url(url.strip())
-        names = {_norm(candidate), _norm(_bare(candidate))} - {""}
+        names = {_norm(candidate), _norm(bare_title(candidate))} - {""}
         read = _norm("\n".join(bodies))
         hits = [h for h in listed if h.url == url.strip()]
         shown = bool(hits) or any(_contains(read, n) for n in names)

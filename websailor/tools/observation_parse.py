@@ -76,6 +76,11 @@ def title_from_url(url: str) -> str:
     return unquote(path.rsplit("/", 1)[-1]).replace("_", " ")
 
 
+def bare_title(title: str) -> str:
+    """A page title without its disambiguation: ``Mercury (planet)`` -> ``Mercury``."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title)
+
+
 def observation_body(observation: str) -> str:
     """``observation`` without the lines that echo the call (a search's query, a page's URL and
     goal, a query that found nothing): what the tool found."""

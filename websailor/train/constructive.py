@@ -39,7 +39,7 @@ from websailor.log import get_logger
 from websailor.synth.phrasing import statement
 from websailor.text import fold_space
 from websailor.tools import Tool, execute_tool
-from websailor.tools.observation_parse import observation_body, pages_read, search_results, title_from_url
+from websailor.tools.observation_parse import bare_title, observation_body, pages_read, search_results, title_from_url
 
 logger = get_logger(__name__)
 
@@ -180,7 +180,7 @@ def why_this_page(url: str, observations: list[str], question: str) -> str | Non
             )
             return f"Result {h.rank} of {search}, {h.title}: {why}."
         body = observation_body(obs)
-        names = {fold_space(title), fold_space(_bare_title(title))}
+        names = {fold_space(title), fold_space(bare_title(title))}
         line = next(
             (
                 ln.strip()
@@ -195,17 +195,13 @@ def why_this_page(url: str, observations: list[str], question: str) -> str | Non
     return None
 
 
-def _bare_title(title: str) -> str:
-    return re.sub(r"\s*\([^)]*\)\s*$", "", title)
-
-
 def _quote_naming(line: str, title: str, limit: int = 200) -> str:
     """``line`` cut to ``limit`` characters around the first mention of ``title`` (or its bare
     name), the mention kept whole."""
     text = " ".join(line.split()).replace('"', "'")  # the quotation's own marks stay whole
     if len(text) <= limit:
         return text
-    at = max(text.lower().find(title.lower()), text.lower().find(_bare_title(title).lower()), 0)
+    at = max(text.lower().find(title.lower()), text.lower().find(bare_title(title).lower()), 0)
     start = max(0, at - limit // 2)
     cut = text[start : start + limit]
     if start:
