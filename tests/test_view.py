@@ -224,7 +224,7 @@ def test_a_1_gb_file_does_not_stop_the_index(runs_root: Path):
 def test_paths_in_raw_http_requests_cannot_leave_the_root(runs_root: Path, tmp_path_factory):
     import httpx
 
-    from websailor.view.app import context
+    from websailor.view.context import context
 
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret.txt").write_text("TOP-SECRET")

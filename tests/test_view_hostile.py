@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from websailor.view import create_view_app
-from websailor.view.app import relative
+from websailor.view.context import relative
 from websailor.view.export import export_site, page_file
 
 SECRET = "SECRET-KEY-123"

@@ -36,7 +36,7 @@ from fastapi.responses import Response
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.scoring import score_record
 from websailor.jsonio import JsonlStream
-from websailor.view.app import ViewContext, bad_query, context, query_int, run_url
+from websailor.view.context import ViewContext, bad_query, context, query_int, run_url
 from websailor.view.discover import find_runs, run_file
 from websailor.view.pages import (
     WAIT_S,

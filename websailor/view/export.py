@@ -42,7 +42,8 @@ from fastapi import FastAPI
 
 from websailor.errors import InvalidArgumentError
 from websailor.log import get_logger
-from websailor.view.app import HERE, create_view_app
+from websailor.view.app import create_view_app
+from websailor.view.context import HERE
 
 logger = get_logger(__name__)
 

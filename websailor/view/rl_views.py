@@ -40,7 +40,7 @@ from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import JsonlStream, LineTooLongError, end_signature, loads_object, only_grew
 from websailor.train.rl_log import LOG_FILE, StepLog, read_step_log
-from websailor.view.app import ViewContext, bad_query, context, finite, plural, query_int, relative, run_url
+from websailor.view.context import ViewContext, bad_query, context, finite, plural, query_int, relative, run_url
 from websailor.view.discover import folder_kind, run_file
 
 router = APIRouter()

@@ -33,7 +33,7 @@ from websailor.errors import InvalidArgumentError
 from websailor.jsonio import Unfinished
 from websailor.synth.dataset import dataset_report, read_items_and_tail
 from websailor.synth.items import DEFAULT_LEVEL
-from websailor.view.app import context, query_int, run_url
+from websailor.view.context import context, query_int, run_url
 
 router = APIRouter()
 
