@@ -241,3 +241,45 @@ def test_traj_build_refuses_a_trajectory_whose_visit_has_no_reason(vital, tmp_pa
         written, _ = con.build_constructive(read_items(qa), tools, tmp_path / "sft.jsonl", progress=False)
     assert written == 0 and not (tmp_path / "sft.jsonl").read_text().strip()
     assert "6 of 6 items refused: a visit of their trajectory has no reason in what was read" in caplog.text
+
+
+def test_one_rollouts_grounding_in_words():
+    from websailor.eval.grounding import describe_grounding
+
+    base = {
+        "answered": True,
+        "grounded": True,
+        "listed": True,
+        "visited": True,
+        "picked": True,
+        "checks": 2,
+        "rejections": 1,
+    }
+    assert describe_grounding(base) == (
+        "the answer appears in what the agent read before giving it; a search listed the answer's page: "
+        "visited, picked; 2 checks of a page read, 1 rejecting"
+    )
+    unlisted = {
+        **base,
+        "grounded": False,
+        "listed": False,
+        "visited": False,
+        "picked": None,
+        "checks": 1,
+        "rejections": 0,
+    }
+    assert describe_grounding(unlisted) == (
+        "the answer appears in nothing the agent read before giving it (memory, or made up); "
+        "no search listed the answer's page; 1 check of a page read, 0 rejecting"
+    )
+    ungraded = {
+        **base,
+        "answered": False,
+        "grounded": None,
+        "listed": None,
+        "visited": None,
+        "picked": None,
+        "checks": 0,
+    }
+    assert describe_grounding(ungraded) == "no answer given; no check of a page read states a verdict"
+    assert describe_grounding({}) == ""

@@ -98,6 +98,7 @@ def test_the_eval_table_shows_a_row_per_question_with_coloured_cells(client: Tes
     assert html.count('<a class="cell correct"') == 4 and html.count('<a class="cell wrong"') == 2
     assert "termination: answer\nanswer: Amazon" in html  # the hover title
     assert "Pass@2 66.7" in html and "solved" in html and "not solved" in html
+    assert '<p class="grounding" id="grounding">Grounding: 100.0% of 6 answers appear in what' in html
     assert (
         'href="/eval/base?question=paris"' in html and 'href="/eval/base?question=paris&amp;rollout=1#step-1"' in html
     )
@@ -164,6 +165,13 @@ def test_the_question_view_shows_the_rollouts_as_timelines(client: TestClient):
     assert re.search(r"\d+ sampled token ids</summary><pre class=\"text\">0 1 2", html)
     assert "assistant text: trained tokens" in html and 'class="trained"' in html and "observation untrained" in html
     assert XSS not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    # grounding per rollout (websailor.eval.grounding): the search for the question's end listed the
+    # Nile page, and the wrong answer Amazon was read before it was given
+    assert html.count('<p class="grounding">') == 2
+    assert "read before giving it; a search listed the answer&#39;s page: not visited, not the answer given" in html
+    # the rl run searched "Nile" before any observation named it: its answer is from memory
+    rl = client.get("/eval/rl?question=nile").text
+    assert "appears in nothing the agent read before giving it (memory, or made up)" in rl and ", picked;" in rl
     alone = client.get("/eval/base?question=nile&rollout=1").text
     assert alone.count('<section class="rollout') == 1 and 'id="step-1"' in alone and 'id="all-rollouts"' in alone
 

@@ -118,6 +118,48 @@ def rollout_grounding(messages: list[dict], prediction: str | None, gold: Gold |
     }
 
 
+def record_grounding(rec: dict) -> dict[str, Any]:
+    """:func:`rollout_grounding` of a trajectory record (its ``messages``, ``prediction`` and
+    ``answer``; an answer that does not parse counts as none, an ungraded question); ``{}`` for
+    a record of another task than question answering (a report)."""
+    if rec.get("task", "qa") != "qa":
+        return {}
+    try:
+        gold = Gold.parse(rec.get("answer"))
+    except (ValueError, TypeError):
+        gold = None
+    messages = rec.get("messages")
+    return rollout_grounding(messages if isinstance(messages, list) else [], rec.get("prediction"), gold)
+
+
+def describe_grounding(g: dict[str, Any]) -> str:
+    """One rollout's grounding figures (:func:`rollout_grounding`) in words, as the viewer
+    shows them under its answer: ``the answer appears in what the agent read before giving it;
+    a search listed the answer's page, visited, picked; 2 checks of a page read, 1 rejecting``.
+    ``""`` for ``{}`` (a report)."""
+    if not g:
+        return ""
+    if not g.get("answered"):
+        parts = ["no answer given"]
+    elif g.get("grounded"):
+        parts = ["the answer appears in what the agent read before giving it"]
+    else:
+        parts = ["the answer appears in nothing the agent read before giving it (memory, or made up)"]
+    if g.get("listed") is True:
+        visited = "visited" if g.get("visited") else "not visited"
+        picked = "picked" if g.get("picked") else "not the answer given"
+        parts.append(f"a search listed the answer's page: {visited}, {picked}")
+    elif g.get("listed") is False:
+        parts.append("no search listed the answer's page" + (", but it was visited" if g.get("visited") else ""))
+    checks, rejections = int(g.get("checks") or 0), int(g.get("rejections") or 0)
+    parts.append(
+        f"{checks} check{'' if checks == 1 else 's'} of a page read, {rejections} rejecting"
+        if checks
+        else "no check of a page read states a verdict"
+    )
+    return "; ".join(parts)
+
+
 def grounding_figures(rollouts: list[dict]) -> dict[str, Any]:
     """The run's grounding figures from the per-rollout ones (:func:`rollout_grounding`):
     ``answered`` (count), ``grounded`` (share of the answered), ``listed`` and ``visited``
@@ -146,6 +188,27 @@ def grounding_figures(rollouts: list[dict]) -> dict[str, Any]:
         "checks": checks,
         "rejecting": round(rejections / checks, 4) if checks else None,
     }
+
+
+def describe_figures(g: dict[str, Any]) -> str:
+    """A run's grounding figures (:func:`grounding_figures`) as the sentence ``report.md`` and
+    the viewer's table page show."""
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}"
+
+    answered = g.get("answered", 0)
+    checks = (
+        f"{g['checks']} checks of a page read, {pct(g.get('rejecting'))}% of them rejecting"
+        if g.get("checks")
+        else "no check of a page read states a verdict"
+    )
+    return (
+        f"Grounding: {pct(g.get('grounded'))}% of {answered} answer{'' if answered == 1 else 's'} appear in what the "
+        f"agent read before giving them; the answer's page was listed by a search in {pct(g.get('listed'))}% of the "
+        f"rollouts and visited in {pct(g.get('visited'))}%; where listed, it was the answer given in "
+        f"{pct(g.get('picked'))}%; {checks}."
+    )
 
 
 #: a thought that gives a search result's rank: "result 2", "the second result" is not read

@@ -10,7 +10,7 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from websailor.eval.grounding import grounding_figures
+from websailor.eval.grounding import describe_figures, grounding_figures
 from websailor.eval.metrics import avg_at_k, best_pass_at_1, bootstrap_ci, pass_at_k, per_run_accuracy
 from websailor.eval.scoring import Score, score_table
 
@@ -215,24 +215,10 @@ def to_markdown(s: dict) -> str:
         )
     if s.get("grounding"):
         at = lines.index("| tool calls | trajectories | accuracy |")
-        lines[at:at] = [_grounding_line(s["grounding"]), ""]
+        lines[at:at] = [describe_figures(s["grounding"]), ""]
     lines += [f"| {b} | {v['n']} | {_pct(v['accuracy'])} |" for b, v in s["accuracy_by_tool_calls"].items()]
     lines += ["", "| j | Pass@j |", "|---|---|"] + [f"| {j} | {_pct(v)} |" for j, v in s["pass_at_j"].items()]
     return "\n".join(lines) + "\n"
-
-
-def _grounding_line(g: dict) -> str:
-    """The grounding figures (:func:`websailor.eval.grounding.grounding_figures`) as a sentence."""
-    checks = (
-        f"{g['checks']} checks of a page read, {_pct(g['rejecting'])}% of them rejecting"
-        if g["checks"]
-        else "no check of a page read states a verdict"
-    )
-    return (
-        f"Grounding: {_pct(g['grounded'])}% of {_n(g['answered'], 'answer')} appear in what the agent read before "
-        f"giving them; the answer's page was listed by a search in {_pct(g['listed'])}% of the rollouts and visited "
-        f"in {_pct(g['visited'])}%; where listed, it was the answer given in {_pct(g['picked'])}%; {checks}."
-    )
 
 
 def _ungraded_text(s: dict) -> str:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
@@ -344,7 +343,7 @@ def _context(rec: dict) -> dict:
     """The ``level``, ``env_settings``, ``env_failures``, ``summaries`` (how many context
     summaries were written) and ``grounding`` (:func:`websailor.eval.grounding.rollout_grounding`;
     ``{}`` for a report task) of a trajectory record, as a :class:`Score` holds them."""
-    from websailor.eval.grounding import rollout_grounding
+    from websailor.eval.grounding import record_grounding
 
     level = rec.get("level")
     settings = rec.get("env_settings")
@@ -357,18 +356,8 @@ def _context(rec: dict) -> dict:
         "summaries": sum(isinstance(x, dict) and bool(x.get("text")) for x in summaries)
         if isinstance(summaries, list)
         else 0,
-        "grounding": {}
-        if rec.get("task", "qa") != "qa"
-        else rollout_grounding(rec.get("messages") or [], rec.get("prediction"), _gold_or_none(rec.get("answer"))),
+        "grounding": record_grounding(rec),
     }
-
-
-def _gold_or_none(answer: Any) -> Gold | None:
-    """The record's gold answer, or ``None`` where it has none that parses (an ungraded question)."""
-    try:
-        return Gold.parse(answer)
-    except (ValueError, TypeError):
-        return None
 
 
 def score_table(scores: list[Score]) -> tuple[list[str], list[list[bool | None]]]:

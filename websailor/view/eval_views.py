@@ -34,6 +34,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.eval.grounding import describe_figures, describe_grounding, record_grounding
 from websailor.eval.scoring import score_record
 from websailor.jsonio import JsonlStream
 from websailor.view.context import ViewContext, bad_query, context, query_int, run_url
@@ -355,7 +356,21 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
         pass_at_k=(summary.solved / summary.graded) if summary.graded else None,
         graded_questions=summary.graded,
         others=others,
+        grounding=_run_grounding(path) if kind == "eval" else "",
     )
+
+
+def _run_grounding(run: Path) -> str:
+    """The run's grounding sentence (:func:`~websailor.eval.grounding.describe_figures`) from
+    its ``summary.json``; ``""`` when there is none yet, it is unreadable or has no figures."""
+    summary = run / "summary.json"
+    try:
+        if summary.stat().st_size > 32 << 20:
+            return ""
+        g = json.loads(summary.read_text(encoding="utf-8-sig")).get("grounding")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return describe_figures(g) if isinstance(g, dict) and g else ""
 
 
 def _cell_title(row: Row, cell: str, g: Grade | None, figures: str | None = None) -> str:
@@ -500,6 +515,7 @@ def rollout_view(
         "timeline": timeline(steps, conversation(rec)[1]),
         "failed_summaries": failed_summaries(rec),
         "report": report_view(rec, scores, prefix),
+        "grounding": describe_grounding(record_grounding(rec)),
         "tokens": rec.get("tokens") if isinstance(rec.get("tokens"), dict) else {},
         "timings": rec.get("timings") if isinstance(rec.get("timings"), dict) else {},
         "env_failures": rec.get("env_failures") or None,
