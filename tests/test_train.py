@@ -1,6 +1,7 @@
 """Training data: constructive trajectories replayed through the real local tools."""
 
 import json
+from pathlib import Path
 
 import pytest
 from fixtures import ChatMLSample
@@ -11,6 +12,7 @@ from websailor.corpus import Corpus
 from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
 from websailor.synth.phrasing import statement
 from websailor.tools.local import build_local_tools
+from websailor.tools.observation_parse import search_results
 from websailor.train.constructive import build_constructive
 
 
@@ -240,9 +242,22 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
         observations = [m["content"] for m in t.messages[3::2]]
         visits = [(i, c.arguments["url"]) for i, c in enumerate(t.tool_calls) if c.name == "visit"]
         final = t.messages[-1]["content"]
+        names = [c for c in item["constraints"] if c["kind"] == "name"]
+        for c in names:  # a name mask is checked on the title, in the mask's own terms
+            assert f'"{statement(c, "it")}": its name, {item["answer"]}, ' in final
+        # the first page opened: picked from the search of the question itself, or that search
+        # listed no page that fits and the thought says so before following the clue
+        first_visit = next(i for i, c in enumerate(t.tool_calls) if c.name == "visit")
+        asked = _norm(t.question)
+        question_hits = [h.url for h in search_results(observations[0]) if _norm(h.query) == asked]
+        no_fit = "No result of my search for the question fits every clue, so I follow its most specific clue"
+        picked_from_question = t.tool_calls[first_visit].arguments["url"] in question_hits
+        assert picked_from_question != (no_fit in actions[first_visit].thought)
+        seen[f"picked_from_question:{picked_from_question}"] += 1
         if kind == "direct":
-            assert notes.get("unverified") and "Every condition" in final
-            assert not notes.get("rejected")
+            assert notes.get("unverified") and not notes.get("rejected")
+            assert ("Every condition checked fits" in final) == bool(names)
+            assert bool(names) or "its page shows none of the conditions to check" in final
             continue
         if notes.get("checked"):
             # the check: a real visit of the answer's page that shows each checked constraint
@@ -250,8 +265,11 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
             obs = _norm(observations[i])
             checked = [c for c in item["constraints"] if c["phrase"] in notes["checked"]]
             assert checked and all(c["kind"] != "name" for c in checked)
-            for c in checked:
-                assert statement(c, "it") in final  # the final thought states it
+            assert (
+                f"Checking {item['answer']} against the question: " in final and "Every condition checked fits" in final
+            )
+            for c in checked:  # the final thought holds each against the sentence its page shows
+                assert f'"{statement(c, "it")}": its page says "' in final
                 on_page = [e["sentence"] for e in c["evidence"] if e["url"] == item["target_url"]]
                 assert any(_norm(s) in obs for s in on_page) or (
                     c["kind"] == "linked" and c["params"]["other"].lower() in obs
@@ -271,7 +289,8 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
             assert url != item["target_url"] and j < max(i for i, u in visits if u == item["target_url"])
             assert wrong.lower() in _norm(" ".join(observations[:j]))  # met in what was read before
             rejection = actions[j + 1].thought
-            assert f'{wrong} is not the answer: it does not fit "{statement(failed, "it")}"' in rejection
+            assert f'Checking {wrong} against the question: "{statement(failed, "it")}": ' in rejection
+            assert f": no. {wrong} is not the answer." in rejection
             if failed["kind"] == "name":
                 assert wrong.lower() in _norm(observations[j])
             if failed["kind"] == "linked":
@@ -279,6 +298,7 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
         else:
             assert not notes.get("rejected")
     assert seen["verified"] and seen["distractor"] and seen["direct"]
+    assert seen["picked_from_question:True"] and seen["picked_from_question:False"]
     # every page opened has its reason in what was read before (issue 38), and checks can say no
     from websailor.eval.grounding import choice_grounding, rollout_grounding
     from websailor.judge.gold import Gold
@@ -439,3 +459,77 @@ def test_the_opening_search_queries_the_question_text(vital: Corpus, tmp_path):
     t = constructive_trajectory(item, tools)
     assert t.tool_calls[0].arguments["query"] == [item["procedure"][0]["query"]]
     assert "most specific clue I can look up" in t.messages[2]["content"]
+
+
+def test_traj_stats_measures_what_a_file_teaches(vital: Corpus, kinds_build, tmp_path, smollm2_path, capsys):
+    """``traj stats``: every visit of the constructive file grounded, one rejection per distractor
+    trajectory, lookups as the question's own search shows them; the committed rollouts of a model
+    that was never taught why (issue 38's starting point) are mostly ungrounded, and ``train sft``
+    warns about such a file without refusing it."""
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+    from websailor.judge.gold import Gold
+    from websailor.train.sft_data import load_sft_data
+    from websailor.train.traj_stats import question_search_lists, trajectory_stats
+
+    _, items, out = kinds_build
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    res = CliRunner().invoke(app, ["traj", "stats", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["trajectories"] == len(records) and s["sources"] == {"constructive": len(records)}
+    assert s["visits"] == sum(1 for r in records for c in r["tool_calls"] if c["name"] == "visit") > 0
+    assert s["visits_grounded"] == s["visits"] and s["grounded_share"] == 1.0
+    distractors = sum(r["construction"] == "distractor" for r in records)
+    assert s["with_rejection"] == s["rejections"] == distractors == s["constructions"]["distractor"]
+    assert s["answers_grounded"] == s["answered"] == len(records)
+    lookups = [question_search_lists(r["messages"], r["question"], Gold.parse(r["answer"])) for r in records]
+    assert s["lookups"] == sum(x is True for x in lookups) and s["lookup_known"] == sum(x is not None for x in lookups)
+    assert 0 < s["lookups"] < s["lookup_known"]  # both kinds of item: the short path and the clue
+    text = CliRunner().invoke(app, ["traj", "stats", str(out)]).stdout
+    assert f"visits with a grounded choice: {s['visits']} of {s['visits']} (100.0%)" in text
+    assert CliRunner().invoke(app, ["traj", "stats", str(tmp_path / "none.jsonl")]).exit_code == 2
+
+    rollouts = Path(__file__).parents[1] / "experiments/results/transfer_opening/eval_question/trajectories.jsonl"
+    r = trajectory_stats(rollouts)
+    assert r["trajectories"] == 80 and r["visits_grounded"] < 0.1 * r["visits"] and r["rejections"] == 0
+    from transformers import AutoTokenizer
+
+    capsys.readouterr()
+    data = load_sft_data([out, rollouts], AutoTokenizer.from_pretrained(smollm2_path), 100_000)
+    ungrounded = data.counts["visits"] - data.counts["visits_grounded"]
+    assert ungrounded > 0 and data.counts["kept"] > len(records)  # kept, but counted
+    assert f"{ungrounded} of {data.counts['visits']} visits in the kept trajectories" in capsys.readouterr().err
+
+
+def test_a_check_states_what_the_title_or_page_shows_and_its_verdict():
+    from websailor.train.checks import Check, accepted, name_check, rejected
+
+    initials = {
+        "kind": "name",
+        "params": {"style": "initials", "pattern": ["G", "M"]},
+        "phrase": "whose initials are G. M.",
+    }
+    assert name_check(initials, "Gaspard Monge").line() == (
+        '"it has the initials G. M.": its name, Gaspard Monge, has the initials G. M.: yes'
+    )
+    wrong = name_check(initials, "Technical drawing")
+    assert not wrong.holds and wrong.line().endswith("its name, Technical drawing, has the initials T. D.: no")
+    letters = {
+        "kind": "name",
+        "params": {"style": "letters", "pattern": [3, 8, "L"]},
+        "phrase": "whose name has 3 words, the first with 8 letters, starting with L",
+    }
+    assert name_check(letters, "Leonardo da Vinci").holds
+    assert (
+        name_check(letters, "Nile (river)").shown == "its name, Nile (river), is one word of 4 letters, starting with N"
+    )
+    assert rejected("Technical drawing", wrong).endswith("Technical drawing is not the answer.")
+    span = {"kind": "span_start", "params": {"lo": 1800, "hi": 1899}, "phrase": "founded in the 19th century"}
+    ok = Check(span, 'its page says "It was founded in 1821."', True)
+    text = accepted("X", [ok], " The page of Y led me to it.")
+    assert text.endswith("The page of Y led me to it. Every condition checked fits, so the answer is X.")
+    from websailor.eval.grounding import ACCEPT, REJECT
+
+    assert ACCEPT.search(text) and REJECT.search(rejected("Technical drawing", wrong))  # what the eval counts

@@ -143,6 +143,14 @@ def traj_build(
             fail("--source import needs --from CHATML.jsonl")
         written, skipped = import_chatml_file(from_, out, transform=transform, source=source_name("imported"))
         print(f"{written} imported trajectories written to {out} ({skipped} already there)")
+        from websailor.train.traj_stats import trajectory_stats
+
+        stats = trajectory_stats(out)  # kept whatever they teach, but counted (traj stats shows the rest)
+        ungrounded = stats["visits"] - stats["visits_grounded"]
+        print(
+            f"{ungrounded} of {stats['visits']} visits in {out} open a page with no reason in what was read before"
+            + (" (train sft warns about them)" if ungrounded else "")
+        )
         return
     if qa is None:
         fail(f"--source {source.value} needs --qa QA.jsonl")
@@ -199,6 +207,23 @@ def traj_build(
     )
     print(f"{written} constructive trajectories written to {out} ({skipped} already there)")
     print(format_construction_counts(construction_counts(out)))
+
+
+@traj_app.command("stats")
+@handle_errors
+def traj_stats(
+    path: Annotated[Path, typer.Argument(help="Trajectories JSONL (traj build, run or eval output).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """What a trajectory file teaches: the share of visits whose choice is grounded in what was
+    read, the checks and how many reject, trajectories with a rejected candidate, grounded
+    answers, and lookups (the question's own search lists the answer's page)."""
+    import json
+
+    from websailor.train.traj_stats import format_stats, trajectory_stats
+
+    stats = trajectory_stats(path)
+    print(json.dumps(stats, indent=2) if as_json else format_stats(stats))
 
 
 def with_env_settings(transform: Any, settings: dict[str, int]) -> Any:

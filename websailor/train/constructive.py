@@ -40,13 +40,13 @@ from websailor.synth.phrasing import statement
 from websailor.text import fold_space
 from websailor.tools import Tool, execute_tool
 from websailor.tools.observation_parse import bare_title, observation_body, pages_read, search_results, title_from_url
+from websailor.train.checks import Check, accepted, answer_checks, check_order, confirmed, name_check, rejection
+from websailor.train.checks import rejected as rejected_words
 
 logger = get_logger(__name__)
 
 #: The kinds of constructive trajectory, in the order they are reported.
 CONSTRUCTIONS = ("direct", "verified", "distractor")
-#: Constraint kinds a wrong candidate's page can be shown to fail (the others compare two pages).
-_REJECTABLE = ("name", "span_start", "span_end", "quantity", "linked")
 #: The share of items whose trajectory meets a wrong candidate first, by default in ``traj build``.
 DEFAULT_DISTRACTOR_SHARE = 0.3
 #: Candidate pages tried (visited) before giving up on a distractor.
@@ -156,15 +156,15 @@ def _quoted_words(words: list[str]) -> str:
 
 def why_this_page(url: str, observations: list[str], question: str) -> str | None:
     """Why open ``url``, from what was read (issue 38), as a sentence: the rank of the latest
-    search result that lists it and what its title and snippet share with the question (or
-    with the query that found it); else the line of an earlier observation that names it,
+    search result that lists it (the search of the question's own text first, when it lists
+    it) and what its title and snippet share with the question (or with the query that found it); else the line of an earlier observation that names it,
     quoted. ``None`` when nothing read shows it (the caller's thought is then not grounded, and
     :func:`websailor.eval.grounding.choice_grounding` says so)."""
     title = title_from_url(url)
     for obs in reversed(observations):
         hits = [h for h in search_results(obs) if h.url == url]
-        if hits:
-            h = min(hits, key=lambda h: h.rank)
+        if hits:  # the search of the question itself first (the short path), then the best rank
+            h = min(hits, key=lambda h: (fold_space(h.query) != fold_space(question), h.rank))
             shown = f"{h.title} {h.snippet}"
             words = _shared(question, shown)
             if words:
@@ -216,49 +216,6 @@ def _names(text: str, title: str) -> bool:
     return re.search(r"(?<!\w)" + re.escape(fold_space(title)) + r"(?!\w)", text) is not None
 
 
-def _quote(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "..."
-
-
-def _confirmed(constraint: dict, observation: str, target_url: str, earlier: str) -> str | None:
-    """What ``observation`` (the answer's page) shows for ``constraint``, or ``None``: its
-    evidence sentence on that page (for a comparison, the other page's sentence must be in the
-    ``earlier`` observations too); for a link, else a line of the page naming the linked page.
-    Name masks are never "confirmed" this way: the title alone proves little."""
-    if constraint["kind"] == "name":
-        return None
-    obs = fold_space(observation)
-    mine = [e["sentence"] for e in constraint.get("evidence", []) if e.get("url") == target_url and e.get("sentence")]
-    shown = next((s for s in mine if fold_space(s) in obs), None)
-    if shown is None and constraint["kind"] == "linked":
-        other = re.compile(rf"(?<!\w){re.escape(constraint['params']['other'])}(?!\w)")
-        lines = [ln for ln in observation_body(observation).splitlines() if ln.strip()]
-        shown = next((ln.strip() for ln in lines if other.search(ln)), None)
-    if shown is None:
-        return None
-    if constraint["kind"] in ("compare", "relative_start"):
-        theirs = [e["sentence"] for e in constraint.get("evidence", []) if e.get("url") != target_url]
-        if not any(fold_space(s) in fold_space(earlier) for s in theirs):
-            return None
-    return shown
-
-
-def _check_order(item: dict) -> list[dict]:
-    """Constraints worth checking on the answer's page, best first: values with their evidence
-    there (a date, a number, a comparison), then links (is the linked page named there?);
-    never the name mask."""
-    url = item.get("target_url", "")
-    rank = {"span_start": 0, "span_end": 0, "quantity": 0, "compare": 1, "relative_start": 1}
-    cs = [
-        c
-        for c in item.get("constraints") or []
-        if (c["kind"] in rank and any(e.get("url") == url and e.get("sentence") for e in c.get("evidence", [])))
-        or c["kind"] == "linked"
-    ]
-    return sorted(cs, key=lambda c: rank.get(c["kind"], 2))
-
-
 class _Replay:
     """A trajectory being built: each step runs its tool call for real."""
 
@@ -280,8 +237,24 @@ class _Replay:
             {"role": "user", "content": item["question"]},
         ]
         self.observations: list[str] = []
+        #: the clue the opening search queried beside the question (``None``: no such opening)
+        self.opening_clue: str | None = None
+
+    def no_fit(self, url: str) -> str:
+        """Before the first visit after an opening search of the question: when that search
+        did not list ``url`` (no result of it fits every clue; the question's search lists the
+        target only for the short path), the sentence saying so and that the most specific
+        clue is followed; else ``""``."""
+        if self.opening_clue is None or any(c.name == "visit" for c in self.traj.tool_calls) or not self.observations:
+            return ""
+        asked = fold_space(self.item["question"])
+        if any(h.url == url for h in search_results(self.observations[0]) if fold_space(h.query) == asked):
+            return ""
+        return f"No result of my search for the question fits every clue, so I follow its most specific clue, '{self.opening_clue}'. "
 
     def step(self, thought: str, name: str, arguments: dict) -> str:
+        if name == "visit":
+            thought = self.no_fit(str(arguments.get("url"))) + thought
         t = time.perf_counter()
         result = execute_tool(self.tools, name, arguments)
         self.traj.tool_calls.append(ToolCallRecord(name, arguments, time.perf_counter() - t, result.error))
@@ -349,47 +322,6 @@ def _distractor_pool(item: dict, kg: Any, observations: list[str]) -> list[str]:
     return [n for _, n in sorted(pool)]
 
 
-def _rejection(item: dict, kg: Any, node: str, observation: str) -> tuple[dict, str] | None:
-    """A constraint ``node`` fails that its page (``observation``) shows, and what it shows:
-    its name, a year, a quantity's sentence, or the absence of the linked page's name."""
-    from websailor.synth.constraints import Constraint
-    from websailor.synth.vague import bare_name
-
-    body = observation_body(observation)
-    obs = fold_space(body)
-    attrs = kg.attributes(node)
-    # what the page shows first (a name, a year, a number), an absent link last
-    for d in sorted(item.get("constraints") or [], key=lambda d: d["kind"] == "linked"):
-        c = Constraint.from_dict(d)
-        if d["kind"] not in _REJECTABLE or c.matches(kg, node):
-            continue
-        if d["kind"] == "name" and fold_space(node) in obs:
-            return d, f"its name is {node}"
-        if d["kind"] in ("span_start", "span_end") and attrs.span:
-            year = attrs.span[0 if d["kind"] == "span_start" else 1]
-            line = next((ln for ln in body.splitlines() if year > 0 and re.search(rf"\b{year}\b", ln)), None)
-            if line:
-                return d, f'its page gives {year}: "{_quote(line)}"'
-        if d["kind"] == "quantity":
-            shown = next(
-                (
-                    q.sentence
-                    for q in attrs.quantities
-                    if q.kind == d["params"]["kind"] and fold_space(q.sentence) in obs
-                ),
-                None,
-            )
-            if shown:
-                return d, f'its page says "{_quote(shown)}"'
-        if d["kind"] == "linked":
-            others = d["params"].get("others") or [d["params"]["other"]]
-            names = {n for o in others for n in (o, bare_name(o))}
-            # strict: not even inside a word ("liverworts" mentions Liverwort)
-            if not any(fold_space(n) in obs for n in names):
-                return d, f"nothing its page shows mentions {d['params']['other']}"
-    return None
-
-
 def wants_distractor(item_id: str, share: float) -> bool:
     """Whether the item's trajectory meets a wrong candidate first: a draw seeded by the item's
     id alone, so a rebuild or a resumed build makes the same choice."""
@@ -449,12 +381,13 @@ def constructive_trajectory(
         (i for i, s in enumerate(steps) if s.get("action") == "visit" and s.get("url") == target_url), default=None
     )
     before = steps if last is None else steps[:last]
-    checks = _check_order(item) if verify and target_url else []
+    checks = check_order(item) if verify and target_url else []
     # the opening search also queries the question's text (when it can: see _asks_question)
     opening = _asks_question(item, question_query)
 
     def build(check: bool) -> tuple[Trajectory, bool]:
         r = _Replay(item, tools, rollout)
+        r.opening_clue = steps[0]["query"] if opening else None
         for i, step in enumerate(before):
             _check_shown(
                 item,
@@ -472,9 +405,9 @@ def constructive_trajectory(
         why = why_this_page(target_url, r.observations, question)
         lead = why or f"The clues point to {answer}."
         if rejected:
-            node, c, shown = rejected
-            notes["rejected"] = {"title": node, "failed": c["phrase"]}
-            lead = f'{node} is not the answer: it does not fit "{statement(c, "it")}", since {shown}. ' + (
+            node, failed = rejected
+            notes["rejected"] = {"title": node, "failed": failed.constraint["phrase"]}
+            lead = f"{rejected_words(node, failed)} " + (
                 f"Another candidate: {why}" if why else f"Another candidate, {answer}, fits the clues."
             )
         kind = "distractor" if rejected else "direct"
@@ -489,7 +422,7 @@ def constructive_trajectory(
                 (
                     c
                     for c in checks
-                    if _confirmed(c, execute_tool(tools, "visit", check_goal(c)).observation, target_url, earlier)
+                    if confirmed(c, execute_tool(tools, "visit", check_goal(c)).observation, target_url, earlier)
                 ),
                 None,
             )
@@ -500,7 +433,7 @@ def constructive_trajectory(
                     "visit",
                     check_goal(first),
                 )
-                shown_ = [(c, s) for c in checks if (s := _confirmed(c, obs, target_url, earlier))]
+                shown_ = [(c, s) for c in checks if (s := confirmed(c, obs, target_url, earlier))]
                 shown_.sort(key=lambda cs: cs[0] is not first)  # the one it set out to check first
             if not shown_:
                 values = [c for c in checks if c["kind"] != "linked"]
@@ -512,7 +445,6 @@ def constructive_trajectory(
                 r.step(
                     _thought(step, i, answer, False, r.observations, question), *_step_call(item, step, i, goal)
                 )  # i > 0
-            said = "; ".join(f'"{statement(c, "it")}" ("{_quote(s)}")' for c, s in shown_)
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
             via = ""
@@ -520,7 +452,7 @@ def constructive_trajectory(
                 pages = hops[0] if len(hops) == 1 else ", ".join(hops[:-1]) + " and " + hops[-1]
                 via = f" The page{'s' if len(hops) > 1 else ''} of {pages} led me to it."
             notes["checked"] = [c["phrase"] for c, _ in shown_]
-            thought = f"The page of {answer} confirms that {said}.{via} So the answer is {answer}."
+            thought = accepted(answer, answer_checks(item, shown_), via)
             return r.finish(thought, "distractor" if rejected else "verified", notes), True
         # today's replay of the answer's page (read for the question) and the generic conclusion
         for i, step in enumerate(steps[len(before) :], len(before)):
@@ -528,7 +460,12 @@ def constructive_trajectory(
             if rejected and i == len(before):
                 t = f"{lead} I open its page to check the remaining conditions."
             r.step(t, *_step_call(item, step, i, goal))
-        conclusion = f"Every condition of the question fits {answer}, and no other candidate meets them all."
+        names = [name_check(c, answer) for c in item.get("constraints") or [] if c["kind"] == "name"]
+        conclusion = (
+            accepted(answer, names)
+            if names
+            else f"The clues led me to {answer}; its page shows none of the conditions to check, so I answer {answer}."
+        )
         if rejected and last is None:  # no page of the answer to open: the rejection goes here
             conclusion = f"{lead} {conclusion}"
         return r.finish(conclusion, kind, notes), True
@@ -545,11 +482,9 @@ def constructive_trajectory(
     return traj
 
 
-def _meet_distractor(
-    r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool], goal: str
-) -> tuple[str, dict, str] | str:
+def _meet_distractor(r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool], goal: str) -> tuple[str, Check] | str:
     """Visit a wrong candidate (:func:`_distractor_pool`) whose page shows a constraint it
-    fails, as a step of ``r``: ``(title, constraint, what its page shows)``, or why none was
+    fails, as a step of ``r``: ``(title, the failed check)``, or why none was
     (``no_wrong_candidate``: no page named in what was read fails a constraint;
     ``no_rejectable_page``: none of those tried shows the failure on its page)."""
     pool = _distractor_pool(item, kg, r.observations)
@@ -560,7 +495,7 @@ def _meet_distractor(
     for node in near[:_MAX_DISTRACTOR_TRIES]:
         arguments = {"url": kg.url(node), "goal": goal}
         probe = execute_tool(tools, "visit", arguments)
-        why = _rejection(item, kg, node, probe.observation) if probe.error is None else None
+        why = rejection(item, kg, node, probe.observation) if probe.error is None else None
         if why:
             reason = why_this_page(arguments["url"], r.observations, r.item["question"])
             r.step(
@@ -569,7 +504,7 @@ def _meet_distractor(
                 "visit",
                 arguments,
             )
-            return (node, *why)
+            return node, why
     return "no_rejectable_page"
 
 

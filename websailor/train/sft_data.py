@@ -33,7 +33,10 @@ class SFTData:
     Attributes:
         examples: ``{"input_ids": list[int], "assistant_masks": list[int]}`` per kept trajectory.
         counts: ``read``, ``kept``, ``too_long`` (over ``max_length`` tokens), ``unfinished``
-            (termination other than ``answer``: nothing correct to imitate).
+            (termination other than ``answer``: nothing correct to imitate); ``visits`` and
+            ``visits_grounded`` of the kept ones
+            (:func:`websailor.eval.grounding.choice_grounding`: an imported file's share of
+            ungrounded choices is warned about, never refused).
         tokens: total tokens of the kept examples, and how many of them carry loss.
         sha256: digest of the file's bytes (a resumed run must see the same data).
         env_settings: the observation settings of the kept trajectories (their
@@ -55,9 +58,10 @@ class SFTData:
         return [{"settings": dict(k), "trajectories": n} for k, n in self.env_settings.most_common()]
 
 
-def check_messages(messages: Any, where: str) -> None:
+def check_messages(messages: Any, where: str, finished: bool = True) -> None:
     """The conversation must be ``[system,] user, assistant, user, ..., assistant`` with text
-    contents: the shape the agent produces (tool responses come back as user turns).
+    contents: the shape the agent produces (tool responses come back as user turns); a rollout
+    that did not finish (``finished`` false: it ran out of calls) may end with a tool response.
 
     Raises:
         InputFormatError: not a list of ``{"role", "content"}`` dicts, roles out of that order,
@@ -77,7 +81,7 @@ def check_messages(messages: Any, where: str) -> None:
                 f"{where}: messages do not alternate: message {i + 1} is {role!r} where {expected!r} was due "
                 f"(expected [system,] user, assistant, user, ..., assistant)"
             )
-    if roles[-1] != "assistant":
+    if finished and roles[-1] != "assistant":
         raise InputFormatError(
             f"{where}: the last message is {roles[-1]!r}; a training trajectory ends with the assistant's final turn"
         )
@@ -104,6 +108,7 @@ def load_sft_data(
             conversation does not alternate, or no trajectory is left to train on.
     """
     from websailor.agent.parse import parse_turn
+    from websailor.eval.grounding import choice_grounding
 
     paths = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
     digest = hashlib.sha256()
@@ -123,12 +128,10 @@ def load_sft_data(
             where = f"{path} line {line}" + (f" (id {rec.get('id')!r})" if "id" in rec else "")
             if "messages" not in rec:
                 raise InputFormatError(f"{where}: not a trajectory record (no 'messages')")
-            check_messages(rec["messages"], where)
+            finished = rec.get("termination", "answer") == "answer"
+            check_messages(rec["messages"], where, finished)
             data.counts["read"] += 1
-            if (
-                rec.get("termination", "answer") != "answer"
-                or parse_turn(rec["messages"][-1]["content"]).answer is None
-            ):
+            if not finished or parse_turn(rec["messages"][-1]["content"]).answer is None:
                 data.counts["unfinished"] += 1
                 continue
             traj = Trajectory(id=str(rec.get("id", line)), rollout=0, question="", messages=rec["messages"])
@@ -141,6 +144,9 @@ def load_sft_data(
                 continue
             data.examples.append({"input_ids": ids, "assistant_masks": mask})
             data.counts["kept"] += 1
+            choices = choice_grounding(rec["messages"])
+            data.counts["visits"] += len(choices)
+            data.counts["visits_grounded"] += sum(c["grounded"] for c in choices)
             settings = rec.get("env_settings")
             data.env_settings[tuple(sorted(settings.items())) if isinstance(settings, dict) else ()] += 1
             total += len(ids)
@@ -160,6 +166,16 @@ def load_sft_data(
             "the trajectories were made with %d different observation settings: %s",
             len(data.env_settings),
             "; ".join(f"{dict(k) or 'the paper'}: {n}" for k, n in data.env_settings.most_common()),
+        )
+    if data.counts["visits"] > data.counts["visits_grounded"]:
+        ungrounded = data.counts["visits"] - data.counts["visits_grounded"]
+        logger.warning(
+            "%d of %d visits in the kept trajectories (%.1f%%) open a page with no reason in what was read before "
+            "(no search listed it, or the thought names neither its rank nor a quoted line): the model learns to "
+            "choose pages for no reason; `websailor traj stats FILE` measures each file",
+            ungrounded,
+            data.counts["visits"],
+            100 * ungrounded / data.counts["visits"],
         )
     if data.counts["unfinished"]:
         logger.warning("%d trajectories did not end with an answer: dropped", data.counts["unfinished"])
