@@ -368,8 +368,12 @@ def test_bad_trajectory_files(tmp_path: Path):
     del no_pred["prediction"]
     with pytest.raises(InputFormatError, match="line 1: not a trajectory record \\(no prediction\\)"):
         read_trajectories([_write(tmp_path / "np.jsonl", [no_pred])])
-    with pytest.raises(InputFormatError, match="no gold answer"):
-        read_trajectories([_write(tmp_path / "ng.jsonl", [_traj("a", 0, "x", answer=None)])])
+    with pytest.raises(InputFormatError, match="no usable gold answer"):
+        read_trajectories([_write(tmp_path / "ng.jsonl", [_traj("a", 0, "x", answer="  ")])])
+    # no answer at all: a question asked without one, read and left ungraded (never wrong)
+    [rec] = read_trajectories([_write(tmp_path / "none.jsonl", [_traj("a", 0, "x", answer=None)])])
+    [s] = score_trajectories([rec], load_judge("em"), progress=False)
+    assert s.correct is None and s.ungraded_for == "no_gold_answer"
     with pytest.raises(InputFormatError, match="also appears in"):
         read_trajectories([_write(tmp_path / "d.jsonl", [_traj("a", 0, "x"), _traj("a", 0, "y")])])
 
@@ -552,3 +556,38 @@ def test_eval_reruns_rollouts_that_hit_model_errors(tmp_path: Path):
     up = Agent(ScriptedModel(["<answer>Nile</answer>"]), [], env="none")
     s = evaluate(items, up, load_judge("em"), tmp_path, EvalConfig(rollouts=2), progress=False)
     assert s["ungraded"] == 0 and s["avg_at_k"] == 1.0 and s["trajectories"] == 2
+
+
+def test_a_question_file_without_answers_is_evaluated_as_ungraded(tmp_path: Path):
+    """``eval --bench`` of questions without gold answers runs them and reports them ungraded
+    (never wrong, and no outage: exit 0); a file mixing both grades the ones with an answer."""
+    from fakes import FakeOpenAIServer
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+
+    qs = tmp_path / "mine.jsonl"
+    qs.write_text(
+        '{"id": "a", "question": "Capital of France?"}\n'
+        '{"id": "b", "question": "Capital of Italy?", "answer": null}\n'
+        '{"id": "c", "question": "Capital of France, again?", "answer": "Paris"}\n'
+    )
+    with FakeOpenAIServer("<answer>Paris</answer>") as srv:
+        out = tmp_path / "ev"
+        args = ["eval", "--bench", str(qs), "--out", str(out), "--env", "none", "--model", f"openai:m@{srv.url}"]
+        res = CliRunner().invoke(app, [*args, "--rollouts", "2"])
+        assert res.exit_code == 0, res.output
+        assert "2 of 3 questions in" in res.stdout and "have no gold answer: their rollouts are ungraded" in res.stdout
+        s = json.loads((out / "summary.json").read_text())
+        assert s["trajectories"] == 6 and s["ungraded"] == 4 and s["ungraded_for"] == {"no_gold_answer": 4}
+        assert s["avg_at_k"] == 1.0 and s["pass_at_k"] == 1.0  # c alone is graded
+        scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+        assert {(x["id"], x["correct"]) for x in scores} == {("a", None), ("b", None), ("c", True)}
+        assert "no gold answer 4; left out of every figure" in (out / "report.md").read_text()
+        # a file of questions alone: every rollout ungraded, still exit 0 (the rollouts are the result)
+        only = tmp_path / "only.jsonl"
+        only.write_text('{"id": "a", "question": "Capital of France?"}\n')
+        res = CliRunner().invoke(app, [*args[:2], str(only), "--out", str(tmp_path / "ev2"), *args[5:]])
+        assert res.exit_code == 0, res.output
+        s = json.loads((tmp_path / "ev2" / "summary.json").read_text())
+        assert s["ungraded_for"] == {"no_gold_answer": s["trajectories"]} and s["avg_at_k"] is None

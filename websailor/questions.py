@@ -244,7 +244,7 @@ def _plain(path: Path, rows: list[dict], lines: list[int] | None, fmt: str, requ
     except InputFormatError:
         if require_answer:
             raise
-        acol = None
+        acol = next((n for n in names if any(n in r for r in rows)), None)  # some records have one
     # where each record is: its line in a JSONL file; its row in a sheet (the header is row 1); else its position
     table = path.suffix.lower() in (".csv", ".xlsx")
     where = (

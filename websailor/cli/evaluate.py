@@ -96,7 +96,10 @@ def eval_cmd(
         )
     if language is not None:
         fail("--language selects report tasks: use it with --task report")
-    items = load_questions(bench, split=split.value if split else None, limit=limit)
+    items = load_questions(bench, split=split.value if split else None, limit=limit, require_answer=False)
+    no_gold = sum(it.gold is None for it in items)
+    if no_gold:  # run and reported, never counted wrong
+        print(f"{no_gold} of {len(items)} questions in {bench} have no gold answer: their rollouts are ungraded")
     check_output_path(out)
     # a wrong --out fails before any model time
     done = done_rollouts(out / "trajectories.jsonl", env_spec.trajectory_settings())
@@ -194,8 +197,11 @@ def exit_if_all_ungraded(summary: dict, rerun: str) -> None:
     """Exit 3 with one line when no rollout of the evaluation could be graded (model errors,
     environment failures, a judge that did not answer), naming the reasons from the summary's
     ``ungraded_for`` and what to rerun (``rerun``): a script must not read an outage as a
-    score. Some rollouts ungraded exit 0; the report counts them."""
+    score. Some rollouts ungraded exit 0; the report counts them; so does a question file
+    without gold answers (every rollout ungraded for ``no_gold_answer``)."""
     total, ungraded = summary.get("trajectories") or 0, summary.get("ungraded") or 0
+    if total and (summary.get("ungraded_for") or {}).get("no_gold_answer", 0) >= total:
+        return  # a question file without answers: the rollouts are the result, and no outage
     if total and ungraded >= total:
         why = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in (summary.get("ungraded_for") or {}).items())
         print(

@@ -84,7 +84,7 @@ def evaluate(
         it = by_id.get(str(rec["id"]))
         if it is None or rec["rollout"] >= cfg.rollouts or rec["question"] != it.question:
             continue  # another run's rollout (a larger --limit or --rollouts, an edited question)
-        gold = it.gold.to_dict()
+        gold = it.gold.to_dict() if it.gold is not None else None  # a question without one: ungraded
         if rec["answer"] != gold:  # the benchmark's answer was corrected: grade against the current one
             changed += 1
             rec = {**rec, "answer": gold}

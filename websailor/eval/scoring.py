@@ -70,7 +70,8 @@ def check_record(path: Path, lineno: int, rec: dict, gold_checked: bool = False)
     counts, numeric ``tokens`` and ``timings`` when present, and a gold answer that parses
     (``gold_checked``: the caller already parsed this very answer, for another record of the
     question, and it is not parsed again). Returns the parsed gold answer (``None`` with
-    ``gold_checked``).
+    ``gold_checked``, and for a record whose ``answer`` is ``null``: a question asked without
+    one, graded by nobody, :func:`ungraded_reason`).
 
     Raises:
         InputFormatError: a field missing or of the wrong type, or no usable gold answer (the
@@ -100,7 +101,7 @@ def check_record(path: Path, lineno: int, rec: dict, gold_checked: bool = False)
             or isinstance(block.get(key, 0), bool)
         ):
             raise InputFormatError(f"{where}: {name!r} must be an object with a number {key!r}")
-    if gold_checked:
+    if gold_checked or rec["answer"] is None:  # no gold answer: an ungraded question (ungraded_reason)
         return None
     try:
         return Gold.parse(rec["answer"])
@@ -196,8 +197,8 @@ def _chunks(items: list, n: int) -> Iterator[list]:
 def case_key(rec: dict, gold: Gold | None = None) -> str:
     """What a grade depends on: the question, the prediction and the gold answer (``gold``:
     the record's answer already parsed, when the caller has it)."""
-    gold = gold or Gold.parse(rec["answer"])
-    raw = json.dumps([rec["question"], rec["prediction"], gold.to_dict()], ensure_ascii=False)
+    gold = gold or (Gold.parse(rec["answer"]) if rec["answer"] is not None else None)
+    raw = json.dumps([rec["question"], rec["prediction"], gold and gold.to_dict()], ensure_ascii=False)
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
@@ -232,7 +233,10 @@ def ungraded_reason(rec: dict, max_env_failures: int = 0) -> str | None:
     """Why a trajectory record is left ungraded before the judge sees it: ``model_error`` (it
     ended in a model error: the agent never got to answer), ``environment`` (the environment
     degraded more than ``max_env_failures`` of its tool calls: an outage is not a wrong
-    answer), else ``None``."""
+    answer), ``no_gold_answer`` (the question came without an answer: its rollout is run and
+    reported, never counted wrong), else ``None``."""
+    if rec.get("answer") is None:
+        return "no_gold_answer"
     if rec["termination"] == "model_error":
         return "model_error"
     if env_failed_calls(rec) > max_env_failures:
@@ -241,6 +245,8 @@ def ungraded_reason(rec: dict, max_env_failures: int = 0) -> str | None:
 
 
 def _ungraded_grade(rec: dict, reason: str) -> Grade:
+    if reason == "no_gold_answer":
+        return Grade(None, None, error="the question has no gold answer: not graded")
     if reason == "model_error":
         return Grade(None, None, error=f"the rollout ended in a model error: {rec.get('error')}")
     env = rec.get("env_failures") or {}
@@ -292,7 +298,7 @@ def score_trajectories(
             total=len(todo), desc=f"grading ({judge.name})", unit="traj", disable=not progress or not todo
         ) as bar:
             for part in _chunks(todo, chunk):
-                golds = {id(r): Gold.parse(r["answer"]) for r in part}
+                golds = {id(r): Gold.parse(r["answer"]) if r["answer"] is not None else None for r in part}
                 reasons = {id(r): ungraded_reason(r, max_env_failures) for r in part}
                 answered = [r for r in part if reasons[id(r)] is None]
                 grades = dict(
