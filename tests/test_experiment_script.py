@@ -377,3 +377,29 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
         res = _run("status", "--out", str(moved))
         assert res.returncode == 2 and "damaged experiment records" in res.stderr and "Traceback" not in res.stderr
         (moved / name).write_text(json.dumps(settings) if name == "settings.json" else "{}")
+
+
+def test_grounded_refuses_bad_arguments_and_measures_where_it_began(tmp_path):
+    """experiments/grounded.py: one line for each bad argument, before any work; ``before`` is the
+    committed warm start's rollouts measured by the grounding figures (issue 38's starting point)."""
+    script = SCRIPT.with_name("grounded.py")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for args, says in (
+        (["--items", "0"], "--items"),
+        (["--lookup-share", "1.5"], "--lookup-share must be in [0, 1], got 1.5"),
+        (["--questions", str(tmp_path / "none.jsonl")], "--questions"),
+        (["--out", str(afile)], "is a file; give a directory"),
+    ):
+        res = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+        assert res.returncode != 0 and says in res.stderr, (args, res.stderr)
+    assert not (tmp_path / "runs").exists()
+    spec = importlib.util.spec_from_file_location("grounded", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before = module.before_figures()
+    g = before["grounding"]
+    assert before["trajectories"] == 80 and before["avg_at_k"] == 0.0125
+    assert g["answered"] == 54 and g["grounded"] == 0.7778 and g["checks"] == 111 and g["rejecting"] == 0.0
+    table = module.markdown({"questions": "q.jsonl", "k": 4, "before": before, "wall_s": {"sft": 60.0}})
+    assert "| before | 1.2 (0.0 to 3.8) | 5.0 | 77.8% of 54 |" in table and "sft 60" in table

@@ -1,0 +1,299 @@
+"""The grounded cold start, from nothing, on questions we did not write (issue 38): one command
+synthesizes level-1 and 2 items, builds grounded constructive trajectories (a candidate picked
+for what the search showed, checked condition by condition, wrong candidates rejected), fine-tunes
+the embedded SmolLM2-135M on them for one epoch, and evaluates it on any question file
+(``--questions``, default the 20 hand-written ones of ``benchmarks/data/vital_questions.jsonl``)
+beside a baseline that searches the question's text and answers with the top result's title; with
+``--test``, also on a synthesized test split (default the committed ladder's, whose SFT model
+scored Avg@4 9.6).
+
+The training items are a pool of ``--pool`` items (``websailor synth``, compact observations;
+items whose answer is an answer of the test split are left out), each replayed as a constructive
+trajectory; ``--items`` of them are kept, ``--lookup-share`` of those lookups (the search of the
+question's own text lists the answer's page: the short path) and the rest items that must follow
+a clue (:mod:`websailor.train.traj_stats`). ``before`` in the results is the warm start issue 38
+began from (``experiments/results/transfer_opening/eval_question``), measured by the same figures.
+
+    python experiments/grounded.py --out ~/runs/grounded
+    python experiments/grounded.py --out ~/runs/grounded --questions my_questions.jsonl --no-test
+    python experiments/grounded.py --out ~/runs/grounded --publish experiments/results/grounded
+
+Every stage resumes from ``--out`` (a finished one is skipped; SFT continues from its last
+checkpoint). Writes OUT/grounded.json and OUT/results.md, and with ``--publish`` copies them, the
+trajectory figures, the SFT step log and each evaluation's summary, scores and rollouts (no model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import claim_for_model, too_small, write_results  # noqa: E402
+from mini_pipeline import VITAL_QUESTIONS, WS, figures, search_baseline, served  # noqa: E402
+
+LADDER = ROOT / "experiments" / "results" / "ladder"
+BEFORE = ROOT / "experiments" / "results" / "transfer_opening" / "eval_question"
+#: the small outputs --publish copies (globs under OUT)
+PUBLISHED = (
+    "grounded.json",
+    "results.md",
+    "traj_stats.json",
+    "qa.jsonl",
+    "sft_model/sft_log.jsonl",
+    "sft_model/sft_summary.json",
+    "eval_*/summary.json",
+    "eval_*/scores.jsonl",
+    "eval_*/report.md",
+    "eval_*/trajectories.jsonl",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("runs/grounded"))
+    p.add_argument("--questions", type=Path, default=VITAL_QUESTIONS, help="the question file to evaluate on")
+    p.add_argument("--test", type=Path, default=LADDER / "qa.jsonl", help="synthesized items whose test split is evaluated")
+    p.add_argument("--no-test", dest="test", action="store_const", const=None, help="skip the synthesized test split")
+    p.add_argument("--pool", type=int, default=400, help="level-1 and 2 items synthesized")
+    p.add_argument("--items", type=int, default=100, help="trajectories trained on")
+    p.add_argument("--lookup-share", type=float, default=0.5, help="share of them whose question search lists the answer")
+    p.add_argument("--distractor-share", type=float, default=0.3)
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--k", type=int, default=4, help="rollouts per question")
+    p.add_argument("--max-calls", type=int, default=6)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto")
+    p.add_argument("--publish", type=Path, help="copy the figures and the evaluations' small files here")
+    return p.parse_args(argv)
+
+
+def check_args(a: argparse.Namespace) -> None:
+    """Refuse, in one line and before any work, sizes out of range, a share outside [0, 1],
+    missing question or test files, and an ``--out`` or ``--publish`` that is a file."""
+    refusal = too_small(("--pool", a.pool, 1), ("--items", a.items, 1), ("--k", a.k, 1), ("--max-calls", a.max_calls, 1))
+    refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--batch-size", a.batch_size, 1))
+    if refusal:
+        raise SystemExit(refusal)
+    for flag, share in (("--lookup-share", a.lookup_share), ("--distractor-share", a.distractor_share)):
+        if not 0.0 <= share <= 1.0:
+            raise SystemExit(f"{flag} must be in [0, 1], got {share}")
+    for flag, path in (("--questions", a.questions), ("--test", a.test)):
+        if path is not None and not path.is_file():
+            raise SystemExit(f"{flag} {path}: no such file")
+    for flag, path in (("--out", a.out), ("--publish", a.publish)):
+        if path is not None and path.exists() and not path.is_dir():
+            raise SystemExit(f"{flag} {path} is a file; give a directory")
+
+
+def test_answers(a: argparse.Namespace) -> set[str]:
+    """The answers of the synthesized test split (kept out of training)."""
+    if a.test is None:
+        return set()
+    items = [json.loads(line) for line in a.test.read_text().splitlines() if line.strip()]
+    return {str(it.get("answer")).casefold() for it in items if it.get("split") == "test"}
+
+
+def pool_items(a: argparse.Namespace) -> Path:
+    """``--pool`` level-1 and 2 items (synthesized once, resumable), none answered by a test item."""
+    from websailor.corpus import Corpus
+    from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
+    from websailor.tools.environment import COMPACT_OBSERVATIONS
+    from websailor.tools.local import build_local_tools
+
+    every, qa = a.out / "pool_qa.jsonl", a.out / "qa.jsonl"
+    if not qa.exists():
+        corpus = Corpus.open()
+        cfg = SynthConfig(n=a.pool, seed=a.seed, test_fraction=0.0, levels=(1, 2))
+        synthesize(load_or_build(corpus), every, cfg, tools=build_local_tools(corpus, **COMPACT_OBSERVATIONS))
+        held = test_answers(a)
+        kept = [it for it in read_items(every) if str(it["answer"]).casefold() not in held]
+        print(f"[items] {len(kept)} of {a.pool} items kept ({a.pool - len(kept)} answer a test item)", flush=True)
+        qa.write_text("".join(json.dumps(it, ensure_ascii=False) + "\n" for it in kept))
+    return qa
+
+
+def trajectories(a: argparse.Namespace, qa: Path) -> Path:
+    """The pool's constructive trajectories (compact observations), then ``--items`` of them
+    with ``--lookup-share`` lookups (drawn with ``--seed``); their figures in traj_stats.json."""
+    from websailor.corpus import Corpus
+    from websailor.synth import load_or_build, read_items
+    from websailor.tools.environment import COMPACT_OBSERVATIONS
+    from websailor.tools.local import build_local_tools
+    from websailor.train.constructive import build_constructive
+    from websailor.train.traj_stats import format_stats, trajectory_figures, trajectory_stats
+
+    pool, chosen = a.out / "traj_pool.jsonl", a.out / "trajectories.jsonl"
+    if not chosen.exists():
+        corpus = Corpus.open()
+        tools = build_local_tools(corpus, **COMPACT_OBSERVATIONS)
+        kg = load_or_build(corpus)
+        build_constructive(read_items(qa), tools, pool, split="all", distractor_share=a.distractor_share, kg=kg)
+        lines = [line for line in pool.read_text().splitlines() if line.strip()]
+        lookup = [bool(trajectory_figures(json.loads(line))["lookup"]) for line in lines]
+        rng = random.Random(a.seed)
+        short = [ln for ln, lk in zip(lines, lookup) if lk]
+        clue = [ln for ln, lk in zip(lines, lookup) if not lk]
+        n_short = min(len(short), round(a.items * a.lookup_share))
+        n_clue = min(len(clue), a.items - n_short)
+        picked = rng.sample(short, n_short) + rng.sample(clue, n_clue)
+        rng.shuffle(picked)
+        print(f"[traj] {len(picked)} trajectories: {n_short} lookups of {len(short)}, {n_clue} of {len(clue)} following a clue")
+        chosen.write_text("".join(line + "\n" for line in picked))
+    stats = trajectory_stats(chosen)
+    (a.out / "traj_stats.json").write_text(json.dumps({"pool": trajectory_stats(pool), "trained": stats}, indent=2))
+    print(format_stats(stats), flush=True)
+    return chosen
+
+
+def fine_tune(a: argparse.Namespace, data: Path) -> str:
+    """One epoch of SFT of the embedded model on ``data`` (resumes from its last checkpoint)."""
+    from websailor.train.sft import SFTSettings, train_sft
+
+    out = a.out / "sft_model"
+    if not (out / "sft_summary.json").exists():
+        settings = SFTSettings(
+            epochs=1,
+            batch_size=a.batch_size,
+            learning_rate=a.lr,
+            warmup_ratio=0.1,
+            max_length=4096,
+            precision="auto",
+            gradient_checkpointing=False,
+            memory_limits=False,
+            save_steps=10,
+            seed=a.seed,
+        )
+        train_sft(data, "smollm2", out, settings)
+    return f"hf:{out}"
+
+
+def evaluate(a: argparse.Namespace, model: str, name: str, bench: Path, split: str | None, engine: str) -> dict:
+    """``websailor eval`` of ``model`` on ``bench`` (``k`` rollouts, the transfer budgets); its
+    figures with the grounding ones."""
+    eval_dir = a.out / f"eval_{name}"
+    claim_for_model(eval_dir, model)
+    done = json.loads((eval_dir / "summary.json").read_text()) if (eval_dir / "summary.json").exists() else {}
+    if not (done.get("k") == a.k and done.get("trajectories") == a.k * done.get("questions", -1)):
+        with served(model, engine, a.out / "logs", f"grounded_{name}", 8192) as spec:
+            inside = bench.resolve().is_relative_to(ROOT)  # named relative to the checkout: no path of this machine
+            shown = os.path.relpath(bench.resolve(), ROOT) if inside else str(bench.resolve())
+            args = ["eval", "--bench", shown, "--rollouts", str(a.k)]
+            args += ["--model", spec, "--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens)]
+            args += ["--observations", "compact", *(["--split", split] if split else [])]
+            args += ["--engine", "local"] if engine == "local" else []
+            print(f"\n[eval_{name}] $ websailor {' '.join(args)} --out {eval_dir}", flush=True)
+            subprocess.run([WS, *args, "--out", str(eval_dir)], check=True, cwd=ROOT)
+    summary = json.loads((eval_dir / "summary.json").read_text())
+    return {**figures(eval_dir), "grounding": summary.get("grounding") or {}}
+
+
+def before_figures() -> dict:
+    """The warm start issue 38 began from, on the hand-written questions: its committed summary
+    and the grounding figures of its committed rollouts."""
+    from websailor.eval.grounding import grounding_figures, record_grounding
+
+    rollouts = [json.loads(line) for line in (BEFORE / "trajectories.jsonl").read_text().splitlines() if line]
+    return {**figures(BEFORE), "grounding": grounding_figures([record_grounding(r) for r in rollouts])}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def markdown(r: dict) -> str:
+    """The results as tables: the question file before and after, and the test split."""
+    rows = ["| model | Avg@k (95% CI) | Pass@k | grounded answers | listed | visited | picked | checks (rejecting) |"]
+    rows.append("|---|---|---|---|---|---|---|---|")
+    for name in ("before", "after"):
+        f = r.get(name)
+        if not f:
+            continue
+        g, ci = f.get("grounding") or {}, f.get("avg_at_k_ci95") or [None, None]
+        rows.append(
+            f"| {name} | {_pct(f['avg_at_k'])} ({_pct(ci[0])} to {_pct(ci[1])}) | {_pct(f['pass_at_k'])} | "
+            f"{_pct(g.get('grounded'))}% of {g.get('answered', 0)} | {_pct(g.get('listed'))} | {_pct(g.get('visited'))} | "
+            f"{_pct(g.get('picked'))} | {g.get('checks', 0)} ({_pct(g.get('rejecting'))}%) |"
+        )
+    lines = [f"Questions: {r['questions']} (k = {r['k']})", "", *rows]
+    if r.get("baseline"):
+        lines += ["", f"Search baseline (top title of a search of the question): {_pct(r['baseline']['accuracy'])}%"]
+    if r.get("test"):
+        t, ci = r["test"], r["test"].get("avg_at_k_ci95") or [None, None]
+        lines += [
+            "",
+            f"Synthesized test split: Avg@{r['k']} {_pct(t['avg_at_k'])} ({_pct(ci[0])} to {_pct(ci[1])}), "
+            f"Pass@{r['k']} {_pct(t['pass_at_k'])}; the ladder's SFT model: {_pct(r.get('test_before'))}",
+        ]
+    lines += ["", "Wall time by stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in r["wall_s"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def publish(out: Path, dest: Path) -> int:
+    """Copy the run's small outputs (:data:`PUBLISHED`) to ``dest``; the bytes written."""
+    total = 0
+    for pattern in PUBLISHED:
+        for src in sorted(out.glob(pattern)):
+            target = dest / src.relative_to(out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = src.read_bytes().replace(str(out.resolve()).encode(), b"OUT").replace(str(out).encode(), b"OUT")
+            target.write_bytes(data)
+            total += len(data)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    from websailor.models.vllm_launch import rollout_engine
+
+    a = parse_args(argv)
+    check_args(a)
+    a.out.mkdir(parents=True, exist_ok=True)
+    engine = rollout_engine(a.engine)
+    wall: dict[str, float] = {}
+
+    def stage(name, fn, *args):
+        t0 = time.perf_counter()
+        value = fn(*args)
+        wall[name] = time.perf_counter() - t0
+        return value
+
+    qa = stage("items", pool_items, a)
+    data = stage("trajectories", trajectories, a, qa)
+    model = stage("sft", fine_tune, a, data)
+    results: dict = {"questions": str(a.questions.name), "k": a.k, "model": model}
+    try:
+        results["baseline"] = {k: v for k, v in search_baseline(a.questions).items() if k != "answers"}
+    except Exception as e:  # a question file without answers has no baseline to grade
+        print(f"[baseline] not graded: {e}")
+    if a.questions.resolve() == VITAL_QUESTIONS.resolve():
+        results["before"] = before_figures()
+    results["after"] = stage("eval_questions", evaluate, a, model, "questions", a.questions, None, engine)
+    if a.test is not None:
+        results["test"] = stage("eval_test", evaluate, a, model, "test", a.test, "test", engine)
+        if a.test.resolve() == (LADDER / "qa.jsonl").resolve():
+            results["test_before"] = json.loads((LADDER / "eval_sft" / "summary.json").read_text())["avg_at_k"]
+    results["wall_s"] = {k: round(v, 1) for k, v in wall.items()}
+    results["traj_stats"] = json.loads((a.out / "traj_stats.json").read_text())["trained"]
+    (a.out / "grounded.json").write_text(json.dumps(results, indent=2))
+    (a.out / "results.md").write_text(markdown(results))
+    print("\n" + markdown(results))
+    write_results("grounded", results, a)
+    if a.publish:
+        print(f"published {publish(a.out, a.publish) / 1e6:.1f} MB to {a.publish}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
