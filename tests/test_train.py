@@ -116,7 +116,7 @@ def test_expert_rejection_sampling_keeps_only_correct_tool_using_rollouts(vital:
     agent = Agent(model, build_local_tools(vital), AgentConfig(max_calls=4))
     out = tmp_path / "expert.jsonl"
     tok = load_tokenizer(smollm2_path)
-    flt = ExpertFilter(max_tokens=32768, min_tool_calls=1)
+    flt = ExpertFilter(max_tokens=32768, min_tool_calls=1, grounded=False)
     counts = build_expert(items, agent, load_judge("em"), out, tok, k=2, flt=flt, concurrency=2, progress=False)
     n_right = sum(1 for i in range(1, len(items)) if i % 2 == 0)
     assert counts["kept"] == counts["written"] == 2 * n_right
@@ -133,10 +133,30 @@ def test_expert_rejection_sampling_keeps_only_correct_tool_using_rollouts(vital:
         out,
         tok,
         k=2,
-        flt=ExpertFilter(max_tokens=100, min_tool_calls=1),
+        flt=ExpertFilter(max_tokens=100, min_tool_calls=1, grounded=False),
         progress=False,
     )
     assert model.calls == calls and again["written"] == 0 and again["too_long"] == 2 * n_right
+    # the default keeps only grounded rollouts: the right answers the search showed, not right guesses
+    from websailor.train.expert import grounded
+
+    strict = build_expert(
+        items,
+        agent,
+        load_judge("em"),
+        tmp_path / "g.jsonl",
+        tok,
+        k=2,
+        flt=ExpertFilter(min_tool_calls=1),
+        progress=False,
+    )
+    shown = [json.loads(line) for line in out.read_text().splitlines()]
+    assert strict["kept"] == sum(grounded(r) for r in shown) and strict["ungrounded"] == 2 * n_right - strict["kept"]
+    assert strict["kept"] == 0  # the scripted expert names the answer without reading it anywhere
+    from websailor.train.constructive import constructive_trajectory
+
+    read_first = constructive_trajectory(read_items(_qa(vital, tmp_path, n=1))[0], build_local_tools(vital))
+    assert grounded(read_first.to_dict())  # a trajectory that reads, then answers, is kept
 
 
 def test_rewritten_thoughts_replace_only_the_thinking(vital: Corpus, tmp_path):

@@ -27,7 +27,7 @@ traj_app = typer.Typer(
 )
 
 #: The verdicts ``traj build --source expert`` prints, in order.
-VERDICTS = ("kept", "wrong", "no_answer", "few_tool_calls", "too_long", "ungraded", "model_error")
+VERDICTS = ("kept", "wrong", "no_answer", "few_tool_calls", "ungrounded", "too_long", "ungraded", "model_error")
 
 
 class TrajSource(str, Enum):
@@ -67,6 +67,13 @@ def traj_build(
         int, typer.Option(min=16, help="Token budget of a kept expert trajectory (student's tokenizer).")
     ] = 32768,
     min_tool_calls: Annotated[int, typer.Option(min=0, help="Fewest tool calls of a kept expert trajectory.")] = 2,
+    grounded: Annotated[
+        bool,
+        typer.Option(
+            help="Expert: keep only rollouts whose visits have their reason in what was read and whose answer "
+            "was read before it was given (--no-grounded keeps right guesses too)."
+        ),
+    ] = True,
     tokenizer: Annotated[
         str, typer.Option(help="Student model whose tokenizer counts the budget: smollm2 or hf:DIR.")
     ] = "smollm2",
@@ -162,7 +169,7 @@ def traj_build(
             fail("--source expert needs --expert MODEL (the strong model that answers)")
         items_split = resolve_split(qa, split.value if split else None, "train")
         run = ExpertRun(
-            expert, k, judge, ExpertFilter(max_tokens, min_tool_calls), tokenizer, concurrency, engine.value
+            expert, k, judge, ExpertFilter(max_tokens, min_tool_calls, grounded), tokenizer, concurrency, engine.value
         )
         cfg = agent_config(max_calls, max_turn_tokens, None, temperature, seed)
         env = env_spec if corpus is None else env_spec.model_copy(update={"corpus": corpus})

@@ -37,10 +37,15 @@ class ExpertFilter:
     Attributes:
         max_tokens: longest trajectory, in tokens of the student's chat template (paper V1: 32k).
         min_tool_calls: fewest tool calls (the paper keeps trajectories with more than a few).
+        grounded: keep only rollouts whose every visit is grounded (the page was shown by an
+            earlier observation and the thought says where:
+            :func:`websailor.eval.grounding.choice_grounding`) and whose answer was read before
+            it was given (issue 38: a right answer reached by a guess teaches guessing).
     """
 
     max_tokens: int = 32768
     min_tool_calls: int = 2
+    grounded: bool = True
 
 
 @dataclass
@@ -78,10 +83,19 @@ def conversation_tokens(messages: list[dict], tokenizer: Any) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def grounded(rec: dict) -> bool:
+    """Whether every visit of the rollout ``rec`` is grounded and its answer was read before it
+    was given (:func:`websailor.eval.grounding.choice_grounding`, :func:`~websailor.eval.grounding.record_grounding`)."""
+    from websailor.eval.grounding import choice_grounding, record_grounding
+
+    return all(c["grounded"] for c in choice_grounding(rec["messages"])) and bool(record_grounding(rec).get("grounded"))
+
+
 def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
     """Why a rollout is kept or rejected: ``kept``, ``model_error`` (the expert's endpoint
     failed), ``no_answer`` (it ended otherwise), ``ungraded`` (the judge failed), ``wrong``,
-    ``few_tool_calls`` or ``too_long``."""
+    ``few_tool_calls``, ``ungrounded`` (with ``flt.grounded``: a visit without its reason in
+    what was read, or an answer not read before it was given) or ``too_long``."""
     if rec["termination"] == "model_error":
         return "model_error"
     if rec["termination"] != "answer":
@@ -92,6 +106,8 @@ def verdict(rec: dict, score: Score, flt: ExpertFilter, tokenizer: Any) -> str:
         return "wrong"
     if int(rec.get("num_tool_calls", 0)) < flt.min_tool_calls:
         return "few_tool_calls"
+    if flt.grounded and not grounded(rec):
+        return "ungrounded"
     if conversation_tokens(rec["messages"], tokenizer) > flt.max_tokens:
         return "too_long"
     return "kept"
