@@ -262,3 +262,26 @@ def test_a_run_of_another_run_format_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError):
         check_resume(out, {**record, "lr": 2}, "settings.json", "summary.json", "SFT")
     assert (out / "checkpoints" / "checkpoint-3").is_dir()
+
+
+def test_a_step_log_line_without_its_step_is_named_on_resume(tmp_path: Path):
+    """A resumed run replays its step log into TensorBoard: a line without an integer ``step`` (a
+    hand edit, another tool's record) is refused naming the file and line, not a KeyError."""
+    from websailor.errors import InputFormatError
+    from websailor.train.step_log import StepLogger
+
+    log = tmp_path / "rl_log.jsonl"
+    log.write_text('{"step": 1, "reward": 0.5}\n{"reward": 0.25}\n')
+    with pytest.raises(InputFormatError, match=r"rl_log.jsonl line 2 is not a step record \(no integer 'step'\)"):
+        StepLogger(log, tmp_path / "tb", replay=True)
+    log.write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": 0.25}\n')
+    StepLogger(log, tmp_path / "tb", replay=True).close()
+    assert any((tmp_path / "tb").iterdir())
+
+
+def test_keep_checkpoints_takes_a_count_not_true():
+    from websailor.train.sft import load_settings
+
+    with pytest.raises(ConfigError, match="keep_checkpoints"):
+        load_settings(None, keep_checkpoints=True)
+    assert load_settings(None, keep_checkpoints=3).keep_checkpoints == 3

@@ -64,7 +64,7 @@ class TrainSettings(BaseModel):
     lm_head: Literal["loss_positions", "trl"] = "loss_positions"
     gradient_checkpointing: bool = True
     memory_limits: bool = True
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, strict=True)  # a count: ``true`` is not 1
 
 
 def read_settings(cls: type[S], what: str, config: str | Path | None = None, **overrides: Any) -> S:

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from websailor.errors import InputFormatError
+
 #: the step log of an SFT run (an RL run's is :data:`websailor.train.rl_log.LOG_FILE`)
 SFT_LOG_FILE = "sft_log.jsonl"
 
@@ -40,8 +42,14 @@ class StepLogger:
             if replay and self.path.exists():
                 from websailor.jsonio import read_appended_jsonl
 
-                for _, rec in read_appended_jsonl(self.path, "a step record"):
-                    self._scalars(rec["step"], rec)
+                for lineno, rec in read_appended_jsonl(self.path, "a step record"):
+                    step = rec.get("step")
+                    if type(step) is not int:  # a hand-edited or foreign line: named, never a KeyError
+                        raise InputFormatError(
+                            f"{self.path} line {lineno} is not a step record (no integer 'step'); "
+                            "fix or remove that line to resume"
+                        )
+                    self._scalars(step, rec)
 
     def write(self, step: int, values: dict[str, Any]) -> None:
         """Record ``values`` (names to numbers; non-finite ones as ``null``) for optimizer step
