@@ -183,3 +183,27 @@ def test_a_missing_vllm_python_named_by_the_environment_is_an_error_not_a_fallba
     monkeypatch.setenv("WEBSAILOR_VLLM_PYTHON", "/nonexistent/python")
     with pytest.raises(ConfigError, match="WEBSAILOR_VLLM_PYTHON /nonexistent/python: no such file"):
         serving.vllm_available()
+
+
+def test_the_default_log_of_a_server_that_ran_is_removed_on_stop(
+    fake_vllm: Path, smollm2_path: Path, tmp_path: Path, monkeypatch
+):
+    """A server started without ``log_path`` writes to the temporary folder; stopping one that became
+    ready removes that file (many runs left dozens behind), one given a log_path keeps it."""
+    import tempfile
+
+    from websailor.models.vllm_launch import VLLMServer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    model = smollm2_path
+    for given in (None, tmp_path / "kept.log"):
+        server = VLLMServer(model, port=0, log_path=given)
+        server.start()
+        try:
+            server.wait_ready()
+            assert server.log_path.exists()
+        finally:
+            server.stop()
+        assert server.log_path.exists() == (given is not None)
+    for line in fake_vllm.read_text().splitlines():  # the stand-in's shared memory (the job layer removes vLLM's)
+        Path(line.split()[2]).unlink(missing_ok=True)

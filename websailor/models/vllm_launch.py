@@ -95,8 +95,8 @@ class VLLMServer:
         host: address to listen on.
         max_model_len: context length in tokens (``None``: the model's).
         python: the interpreter with vLLM (:func:`find_vllm_python` when ``None``).
-        log_path: where the server's output goes (default: a file beside nothing, in the
-            system's temporary folder).
+        log_path: where the server's output goes (default: a file in the system's temporary
+            folder, removed when a server that became ready is stopped; kept when it never did).
         extra_args: more ``vllm serve`` arguments.
 
     Use as a context manager, or :meth:`start`, :meth:`wait_ready` and :meth:`stop`.
@@ -121,6 +121,9 @@ class VLLMServer:
         self.port = port or _free_port(host)
         self.max_model_len = max_model_len
         self.python = find_vllm_python(python)
+        #: the log is the default temporary file: removed by :meth:`stop` once the server had run
+        #: (a server that never became ready keeps it, for the error that names it)
+        self._temporary_log = log_path is None
         if log_path is None:
             import tempfile
 
@@ -278,6 +281,8 @@ class VLLMServer:
             os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if self._temporary_log and self.startup_s is not None:
+            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> VLLMServer:
         self.start()
