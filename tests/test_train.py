@@ -553,3 +553,22 @@ def test_a_check_states_what_the_title_or_page_shows_and_its_verdict():
     from websailor.eval.grounding import ACCEPT, REJECT
 
     assert ACCEPT.search(text) and REJECT.search(rejected("Technical drawing", wrong))  # what the eval counts
+
+
+def test_imported_trajectories_are_kept_and_their_ungrounded_visits_counted(generated_chatml, tmp_path):
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+    from websailor.train.traj_stats import trajectory_stats
+
+    out = tmp_path / "imported.jsonl"
+    res = CliRunner().invoke(
+        app, ["traj", "build", "--source", "import", "--from", str(generated_chatml.path), "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    s = trajectory_stats(out)
+    assert s["trajectories"] == generated_chatml.n_trajectories  # every one kept, whatever it teaches
+    assert (
+        f"{s['visits'] - s['visits_grounded']} of {s['visits']} visits in {out} open a page with no reason"
+        in res.stdout
+    )
