@@ -103,7 +103,13 @@ def test_too_long_trajectories_are_dropped_and_counted_never_cut(tiny: Path, sam
     ]
     limit = sorted(lengths)[2]  # three fit, three do not
     data = load_sft_data(sample_trajs, tok, max_length=limit)
-    assert data.counts == {"read": 6, "kept": 3, "too_long": 3}
+    assert {k: data.counts[k] for k in ("read", "kept", "too_long", "unfinished")} == {
+        "read": 6,
+        "kept": 3,
+        "too_long": 3,
+        "unfinished": 0,
+    }
+    assert 0 <= data.counts["visits_grounded"] <= data.counts["visits"]  # of the kept ones (traj stats)
     assert sorted(len(e["input_ids"]) for e in data.examples) == sorted(n for n in lengths if n <= limit)
     for e in data.examples:  # whole: each ends with the answer's end-of-turn token (then only the template's newline)
         last = max(i for i, m in enumerate(e["assistant_masks"]) if m)
