@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -63,11 +62,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/grounded"))
     p.add_argument("--questions", type=Path, default=VITAL_QUESTIONS, help="the question file to evaluate on")
-    p.add_argument("--test", type=Path, default=LADDER / "qa.jsonl", help="synthesized items whose test split is evaluated")
+    p.add_argument(
+        "--test", type=Path, default=LADDER / "qa.jsonl", help="synthesized items whose test split is evaluated"
+    )
     p.add_argument("--no-test", dest="test", action="store_const", const=None, help="skip the synthesized test split")
     p.add_argument("--pool", type=int, default=400, help="level-1 and 2 items synthesized")
     p.add_argument("--items", type=int, default=100, help="trajectories trained on")
-    p.add_argument("--lookup-share", type=float, default=0.5, help="share of them whose question search lists the answer")
+    p.add_argument(
+        "--lookup-share", type=float, default=0.5, help="share of them whose question search lists the answer"
+    )
     p.add_argument("--distractor-share", type=float, default=0.3)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-4)
@@ -83,7 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def check_args(a: argparse.Namespace) -> None:
     """Refuse, in one line and before any work, sizes out of range, a share outside [0, 1],
     missing question or test files, and an ``--out`` or ``--publish`` that is a file."""
-    refusal = too_small(("--pool", a.pool, 1), ("--items", a.items, 1), ("--k", a.k, 1), ("--max-calls", a.max_calls, 1))
+    refusal = too_small(
+        ("--pool", a.pool, 1), ("--items", a.items, 1), ("--k", a.k, 1), ("--max-calls", a.max_calls, 1)
+    )
     refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--batch-size", a.batch_size, 1))
     if refusal:
         raise SystemExit(refusal)
@@ -150,7 +155,9 @@ def trajectories(a: argparse.Namespace, qa: Path) -> Path:
         n_clue = min(len(clue), a.items - n_short)
         picked = rng.sample(short, n_short) + rng.sample(clue, n_clue)
         rng.shuffle(picked)
-        print(f"[traj] {len(picked)} trajectories: {n_short} lookups of {len(short)}, {n_clue} of {len(clue)} following a clue")
+        print(
+            f"[traj] {len(picked)} trajectories: {n_short} lookups of {len(short)}, {n_clue} of {len(clue)} following a clue"
+        )
         chosen.write_text("".join(line + "\n" for line in picked))
     stats = trajectory_stats(chosen)
     (a.out / "traj_stats.json").write_text(json.dumps({"pool": trajectory_stats(pool), "trained": stats}, indent=2))
