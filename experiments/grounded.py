@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import claim_for_model, too_small, write_results  # noqa: E402
-from mini_pipeline import VITAL_QUESTIONS, WS, figures, search_baseline, served  # noqa: E402
+from mini_pipeline import VITAL_QUESTIONS, WS, figures, publish, search_baseline, served  # noqa: E402
 
 LADDER = ROOT / "experiments" / "results" / "ladder"
 BEFORE = ROOT / "experiments" / "results" / "transfer_opening" / "eval_question"
@@ -248,19 +248,6 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def publish(out: Path, dest: Path) -> int:
-    """Copy the run's small outputs (:data:`PUBLISHED`) to ``dest``; the bytes written."""
-    total = 0
-    for pattern in PUBLISHED:
-        for src in sorted(out.glob(pattern)):
-            target = dest / src.relative_to(out)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            data = src.read_bytes().replace(str(out.resolve()).encode(), b"OUT").replace(str(out).encode(), b"OUT")
-            target.write_bytes(data)
-            total += len(data)
-    return total
-
-
 def main(argv: list[str] | None = None) -> int:
     from websailor.models.vllm_launch import rollout_engine
 
@@ -298,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + markdown(results))
     write_results("grounded", results, a)
     if a.publish:
-        print(f"published {publish(a.out, a.publish) / 1e6:.1f} MB to {a.publish}")
+        print(f"published {publish(a.out, a.publish, PUBLISHED) / 1e6:.1f} MB to {a.publish}")
     return 0
 
 

@@ -282,14 +282,15 @@ def machine_paths(out: Path) -> list[tuple[bytes, bytes]]:
     return sorted(pairs, key=lambda p: -len(p[0]))
 
 
-def publish(out: Path, dest: Path) -> int:
-    """Copy the run's small outputs (:data:`PUBLISHED`) from ``out`` to ``dest`` (same relative
+def publish(out: Path, dest: Path, patterns: tuple[str, ...] = PUBLISHED) -> int:
+    """Copy the run's small outputs (``patterns``, globs under ``out``; :data:`PUBLISHED` for this
+    pipeline) from ``out`` to ``dest`` (same relative
     paths; files of an earlier publish are replaced); returns the bytes written. No path of the
     machine that ran the experiment is published (:func:`machine_paths`): the run folder reads
     ``OUT``, paths under the checkout (the configs in the settings) are relative to it."""
     total = 0
     replace = machine_paths(out)
-    for pattern in PUBLISHED:
+    for pattern in patterns:
         for src in sorted(out.glob(pattern)):
             if not src.is_file() or "checkpoint" in src.as_posix():
                 continue

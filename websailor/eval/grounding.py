@@ -118,18 +118,23 @@ def rollout_grounding(messages: list[dict], prediction: str | None, gold: Gold |
     }
 
 
+def record_gold(rec: dict) -> Gold | None:
+    """The gold answer of a trajectory record, or ``None`` where its ``answer`` is missing or
+    does not parse (an ungraded question)."""
+    try:
+        return Gold.parse(rec.get("answer"))
+    except (ValueError, TypeError):
+        return None
+
+
 def record_grounding(rec: dict) -> dict[str, Any]:
     """:func:`rollout_grounding` of a trajectory record (its ``messages``, ``prediction`` and
-    ``answer``; an answer that does not parse counts as none, an ungraded question); ``{}`` for
-    a record of another task than question answering (a report)."""
+    gold answer, :func:`record_gold`); ``{}`` for a record of another task than question
+    answering (a report)."""
     if rec.get("task", "qa") != "qa":
         return {}
-    try:
-        gold = Gold.parse(rec.get("answer"))
-    except (ValueError, TypeError):
-        gold = None
     messages = rec.get("messages")
-    return rollout_grounding(messages if isinstance(messages, list) else [], rec.get("prediction"), gold)
+    return rollout_grounding(messages if isinstance(messages, list) else [], rec.get("prediction"), record_gold(rec))
 
 
 def describe_grounding(g: dict[str, Any]) -> str:

@@ -58,23 +58,20 @@ def quote(text: str, limit: int = 200) -> str:
 def name_check(constraint: dict, title: str) -> Check:
     """A name mask (``kind`` ``name``: initials, or word and letter counts; see
     :class:`websailor.synth.vague.NameMask`) held against ``title``: what the title shows in
-    the mask's own terms, and whether it matches."""
-    from websailor.synth.vague import NameMask, name_words
+    the mask's own terms (the mask of ``title`` in the same style,
+    :func:`websailor.synth.vague.mask_name`), and whether it matches."""
+    from websailor.synth.vague import NameMask, mask_name, name_words
 
     p = constraint["params"]
     mask = NameMask(constraint["phrase"], p["style"], tuple(p["pattern"]))
-    words = name_words(title)
-    if p["style"] == "initials":
-        shape = "has the initials " + " ".join(f"{w[0].upper()}." for w in words) if words else "has no initials"
-    else:
-        letters = sum(ch.isalpha() for ch in words[0]) if words else 0
-        first = words[0][0].upper() if words else "?"
-        shape = (
-            f"is one word of {letters} letters, starting with {first}"
-            if len(words) == 1
-            else f"has {len(words)} words, the first with {letters} letters, starting with {first}"
-        )
-    return Check(constraint, f"its name, {title}, {shape}", mask.matches(title))
+    if not name_words(title):
+        return Check(constraint, f"its name, {title}, has no words to compare", False)
+    phrase = mask_name(title, None, p["style"]).phrase  # "whose initials are T. D.", "whose name has 2 words, ..."
+    for clause, shape in (("whose initials are ", "has the initials "), ("whose name ", "")):
+        if phrase.startswith(clause):
+            phrase = shape + phrase[len(clause) :]
+            break
+    return Check(constraint, f"its name, {title}, {phrase}", mask.matches(title))
 
 
 def confirmed(constraint: dict, observation: str, target_url: str, earlier: str) -> str | None:

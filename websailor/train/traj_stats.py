@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from websailor.errors import InputFormatError
-from websailor.eval.grounding import choice_grounding, rollout_grounding
+from websailor.eval.grounding import choice_grounding, record_gold, rollout_grounding
 from websailor.jsonio import read_appended_jsonl
 from websailor.judge.em import normalize_answer
 from websailor.judge.gold import Gold
@@ -52,10 +52,7 @@ def trajectory_figures(rec: dict) -> dict[str, Any]:
     ``visits_grounded``, ``checks``, ``rejections``, ``answered``, ``answer_grounded`` and
     ``lookup`` (``None``: no search of the question's text, or no gold answer)."""
     messages = rec.get("messages") if isinstance(rec.get("messages"), list) else []
-    try:
-        gold = Gold.parse(rec.get("answer"))
-    except (ValueError, TypeError):
-        gold = None
+    gold = record_gold(rec)
     choices = choice_grounding(messages)
     g = rollout_grounding(messages, rec.get("prediction"), gold)
     return {

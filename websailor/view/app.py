@@ -25,7 +25,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.view import eval_views, rl_views, synth_views
-from websailor.view.context import HERE, ViewContext, environment, finite, human_size, relative, run_url
+from websailor.view.context import (
+    HEADLINE_MAX_BYTES,
+    HERE,
+    ViewContext,
+    environment,
+    finite,
+    human_size,
+    relative,
+    run_url,
+)
 from websailor.view.discover import RunEntry, find_runs, not_a_run
 from websailor.view.report_views import report_headline
 
@@ -41,10 +50,6 @@ def _validation_message(exc: RequestValidationError) -> str:
         msg = str(err.get("msg", "not valid"))
         parts.append(f"{shown} in the address: {msg[:1].lower() + msg[1:]}.")
     return " ".join(parts) or "The address has a parameter the page cannot use."
-
-
-#: Largest file the index reads for a run's figures (a bigger one gets a note, not a read).
-HEADLINE_MAX_BYTES = 32 << 20
 
 
 def headline(ctx: ViewContext, run: RunEntry) -> dict[str, Any]:

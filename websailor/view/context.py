@@ -22,6 +22,9 @@ from fastapi.responses import HTMLResponse
 from websailor.view.discover import resolve
 
 HERE = Path(__file__).parent
+#: Largest file a page reads for a run's figures (its summary, its step log; a bigger one gets a
+#: note, not a read).
+HEADLINE_MAX_BYTES = 32 << 20
 
 
 @dataclass

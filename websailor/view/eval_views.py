@@ -37,7 +37,7 @@ from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.grounding import describe_figures, describe_grounding, record_grounding
 from websailor.eval.scoring import score_record
 from websailor.jsonio import JsonlStream
-from websailor.view.context import ViewContext, bad_query, context, query_int, run_url
+from websailor.view.context import HEADLINE_MAX_BYTES, ViewContext, bad_query, context, query_int, run_url
 from websailor.view.discover import find_runs, run_file
 from websailor.view.pages import (
     WAIT_S,
@@ -365,7 +365,7 @@ def _run_grounding(run: Path) -> str:
     its ``summary.json``; ``""`` when there is none yet, it is unreadable or has no figures."""
     summary = run / "summary.json"
     try:
-        if summary.stat().st_size > 32 << 20:
+        if summary.stat().st_size > HEADLINE_MAX_BYTES:
             return ""
         g = json.loads(summary.read_text(encoding="utf-8-sig")).get("grounding")
     except (OSError, ValueError, AttributeError):
