@@ -13,8 +13,9 @@ from fastapi import Request
 from fastapi.responses import PlainTextResponse
 from fastapi.testclient import TestClient
 
-from websailor.errors import InvalidArgumentError
+from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.view import create_view_app, find_runs, resolve
+from websailor.view.pages import file_index
 
 
 def _traj(qid: str, rollout: int = 0, **extra) -> dict:
@@ -522,6 +523,10 @@ def test_a_giant_line_is_refused_without_being_held(tmp_path: Path):
         fh.truncate(MAX_LINE_BYTES * 4)  # sparse: NUL bytes, no newline
     (tmp_path / "ev" / "summary.json").write_text("{}")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Reading 64 MB takes about a second here, longer than a page waits (the page would show
+    # the table as still being read): let the background read end before asking for the page.
+    with pytest.raises(InputFormatError, match="line 2 is longer than 64 MB"):
+        file_index(path, wait_s=120)
     r = TestClient(create_view_app(tmp_path)).get("/eval/ev")
     assert r.status_code == 422 and "line 2 is longer than 64 MB" in r.text
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 3 * (MAX_LINE_BYTES >> 10)
