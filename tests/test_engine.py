@@ -88,7 +88,9 @@ def test_auto_starts_a_server_for_enough_rollouts_and_stops_it(
 @pytest.mark.model
 def test_ctrl_c_stops_the_server_it_started(fake_vllm: Path, smollm2_home: Path, vital_dir: Path, tmp_path: Path):
     qa, out = _qa(tmp_path / "qa.jsonl"), tmp_path / "eval"
-    env = {**os.environ, "FAKE_VLLM_DELAY": "600"}  # every reply takes 10 minutes: stopped while in flight
+    # every reply takes 10 minutes: stopped while in flight; a process that hangs on Ctrl-C dumps
+    # every thread's stack when the test gives up (SIGABRT under PYTHONFAULTHANDLER)
+    env = {**os.environ, "FAKE_VLLM_DELAY": "600", "PYTHONFAULTHANDLER": "1"}
     args = ["--bench", str(qa), "--out", str(out), "--rollouts", "4", "--corpus", str(vital_dir)]
     proc = _eval([*args, "--engine", "vllm", "--concurrency", "2"], env)
     deadline = time.monotonic() + 240
@@ -97,7 +99,12 @@ def test_ctrl_c_stops_the_server_it_started(fake_vllm: Path, smollm2_home: Path,
         time.sleep(0.2)
     time.sleep(3)  # rollouts waiting on the server
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail("eval did not exit within 120 s of Ctrl-C; its threads:\n" + err.decode()[-6000:])
     assert proc.returncode == 130, err.decode()[-3000:]
     assert _left_behind(fake_vllm) == []
 

@@ -228,6 +228,14 @@ def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smo
     assert env["VLLM_CPU_OMP_THREADS_BIND"]  # every core this process may use, not vLLM's all-but-one
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     assert server.environment()["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the user's setting wins
+    # WEBSAILOR_VLLM_ARGS: more arguments for every server, split as a shell splits them
+    monkeypatch.setenv(vllm_launch.VLLM_ARGS_ENV, "--enforce-eager --served-model-name 'a b'")
+    eager = VLLMServer(smollm2_path, port=0, python=fake, extra_args=["--seed", "1"]).command()
+    assert eager[-5:] == ["--seed", "1", "--enforce-eager", "--served-model-name", "a b"]
+    monkeypatch.setenv(vllm_launch.VLLM_ARGS_ENV, "--enforce-eager 'open")
+    with pytest.raises(ConfigError, match="WEBSAILOR_VLLM_ARGS=.*cannot be split"):
+        VLLMServer(smollm2_path, port=0, python=fake)
+    monkeypatch.delenv(vllm_launch.VLLM_ARGS_ENV)
     server.start()
     with pytest.raises(ConfigError, match=r"vLLM 0\.32\.0 cannot serve the architecture \['FooForCausalLM'\]"):
         server.wait_ready(30)

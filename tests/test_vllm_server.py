@@ -36,6 +36,7 @@ def _vllm_python() -> str:
 @pytest.fixture(scope="module")
 def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """One vLLM server for the embedded model, 2 GiB of key/value cache, 4,096 tokens of context,
+    eager (``WEBSAILOR_VLLM_ARGS=--enforce-eager`` unless set),
     started as a job's ``--engine vllm`` starts one (:func:`websailor.models.serving.serve_for_job`);
     when the module ends it is stopped, and nothing of it is left: no process of its group, no
     shared-memory file its workers made."""
@@ -43,8 +44,10 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
     _vllm_python()  # skipped (or failed under WEBSAILOR_REQUIRE_VLLM) without vLLM
     logs = tmp_path_factory.mktemp("vllm")
-    before = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    before = {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "WEBSAILOR_VLLM_ARGS")}
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # read by every start of the server (one test restarts it)
+    # no compilation: a start takes about 60 s instead of 160 s on two cores (docs/agent.md)
+    os.environ.setdefault("WEBSAILOR_VLLM_ARGS", "--enforce-eager")
     shm_before = serving._shm_names()
     served = serving.serve_for_job(
         f"hf:{smollm2_path}", "vllm", 100, max_model_len=4096, log_path=logs / "vllm.log", startup_timeout_s=900
@@ -55,8 +58,9 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
     finally:
         group = srv.proc.pid
         served.close()
-        if before is None:
-            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
     try:
         os.killpg(group, 0)
         left = [p.name for p in Path("/proc").glob("[0-9]*") if _in_group(p, group)]

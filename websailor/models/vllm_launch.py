@@ -36,6 +36,10 @@ log = get_logger(__name__)
 
 #: environment variable naming the Python that has vLLM
 VLLM_PYTHON_ENV = "WEBSAILOR_VLLM_PYTHON"
+#: environment variable with more ``vllm serve`` arguments for every server started here, e.g.
+#: ``--enforce-eager`` (no compilation: on two cores the start takes 60 s instead of 160 s, and
+#: decoding is about a third slower, so short jobs and the tests gain)
+VLLM_ARGS_ENV = "WEBSAILOR_VLLM_ARGS"
 #: the virtualenv ``make vllm`` builds, relative to the working directory
 VLLM_VENV = ".venv-vllm"
 #: GiB of key/value cache on CPU when ``VLLM_CPU_KVCACHE_SPACE`` is unset
@@ -85,6 +89,21 @@ def rollout_engine(choice: str) -> str:
     return "vllm"
 
 
+def env_vllm_args() -> list[str]:
+    """The arguments :data:`VLLM_ARGS_ENV` holds, split as a shell splits them (none when unset).
+
+    Raises:
+        ConfigError: a value a shell could not split (an unclosed quote).
+    """
+    import shlex
+
+    raw = os.environ.get(VLLM_ARGS_ENV, "")
+    try:
+        return shlex.split(raw)
+    except ValueError as e:
+        raise ConfigError(f"{VLLM_ARGS_ENV}={raw!r} cannot be split into arguments: {e}") from None
+
+
 class VLLMServer:
     """A vLLM server process for one model directory.
 
@@ -97,7 +116,7 @@ class VLLMServer:
         python: the interpreter with vLLM (:func:`find_vllm_python` when ``None``).
         log_path: where the server's output goes (default: a file in the system's temporary
             folder, removed when a server that became ready is stopped; kept when it never did).
-        extra_args: more ``vllm serve`` arguments.
+        extra_args: more ``vllm serve`` arguments (those of :data:`VLLM_ARGS_ENV` follow them).
 
     Use as a context manager, or :meth:`start`, :meth:`wait_ready` and :meth:`stop`.
     """
@@ -129,7 +148,7 @@ class VLLMServer:
 
             log_path = Path(tempfile.gettempdir()) / f"websailor-vllm-{self.port}.log"
         self.log_path = Path(log_path)
-        self.extra_args = list(extra_args or [])
+        self.extra_args = list(extra_args or []) + env_vllm_args()
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
 
