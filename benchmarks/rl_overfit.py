@@ -29,14 +29,16 @@ or re-reads the RL run (delete ``WORK/rl`` to train again after a change). Print
 the first and last steps, the interval and the wall time, and writes them to
 benchmarks/results/rl_overfit.json::
 
-    python benchmarks/rl_overfit.py                    # warm start (once, about 20 min), then RL (12 steps of 4)
+    python benchmarks/rl_overfit.py                    # warm start (once, about 20 min), then RL (12 steps of 8, ~35 min)
     rm -rf runs/rl_overfit/rl && python benchmarks/rl_overfit.py   # RL again after a change (the rating is kept)
+    python benchmarks/rl_overfit.py --flip-advantages  # the control: must be red (~30 min)
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -62,11 +64,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prefilter-k", type=int, default=4, help="rollouts per pool item of the prefilter")
     p.add_argument("--rl-items", type=int, default=2, help="moderate pool items RL trains on")
     p.add_argument("--steps", type=int, default=12, help="RL steps (a multiple of twice --rl-items)")
-    p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--lr", type=float, default=5e-5, help="RL learning rate (overfitting is the aim)")
+    p.add_argument("--group-size", type=int, default=8, help="rollouts a step (the paper's group)")
+    p.add_argument(
+        "--lr", type=float, default=3e-5, help="RL learning rate (overfitting is the aim; 5e-5 broke groups of 8)"
+    )
     p.add_argument("--max-calls", type=int, default=4, help="tool calls per rollout (level 1 needs 2)")
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto")
+    p.add_argument(
+        "--flip-advantages",
+        action="store_true",
+        help="the broken-path control: every advantage negated (run in WORK/rl-flipped); exits 0 when the check is red",
+    )
     return p.parse_args()
 
 
@@ -156,6 +165,32 @@ def rate_pool(work: Path, qa: Path, model: str, spec: str, a: argparse.Namespace
     return chosen, correct
 
 
+def rl_dir(work: Path, a: argparse.Namespace) -> Path:
+    """The RL run's folder: ``WORK/rl``, or ``WORK/rl-flipped`` for the sign-flipped control."""
+    return work / ("rl-flipped" if a.flip_advantages else "rl")
+
+
+@contextlib.contextmanager
+def flipped_advantages():
+    """Negate every advantage the RL step plans (the control that must turn the check red).
+
+    A correct update with the sign flipped lowers the log-probability of the rewarded rollouts,
+    so the training reward falls; if it still rises, the check does not test the update.
+    """
+    from unittest import mock
+
+    import websailor.train.rl.rollouts as rollouts
+
+    plan_batch = rollouts.plan_batch
+
+    def negated(*args, **kwargs):
+        plan = plan_batch(*args, **kwargs)
+        return dataclasses.replace(plan, advantages=[-x for x in plan.advantages])
+
+    with mock.patch.object(rollouts, "plan_batch", negated):
+        yield
+
+
 def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
     """Rate the pool, then the RL run on the chosen items, on a vLLM server when there is one."""
     from websailor.models.vllm_launch import VLLMServer, rollout_engine
@@ -183,7 +218,10 @@ def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
             seed=a.seed,
             rollout_server=server.spec if server else None,
         )
-        summary = train_rl(chosen, model, work / "rl", settings, split="all", env=EnvSpec(**COMPACT_OBSERVATIONS))
+        with flipped_advantages() if a.flip_advantages else contextlib.nullcontext():
+            summary = train_rl(
+                chosen, model, rl_dir(work, a), settings, split="all", env=EnvSpec(**COMPACT_OBSERVATIONS)
+            )
     summary["engine"] = engine
     summary["startup_s"] = round(server.startup_s or 0.0, 1) if server else None
     summary["pool_correct"] = pool_correct
@@ -217,7 +255,7 @@ def main() -> int:
     warm_s = time.perf_counter() - t0
     summary = train(a.work, rl_qa, model, a)
     wall = time.perf_counter() - t0
-    gain = reward_gain(a.work / "rl" / "rollouts.jsonl", window=max(1, a.steps // 2))
+    gain = reward_gain(rl_dir(a.work, a) / "rollouts.jsonl", window=max(1, a.steps // 2))
     if gain is None:
         print("no RL step has rewards: nothing to compare", file=sys.stderr)
         return 1
@@ -243,6 +281,7 @@ def main() -> int:
         "warm_start_s": round(warm_s, 1),
         "server_startup_s": summary["startup_s"],
         "green": green,
+        "flip_advantages": a.flip_advantages,
     }
     lo, hi = gain["diff_ci95"]
     print(f"reward per step: {', '.join(f'{r:.2f}' for r in gain['reward_per_step'])}")
@@ -252,6 +291,14 @@ def main() -> int:
         f"(warm start {warm_s:.0f} s), engine {summary['engine']}"
     )
     print("GREEN: RL raised the training reward" if green else "RED: the training reward did not rise clearly")
+    if a.flip_advantages:
+        print(
+            "(advantages flipped: red is the expected result, exit 0)"
+            if not green
+            else "the flipped run rose: the check does not test the update"
+        )
+        write_results("rl_overfit_flipped", figures, a)
+        return 1 if green else 0
     write_results("rl_overfit", figures, a)
     return 0 if green else 1
 

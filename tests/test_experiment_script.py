@@ -257,6 +257,27 @@ def test_rl_overfit_refuses_halves_that_visit_items_unequally(tmp_path):
         assert not (tmp_path / "w").exists()  # refused before any work
 
 
+def test_rl_overfit_control_negates_the_advantages_the_rl_step_plans(monkeypatch):
+    """``--flip-advantages`` must change what the RL step trains on (the name the rollouts
+    module calls), and only inside its block."""
+    import random
+
+    import websailor.train.rl.rollouts as rollouts
+
+    path = SCRIPT.parents[1] / "benchmarks" / "rl_overfit.py"
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location("rl_overfit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rewards, terms = [1.0, 0.0, 0.0, 1.0], ["answer"] * 4
+    plain = rollouts.plan_batch(rewards, terms, 4, "v2", random.Random(0)).advantages
+    assert any(x != 0 for x in plain)
+    with module.flipped_advantages():
+        flipped = rollouts.plan_batch(rewards, terms, 4, "v2", random.Random(0)).advantages
+    assert flipped == [-x for x in plain]
+    assert rollouts.plan_batch(rewards, terms, 4, "v2", random.Random(0)).advantages == plain
+
+
 def test_dupo_throughput_samples_a_live_stream_from_a_server(vital_dir, tmp_path, monkeypatch):
     """The throughput stage's live groups come from a served model (``vllm:`` or ``openai:``),
     which batches on its side: the script must not hand it a local engine's options."""
