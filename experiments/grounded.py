@@ -71,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--lookup-share", type=float, default=0.5, help="share of them whose question search lists the answer"
     )
+    p.add_argument(
+        "--described-share",
+        type=float,
+        default=0.5,
+        help="share of the pool whose question also states the answer's own description (synth --described-share)",
+    )
     p.add_argument("--distractor-share", type=float, default=0.3)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-4)
@@ -92,7 +98,11 @@ def check_args(a: argparse.Namespace) -> None:
     refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--batch-size", a.batch_size, 1))
     if refusal:
         raise SystemExit(refusal)
-    for flag, share in (("--lookup-share", a.lookup_share), ("--distractor-share", a.distractor_share)):
+    for flag, share in (
+        ("--lookup-share", a.lookup_share),
+        ("--distractor-share", a.distractor_share),
+        ("--described-share", a.described_share),
+    ):
         if not 0.0 <= share <= 1.0:
             raise SystemExit(f"{flag} must be in [0, 1], got {share}")
     for flag, path in (("--questions", a.questions), ("--test", a.test)):
@@ -112,16 +122,19 @@ def test_answers(a: argparse.Namespace) -> set[str]:
 
 
 def pool_items(a: argparse.Namespace) -> Path:
-    """``--pool`` level-1 and 2 items (synthesized once, resumable), none answered by a test item."""
+    """``--pool`` level-1 and 2 items (synthesized once, resumable), none answered by a test item;
+    ``--described-share`` of them state the answer's own description."""
     from websailor.corpus import Corpus
     from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
+    from websailor.synth.items import ItemConfig
     from websailor.tools.environment import COMPACT_OBSERVATIONS
     from websailor.tools.local import build_local_tools
 
     every, qa = a.out / "pool_qa.jsonl", a.out / "qa.jsonl"
     if not qa.exists():
         corpus = Corpus.open()
-        cfg = SynthConfig(n=a.pool, seed=a.seed, test_fraction=0.0, levels=(1, 2))
+        item = ItemConfig(level=1, described_p=a.described_share)
+        cfg = SynthConfig(n=a.pool, seed=a.seed, test_fraction=0.0, levels=(1, 2), item=item)
         synthesize(load_or_build(corpus), every, cfg, tools=build_local_tools(corpus, **COMPACT_OBSERVATIONS))
         held = test_answers(a)
         kept = [it for it in read_items(every) if str(it["answer"]).casefold() not in held]

@@ -871,3 +871,42 @@ def test_an_item_states_at_most_one_figure_of_each_kind(kg: KnowledgeGraph):
     for it in [it for it in items if it]:
         kinds = [c["params"]["kind"] for c in it["constraints"] if c["kind"] == "quantity"]
         assert len(kinds) == len(set(kinds)), it["question"]
+
+
+def test_described_items_state_the_answers_own_description(kg: KnowledgeGraph, vital: Corpus, tools, tmp_path):
+    """``described_p``: the question also says what the answer is, in its page's own
+    description, with the page's first sentence as evidence; the procedure is the short path
+    (search that description, read the answer's page), replayed through the real tools."""
+    from websailor.synth.graph import description_key
+    from websailor.synth.phrasing import describe
+
+    out = tmp_path / "qa.jsonl"
+    cfg = SynthConfig(n=8, seed=4, test_fraction=0.0, levels="1-2", item=ItemConfig(level=1, described_p=1.0))
+    synthesize(kg, out, cfg, progress=False, tools=tools)
+    items = read_items(out)
+    assert [it["level"] for it in items] == [1, 2] * 4
+    for it in items:
+        first = Constraint.from_dict(it["constraints"][0])
+        answer, attrs = it["answer"], kg.attributes(it["answer"])
+        assert first.kind == "described" and first.phrase == f"is {describe(kg, answer)}"
+        assert first.phrase in it["question"] and first.params["key"] == description_key(attrs.description)
+        assert first.evidence[0]["sentence"] == attrs.lead and vital.get(answer).text.startswith(attrs.lead)
+        assert first.matches(kg, answer)
+        other = next(n for n in kg.nodes() if description_key(kg.attributes(n).description) != first.params["key"])
+        assert not first.matches(kg, other)
+        assert [s["action"] for s in it["procedure"]] == ["search", "visit"]
+        assert it["procedure"][0]["query"] == attrs.description and it["procedure"][1]["url"] == it["target_url"]
+        assert it["verification"]["path_replayed"]
+        assert {"op": "self_description", "params": {"description": attrs.description}} in it["uncertainty"]
+    # off by default, and a share of 0 draws nothing: a seed's items stay as they were
+    assert build_item(kg, random.Random(11), ItemConfig(level=2)) == build_item(
+        kg, random.Random(11), ItemConfig(level=2, described_p=0.0)
+    )
+    with pytest.raises(ValueError, match="--described-share must be in"):
+        ItemConfig(described_p=1.5)
+
+
+def test_a_pages_lead_is_its_first_sentence(vital: Corpus):
+    nile = _attrs(vital, "Nile")
+    assert nile.lead.startswith("The Nile is") and nile.lead.endswith(".") and "\n" not in nile.lead
+    assert parse_attributes("", "", "").lead == ""

@@ -407,6 +407,40 @@ def test_a_one_hop_procedure_is_checked_too(vital: Corpus, tmp_path):
     assert kinds & {"verified", "distractor"}
 
 
+def test_when_the_questions_own_search_lists_the_answer_the_trajectory_takes_the_short_path(vital: Corpus, tmp_path):
+    """Issue 38, the short path: when the opening search of the question's text lists the
+    answer's page, the trajectory opens no hop page; it picks the answer from that list (or first
+    a result ranked above it, rejected) and never says that no result fits. When the list does
+    not show the answer, it says so and follows the clue."""
+    from websailor.synth.items import ItemConfig
+    from websailor.train.constructive import constructive_trajectory
+
+    kg = load_or_build(vital)
+    tools = build_local_tools(vital)
+    qa = tmp_path / "qa.jsonl"
+    cfg = SynthConfig(n=12, seed=6, test_fraction=0.0, levels=(1, 2), item=ItemConfig(level=1, described_p=0.5))
+    synthesize(kg, qa, cfg, progress=False, tools=tools)
+    seen = {True: 0, False: 0}
+    for item in read_items(qa):
+        t = constructive_trajectory(item, tools, kg=kg, distractor=True)
+        question, target = item["question"], item["target_url"]
+        listed = [h for h in search_results(t.messages[3]["content"]) if h.query == question]
+        short = any(h.url == target for h in listed)
+        seen[short] += 1
+        visits = [c.arguments["url"] for c in t.tool_calls if c.name == "visit"]
+        thoughts = " ".join(m["content"] for m in t.messages if m["role"] == "assistant")
+        assert visits[-1] == target and parse_turn(t.messages[-1]["content"]).answer == item["answer"]
+        if short:
+            rank = next(h.rank for h in listed if h.url == target)
+            hops = {kg.url(c["params"]["other"]) for c in item["constraints"] if c["kind"] == "linked"}
+            assert not set(visits) & (hops - {h.url for h in listed}), (item["id"], visits)  # no hop page
+            assert "No result of my search for the question fits" not in thoughts
+            assert f"Result {rank} of my search for the question, " in thoughts
+        else:
+            assert "No result of my search for the question fits every clue" in thoughts
+    assert seen[True] >= 2 and seen[False] >= 1, seen
+
+
 def test_a_path_the_compact_search_does_not_show_is_left_out(vital: Corpus, tmp_path, caplog):
     """With fewer search results than synthesis replayed the path with, an item whose search no
     longer lists the page the next step opens is left out (a trajectory would visit a page it was

@@ -49,6 +49,15 @@ def synth(
         ),
     ] = "4",
     test_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of items in the test split.")] = 0.1,
+    described_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of items whose question also states the answer's own description (levels 1 to 4), "
+            "so that a search of the question's text lists the answer's page, as in most questions people write.",
+        ),
+    ] = 0.0,
     llm: Annotated[
         Optional[str],
         typer.Option(
@@ -112,7 +121,10 @@ def synth(
     if have >= n:
         print(f"{out} already holds {have} items (--n {n}): nothing to do")
         return
-    cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction, levels=levels)
+    from websailor.synth.items import ItemConfig
+
+    item = ItemConfig(level=levels[0], described_p=described_share)
+    cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction, levels=levels, item=item)
     from websailor.models import load_model
 
     c = Corpus.open(corpus)

@@ -151,6 +151,9 @@ class Attributes:
     span: tuple[int, int] | None = None  # life span for people, period for others
     years: list[int] = field(default_factory=list)
     quantities: list[Quantity] = field(default_factory=list)
+    #: the first sentence of the page's text ("The Nile is a major north-flowing river in
+    #: northeast Africa ..."): the evidence for a question that describes the page
+    lead: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -224,10 +227,12 @@ def parse_quantities(text: str) -> list[Quantity]:
 
 def parse_attributes(description: str, topic: str, text: str) -> Attributes:
     """All attributes of one page."""
+    first = next((para for para in text.split("\n") if para.strip()), "")
     return Attributes(
         description=description,
         topic=topic,
         span=parse_span(description),
         years=parse_years(text),
         quantities=parse_quantities(text),
+        lead=next(iter(split_sentences(first)), ""),
     )

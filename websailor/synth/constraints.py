@@ -19,10 +19,21 @@ from dataclasses import asdict, dataclass, field
 
 import Stemmer
 
-from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.graph import KnowledgeGraph, description_key
 from websailor.synth.vague import NameMask
 
-KINDS = ("linked", "name", "span_start", "span_end", "year", "quantity", "topic", "compare", "relative_start")
+KINDS = (
+    "linked",
+    "name",
+    "span_start",
+    "span_end",
+    "year",
+    "quantity",
+    "topic",
+    "compare",
+    "relative_start",
+    "described",
+)
 _WORD = re.compile(r"[^\W_]+")
 _STOP = frozenset("the a an of and in on at to for by with from de da di du von van der la le el al".split())
 
@@ -46,7 +57,12 @@ class Constraint:
     * ``compare`` ``{"kind", "other", "more"}``: the target's quantity of that kind is larger
       (``more``) or smaller than the other page's;
     * ``relative_start`` ``{"other", "lo", "hi"}``: the target's span starts between ``lo`` and
-      ``hi`` years after the other page's (negative: before).
+      ``hi`` years after the other page's (negative: before);
+    * ``described`` ``{"key"}``: the page's own description is this one (lower case, span
+      removed: :func:`~websailor.synth.graph.description_key`), "is a major river in northeast
+      Africa"; every page with the same description meets it. Its evidence is the page's first
+      sentence, so a question that states it is found by a search of its own text, as most
+      questions people write are.
 
     ``evidence`` holds the supporting sentences (``{"sentence", "url"}``).
     """
@@ -83,6 +99,8 @@ class Constraint:
             return any(q.kind == p["kind"] and p["lo"] <= q.value <= p["hi"] for q in attrs.quantities)
         if self.kind == "topic":
             return attrs.topic == p["topic"]
+        if self.kind == "described":
+            return description_key(attrs.description) == p["key"]
         if self.kind == "compare":
             mine = [q.value for q in attrs.quantities if q.kind == p["kind"]]
             for o in others:

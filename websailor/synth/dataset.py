@@ -120,10 +120,10 @@ class SynthConfig:
 
     def item_config(self, level: int) -> ItemConfig:
         """The item knobs at ``level``: ``item`` at its own level, the level's defaults
-        elsewhere (with ``item``'s back-tracking probability)."""
+        elsewhere (with ``item``'s back-tracking probability and share of described answers)."""
         if level == self.item.level:
             return self.item
-        return ItemConfig(level=level, backtrack_p=self.item.backtrack_p)
+        return ItemConfig(level=level, backtrack_p=self.item.backtrack_p, described_p=self.item.described_p)
 
     def level_of(self, index: int) -> int:
         """The level of the ``index``-th item of the file (0-based, round robin)."""

@@ -45,7 +45,7 @@ logger = get_logger(__name__)
 
 #: the cache folder in a corpus's ``synth/`` (bump when what is stored changes, the relation
 #: reader included)
-GRAPH_DIR = "knowledge_graph.v6"
+GRAPH_DIR = "knowledge_graph.v7"
 #: a life span or period at the end of a description: "Italian polymath (1452–1519)"
 SPAN_IN_DESC = re.compile(r"\s*\([^)]*\d[^)]*\)\s*$")
 #: bytes a page and a link mention take at the peak of a synthesis run over a loaded graph, for

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from websailor import __version__
 from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported
-from websailor.synth.graph import KnowledgeGraph
+from websailor.synth.graph import KnowledgeGraph, description_key
 from websailor.synth.phrasing import (
     describe,
     is_named,
@@ -149,7 +149,11 @@ class ItemConfig:
     alone); ``max_constraints``: constraints added before giving up on uniqueness;
     ``worded_p``: at each step of the subgraph walk, the chance that it prefers a link whose
     evidence states a relation phrase (so that questions word links by their relation, not
-    as associations).
+    as associations); ``described_p``: the chance that the question also describes the answer
+    by its own description (a ``described`` constraint: "Which place is a major river in
+    northeast Africa, and ...?"), so that a search of the question's own text lists the
+    answer's page, as in most questions people write (issue 38). 0 draws nothing (items of a
+    seed stay as they were).
 
     Raises:
         ValueError: a level outside 1..4, or budgets that contradict each other.
@@ -161,6 +165,7 @@ class ItemConfig:
     max_constraints: int | None = None
     level: int = DEFAULT_LEVEL
     worded_p: float = 0.8
+    described_p: float = 0.0
 
     def __post_init__(self) -> None:
         spec = LEVELS[check_level(self.level)]
@@ -177,6 +182,8 @@ class ItemConfig:
             raise ValueError(f"backtrack_p must be in [0, 1], got {self.backtrack_p}")
         if not 0.0 <= self.worded_p <= 1.0:
             raise ValueError(f"worded_p must be in [0, 1], got {self.worded_p}")
+        if not 0.0 <= self.described_p <= 1.0:
+            raise ValueError(f"--described-share must be in [0, 1], got {self.described_p}")
 
     @property
     def spec(self) -> Level:
@@ -359,6 +366,7 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
     at level 3 and 4 several hops converging on the answer."""
     cfg = cfg or ItemConfig()
     spec = cfg.spec
+    described = cfg.described_p > 0 and rng.random() < cfg.described_p
     for _ in range(spec.value_tries):
         sub = sample_subgraph(
             kg,
@@ -390,7 +398,12 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
             members = sorted(n for n in role if is_named(kg, n))
             valued = [n for n in members if _valued(kg, n)]
     if not spec.describe:  # level 1: a lookup
-        return _build_lookup(kg, rng, sub, role, cfg)
+        return _build_lookup(kg, rng, sub, role, cfg, described)
+    if described:
+        members = [n for n in members if _self_described(kg, n)]
+        valued = [n for n in valued if n in members]
+        if not members:
+            return None, "not_describable"
     target = rng.choice(valued or members)
     pool: list[tuple[Constraint, list[dict]]] = []
     for other in sorted(sub.neighbors(target)):
@@ -431,43 +444,74 @@ def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = 
             rest.insert(int(bool(values)) + k, rest.pop(i))
     pool = pool[:1] + rest
     chosen: list[tuple[Constraint, list[dict]]] = []
+    if described:  # the answer's own description first; the level's constraints after it
+        chosen.append(_self_described(kg, target))
     for c, ops in pool:
-        if len(chosen) >= cfg.max_constraints:
+        if len(chosen) >= cfg.max_constraints + described:
             break
         chosen.append((c, ops))
         if len(chosen) >= cfg.min_constraints and candidates(kg, [x for x, _ in chosen]) == [target]:
             break
-    return _finish(kg, sub, role, target, chosen, cfg)
+    return _finish(kg, sub, role, target, chosen, cfg, described)
 
 
-def _build_lookup(kg: KnowledgeGraph, rng: random.Random, sub, role, cfg: ItemConfig) -> tuple[dict | None, str]:
+def _self_described(kg: KnowledgeGraph, target: str) -> tuple[Constraint, list[dict]] | None:
+    """The ``described`` constraint of ``target``: "is <its description>" (:func:`describe`),
+    with its page's first sentence as evidence, or ``None`` when the page has no description
+    a question can state in the singular, no first sentence, or a description whose search
+    does not find the page (``findable``)."""
+    attrs = kg.attributes(target)
+    desc = describe(kg, target)
+    if not desc or not desc.startswith(("a ", "an ", "the ")) or not attrs.lead or not kg.is_findable(target):
+        return None
+    c = Constraint(
+        "described",
+        {"key": description_key(attrs.description)},
+        f"is {desc}",
+        ({"sentence": attrs.lead, "url": kg.url(target)},),
+    )
+    return c, [{"op": "self_description", "params": {"description": attrs.description}}]
+
+
+def _build_lookup(
+    kg: KnowledgeGraph, rng: random.Random, sub, role, cfg: ItemConfig, described: bool = False
+) -> tuple[dict | None, str]:
     """Level 1: the answer is linked to a page named plainly, and its own page mentions that
     page, so a search of the title finds the answer among the pages that mention it. The
-    neighbour with fewer links is the clue (a specific name, whose search hits few pages)."""
+    neighbour with fewer links is the clue (a specific name, whose search hits few pages).
+    ``described``: the question also states the answer's own description, first."""
     pairs = []
-    for target in sorted(n for n in role if is_named(kg, n)):
+    for target in sorted(n for n in role if is_named(kg, n) and (not described or _self_described(kg, n))):
         url = kg.url(target)
         for other in sorted(sub.neighbors(target)):
             if any(e["url"] == url for e in kg.evidence(target, other)):
                 pairs.append((kg.degree(other), rng.random(), target, other))
     if not pairs:
-        return None, "no_forward_hop"
+        return None, "not_describable" if described and any(is_named(kg, n) for n in role) else "no_forward_hop"
     _, _, target, other = min(pairs)
-    chosen = [_plain_link(kg, target, other)]
+    chosen = ([_self_described(kg, target)] if described else []) + [_plain_link(kg, target, other)]
     attrs = [(c, [op]) for c, op in _attribute_constraints(kg, target, rng) if c.kind == "name"]
     for c, ops in attrs:
-        if len(chosen) >= cfg.max_constraints:
+        if len(chosen) >= cfg.max_constraints + described:
             break
         if len(chosen) >= cfg.min_constraints and candidates(kg, [x for x, _ in chosen]) == [target]:
             break
         chosen.append((c, ops))
-    return _finish(kg, sub, role, target, chosen, cfg)
+    return _finish(kg, sub, role, target, chosen, cfg, described)
 
 
 def _finish(
-    kg: KnowledgeGraph, sub, role, target: str, chosen: list[tuple[Constraint, list[dict]]], cfg: ItemConfig
+    kg: KnowledgeGraph,
+    sub,
+    role,
+    target: str,
+    chosen: list[tuple[Constraint, list[dict]]],
+    cfg: ItemConfig,
+    described: bool = False,
 ) -> tuple[dict | None, str]:
-    """Verify the chosen constraints (unique, leak-free, supported) and assemble the item."""
+    """Verify the chosen constraints (unique, leak-free, supported) and assemble the item;
+    ``described``: the question states the answer's own description, and its procedure is the
+    short path (search that description, read the answer's page)."""
     constraints = [c for c, _ in chosen]
     if candidates(kg, constraints) != [target]:
         return None, "not_unique"
@@ -503,7 +547,7 @@ def _finish(
         "target_role_size": len(role),
         "uncertainty": ops,
         "constraints": [c.to_dict() for c in constraints],
-        "procedure": _procedure(kg, target, constraints, lookup=not cfg.spec.describe),
+        "procedure": _procedure(kg, target, constraints, lookup=not cfg.spec.describe, described=described),
         "verification": {"unique": True, "leak_free": True, "supported": True},
         "difficulty": None,
         "version": __version__,
@@ -521,12 +565,15 @@ def _edges(kg: KnowledgeGraph, sub) -> list[dict]:
     return sorted(out, key=lambda e: (e["src"], e["dst"]))
 
 
-def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint], lookup: bool = False) -> list[dict]:
+def _procedure(
+    kg: KnowledgeGraph, target: str, constraints: list[Constraint], lookup: bool = False, described: bool = False
+) -> list[dict]:
     """Steps that solve the item in the local environment: for each linked entity, search its
     description and read its page (for the first hop that page mentions the target: the
     ``evidence``), then open the target's page to check the other constraints. A ``lookup``
     (level 1) searches the linked page's title, expects the target's page among the results,
-    and reads it.
+    and reads it; a ``described`` item searches the target's own description instead (the
+    short path, whatever the level).
 
     Each visit also lists in ``mentions`` the names its observation must contain for the path
     to hold (the target on a hop's page that mentions it; on the target's page, the hops whose
@@ -535,6 +582,11 @@ def _procedure(kg: KnowledgeGraph, target: str, constraints: list[Constraint], l
     steps: list[dict] = []
     target_url = kg.url(target)
     linked = [c for c in constraints if c.kind == "linked"]
+    if described:
+        desc = kg.attributes(target).description
+        steps.append({"action": "search", "query": desc, "expect": target_url})
+        steps.append({"action": "visit", "url": target_url, "evidence": kg.attributes(target).lead, "mentions": []})
+        return steps
     if lookup:
         other = linked[0].params["other"]
         on_target = [e for e in linked[0].evidence if e["url"] == target_url]

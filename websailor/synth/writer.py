@@ -82,6 +82,7 @@ _OP_OF_KIND = {
     "name": "mask_name",
     "compare": "comparison",
     "relative_start": "relative_time",
+    "described": "self_description",
 }
 
 

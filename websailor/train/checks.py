@@ -27,7 +27,7 @@ from websailor.text import fold_space
 from websailor.tools.observation_parse import observation_body
 
 #: Constraint kinds a wrong candidate's page can be shown to fail (the others compare two pages).
-REJECTABLE = ("name", "span_start", "span_end", "quantity", "linked")
+REJECTABLE = ("name", "span_start", "span_end", "quantity", "linked", "described")
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,11 @@ def confirmed(constraint: dict, observation: str, target_url: str, earlier: str)
 
 
 def check_order(item: dict) -> list[dict]:
-    """Constraints worth checking on the answer's page, best first: values with their evidence
-    there (a date, a number, a comparison), then links (is the linked page named there?);
+    """Constraints worth checking on the answer's page, best first: what the page says it is (its
+    first sentence) and values with their evidence there (a date, a number, a comparison), then links (is the linked page named there?);
     never the name mask (:func:`name_check` reads it from the title)."""
     url = item.get("target_url", "")
-    rank = {"span_start": 0, "span_end": 0, "quantity": 0, "compare": 1, "relative_start": 1}
+    rank = {"described": 0, "span_start": 0, "span_end": 0, "quantity": 0, "compare": 1, "relative_start": 1}
     cs = [
         c
         for c in item.get("constraints") or []
@@ -124,7 +124,8 @@ def answer_checks(item: dict, shown: list[tuple[dict, str]]) -> list[Check]:
 def rejection(item: dict, kg: Any, node: str, observation: str) -> Check | None:
     """A condition that ``node`` (a wrong candidate) fails and that its page (``observation``)
     or its title shows it fails, as a :class:`Check` that does not hold: its name's shape, a
-    year, a quantity's sentence, or the absence of the linked page's name. ``None`` when no
+    year, a quantity's sentence, its first sentence (what it is, for a question that describes
+    the answer), or the absence of the linked page's name. ``None`` when no
     failure is shown."""
     from websailor.synth.constraints import Constraint
     from websailor.synth.vague import bare_name
@@ -155,6 +156,8 @@ def rejection(item: dict, kg: Any, node: str, observation: str) -> Check | None:
             )
             if shown:
                 return Check(d, f'its page says "{quote(shown)}"', False)
+        if d["kind"] == "described" and attrs.lead and fold_space(attrs.lead) in obs:
+            return Check(d, f'its page says "{quote(attrs.lead)}"', False)
         if d["kind"] == "linked":
             others = d["params"].get("others") or [d["params"]["other"]]
             names = {n for o in others for n in (o, bare_name(o))}

@@ -45,13 +45,19 @@ def _quoted_words(words: list[str]) -> str:
     return q[0] if len(q) == 1 else ", ".join(q[:-1]) + " and " + q[-1]
 
 
-def why_this_page(url: str, observations: list[str], question: str) -> str | None:
+def why_this_page(url: str, observations: list[str], question: str, from_question: bool = False) -> str | None:
     """Why open ``url``, from what was read (issue 38), as a sentence: the rank of the latest
     search result that lists it (the search of the question's own text first, when it lists
     it) and what its title and snippet share with the question (or with the query that found it); else the line of an earlier observation that names it,
     quoted. ``None`` when nothing read shows it (the caller's thought is then not grounded, and
-    :func:`websailor.eval.grounding.choice_grounding` says so)."""
+    :func:`websailor.eval.grounding.choice_grounding` says so). ``from_question``: the search of
+    the question's own text, wherever it is among the observations, comes before any later page
+    that names ``url`` (the short path picks the answer from that list)."""
     title = title_from_url(url)
+    if from_question:
+        asked = [o for o in observations if any(fold_space(h.query) == fold_space(question) for h in search_results(o))]
+        if asked and (why := why_this_page(url, asked[:1], question)):
+            return why
     for obs in reversed(observations):
         hits = [h for h in search_results(obs) if h.url == url]
         if hits:  # the search of the question itself first (the short path), then the best rank

@@ -144,21 +144,30 @@ class _Replay:
         #: the clue the opening search queried beside the question (``None``: no such opening)
         self.opening_clue: str | None = None
 
-    def no_fit(self, url: str) -> str:
+    def question_lists(self, url: str) -> bool:
+        """Whether the opening search of the question's own text listed ``url``."""
+        if self.opening_clue is None or not self.observations:
+            return False
+        return _question_lists(self.observations[0], self.item["question"], url)
+
+    def no_fit(self) -> str:
         """Before the first visit after an opening search of the question: when that search
-        did not list ``url`` (no result of it fits every clue; the question's search lists the
-        target only for the short path), the sentence saying so and that the most specific
+        did not list the answer's page (no result of it fits every clue; when it does, the
+        trajectory takes the short path), the sentence saying so and that the most specific
         clue is followed; else ``""``."""
         if self.opening_clue is None or any(c.name == "visit" for c in self.traj.tool_calls) or not self.observations:
             return ""
-        asked = fold_space(self.item["question"])
-        if any(h.url == url for h in search_results(self.observations[0]) if fold_space(h.query) == asked):
+        if self.question_lists(str(self.item.get("target_url") or "")):
             return ""
         return f"No result of my search for the question fits every clue, so I follow its most specific clue, '{self.opening_clue}'. "
 
+    def visited(self, url: str) -> bool:
+        """Whether a visit of this trajectory opened ``url``."""
+        return any(c.name == "visit" and c.arguments.get("url") == url for c in self.traj.tool_calls)
+
     def step(self, thought: str, name: str, arguments: dict) -> str:
         if name == "visit":
-            thought = self.no_fit(str(arguments.get("url"))) + thought
+            thought = self.no_fit() + thought
         t = time.perf_counter()
         result = execute_tool(self.tools, name, arguments)
         self.traj.tool_calls.append(ToolCallRecord(name, arguments, time.perf_counter() - t, result.error))
@@ -184,6 +193,13 @@ class _Replay:
         }
         traj.construction, traj.construction_notes = construction, notes
         return traj
+
+
+def _question_lists(observation: str, question: str, url: str) -> bool:
+    """Whether ``observation`` (a search's) lists ``url`` among the results of the query that is
+    the question's own text."""
+    asked = fold_space(question)
+    return any(h.url == url for h in search_results(observation) if fold_space(h.query) == asked)
 
 
 def _step_call(item: dict, step: dict, i: int, goal: str, question_query: bool = False) -> tuple[str, dict]:
@@ -293,20 +309,18 @@ def constructive_trajectory(
         r = _Replay(item, tools, rollout)
         r.opening_clue = steps[0]["query"] if opening else None
         for i, step in enumerate(before):
-            _check_shown(
-                item,
-                steps,
-                i,
-                r.step(
-                    _thought(step, i, answer, opening and i == 0, r.observations, question),
-                    *_step_call(item, step, i, goal, opening and i == 0),
-                ),
+            obs = r.step(
+                _thought(step, i, answer, opening and i == 0, r.observations, question),
+                *_step_call(item, step, i, goal, opening and i == 0),
             )
+            if i == 0 and last is not None and r.question_lists(target_url):
+                break  # the short path: the question's own search lists the answer, the hops are skipped
+            _check_shown(item, steps, i, obs)
         notes: dict = {"opening": "question" if question_query else "clue"}
         rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
         if distractor and isinstance(rejected, str):
             notes["no_distractor"], rejected = rejected, None
-        why = why_this_page(target_url, r.observations, question)
+        why = why_this_page(target_url, r.observations, question, from_question=r.question_lists(target_url))
         lead = why or f"The clues point to {answer}."
         if rejected:
             node, failed = rejected
@@ -349,8 +363,10 @@ def constructive_trajectory(
                 r.step(
                     _thought(step, i, answer, False, r.observations, question), *_step_call(item, step, i, goal)
                 )  # i > 0
+            urls = {n["title"]: n.get("url") for n in (item.get("subgraph") or {}).get("nodes") or []}
             hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
             hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
+            hops = [h for h in hops if r.visited(urls.get(h, ""))]  # only pages it read led it there
             via = ""
             if hops:
                 pages = hops[0] if len(hops) == 1 else ", ".join(hops[:-1]) + " and " + hops[-1]
@@ -387,7 +403,8 @@ def constructive_trajectory(
 
 
 def _meet_distractor(r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool], goal: str) -> tuple[str, Check] | str:
-    """Visit a wrong candidate (:func:`_distractor_pool`) whose page shows a constraint it
+    """Visit a wrong candidate (:func:`_distractor_pool`; on the short path, a result of the
+    question's own search ranked above the answer first) whose page shows a constraint it
     fails, as a step of ``r``: ``(title, the failed check)``, or why none was
     (``no_wrong_candidate``: no page named in what was read fails a constraint;
     ``no_rejectable_page``: none of those tried shows the failure on its page)."""
@@ -396,6 +413,13 @@ def _meet_distractor(r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool],
         return "no_wrong_candidate"
     near = pool[: _MAX_DISTRACTOR_TRIES * 2]
     random.Random(f"distractor-pick:{item['id']}").shuffle(near)  # among the nearest misses, the draw decides
+    target_url = str(item.get("target_url") or "")
+    if r.question_lists(target_url):  # the short path: first the question's results ranked above the answer
+        asked = fold_space(item["question"])
+        hits = [h for h in search_results(r.observations[0]) if fold_space(h.query) == asked]
+        rank = next(h.rank for h in hits if h.url == target_url)
+        above = [h.title for h in sorted(hits, key=lambda h: h.rank) if h.rank < rank and h.title in pool]
+        near = above + [n for n in near if n not in above]
     for node in near[:_MAX_DISTRACTOR_TRIES]:
         arguments = {"url": kg.url(node), "goal": goal}
         probe = execute_tool(tools, "visit", arguments)
