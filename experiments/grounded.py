@@ -17,6 +17,12 @@ began from (``experiments/results/transfer_opening/eval_question``), measured by
     python experiments/grounded.py --out ~/runs/grounded
     python experiments/grounded.py --out ~/runs/grounded --questions my_questions.jsonl --no-test
     python experiments/grounded.py --out ~/runs/grounded --publish experiments/results/grounded
+    python experiments/grounded.py --out ~/runs/grounded --no-test --self-rollouts 50   # then its own rollouts
+
+With ``--self-rollouts N``, the fine-tuned model then answers N pool items it was not trained on
+``--self-k`` times; its correct rollouts whose every visit and answer is grounded fine-tune it for
+one more epoch (rejection sampling with the policy as its own expert), and that model is
+evaluated on the question file too (``after_self``).
 
 Every stage resumes from ``--out`` (a finished one is skipped; SFT continues from its last
 checkpoint). Writes OUT/grounded.json and OUT/results.md, and with ``--publish`` copies them, the
@@ -55,6 +61,9 @@ PUBLISHED = (
     "eval_*/scores.jsonl",
     "eval_*/report.md",
     "eval_*/trajectories.jsonl",
+    "self_trajectories.counts.json",
+    "self_model/sft_log.jsonl",
+    "self_model/sft_summary.json",
 )
 
 
@@ -84,6 +93,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=4, help="rollouts per question")
     p.add_argument("--max-calls", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument(
+        "--self-rollouts",
+        type=int,
+        default=0,
+        help="pool items the fine-tuned model answers --self-k times; its correct and grounded rollouts fine-tune it "
+        "once more (rejection sampling with the policy as its own expert), evaluated as 'after_self' (0: off)",
+    )
+    p.add_argument("--self-k", type=int, default=4, help="rollouts per item of --self-rollouts")
     p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto")
     p.add_argument("--publish", type=Path, help="copy the figures and the evaluations' small files here")
     return p.parse_args(argv)
@@ -96,6 +113,7 @@ def check_args(a: argparse.Namespace) -> None:
         ("--pool", a.pool, 1), ("--items", a.items, 1), ("--k", a.k, 1), ("--max-calls", a.max_calls, 1)
     )
     refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--batch-size", a.batch_size, 1))
+    refusal = refusal or too_small(("--self-rollouts", a.self_rollouts, 0), ("--self-k", a.self_k, 1))
     if refusal:
         raise SystemExit(refusal)
     for flag, share in (
@@ -200,6 +218,57 @@ def fine_tune(a: argparse.Namespace, data: Path) -> str:
     return f"hf:{out}"
 
 
+def self_rollouts(a: argparse.Namespace, qa: Path, data: Path, model: str, engine: str) -> Path:
+    """Rejection sampling with the policy as its own expert (issue 38, 4; the paper's pipeline
+    does it with a stronger model): ``--self-rollouts`` pool items that were not trained on
+    (drawn with ``--seed``) are answered ``--self-k`` times by ``model`` with the evaluation's
+    budgets (``websailor traj build --source expert``), and the correct rollouts whose every
+    visit and answer is grounded are kept. Resumes (the build appends); returns the kept file."""
+    items, out = a.out / "self_qa.jsonl", a.out / "self_trajectories.jsonl"
+    done = a.out / "self_trajectories.counts.json"
+    if not items.exists():
+        trained = {json.loads(line)["id"] for line in data.read_text().splitlines() if line.strip()}
+        rest = [json.loads(line) for line in qa.read_text().splitlines() if line.strip()]
+        rest = [it for it in rest if it["id"] not in trained]
+        random.Random(a.seed).shuffle(rest)
+        items.write_text("".join(json.dumps(it, ensure_ascii=False) + "\n" for it in rest[: a.self_rollouts]))
+    if not done.exists():
+        with served(model, engine, a.out / "logs", "grounded_self", 8192) as spec:
+            args = ["traj", "build", "--source", "expert", "--expert", spec, "--qa", str(items), "--split", "all"]
+            args += ["--k", str(a.self_k), "--max-calls", str(a.max_calls), "--max-turn-tokens", str(a.max_tokens)]
+            args += ["--observations", "compact", "--tokenizer", model, "--grounded"]
+            args += ["--engine", "local"] if engine == "local" else []
+            print(f"\n[self] $ websailor {' '.join(args)} --out {out}", flush=True)
+            subprocess.run([WS, *args, "--out", str(out)], check=True, cwd=ROOT)
+        kept = sum(1 for line in out.read_text().splitlines() if line.strip()) if out.exists() else 0
+        done.write_text(json.dumps({"items": a.self_rollouts, "k": a.self_k, "kept": kept}))
+    return out
+
+
+def self_fine_tune(a: argparse.Namespace, data: Path, model: str) -> str:
+    """One more epoch, from ``model`` (the fine-tuned one), on its own kept rollouts ``data``."""
+    from websailor.train.sft import SFTSettings, train_sft
+
+    out = a.out / "self_model"
+    if not data.exists() or not data.read_text().strip():
+        raise SystemExit(f"[self] no rollout of {model} was correct and grounded ({data}): nothing to fine-tune on")
+    if not (out / "sft_summary.json").exists():
+        settings = SFTSettings(
+            epochs=1,
+            batch_size=a.batch_size,
+            learning_rate=a.lr,
+            warmup_ratio=0.1,
+            max_length=4096,
+            precision="auto",
+            gradient_checkpointing=False,
+            memory_limits=False,
+            save_steps=10,
+            seed=a.seed,
+        )
+        train_sft(data, model, out, settings)
+    return f"hf:{out}"
+
+
 def evaluate(a: argparse.Namespace, model: str, name: str, bench: Path, split: str | None, engine: str) -> dict:
     """``websailor eval`` of ``model`` on ``bench`` (``k`` rollouts, the transfer budgets); its
     figures with the grounding ones."""
@@ -237,7 +306,7 @@ def markdown(r: dict) -> str:
     """The results as tables: the question file before and after, and the test split."""
     rows = ["| model | Avg@k (95% CI) | Pass@k | grounded answers | listed | visited | picked | checks (rejecting) |"]
     rows.append("|---|---|---|---|---|---|---|---|")
-    for name in ("before", "after"):
+    for name in ("before", "after", "after_self"):
         f = r.get(name)
         if not f:
             continue
@@ -248,6 +317,13 @@ def markdown(r: dict) -> str:
             f"{_pct(g.get('picked'))} | {g.get('checks', 0)} ({_pct(g.get('rejecting'))}%) |"
         )
     lines = [f"Questions: {r['questions']} (k = {r['k']})", "", *rows]
+    if r.get("self"):
+        n = r["self"]
+        lines += [
+            "",
+            f"after_self: one more epoch on {n['kept']} correct, grounded rollouts of its own "
+            f"({n['items']} training items, k = {n['k']})",
+        ]
     if r.get("baseline"):
         lines += ["", f"Search baseline (top title of a search of the question): {_pct(r['baseline']['accuracy'])}%"]
     if r.get("test"):
@@ -287,6 +363,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.questions.resolve() == VITAL_QUESTIONS.resolve():
         results["before"] = before_figures()
     results["after"] = stage("eval_questions", evaluate, a, model, "questions", a.questions, None, engine)
+    if a.self_rollouts:
+        kept = stage("self_rollouts", self_rollouts, a, qa, data, model, engine)
+        results["self"] = json.loads((a.out / "self_trajectories.counts.json").read_text())
+        self_model = stage("self_sft", self_fine_tune, a, kept, model)
+        results["after_self"] = stage(
+            "eval_questions_self", evaluate, a, self_model, "questions_self", a.questions, None, engine
+        )
     if a.test is not None:
         results["test"] = stage("eval_test", evaluate, a, model, "test", a.test, "test", engine)
         if a.test.resolve() == (LADDER / "qa.jsonl").resolve():

@@ -410,6 +410,7 @@ def test_grounded_refuses_bad_arguments_and_measures_where_it_began(tmp_path):
         (["--items", "0"], "--items"),
         (["--lookup-share", "1.5"], "--lookup-share must be in [0, 1], got 1.5"),
         (["--described-share", "-0.1"], "--described-share must be in [0, 1], got -0.1"),
+        (["--self-k", "0"], "--self-k 0: give at least 1"),
         (["--questions", str(tmp_path / "none.jsonl")], "--questions"),
         (["--out", str(afile)], "is a file; give a directory"),
     ):
