@@ -339,9 +339,11 @@ def markdown(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from websailor.models.vllm_launch import rollout_engine
+    from websailor.signals import interrupt_on_termination
 
     a = parse_args(argv)
     check_args(a)
+    interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a.out.mkdir(parents=True, exist_ok=True)
     engine = rollout_engine(a.engine)
     wall: dict[str, float] = {}

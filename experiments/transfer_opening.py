@@ -157,8 +157,11 @@ def evaluate(model: str, name: str, out: Path, a: argparse.Namespace, engine: st
 
 
 def main() -> int:
+    from websailor.signals import interrupt_on_termination
+
     a = parse_args()
     check_args(a)
+    interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a.pool = 1  # rl_overfit.items() also writes an RL pool; this script does not use it
     a.out.mkdir(parents=True, exist_ok=True)
     engine = rollout_engine(a.engine)
