@@ -346,12 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a.out.mkdir(parents=True, exist_ok=True)
     engine = rollout_engine(a.engine)
-    wall: dict[str, float] = {}
+    # seconds spent in each stage, over every sitting (a resumed stage adds, a finished one adds ~0)
+    wall_path = a.out / "wall_s.json"
+    wall: dict[str, float] = json.loads(wall_path.read_text()) if wall_path.exists() else {}
 
     def stage(name, fn, *args):
         t0 = time.perf_counter()
         value = fn(*args)
-        wall[name] = time.perf_counter() - t0
+        wall[name] = wall.get(name, 0.0) + time.perf_counter() - t0
+        wall_path.write_text(json.dumps({k: round(v, 1) for k, v in wall.items()}))
         return value
 
     qa = stage("items", pool_items, a)
