@@ -54,7 +54,9 @@ WS = str(Path(sys.executable).with_name("websailor"))
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--work", type=Path, default=Path("runs/rl_overfit"), help="working folder (resumes)")
     p.add_argument("--model", help="the model RL starts from (hf:DIR); default: the warm start built here")
     p.add_argument("--seed", type=int, default=7)

@@ -68,7 +68,9 @@ PUBLISHED = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--out", type=Path, default=Path("runs/grounded"))
     p.add_argument("--questions", type=Path, default=VITAL_QUESTIONS, help="the question file to evaluate on")
     p.add_argument(

@@ -895,7 +895,10 @@ def test_described_items_state_the_answers_own_description(kg: KnowledgeGraph, v
         other = next(n for n in kg.nodes() if description_key(kg.attributes(n).description) != first.params["key"])
         assert not first.matches(kg, other)
         assert [s["action"] for s in it["procedure"]] == ["search", "visit"]
-        assert it["procedure"][0]["query"] == attrs.description and it["procedure"][1]["url"] == it["target_url"]
+        query = it["procedure"][0]["query"]  # the description as the question states it, no life span
+        assert query.lower() in first.phrase.lower() and "(" not in query
+        assert it["procedure"][1]["url"] == it["target_url"]
+        assert len({c["phrase"] for c in it["constraints"]}) == len(it["constraints"])  # nothing said twice
         assert it["verification"]["path_replayed"]
         assert {"op": "self_description", "params": {"description": attrs.description}} in it["uncertainty"]
     # off by default, and a share of 0 draws nothing: a seed's items stay as they were

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from websailor import __version__
 from websailor.synth.constraints import Constraint, candidates, is_leak_free, is_supported
-from websailor.synth.graph import KnowledgeGraph, description_key
+from websailor.synth.graph import SPAN_IN_DESC, KnowledgeGraph, description_key
 from websailor.synth.phrasing import (
     describe,
     is_named,
@@ -356,8 +356,8 @@ def _plain_link(kg: KnowledgeGraph, target: str, other: str) -> tuple[Constraint
 def build_item(kg: KnowledgeGraph, rng: random.Random, cfg: ItemConfig | None = None) -> tuple[dict | None, str]:
     """One item at ``cfg.level`` (default 4), or ``(None, reason)`` with reason
     ``no_subgraph``, ``common_noun`` (no member of a role is a named entity, :func:`is_named`),
-    ``no_forward_hop``, ``too_few_hops``, ``not_unique``, ``leak`` or
-    ``unsupported``. The item's solution ``procedure`` is built here; replaying it through the
+    ``no_forward_hop``, ``not_describable``, ``too_few_hops``, ``repeated`` (two constraints
+    worded alike), ``not_unique``, ``leak`` or ``unsupported``. The item's solution ``procedure`` is built here; replaying it through the
     real tools is the dataset loop's check (:mod:`websailor.synth.replay`).
 
     Level 1 (a lookup) states one neighbour by its title and the answer's name mask, and its
@@ -513,6 +513,8 @@ def _finish(
     ``described``: the question states the answer's own description, and its procedure is the
     short path (search that description, read the answer's page)."""
     constraints = [c for c, _ in chosen]
+    if len({c.phrase for c in constraints}) < len(constraints):
+        return None, "repeated"  # a neighbour worded as the answer's own description says the same twice
     if candidates(kg, constraints) != [target]:
         return None, "not_unique"
     ops = [op for _, o in chosen for op in o]
@@ -582,8 +584,8 @@ def _procedure(
     steps: list[dict] = []
     target_url = kg.url(target)
     linked = [c for c in constraints if c.kind == "linked"]
-    if described:
-        desc = kg.attributes(target).description
+    if described:  # the description as the question states it: no life span ("(1596–1650)")
+        desc = SPAN_IN_DESC.sub("", kg.attributes(target).description.split(";")[0]).strip().rstrip(",")
         steps.append({"action": "search", "query": desc, "expect": target_url})
         steps.append({"action": "visit", "url": target_url, "evidence": kg.attributes(target).lead, "mentions": []})
         return steps
