@@ -118,6 +118,15 @@ def check_args(a: argparse.Namespace) -> None:
     refusal = refusal or too_small(("--self-rollouts", a.self_rollouts, 0), ("--self-k", a.self_k, 1))
     if refusal:
         raise SystemExit(refusal)
+    if not 0 < a.lr < float("inf"):
+        raise SystemExit(f"--lr {a.lr}: give a finite learning rate above 0")
+    from websailor.errors import ConfigError
+    from websailor.models.vllm_launch import env_vllm_args
+
+    try:  # read now, not when the first server starts after fine-tuning
+        env_vllm_args()
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
     for flag, share in (
         ("--lookup-share", a.lookup_share),
         ("--distractor-share", a.distractor_share),
@@ -131,6 +140,9 @@ def check_args(a: argparse.Namespace) -> None:
     for flag, path in (("--out", a.out), ("--publish", a.publish)):
         if path is not None and path.exists() and not path.is_dir():
             raise SystemExit(f"{flag} {path} is a file; give a directory")
+        file_above = next((up for up in (path.parents if path is not None else ()) if up.is_file()), None)
+        if file_above is not None:
+            raise SystemExit(f"{flag} {path}: {file_above} is a file, not a directory")
 
 
 def test_answers(a: argparse.Namespace) -> set[str]:

@@ -411,6 +411,8 @@ def test_grounded_refuses_bad_arguments_and_measures_where_it_began(tmp_path):
         (["--lookup-share", "1.5"], "--lookup-share must be in [0, 1], got 1.5"),
         (["--described-share", "-0.1"], "--described-share must be in [0, 1], got -0.1"),
         (["--self-k", "0"], "--self-k 0: give at least 1"),
+        (["--lr", "nan"], "--lr nan: give a finite learning rate above 0"),
+        (["--out", str(afile / "sub")], "is a file, not a directory"),
         (["--questions", str(tmp_path / "none.jsonl")], "--questions"),
         (["--out", str(afile)], "is a file; give a directory"),
     ):

@@ -703,6 +703,18 @@ def test_readers_never_change_the_file(kg: KnowledgeGraph, tmp_path):
         (tmp_path / "lvl.jsonl").write_text(json.dumps({**first, "level": level}) + "\n")
         with pytest.raises(InputFormatError, match="field 'level' is"):
             read_items(tmp_path / "lvl.jsonl")
+    # a damaged constraint or step is named where it is, never a KeyError in a later stage
+    described = {"kind": "described", "params": {"key": "major river"}, "phrase": "is a major river"}
+    for damage, says in (
+        ({"constraints": [{**described, "params": {}}]}, "field 'constraints.0' is an object: value error, a described"),
+        ({"constraints": [{**described, "params": {"key": 3}}]}, "field 'constraints.0.params.key' is a number"),
+        ({"constraints": [{**described, "kind": "describd"}]}, "field 'constraints.0.kind' is text: input should be"),
+        ({"constraints": [{"kind": "linked", "params": {"other": "Nile"}}]}, "field 'constraints.0.phrase' is missing"),
+        ({"procedure": [{"action": "search", "expect": "u"}]}, "field 'procedure.0' is an object: value error, a search"),
+    ):
+        (tmp_path / "dmg.jsonl").write_text(json.dumps({**first, **damage}) + "\n")
+        with pytest.raises(InputFormatError, match=re.escape(says)):
+            read_items(tmp_path / "dmg.jsonl")
 
 
 def test_difficulty_filter_drops_items_outside_the_band(kg: KnowledgeGraph, vital: Corpus, tmp_path):

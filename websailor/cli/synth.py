@@ -54,8 +54,9 @@ def synth(
         typer.Option(
             min=0.0,
             max=1.0,
-            help="Share of items whose question also states the answer's own description (levels 1 to 4), "
-            "so that a search of the question's text lists the answer's page, as in most questions people write.",
+            help="Share of items whose question states the answer's own description first, within the level's "
+            "constraint budget (a lookup at any level), so that a search of the question's text lists the answer's page, "
+            "as in most questions people write.",
         ),
     ] = 0.0,
     llm: Annotated[

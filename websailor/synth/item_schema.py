@@ -12,7 +12,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from websailor.synth.constraints import KINDS
 
 #: a count: a whole number, not negative
 Count = Annotated[StrictInt, Field(ge=0)]
@@ -54,15 +66,23 @@ class ConstraintParams(_Shape):
 
     relation: StrictStr | None = None
     form: Literal["subject", "object"] | None = None
+    key: StrictStr | None = None
 
 
 class Constraint(_Shape):
-    """One constraint of the question."""
+    """One constraint of the question: a kind :class:`websailor.synth.constraints.Constraint`
+    knows, the phrase the question states, and, for a ``described`` one, the description's key."""
 
-    kind: StrictStr
+    kind: Literal[KINDS]  # type: ignore[valid-type]
     params: ConstraintParams
-    phrase: StrictStr | None = None
+    phrase: StrictStr
     evidence: list[Evidence] | None = None
+
+    @model_validator(mode="after")
+    def _described_has_a_key(self) -> Constraint:
+        if self.kind == "described" and self.params.key is None:
+            raise ValueError("a described constraint needs params.key, the description it names (text)")
+        return self
 
 
 class Operator(_Shape):
@@ -73,10 +93,19 @@ class Operator(_Shape):
 
 
 class Step(_Shape):
-    """One step of the solution path."""
+    """One step of the solution path: a search names its query, a visit its URL."""
 
     action: StrictStr | None = None
     mentions: list[StrictStr] | None = None
+    query: StrictStr | None = None
+    url: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _names_its_target(self) -> Step:
+        needs = {"search": "query", "visit": "url"}.get(self.action or "")
+        if needs and getattr(self, needs) is None:
+            raise ValueError(f"a {self.action} step needs its {needs} (text)")
+        return self
 
 
 class Rendering(_Shape):
