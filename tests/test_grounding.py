@@ -236,7 +236,7 @@ def test_traj_build_refuses_a_trajectory_whose_visit_has_no_reason(vital, tmp_pa
     tools = build_local_tools(vital)
     qa = tmp_path / "qa.jsonl"
     synthesize(load_or_build(vital), qa, SynthConfig(n=6, seed=3, test_fraction=0.0), progress=False, tools=tools)
-    monkeypatch.setattr(con, "why_this_page", lambda url, observations, question: None)
+    monkeypatch.setattr(con, "why_this_page", lambda url, observations, question, from_question=False: None)
     with caplog.at_level("WARNING"):
         written, _ = con.build_constructive(read_items(qa), tools, tmp_path / "sft.jsonl", progress=False)
     assert written == 0 and not (tmp_path / "sft.jsonl").read_text().strip()

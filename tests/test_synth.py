@@ -706,11 +706,17 @@ def test_readers_never_change_the_file(kg: KnowledgeGraph, tmp_path):
     # a damaged constraint or step is named where it is, never a KeyError in a later stage
     described = {"kind": "described", "params": {"key": "major river"}, "phrase": "is a major river"}
     for damage, says in (
-        ({"constraints": [{**described, "params": {}}]}, "field 'constraints.0' is an object: value error, a described"),
+        (
+            {"constraints": [{**described, "params": {}}]},
+            "field 'constraints.0' is an object: value error, a described",
+        ),
         ({"constraints": [{**described, "params": {"key": 3}}]}, "field 'constraints.0.params.key' is a number"),
         ({"constraints": [{**described, "kind": "describd"}]}, "field 'constraints.0.kind' is text: input should be"),
         ({"constraints": [{"kind": "linked", "params": {"other": "Nile"}}]}, "field 'constraints.0.phrase' is missing"),
-        ({"procedure": [{"action": "search", "expect": "u"}]}, "field 'procedure.0' is an object: value error, a search"),
+        (
+            {"procedure": [{"action": "search", "expect": "u"}]},
+            "field 'procedure.0' is an object: value error, a search",
+        ),
     ):
         (tmp_path / "dmg.jsonl").write_text(json.dumps({**first, **damage}) + "\n")
         with pytest.raises(InputFormatError, match=re.escape(says)):
