@@ -243,8 +243,11 @@ def main() -> int:
     refusal = too_small(("--prefilter-k", a.prefilter_k, 2), ("--group-size", a.group_size, 2))
     if refusal:
         raise SystemExit(refusal)
-    if not a.lr > 0:
-        raise SystemExit(f"--lr {a.lr}: give a learning rate above 0")
+    if not 0 < a.lr < float("inf"):
+        raise SystemExit(f"--lr {a.lr}: give a finite learning rate above 0")
+    refusal = too_small(("--max-tokens", a.max_tokens, 16), ("--max-calls", a.max_calls, 1))
+    if refusal:
+        raise SystemExit(refusal)
     if not 0 < a.rl_items <= a.pool or a.steps < 2 or a.steps % (2 * a.rl_items):
         raise SystemExit(
             f"--steps {a.steps} --rl-items {a.rl_items}: give 1 to --pool ({a.pool}) items and a multiple of "
