@@ -210,11 +210,11 @@ def trajectories(a: argparse.Namespace, qa: Path) -> Path:
     return chosen
 
 
-def fine_tune(a: argparse.Namespace, data: Path) -> str:
-    """One epoch of SFT of the embedded model on ``data`` (resumes from its last checkpoint)."""
+def one_epoch(a: argparse.Namespace, data: Path, model: str, out: Path) -> str:
+    """One epoch of SFT of ``model`` on ``data`` into ``out`` with the run's settings (resumes
+    from its last checkpoint; skipped when finished); returns the new model's spec."""
     from websailor.train.sft import SFTSettings, train_sft
 
-    out = a.out / "sft_model"
     if not (out / "sft_summary.json").exists():
         settings = SFTSettings(
             epochs=1,
@@ -228,8 +228,13 @@ def fine_tune(a: argparse.Namespace, data: Path) -> str:
             save_steps=10,
             seed=a.seed,
         )
-        train_sft(data, "smollm2", out, settings)
+        train_sft(data, model, out, settings)
     return f"hf:{out}"
+
+
+def fine_tune(a: argparse.Namespace, data: Path) -> str:
+    """One epoch of SFT of the embedded model on ``data``."""
+    return one_epoch(a, data, "smollm2", a.out / "sft_model")
 
 
 def self_rollouts(a: argparse.Namespace, qa: Path, data: Path, model: str, engine: str) -> Path:
@@ -255,32 +260,16 @@ def self_rollouts(a: argparse.Namespace, qa: Path, data: Path, model: str, engin
             print(f"\n[self] $ websailor {' '.join(args)} --out {out}", flush=True)
             subprocess.run([WS, *args, "--out", str(out)], check=True, cwd=ROOT)
         kept = sum(1 for line in out.read_text().splitlines() if line.strip()) if out.exists() else 0
-        done.write_text(json.dumps({"items": a.self_rollouts, "k": a.self_k, "kept": kept}))
+        asked = sum(1 for line in items.read_text().splitlines() if line.strip())  # the pool may hold fewer
+        done.write_text(json.dumps({"items": asked, "k": a.self_k, "kept": kept}))
     return out
 
 
 def self_fine_tune(a: argparse.Namespace, data: Path, model: str) -> str:
     """One more epoch, from ``model`` (the fine-tuned one), on its own kept rollouts ``data``."""
-    from websailor.train.sft import SFTSettings, train_sft
-
-    out = a.out / "self_model"
     if not data.exists() or not data.read_text().strip():
         raise SystemExit(f"[self] no rollout of {model} was correct and grounded ({data}): nothing to fine-tune on")
-    if not (out / "sft_summary.json").exists():
-        settings = SFTSettings(
-            epochs=1,
-            batch_size=a.batch_size,
-            learning_rate=a.lr,
-            warmup_ratio=0.1,
-            max_length=4096,
-            precision="auto",
-            gradient_checkpointing=False,
-            memory_limits=False,
-            save_steps=10,
-            seed=a.seed,
-        )
-        train_sft(data, model, out, settings)
-    return f"hf:{out}"
+    return one_epoch(a, data, model, a.out / "self_model")
 
 
 def evaluate(a: argparse.Namespace, model: str, name: str, bench: Path, split: str | None, engine: str) -> dict:
