@@ -109,8 +109,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def check_args(a: argparse.Namespace) -> None:
-    """Refuse, in one line and before any work, sizes out of range, a share outside [0, 1],
-    missing question or test files, and an ``--out`` or ``--publish`` that is a file."""
+    """Refuse, in one line and before any work, sizes out of range (``--items`` above ``--pool``
+    too), a share outside [0, 1], missing question or test files, and an ``--out`` or ``--publish`` that is a file."""
     refusal = too_small(
         ("--pool", a.pool, 1), ("--items", a.items, 1), ("--k", a.k, 1), ("--max-calls", a.max_calls, 1)
     )
@@ -118,6 +118,8 @@ def check_args(a: argparse.Namespace) -> None:
     refusal = refusal or too_small(("--self-rollouts", a.self_rollouts, 0), ("--self-k", a.self_k, 1))
     if refusal:
         raise SystemExit(refusal)
+    if a.items > a.pool:
+        raise SystemExit(f"--items {a.items} is above --pool {a.pool}: the trajectories are drawn from the pool")
     if not 0 < a.lr < float("inf"):
         raise SystemExit(f"--lr {a.lr}: give a finite learning rate above 0")
     from websailor.errors import ConfigError

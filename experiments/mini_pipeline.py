@@ -46,7 +46,7 @@ from urllib.parse import unquote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import write_results  # noqa: E402
+from _common import too_small, write_results  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
 from websailor.train.rl_log import reward_gain  # noqa: E402
@@ -523,8 +523,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args() -> argparse.Namespace:
-    return build_parser().parse_args()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's options; a size below its least or a share outside [0, 1) is refused in one
+    line before any work."""
+    a = build_parser().parse_args(argv)
+    sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
+    sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")
+    sizes += ("throughput_groups", "throughput_max_groups")
+    refusal = too_small(*((f"--{k.replace('_', '-')}", getattr(a, k), 1) for k in sizes))
+    refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16))
+    if refusal:
+        raise SystemExit(refusal)
+    if not 0.0 <= a.test_fraction < 1.0:
+        raise SystemExit(f"--test-fraction must be in [0, 1), got {a.test_fraction}")
+    if not 0.0 <= a.distractor_share <= 1.0:
+        raise SystemExit(f"--distractor-share must be in [0, 1], got {a.distractor_share}")
+    return a
 
 
 def _option(key: str, value: object) -> str:

@@ -242,7 +242,7 @@ def status(
     results = _records_file(a.out / "results.json")
     try:
         rows = stage_progress(a.out, settings, results)
-    except (OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as e:
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError, yaml.YAMLError) as e:
         print(
             f"{a.out} holds damaged experiment records ({type(e).__name__}: {e}): check settings.json, results.json "
             "and the SFT settings file they name",

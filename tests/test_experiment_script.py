@@ -48,6 +48,19 @@ def test_missing_inputs_name_the_stage_that_makes_them(tmp_path):
     )
 
 
+def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
+    for args, says in (
+        (["--rl-steps", "-3"], "--rl-steps -3: give at least 1"),
+        (["--group-size", "0"], "--group-size 0: give at least 1"),
+        (["--max-tokens", "8"], "--max-tokens 8: give at least 16"),
+        (["--test-fraction", "1"], "--test-fraction must be in [0, 1), got 1.0"),
+        (["--distractor-share", "nan"], "--distractor-share must be in [0, 1], got nan"),
+    ):
+        res = _run("--out", str(tmp_path / "run"), *args)
+        assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     old = tmp_path / "old"
     old.mkdir()
@@ -393,6 +406,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     )
     # damaged records: one line, no traceback
     for name, text in (("settings.json", json.dumps({**settings, "k": "four"})),
+                       ("settings.json", json.dumps(settings).replace("}", ', "eval_limit": Infinity}')),
                        ("results.json", json.dumps({"stages": {"synth": 5}}))):  # fmt: skip
         (moved / name).write_text(text)
         res = _run("status", "--out", str(moved))
@@ -411,6 +425,7 @@ def test_grounded_refuses_bad_arguments_and_measures_where_it_began(tmp_path):
         (["--lookup-share", "1.5"], "--lookup-share must be in [0, 1], got 1.5"),
         (["--described-share", "-0.1"], "--described-share must be in [0, 1], got -0.1"),
         (["--self-k", "0"], "--self-k 0: give at least 1"),
+        (["--items", "50", "--pool", "40"], "--items 50 is above --pool 40"),
         (["--lr", "nan"], "--lr nan: give a finite learning rate above 0"),
         (["--out", str(afile / "sub")], "is a file, not a directory"),
         (["--questions", str(tmp_path / "none.jsonl")], "--questions"),

@@ -919,6 +919,15 @@ def test_described_items_state_the_answers_own_description(kg: KnowledgeGraph, v
         assert len({c["phrase"] for c in it["constraints"]}) == len(it["constraints"])  # nothing said twice
         assert it["verification"]["path_replayed"]
         assert {"op": "self_description", "params": {"description": attrs.description}} in it["uncertainty"]
+    assert all(it["described_share"] == 1.0 for it in items)
+    # resuming the file with another share would mix two streams: refused, naming both shares
+    with pytest.raises(InvalidArgumentError, match=r"--described-share 1; this run uses 0.5"):
+        synthesize(
+            kg,
+            out,
+            SynthConfig(n=10, seed=4, test_fraction=0.0, levels="1-2", item=ItemConfig(level=1, described_p=0.5)),
+            progress=False,
+        )
     # off by default, and a share of 0 draws nothing: a seed's items stay as they were
     assert build_item(kg, random.Random(11), ItemConfig(level=2)) == build_item(
         kg, random.Random(11), ItemConfig(level=2, described_p=0.0)

@@ -257,8 +257,8 @@ def synthesize(
 
     Raises:
         CorpusError: the graph is too small (:func:`check_graph`).
-        InvalidArgumentError: ``out`` holds items of another seed, test fraction or level,
-            or another process is writing it.
+        InvalidArgumentError: ``out`` holds items of another seed, test fraction, level or
+            share of described answers, or another process is writing it.
         InputFormatError: ``out`` holds lines that are not QA items.
         ModelError: the difficulty filter's model fails (items so far are kept).
     """
@@ -291,6 +291,13 @@ def _synthesize(
         raise InvalidArgumentError(
             f"{out} was made with another --test-fraction (item {odd['id']} is in split "
             f"{odd.get('split')!r}); pass the same fraction to continue it, or use another --out"
+        )
+    shares = sorted({float(it.get("described_share", 0.0)) for it in items} - {cfg.item.described_p})
+    if shares:
+        raise InvalidArgumentError(
+            f"{out} holds items synthesized with --described-share {shares[0]:g}; this run uses "
+            f"{cfg.item.described_p:g}. Resuming would mix two shares: pass --described-share {shares[0]:g} "
+            f"to continue that file, or use another --out"
         )
     for j, it in enumerate(items):
         if it.get("level", DEFAULT_LEVEL) != cfg.level_of(j):
@@ -394,6 +401,8 @@ def _synthesize(
                 "split": _split(item_id, cfg.test_fraction),
                 "seed": cfg.seed,
                 "attempt": attempt - 1,
+                # recorded only when on, so files made without described answers read as before
+                **({"described_share": cfg.item.described_p} if cfg.item.described_p else {}),
             }
             if difficulty is not None:
                 item["difficulty"] = difficulty.rate(item)
