@@ -269,6 +269,14 @@ def synthesize(
         return _synthesize(kg, out, fh, _check_items(out, records), cfg, progress, llm, difficulty, replay)
 
 
+def _described_share(item: dict) -> float | None:
+    """The ``--described-share`` an item was made with: recorded when above 0; ``None`` (not
+    known) for an item of a file made before it was recorded that describes its answer."""
+    if "described_share" in item:
+        return float(item["described_share"])
+    return None if any(c.get("kind") == "described" for c in item["constraints"]) else 0.0
+
+
 def _synthesize(
     kg: KnowledgeGraph,
     out: Path,
@@ -292,7 +300,7 @@ def _synthesize(
             f"{out} was made with another --test-fraction (item {odd['id']} is in split "
             f"{odd.get('split')!r}); pass the same fraction to continue it, or use another --out"
         )
-    shares = sorted({float(it.get("described_share", 0.0)) for it in items} - {cfg.item.described_p})
+    shares = sorted({_described_share(it) for it in items} - {cfg.item.described_p, None})
     if shares:
         raise InvalidArgumentError(
             f"{out} holds items synthesized with --described-share {shares[0]:g}; this run uses "
