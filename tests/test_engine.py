@@ -92,7 +92,10 @@ def test_ctrl_c_stops_the_server_it_started(fake_vllm: Path, smollm2_home: Path,
     # every thread's stack when the test gives up (SIGABRT under PYTHONFAULTHANDLER)
     env = {**os.environ, "FAKE_VLLM_DELAY": "600", "PYTHONFAULTHANDLER": "1"}
     args = ["--bench", str(qa), "--out", str(out), "--rollouts", "4", "--corpus", str(vital_dir)]
-    proc = _eval([*args, "--engine", "vllm", "--concurrency", "2"], env)
+    # a suite started in the background by a non-interactive shell inherits SIGINT ignored, and
+    # Python then installs no Ctrl-C handler: the child gets the default one back, as in a terminal
+    restore = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = _eval([*args, "--engine", "vllm", "--concurrency", "2"], env, preexec_fn=restore)
     deadline = time.monotonic() + 240
     while not (fake_vllm.exists() and (tmp_path / "eval").exists()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-3000:]
