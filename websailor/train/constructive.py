@@ -403,9 +403,9 @@ def constructive_trajectory(
 
 
 def _meet_distractor(r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool], goal: str) -> tuple[str, Check] | str:
-    """Visit a wrong candidate (:func:`_distractor_pool`; on the short path, the results of the
-    question's own search first: the page the question names, then the others at any rank)
-    whose page shows a constraint it fails, as a step of ``r``: ``(title, the failed check)``, or why none was
+    """Visit a wrong candidate (:func:`_distractor_pool`; on the short path, a result of the
+    question's own search ranked above the answer first) whose page shows a constraint it
+    fails, as a step of ``r``: ``(title, the failed check)``, or why none was
     (``no_wrong_candidate``: no page named in what was read fails a constraint;
     ``no_rejectable_page``: none of those tried shows the failure on its page)."""
     pool = _distractor_pool(item, kg, r.observations)
@@ -414,17 +414,12 @@ def _meet_distractor(r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool],
     near = pool[: _MAX_DISTRACTOR_TRIES * 2]
     random.Random(f"distractor-pick:{item['id']}").shuffle(near)  # among the nearest misses, the draw decides
     target_url = str(item.get("target_url") or "")
-    if r.question_lists(target_url):
-        # the short path: first the page the question names (a clue, never the answer), then the
-        # question's other results at any rank, above or below the answer (a verdict the list's
-        # order does not give away)
+    if r.question_lists(target_url):  # the short path: first the question's results ranked above the answer
         asked = fold_space(item["question"])
-        listed = [h.title for h in search_results(r.observations[0]) if fold_space(h.query) == asked]
-        listed = [t for t in listed if t in pool]
-        named = [t for t in listed if names_whole(asked, t)]
-        others = [t for t in listed if t not in named]
-        random.Random(f"distractor-listed:{item['id']}").shuffle(others)
-        near = named + others + [n for n in near if n not in listed]
+        hits = [h for h in search_results(r.observations[0]) if fold_space(h.query) == asked]
+        rank = next(h.rank for h in hits if h.url == target_url)
+        above = [h.title for h in sorted(hits, key=lambda h: h.rank) if h.rank < rank and h.title in pool]
+        near = above + [n for n in near if n not in above]
     for node in near[:_MAX_DISTRACTOR_TRIES]:
         arguments = {"url": kg.url(node), "goal": goal}
         probe = execute_tool(tools, "visit", arguments)
