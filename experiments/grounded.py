@@ -54,6 +54,7 @@ PUBLISHED = (
     "grounded.json",
     "results.md",
     "traj_stats.json",
+    "compare_test.md",
     "qa.jsonl",
     "sft_model/sft_log.jsonl",
     "sft_model/sft_summary.json",
@@ -77,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--test", type=Path, default=LADDER / "qa.jsonl", help="synthesized items whose test split is evaluated"
     )
     p.add_argument("--no-test", dest="test", action="store_const", const=None, help="skip the synthesized test split")
+    p.add_argument(
+        "--test-limit",
+        type=int,
+        default=60,
+        help="test items evaluated (the first ones, as eval --limit; the ladder's SFT model was rated on 60)",
+    )
     p.add_argument("--pool", type=int, default=400, help="level-1 and 2 items synthesized")
     p.add_argument("--items", type=int, default=100, help="trajectories trained on")
     p.add_argument(
@@ -114,7 +121,9 @@ def check_args(a: argparse.Namespace) -> None:
     refusal = too_small(
         ("--pool", a.pool, 1), ("--items", a.items, 1), ("--k", a.k, 1), ("--max-calls", a.max_calls, 1)
     )
-    refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--batch-size", a.batch_size, 1))
+    refusal = refusal or too_small(
+        ("--max-tokens", a.max_tokens, 16), ("--batch-size", a.batch_size, 1), ("--test-limit", a.test_limit, 1)
+    )
     refusal = refusal or too_small(("--self-rollouts", a.self_rollouts, 0), ("--self-k", a.self_k, 1))
     if refusal:
         raise SystemExit(refusal)
@@ -274,9 +283,11 @@ def self_fine_tune(a: argparse.Namespace, data: Path, model: str) -> str:
     return one_epoch(a, data, model, a.out / "self_model")
 
 
-def evaluate(a: argparse.Namespace, model: str, name: str, bench: Path, split: str | None, engine: str) -> dict:
-    """``websailor eval`` of ``model`` on ``bench`` (``k`` rollouts, the transfer budgets); its
-    figures with the grounding ones."""
+def evaluate(
+    a: argparse.Namespace, model: str, name: str, bench: Path, split: str | None, engine: str, limit: int | None = None
+) -> dict:
+    """``websailor eval`` of ``model`` on ``bench`` (``k`` rollouts, the transfer budgets; the
+    first ``limit`` items when given); its figures with the grounding ones."""
     eval_dir = a.out / f"eval_{name}"
     claim_for_model(eval_dir, model)
     done = json.loads((eval_dir / "summary.json").read_text()) if (eval_dir / "summary.json").exists() else {}
@@ -287,11 +298,23 @@ def evaluate(a: argparse.Namespace, model: str, name: str, bench: Path, split: s
             args = ["eval", "--bench", shown, "--rollouts", str(a.k)]
             args += ["--model", spec, "--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens)]
             args += ["--observations", "compact", *(["--split", split] if split else [])]
+            args += ["--limit", str(limit)] if limit else []
             args += ["--engine", "local"] if engine == "local" else []
             print(f"\n[eval_{name}] $ websailor {' '.join(args)} --out {eval_dir}", flush=True)
             subprocess.run([WS, *args, "--out", str(eval_dir)], check=True, cwd=ROOT)
     summary = json.loads((eval_dir / "summary.json").read_text())
     return {**figures(eval_dir), "grounding": summary.get("grounding") or {}}
+
+
+def paired_with_ladder(eval_dir: Path) -> dict:
+    """The test split's evaluation against the ladder's SFT model on the questions both rated:
+    the paired difference in Avg@k (a fraction) with its bootstrap interval, and the verdict;
+    the table goes to ``eval_dir/../compare_test.md``."""
+    from websailor.eval.compare import compare_runs, load_scores, to_markdown
+
+    c = compare_runs(load_scores(LADDER / "eval_sft"), load_scores(eval_dir), ("ladder SFT", "grounded"))
+    (eval_dir.parent / "compare_test.md").write_text(to_markdown(c))
+    return {"avg_diff": c.avg_diff, "avg_diff_ci95": list(c.avg_diff_ci95), "verdict": c.verdict}
 
 
 def before_figures() -> dict:
@@ -338,6 +361,12 @@ def markdown(r: dict) -> str:
             f"Synthesized test split: Avg@{r['k']} {_pct(t['avg_at_k'])} ({_pct(ci[0])} to {_pct(ci[1])}), "
             f"Pass@{r['k']} {_pct(t['pass_at_k'])}; the ladder's SFT model: {_pct(r.get('test_before'))}",
         ]
+        if r.get("test_paired"):
+            d = r["test_paired"]
+            lo, hi = d["avg_diff_ci95"]
+            lines += [
+                f"Paired with it: {100 * d['avg_diff']:+.1f} points ({100 * lo:+.1f} to {100 * hi:+.1f}); {d['verdict']}"
+            ]
     lines += ["", "Wall time by stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in r["wall_s"].items())]
     return "\n".join(lines) + "\n"
 
@@ -381,9 +410,10 @@ def main(argv: list[str] | None = None) -> int:
             "eval_questions_self", evaluate, a, self_model, "questions_self", a.questions, None, engine
         )
     if a.test is not None:
-        results["test"] = stage("eval_test", evaluate, a, model, "test", a.test, "test", engine)
+        results["test"] = stage("eval_test", evaluate, a, model, "test", a.test, "test", engine, a.test_limit)
         if a.test.resolve() == (LADDER / "qa.jsonl").resolve():
             results["test_before"] = json.loads((LADDER / "eval_sft" / "summary.json").read_text())["avg_at_k"]
+            results["test_paired"] = paired_with_ladder(a.out / "eval_test")
     results["wall_s"] = {k: round(v, 1) for k, v in wall.items()}
     results["traj_stats"] = json.loads((a.out / "traj_stats.json").read_text())["trained"]
     (a.out / "grounded.json").write_text(json.dumps(results, indent=2))
