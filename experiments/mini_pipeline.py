@@ -69,12 +69,14 @@ STAGES = (
     "transfer",
 )
 #: the run directory's layout; directories of an earlier layout are refused (:data:`LAYOUT_CHANGES`)
-LAYOUT = 3
+LAYOUT = 4
 #: what each layout changed (a run folder of an earlier one is refused, naming the change)
 LAYOUT_CHANGES = {
     2: "trajectories that open with the question's own words, rollouts on vLLM, a prefilter at k = 8",
     3: "SFT and RL run folders that resume at step granularity (run format 2: an SFT step log, RL "
     "checkpoints after every step), the loss-position LM head and the measured precision",
+    4: "questions that also describe their answer (--described-share, 0.5 by default) and grounded "
+    "trajectories (every page opened has its reason in what was read before; checks that can reject)",
 }
 #: what each stage reads, and the stage that makes it
 NEEDS = {
@@ -111,6 +113,7 @@ IDENTITY = (
     "seed",
     "observations",
     "distractor_share",
+    "described_share",
     "sft_config",
     "model",
     "k",
@@ -484,6 +487,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--observations", default="compact", help="observation setting of SFT data, RL and eval")
     p.add_argument("--distractor-share", type=float, default=0.3)
     p.add_argument(
+        "--described-share",
+        type=float,
+        default=0.5,
+        help="share of items whose question also states the answer's own description (synth --described-share)",
+    )
+    p.add_argument(
         "--question-query",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -536,8 +545,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit(refusal)
     if not 0.0 <= a.test_fraction < 1.0:
         raise SystemExit(f"--test-fraction must be in [0, 1), got {a.test_fraction}")
-    if not 0.0 <= a.distractor_share <= 1.0:
-        raise SystemExit(f"--distractor-share must be in [0, 1], got {a.distractor_share}")
+    for flag, share in (("--distractor-share", a.distractor_share), ("--described-share", a.described_share)):
+        if not 0.0 <= share <= 1.0:
+            raise SystemExit(f"{flag} must be in [0, 1], got {share}")
     return a
 
 
@@ -672,7 +682,7 @@ def main() -> None:
     stage(
         "synth",
         ["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
-        + ["--test-fraction", str(a.test_fraction), *obs],
+        + ["--test-fraction", str(a.test_fraction), "--described-share", str(a.described_share), *obs],
     )
     if "synth" in wanted:
         stats = subprocess.run([WS, "synth", "stats", str(qa)], check=True, capture_output=True, text=True).stdout

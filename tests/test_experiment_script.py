@@ -55,6 +55,7 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
         (["--max-tokens", "8"], "--max-tokens 8: give at least 16"),
         (["--test-fraction", "1"], "--test-fraction must be in [0, 1), got 1.0"),
         (["--distractor-share", "nan"], "--distractor-share must be in [0, 1], got nan"),
+        (["--described-share", "1.5"], "--described-share must be in [0, 1], got 1.5"),
     ):
         res = _run("--out", str(tmp_path / "run"), *args)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
@@ -66,24 +67,30 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     old.mkdir()
     (old / "settings.json").write_text(json.dumps({"items": 600, "seed": 42}))
     res = _run("--out", str(old), "--until", "synth")
-    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 3" in res.stderr
+    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 4" in res.stderr
     assert "another --out" in res.stderr and not (old / "qa.jsonl").exists()
     (old / "settings.json").write_text(json.dumps({"layout": 2}))
     res = _run("--out", str(old), "--until", "synth")
-    assert "(layout 2, now 3: since then SFT and RL run folders that resume at step granularity" in res.stderr
+    assert "(layout 2, now 4: since then SFT and RL run folders that resume at step granularity" in res.stderr
+    (old / "settings.json").write_text(json.dumps({"layout": 3}))
+    res = _run("--out", str(old), "--until", "synth")
+    assert "(layout 3, now 4: since then questions that also describe their answer" in res.stderr
     new = tmp_path / "new"
     new.mkdir()
-    (new / "settings.json").write_text(json.dumps({"layout": 3, "items": 600, "seed": 42}))
+    (new / "settings.json").write_text(json.dumps({"layout": 4, "items": 600, "seed": 42}))
     res = _run("--out", str(new), "--items", "300", "--until", "synth")
     assert res.returncode != 0 and "--items 600 (now --items 300)" in res.stderr
-    (new / "settings.json").write_text(json.dumps({"layout": 3, "question_query": False}))
+    (new / "settings.json").write_text(json.dumps({"layout": 4, "question_query": False}))
     res = _run("--out", str(new), "--until", "synth")
     assert "--no-question-query (now --question-query)" in res.stderr
+    (new / "settings.json").write_text(json.dumps({"layout": 4, "described_share": 0.0}))
+    res = _run("--out", str(new), "--until", "synth")
+    assert "--described-share 0.0 (now --described-share 0.5)" in res.stderr
     for text, message in (
-        ('{"layout": 3,', "cannot be read (JSONDecodeError"),
+        ('{"layout": 4,', "cannot be read (JSONDecodeError"),
         ("[1, 2]", "is a JSON list, not the settings object"),
-        ('{"layout": 4}', "an unknown layout (4; this script writes layout 3)"),
-        ('{"layout": "3"}', "an unknown layout ('3'"),
+        ('{"layout": 5}', "an unknown layout (5; this script writes layout 4)"),
+        ('{"layout": "4"}', "an unknown layout ('4'"),
     ):
         (new / "settings.json").write_text(text)
         res = _run("--out", str(new), "--until", "synth")
@@ -395,7 +402,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     assert res.returncode == 2 and "is not a ladder experiment folder (no settings.json)" in res.stderr
     (run / "settings.json").write_text(json.dumps({**settings, "layout": 2}))
     res = _run("status", "--out", str(run))
-    assert res.returncode == 2 and "layout 2, now 3" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "layout 2, now 4" in res.stderr and "Traceback" not in res.stderr
     # a folder moved since it was made: the command continues it where it is now
     moved = tmp_path / "moved"
     run.rename(moved)
