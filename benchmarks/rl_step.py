@@ -120,7 +120,7 @@ def main() -> None:
     import subprocess
 
     from websailor.models.embedded import ensure_smollm2
-    from websailor.train.precision import choose_precision
+    from websailor.precision import choose_precision
 
     runs = [r for r in a.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]

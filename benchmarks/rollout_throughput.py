@@ -8,8 +8,9 @@ Each backend serves the embedded SmolLM2-135M-Instruct (CPU):
   conversation (its replies carry no token ids, each turn is re-rendered from text);
 - ``engine``: :class:`websailor.models.hf.TransformersModel`, the key/value engine with prefix
   reuse across the turns of a conversation and continuous batching of concurrent rollouts;
-- ``vllm``: a vLLM server (:class:`websailor.models.vllm_launch.VLLMServer`: bf16, prefix
-  caching; vLLM's CPU build from ``make vllm``) reached through the ``vllm:`` backend
+- ``vllm``: a vLLM server (:class:`websailor.models.vllm_launch.VLLMServer`: the dtype this
+  machine computes faster, prefix caching; vLLM's CPU build from ``make vllm``; ``vllm_bf16``
+  and ``vllm_fp32`` force one dtype, to measure both in one run) reached through the ``vllm:`` backend
   (:class:`websailor.models.vllm_server.VLLMServerModel`: token-id prompts, sampled ids back).
   Its start-up is timed apart, prefix reuse is read from the server's ``/metrics``
   (``vllm:prefix_cache_queries`` and ``_hits``), and its peak memory is the sum of the peak
@@ -68,7 +69,9 @@ from _common import write_results  # noqa: E402
 
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams  # noqa: E402
 
-BACKENDS = ("static", "engine", "vllm")
+BACKENDS = ("static", "engine", "vllm", "vllm_bf16", "vllm_fp32")
+#: the vLLM backends and the dtype each starts its server with (``vllm``: this machine's choice)
+VLLM_DTYPES = {"vllm": "auto", "vllm_bf16": "bfloat16", "vllm_fp32": "float32"}
 #: The engine's statistics that count tokens (``KVEngine.stats``).
 COUNTERS = ("prompt_tokens", "reused_tokens", "computed_tokens", "generated_tokens")
 
@@ -212,11 +215,12 @@ def run_backend(kind: str, a: argparse.Namespace) -> dict:
 
     env = open_environment(EnvSpec())
     server = None
-    if kind == "vllm":
+    if kind in VLLM_DTYPES:
         from websailor.models import load_model
         from websailor.models.vllm_launch import VLLMServer
 
-        server = VLLMServer(ensure_smollm2(), port=0, max_model_len=8192).start()
+        server = VLLMServer(ensure_smollm2(), port=0, max_model_len=8192, dtype=VLLM_DTYPES[kind]).start()
+        print(f"[{kind}] the server runs in {server.dtype}", flush=True)
         server.wait_ready(900, progress=True)
         model = load_model(server.spec, check=True)
     else:
@@ -256,6 +260,7 @@ def run_backend(kind: str, a: argparse.Namespace) -> dict:
         cache = prefix_cache_counts(server.base_url)
         queried, hit = cache["queries"] - cache_before["queries"], cache["hits"] - cache_before["hits"]
         extra = {
+            "dtype": server.dtype,
             "startup_s": round(server.startup_s or 0.0, 1),
             "server_peak_rss_mb": round(process_tree_peak_mb(server.proc.pid), 1),
             "prefix_cache_hit_share": round(hit / queried, 3) if queried else None,
@@ -409,6 +414,14 @@ def main() -> None:
         print(
             f"vllm / engine: rollouts per minute {ratio:.2f}x, generated tokens/s {tok:.2f}x, "
             f"with the server's start-up {e2e:.2f}x"
+        )
+    if "vllm_bf16" in res and "vllm_fp32" in res:
+        fp32, bf16 = res["vllm_fp32"], res["vllm_bf16"]
+        ratio = fp32["rollouts_per_min"] / bf16["rollouts_per_min"]
+        tok = fp32["generated_tokens_per_s"] / bf16["generated_tokens_per_s"]
+        res["vllm_fp32_over_bf16"] = {"rollouts_per_min": round(ratio, 2), "generated_tokens_per_s": round(tok, 2)}
+        print(
+            f"vLLM in fp32 / in bf16 on this machine: rollouts per minute {ratio:.2f}x, generated tokens/s {tok:.2f}x"
         )
     last = [c["max"] for k in kinds for c in res[k]["context_tokens_per_turn"] if c["turn"] == 4]
     if last and max(last) < 2000:

@@ -238,7 +238,7 @@ def main() -> None:
     from _common import vital_source
 
     from websailor.corpus import CorpusBuildConfig, build_corpus
-    from websailor.train.precision import choose_precision
+    from websailor.precision import choose_precision
 
     labels = [x for x in a.labels.split(",") if x]
     unknown = [x for x in labels if x not in SETTINGS]

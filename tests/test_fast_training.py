@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from websailor.train import precision as prec
+from websailor import precision as prec
 from websailor.train.lm_head import add_loss_position_head, install_head, loss_position_logprobs
 
 

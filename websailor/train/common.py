@@ -29,7 +29,7 @@ class TrainSettings(BaseModel):
             ``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules`` shape them.
         precision: ``auto`` = bf16 autocast where this machine computes it faster than fp32
             (a GPU with bf16; on a CPU, timed on the model's shapes once per machine:
-            :func:`websailor.train.precision.choose_precision`), fp32 elsewhere; ``bf16``
+            :func:`websailor.precision.choose_precision`), fp32 elsewhere; ``bf16``
             forces bf16 autocast; ``fp32``. Weights and optimizer state stay fp32 either way:
             updates of a few 1e-5 relative to a weight are below bf16's resolution (2^-8) and
             would be lost in bf16 weights.

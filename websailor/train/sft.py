@@ -167,7 +167,7 @@ def train_sft(
     from transformers import AutoConfig
     from trl import SFTConfig
 
-    from websailor.train.precision import choose_precision
+    from websailor.precision import choose_precision
     from websailor.train.sft_data import load_sft_data
     from websailor.train.sft_trainer import AgentSFTTrainer, step_log_callback
 

@@ -501,7 +501,7 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     """Build the trainer over the chosen items, train, save the model and the summary."""
     from datasets import Dataset
 
-    from websailor.train.precision import choose_precision
+    from websailor.precision import choose_precision
     from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
     from websailor.train.rl.update import AgentGRPOTrainer
     from websailor.train.rl_log import read_log

@@ -1,4 +1,6 @@
-"""The training precision, chosen by measuring this machine rather than reading its CPU flags.
+"""bf16 or fp32, chosen by measuring this machine rather than reading its CPU flags: the
+precision training runs in, and the dtype of the vLLM servers websailor starts
+(:func:`websailor.models.vllm_launch.serving_dtype`).
 
 ``precision: auto`` means bf16 autocast where it is faster than fp32, fp32 elsewhere. On a GPU
 with bf16 support that is bf16. On a CPU it cannot be read off ``/proc/cpuinfo``: bf16 matrix
