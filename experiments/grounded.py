@@ -386,10 +386,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def stage(name, fn, *args):
         t0 = time.perf_counter()
-        value = fn(*args)
-        wall[name] = wall.get(name, 0.0) + time.perf_counter() - t0
-        wall_path.write_text(json.dumps({k: round(v, 1) for k, v in wall.items()}))
-        return value
+        try:
+            return fn(*args)
+        finally:  # an interrupted stage's seconds count too (it resumes, and its time was spent)
+            wall[name] = wall.get(name, 0.0) + time.perf_counter() - t0
+            wall_path.write_text(json.dumps({k: round(v, 1) for k, v in wall.items()}))
 
     qa = stage("items", pool_items, a)
     data = stage("trajectories", trajectories, a, qa)
