@@ -115,7 +115,7 @@ def serving_dtype(model_dir: str | Path) -> str:
     matrix products of the model's shapes run faster than fp32 (a GPU with bf16; a CPU as
     :func:`websailor.precision.choose_precision` measures it, once per machine), else
     ``float32``. On the two-core EPYC of 2026-12-04 without AVX-512 BF16, torch ran bf16
-    products at 0.6 GFLOPS against 107 in fp32 (docs/benchmarks.md, "vLLM's precision").
+    products at 0.6 GFLOPS against 107 in fp32 (docs/benchmarks.md, "vLLM's dtype").
 
     An unreadable ``config.json`` falls back to SmolLM2-135M's shapes."""
     import json
