@@ -194,7 +194,8 @@ def trajectories(a: argparse.Namespace, qa: Path) -> Path:
     from websailor.tools.environment import COMPACT_OBSERVATIONS
     from websailor.tools.local import build_local_tools
     from websailor.train.constructive import build_constructive
-    from websailor.train.traj_stats import format_stats, trajectory_figures, trajectory_stats
+    from websailor.train.traj_select import select_trajectories
+    from websailor.train.traj_stats import format_stats, trajectory_stats
 
     pool, chosen = a.out / "traj_pool.jsonl", a.out / "trajectories.jsonl"
     if not chosen.exists():
@@ -202,19 +203,10 @@ def trajectories(a: argparse.Namespace, qa: Path) -> Path:
         tools = build_local_tools(corpus, **COMPACT_OBSERVATIONS)
         kg = load_or_build(corpus)
         build_constructive(read_items(qa), tools, pool, split="all", distractor_share=a.distractor_share, kg=kg)
-        lines = [line for line in pool.read_text().splitlines() if line.strip()]
-        lookup = [bool(trajectory_figures(json.loads(line))["lookup"]) for line in lines]
-        rng = random.Random(a.seed)
-        short = [ln for ln, lk in zip(lines, lookup) if lk]
-        clue = [ln for ln, lk in zip(lines, lookup) if not lk]
-        n_short = min(len(short), round(a.items * a.lookup_share))
-        n_clue = min(len(clue), a.items - n_short)
-        picked = rng.sample(short, n_short) + rng.sample(clue, n_clue)
-        rng.shuffle(picked)
+        c = select_trajectories(pool, chosen, a.items, a.lookup_share, a.seed)
         print(
-            f"[traj] {len(picked)} trajectories: {n_short} lookups of {len(short)}, {n_clue} of {len(clue)} following a clue"
+            f"[traj] {c['kept']} trajectories: {c['lookups']} lookups of {c['pool_lookups']}, {c['clue']} following a clue"
         )
-        chosen.write_text("".join(line + "\n" for line in picked))
     stats = trajectory_stats(chosen)
     (a.out / "traj_stats.json").write_text(json.dumps({"pool": trajectory_stats(pool), "trained": stats}, indent=2))
     print(format_stats(stats), flush=True)

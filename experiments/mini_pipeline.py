@@ -69,7 +69,7 @@ STAGES = (
     "transfer",
 )
 #: the run directory's layout; directories of an earlier layout are refused (:data:`LAYOUT_CHANGES`)
-LAYOUT = 4
+LAYOUT = 5
 #: what each layout changed (a run folder of an earlier one is refused, naming the change)
 LAYOUT_CHANGES = {
     2: "trajectories that open with the question's own words, rollouts on vLLM, a prefilter at k = 8",
@@ -77,6 +77,8 @@ LAYOUT_CHANGES = {
     "checkpoints after every step), the loss-position LM head and the measured precision",
     4: "questions that also describe their answer (--described-share, 0.5 by default) and grounded "
     "trajectories (every page opened has its reason in what was read before; checks that can reject)",
+    5: "SFT on a drawn share of the trajectories (--sft-items, --lookup-share: the grounded recipe, 100 "
+    "trajectories, half of them lookups), the pool kept in traj_pool.jsonl",
 }
 #: what each stage reads, and the stage that makes it
 NEEDS = {
@@ -124,6 +126,8 @@ IDENTITY = (
     "prefilter_limit",
     "prefilter_k",
     "question_query",
+    "sft_items",
+    "lookup_share",
     "sanity_items",
     "sanity_group_size",
     "sanity_lr",
@@ -498,6 +502,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="constructive trajectories open with a search of the question's own text (traj build --question-query)",
     )
+    p.add_argument(
+        "--sft-items",
+        type=int,
+        default=100,
+        help="trajectories SFT trains on, drawn from the training items' (all of them: the pool's size or more)",
+    )
+    p.add_argument(
+        "--lookup-share",
+        type=float,
+        default=0.5,
+        help="share of the SFT trajectories whose question search lists the answer (traj select)",
+    )
     p.add_argument("--sft-config", type=Path, default=ROOT / "configs" / "sft" / "cpu_ladder.yaml")
     p.add_argument("--model", default="smollm2", help="the base model")
     p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto", help="where rollouts are sampled")
@@ -536,7 +552,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's options; a size below its least or a share outside [0, 1) is refused in one
     line before any work."""
     a = build_parser().parse_args(argv)
-    sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
+    sizes = ("items", "sft_items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
     sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")
     sizes += ("throughput_groups", "throughput_max_groups")
     refusal = too_small(*((f"--{k.replace('_', '-')}", getattr(a, k), 1) for k in sizes))
@@ -545,7 +561,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit(refusal)
     if not 0.0 <= a.test_fraction < 1.0:
         raise SystemExit(f"--test-fraction must be in [0, 1), got {a.test_fraction}")
-    for flag, share in (("--distractor-share", a.distractor_share), ("--described-share", a.described_share)):
+    shares = (("--distractor-share", a.distractor_share), ("--described-share", a.described_share))
+    for flag, share in (*shares, ("--lookup-share", a.lookup_share)):
         if not 0.0 <= share <= 1.0:
             raise SystemExit(f"{flag} must be in [0, 1], got {share}")
     return a
@@ -645,7 +662,7 @@ def main() -> None:
     engine = rollout_engine(a.engine)
     logs = out / "logs"
 
-    qa, traj, sft = out / "qa.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
+    qa, pool, traj, sft = out / "qa.jsonl", out / "traj_pool.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
     obs = ["--observations", a.observations]
     # --engine local: the stages' own commands must not start a server either (the script starts them for vllm)
     local = ["--engine", "local"] if engine == "local" else []
@@ -690,9 +707,15 @@ def main() -> None:
         print(stats)
     stage(
         "traj",
-        ["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train", "--out", str(traj)]
+        ["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train", "--out", str(pool)]
         + ["--distractor-share", str(a.distractor_share), *obs]
         + ["--question-query" if a.question_query else "--no-question-query"],
+    )
+    # the grounded recipe: --sft-items of the pool, --lookup-share of them lookups (docs/experiments.md)
+    stage(
+        "traj",
+        ["traj", "select", "--from", str(pool), "--out", str(traj), "--n", str(a.sft_items)]
+        + ["--lookup-share", str(a.lookup_share), "--seed", str(a.seed)],
     )
     stage(
         "sft",

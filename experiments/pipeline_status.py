@@ -106,8 +106,11 @@ def stage_progress(out: Path, settings: dict, results: dict) -> dict[str, dict[s
         rows[name] = {"state": state, "done": done, "total": total, "unit": unit, "spent_s": round(spent, 1)}
 
     row("synth", len(items), settings.get("items"), "items", (out / "qa_stats.txt").exists())
-    n_traj = _lines(out / "sft_trajectories.jsonl")
-    row("traj", n_traj, train or None, "train items", bool((stages.get("traj") or {}).get("finished")))
+    n_pool = _lines(out / "traj_pool.jsonl")
+    made = bool((stages.get("traj") or {}).get("finished")) and (out / "sft_trajectories.jsonl").exists()
+    row("traj", n_pool, train or None, "train items", made)  # built, then drawn (traj select)
+    # SFT trains on --sft-items of the pool (traj select): its steps follow from that many
+    n_traj = _lines(out / "sft_trajectories.jsonl") or min(n_pool, int(settings.get("sft_items") or n_pool))
     step, seconds = _step_log(out / "sft_model" / "sft_log.jsonl")
     finished = (out / "sft_model" / "sft_summary.json").exists()
     row("sft", step, _sft_total(out, settings, n_traj), "steps", finished, seconds)

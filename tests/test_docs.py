@@ -71,6 +71,7 @@ SCRIPT_OPTIONS = {
     "--only": "experiments/mini_pipeline.py",
     "--rl-lr": "experiments/mini_pipeline.py",
     "--sanity-lr": "experiments/mini_pipeline.py",
+    "--sft-items": "experiments/mini_pipeline.py",
     "--rl-items": "benchmarks/rl_overfit.py",
     "--flip-advantages": "benchmarks/rl_overfit.py",
     "--self-rollouts": "experiments/grounded.py",

@@ -56,6 +56,8 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
         (["--test-fraction", "1"], "--test-fraction must be in [0, 1), got 1.0"),
         (["--distractor-share", "nan"], "--distractor-share must be in [0, 1], got nan"),
         (["--described-share", "1.5"], "--described-share must be in [0, 1], got 1.5"),
+        (["--lookup-share", "-0.1"], "--lookup-share must be in [0, 1], got -0.1"),
+        (["--sft-items", "0"], "--sft-items 0: give at least 1"),
     ):
         res = _run("--out", str(tmp_path / "run"), *args)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
@@ -67,30 +69,36 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     old.mkdir()
     (old / "settings.json").write_text(json.dumps({"items": 600, "seed": 42}))
     res = _run("--out", str(old), "--until", "synth")
-    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 4" in res.stderr
+    assert res.returncode != 0 and "an earlier version of this script (layout 1, now 5" in res.stderr
     assert "another --out" in res.stderr and not (old / "qa.jsonl").exists()
     (old / "settings.json").write_text(json.dumps({"layout": 2}))
     res = _run("--out", str(old), "--until", "synth")
-    assert "(layout 2, now 4: since then SFT and RL run folders that resume at step granularity" in res.stderr
+    assert "(layout 2, now 5: since then SFT and RL run folders that resume at step granularity" in res.stderr
     (old / "settings.json").write_text(json.dumps({"layout": 3}))
     res = _run("--out", str(old), "--until", "synth")
-    assert "(layout 3, now 4: since then questions that also describe their answer" in res.stderr
+    assert "(layout 3, now 5: since then questions that also describe their answer" in res.stderr
+    (old / "settings.json").write_text(json.dumps({"layout": 4}))
+    res = _run("--out", str(old), "--until", "synth")
+    assert "(layout 4, now 5: since then SFT on a drawn share of the trajectories (--sft-items" in res.stderr
     new = tmp_path / "new"
     new.mkdir()
-    (new / "settings.json").write_text(json.dumps({"layout": 4, "items": 600, "seed": 42}))
+    (new / "settings.json").write_text(json.dumps({"layout": 5, "items": 600, "seed": 42}))
     res = _run("--out", str(new), "--items", "300", "--until", "synth")
     assert res.returncode != 0 and "--items 600 (now --items 300)" in res.stderr
-    (new / "settings.json").write_text(json.dumps({"layout": 4, "question_query": False}))
+    (new / "settings.json").write_text(json.dumps({"layout": 5, "question_query": False}))
     res = _run("--out", str(new), "--until", "synth")
     assert "--no-question-query (now --question-query)" in res.stderr
-    (new / "settings.json").write_text(json.dumps({"layout": 4, "described_share": 0.0}))
+    (new / "settings.json").write_text(json.dumps({"layout": 5, "described_share": 0.0}))
     res = _run("--out", str(new), "--until", "synth")
     assert "--described-share 0.0 (now --described-share 0.5)" in res.stderr
+    (new / "settings.json").write_text(json.dumps({"layout": 5, "sft_items": 510, "lookup_share": 0.5}))
+    res = _run("--out", str(new), "--until", "synth")
+    assert "--sft-items 510 (now --sft-items 100)" in res.stderr
     for text, message in (
-        ('{"layout": 4,', "cannot be read (JSONDecodeError"),
+        ('{"layout": 5,', "cannot be read (JSONDecodeError"),
         ("[1, 2]", "is a JSON list, not the settings object"),
-        ('{"layout": 5}', "an unknown layout (5; this script writes layout 4)"),
-        ('{"layout": "4"}', "an unknown layout ('4'"),
+        ('{"layout": 6}', "an unknown layout (6; this script writes layout 5)"),
+        ('{"layout": "5"}', "an unknown layout ('5'"),
     ):
         (new / "settings.json").write_text(text)
         res = _run("--out", str(new), "--until", "synth")
@@ -366,6 +374,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     items = [{"id": f"i{n}", "split": "test" if n < 3 else "train"} for n in range(10)]
     (run / "qa.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
     (run / "qa_stats.txt").write_text("stats")
+    (run / "traj_pool.jsonl").write_text("{}\n" * 7)
     (run / "sft_trajectories.jsonl").write_text("{}\n" * 7)
     (run / "sft_model" / "sft_log.jsonl").write_text(
         "".join(json.dumps({"step": s, "time/step_s": 10.0}) + "\n" for s in (1, 2)) + '{"step": 3, "ti'
@@ -385,6 +394,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     assert res.returncode == 0, res.stderr
     rows = {line.split()[0]: line for line in res.stdout.splitlines()[3:] if line and not line.startswith(" ")}
     assert "done" in rows["synth"] and "10 of 10 items" in rows["synth"]
+    assert "done" in rows["traj"] and "7 of 7 train items" in rows["traj"]  # built, then drawn
     assert "partial" in rows["sft"] and "2 of 4 steps" in rows["sft"]  # 7 trajectories, batch 2, one epoch
     assert "0m20s" in rows["sft"] and rows["sft"].split()[-1] == "0m20s"  # 2 steps left at 10 s each
     assert "done" in rows["eval_base"] and "6 of 6 rollouts" in rows["eval_base"]
@@ -402,7 +412,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     assert res.returncode == 2 and "is not a ladder experiment folder (no settings.json)" in res.stderr
     (run / "settings.json").write_text(json.dumps({**settings, "layout": 2}))
     res = _run("status", "--out", str(run))
-    assert res.returncode == 2 and "layout 2, now 4" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "layout 2, now 5" in res.stderr and "Traceback" not in res.stderr
     # a folder moved since it was made: the command continues it where it is now
     moved = tmp_path / "moved"
     run.rename(moved)

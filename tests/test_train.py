@@ -559,6 +559,46 @@ def test_traj_stats_measures_what_a_file_teaches(vital: Corpus, kinds_build, tmp
     assert f"{ungrounded} of {data.counts['visits']} visits in the kept trajectories" in capsys.readouterr().err
 
 
+def test_traj_select_draws_the_lookup_share_and_reruns_to_the_same_file(kinds_build, tmp_path):
+    """``traj select``: n trajectories of the pool with the asked share of lookups (as the
+    question's own search shows them), the kind that runs short filled by the other, the same
+    file on a rerun, and refusals that name the input."""
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+    from websailor.errors import ConfigError
+    from websailor.train.traj_select import select_trajectories
+    from websailor.train.traj_stats import trajectory_figures, trajectory_stats
+
+    _, _, pool = kinds_build
+    figures = [trajectory_figures(json.loads(line)) for line in pool.read_text().splitlines()]
+    n_lookups = sum(bool(f["lookup"]) for f in figures)
+    assert 4 <= n_lookups <= len(figures) - 4
+    out = tmp_path / "sft.jsonl"
+    res = CliRunner().invoke(app, ["traj", "select", "--from", str(pool), "--out", str(out), "--n", "8"])
+    assert res.exit_code == 0, res.output
+    assert f"8 of {len(figures)} trajectories written to" in res.stdout and "4 lookups" in res.stdout
+    assert trajectory_stats(out)["lookups"] == 4 and trajectory_stats(out)["trajectories"] == 8
+    pool_ids = {json.loads(line)["id"] for line in pool.read_text().splitlines()}
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len({r["id"] for r in kept}) == 8 and {r["id"] for r in kept} <= pool_ids
+    before = out.read_bytes()
+    again = CliRunner().invoke(app, ["traj", "select", "--from", str(pool), "--out", str(out), "--n", "8"])
+    assert again.exit_code == 0 and "already in" in again.stdout and out.read_bytes() == before
+    # another draw into the same file is refused, the file kept
+    other = CliRunner().invoke(app, ["traj", "select", "--from", str(pool), "--out", str(out), "--seed", "1"])
+    assert other.exit_code == 2 and "holds another selection" in other.output and out.read_bytes() == before
+    # all lookups asked, more than there are: the clue kind fills in; a pool smaller than n gives all
+    c = select_trajectories(pool, tmp_path / "all.jsonl", n_lookups + 2, 1.0, seed=0)
+    assert (c["lookups"], c["clue"]) == (n_lookups, 2)
+    assert select_trajectories(pool, tmp_path / "every.jsonl", 1000, 0.5)["kept"] == len(figures)
+    for n, share in ((0, 0.5), (5, 1.5)):
+        with pytest.raises(ConfigError, match="--n 0|--lookup-share 1.5"):
+            select_trajectories(pool, tmp_path / "bad.jsonl", n, share)
+    missing = CliRunner().invoke(app, ["traj", "select", "--from", str(tmp_path / "no.jsonl"), "--out", str(out)])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+
+
 def test_a_check_states_what_the_title_or_page_shows_and_its_verdict():
     from websailor.train.checks import Check, accepted, name_check, rejected
 

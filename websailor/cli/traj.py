@@ -216,6 +216,31 @@ def traj_build(
     print(format_construction_counts(construction_counts(out)))
 
 
+@traj_app.command("select")
+@handle_errors
+def traj_select(
+    from_: Annotated[Path, typer.Option("--from", help="The pool: a trajectories JSONL (traj build).")],
+    out: Annotated[Path, typer.Option(help="The training set to write (JSONL).")],
+    n: Annotated[int, typer.Option("--n", help="Trajectories to keep (all when the pool holds fewer).")] = 100,
+    lookup_share: Annotated[
+        float, typer.Option(help="Share of lookups: trajectories whose search of the question lists the answer.")
+    ] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the draw.")] = 0,
+) -> None:
+    """Draw a training set of --n trajectories with --lookup-share lookups from a pool (the
+    grounded recipe: 100, half lookups). A rerun with the same pool and arguments writes the
+    same file and leaves it; an --out holding another selection is refused."""
+    from websailor.train.traj_select import select_trajectories
+    from websailor.train.traj_stats import format_stats, trajectory_stats
+
+    c = select_trajectories(from_, out, n, lookup_share, seed)
+    print(
+        f"{c['kept']} of {c['pool']} trajectories {'written to' if c['written'] else 'already in'} {out}: "
+        f"{c['lookups']} lookups (of {c['pool_lookups']}), {c['clue']} following a clue"
+    )
+    print(format_stats(trajectory_stats(out)))
+
+
 @traj_app.command("stats")
 @handle_errors
 def traj_stats(
