@@ -77,8 +77,7 @@ LAYOUT_CHANGES = {
     "checkpoints after every step), the loss-position LM head and the measured precision",
     4: "questions that also describe their answer (--described-share, 0.5 by default) and grounded "
     "trajectories (every page opened has its reason in what was read before; checks that can reject)",
-    5: "SFT on a drawn share of the trajectories (--sft-items, --lookup-share: the grounded recipe, 100 "
-    "trajectories, half of them lookups), the pool kept in traj_pool.jsonl",
+    5: "SFT on trajectories drawn from a pool with a share of lookups (--sft-items, --lookup-share; traj_pool.jsonl)",
 }
 #: what each stage reads, and the stage that makes it
 NEEDS = {
@@ -505,8 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sft-items",
         type=int,
-        default=100,
-        help="trajectories SFT trains on, drawn from the training items' (all of them: the pool's size or more)",
+        default=0,
+        help="trajectories SFT trains on, drawn from the training items' pool (0: all of them; grounded.py's "
+        "recipe: 100)",
     )
     p.add_argument(
         "--lookup-share",
@@ -552,11 +552,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's options; a size below its least or a share outside [0, 1) is refused in one
     line before any work."""
     a = build_parser().parse_args(argv)
-    sizes = ("items", "sft_items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
+    sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
     sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")
     sizes += ("throughput_groups", "throughput_max_groups")
     refusal = too_small(*((f"--{k.replace('_', '-')}", getattr(a, k), 1) for k in sizes))
-    refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16))
+    refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--sft-items", a.sft_items, 0))
     if refusal:
         raise SystemExit(refusal)
     if not 0.0 <= a.test_fraction < 1.0:
@@ -711,7 +711,7 @@ def main() -> None:
         + ["--distractor-share", str(a.distractor_share), *obs]
         + ["--question-query" if a.question_query else "--no-question-query"],
     )
-    # the grounded recipe: --sft-items of the pool, --lookup-share of them lookups (docs/experiments.md)
+    # --sft-items of the pool (0: all), --lookup-share of them lookups (grounded.py's recipe: 100, half)
     stage(
         "traj",
         ["traj", "select", "--from", str(pool), "--out", str(traj), "--n", str(a.sft_items)]

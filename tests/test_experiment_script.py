@@ -57,7 +57,7 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
         (["--distractor-share", "nan"], "--distractor-share must be in [0, 1], got nan"),
         (["--described-share", "1.5"], "--described-share must be in [0, 1], got 1.5"),
         (["--lookup-share", "-0.1"], "--lookup-share must be in [0, 1], got -0.1"),
-        (["--sft-items", "0"], "--sft-items 0: give at least 1"),
+        (["--sft-items", "-1"], "--sft-items -1: give at least 0"),
     ):
         res = _run("--out", str(tmp_path / "run"), *args)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
@@ -79,7 +79,7 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     assert "(layout 3, now 5: since then questions that also describe their answer" in res.stderr
     (old / "settings.json").write_text(json.dumps({"layout": 4}))
     res = _run("--out", str(old), "--until", "synth")
-    assert "(layout 4, now 5: since then SFT on a drawn share of the trajectories (--sft-items" in res.stderr
+    assert "(layout 4, now 5: since then SFT on trajectories drawn from a pool with a share of lookups" in res.stderr
     new = tmp_path / "new"
     new.mkdir()
     (new / "settings.json").write_text(json.dumps({"layout": 5, "items": 600, "seed": 42}))
@@ -91,9 +91,9 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     (new / "settings.json").write_text(json.dumps({"layout": 5, "described_share": 0.0}))
     res = _run("--out", str(new), "--until", "synth")
     assert "--described-share 0.0 (now --described-share 0.5)" in res.stderr
-    (new / "settings.json").write_text(json.dumps({"layout": 5, "sft_items": 510, "lookup_share": 0.5}))
+    (new / "settings.json").write_text(json.dumps({"layout": 5, "sft_items": 100, "lookup_share": 0.5}))
     res = _run("--out", str(new), "--until", "synth")
-    assert "--sft-items 510 (now --sft-items 100)" in res.stderr
+    assert "--sft-items 100 (now --sft-items 0)" in res.stderr
     for text, message in (
         ('{"layout": 5,', "cannot be read (JSONDecodeError"),
         ("[1, 2]", "is a JSON list, not the settings object"),

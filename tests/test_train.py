@@ -592,8 +592,9 @@ def test_traj_select_draws_the_lookup_share_and_reruns_to_the_same_file(kinds_bu
     c = select_trajectories(pool, tmp_path / "all.jsonl", n_lookups + 2, 1.0, seed=0)
     assert (c["lookups"], c["clue"]) == (n_lookups, 2)
     assert select_trajectories(pool, tmp_path / "every.jsonl", 1000, 0.5)["kept"] == len(figures)
-    for n, share in ((0, 0.5), (5, 1.5)):
-        with pytest.raises(ConfigError, match="--n 0|--lookup-share 1.5"):
+    assert select_trajectories(pool, tmp_path / "zero.jsonl", 0, 0.5)["kept"] == len(figures)  # 0: all
+    for n, share in ((-1, 0.5), (5, 1.5)):
+        with pytest.raises(ConfigError, match="--n -1|--lookup-share 1.5"):
             select_trajectories(pool, tmp_path / "bad.jsonl", n, share)
     missing = CliRunner().invoke(app, ["traj", "select", "--from", str(tmp_path / "no.jsonl"), "--out", str(out)])
     assert missing.exit_code == 2 and "no such file" in missing.output

@@ -221,7 +221,7 @@ def traj_build(
 def traj_select(
     from_: Annotated[Path, typer.Option("--from", help="The pool: a trajectories JSONL (traj build).")],
     out: Annotated[Path, typer.Option(help="The training set to write (JSONL).")],
-    n: Annotated[int, typer.Option("--n", help="Trajectories to keep (all when the pool holds fewer).")] = 100,
+    n: Annotated[int, typer.Option("--n", help="Trajectories to keep (0, or more than the pool holds: all).")] = 100,
     lookup_share: Annotated[
         float, typer.Option(help="Share of lookups: trajectories whose search of the question lists the answer.")
     ] = 0.5,

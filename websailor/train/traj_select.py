@@ -33,7 +33,7 @@ def select_trajectories(
     Args:
         pool: a trajectories JSONL (``traj build``; an unfinished last line is left out).
         out: the training set to write (JSONL, the pool's records unchanged).
-        n: trajectories to keep, at least 1 (all of them when the pool holds fewer).
+        n: trajectories to keep (all of them when the pool holds fewer; 0: all of them).
         lookup_share: the share of lookups wanted, in [0, 1].
         seed: the draw's seed.
 
@@ -41,12 +41,12 @@ def select_trajectories(
         ``{"pool", "pool_lookups", "kept", "lookups", "clue", "written"}``.
 
     Raises:
-        ConfigError: ``n`` below 1 or ``lookup_share`` outside [0, 1]; ``out`` holds another
+        ConfigError: ``n`` below 0 or ``lookup_share`` outside [0, 1]; ``out`` holds another
             selection (from another pool or other arguments): delete it or write elsewhere.
         InputFormatError: ``pool`` is missing, empty, or a line is not a JSON object.
     """
-    if n < 1:
-        raise ConfigError(f"--n {n}: keep at least 1 trajectory")
+    if n < 0:
+        raise ConfigError(f"--n {n}: give the trajectories to keep (0: all of them)")
     if not 0.0 <= lookup_share <= 1.0:
         raise ConfigError(f"--lookup-share {lookup_share}: give a share between 0 and 1")
     pool, out = Path(pool), Path(out)
@@ -58,7 +58,7 @@ def select_trajectories(
     if not short and not clue:
         raise InputFormatError(f"{pool}: holds no trajectory to select from")
     rng = random.Random(seed)
-    n = min(n, len(short) + len(clue))
+    n = min(n, len(short) + len(clue)) if n else len(short) + len(clue)
     n_short = min(len(short), round(n * lookup_share))
     n_clue = min(len(clue), n - n_short)
     n_short = min(len(short), n - n_clue)  # the clue kind ran short: lookups fill in
