@@ -258,7 +258,7 @@ def self_rollouts(a: argparse.Namespace, qa: Path, data: Path, model: str, engin
         with served(model, engine, a.out / "logs", "grounded_self", 8192) as spec:
             args = ["traj", "build", "--source", "expert", "--expert", spec, "--qa", str(items), "--split", "all"]
             args += ["--k", str(a.self_k), "--max-calls", str(a.max_calls), "--max-turn-tokens", str(a.max_tokens)]
-            args += ["--observations", "compact", "--tokenizer", model, "--grounded"]
+            args += ["--observations", "compact", "--tokenizer", model, "--grounded", "--concurrency", "8"]
             args += ["--engine", "local"] if engine == "local" else []
             print(f"\n[self] $ websailor {' '.join(args)} --out {out}", flush=True)
             subprocess.run([WS, *args, "--out", str(out)], check=True, cwd=ROOT)
