@@ -18,7 +18,9 @@ from websailor.models.vllm_server import VLLMServerModel, parse_spec
 from websailor.train.common import load_tokenizer
 
 
-def _vllm_imitation(tok, reply: str, stop_tail: str = "", dev_mode: bool = True, logprobs_mode="processed_logprobs"):
+def _vllm_imitation(
+    tok, reply: str, stop_tail: str = "", dev_mode: bool = True, logprobs_mode="processed_logprobs", dtype=None
+):
     """An ASGI app answering like vLLM: ``/v1/models`` with ``root``, ``/v1/completions`` with
     ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
     ``logprobs.token_logprobs``; the dev-mode endpoints when ``dev_mode``."""
@@ -40,7 +42,16 @@ def _vllm_imitation(tok, reply: str, stop_tail: str = "", dev_mode: bool = True,
 
     @app.get("/server_info")
     def info():
-        return {"vllm_config": {"model_config": {"logprobs_mode": logprobs_mode}}}
+        config = {"logprobs_mode": logprobs_mode} | ({"dtype": dtype} if dtype else {})
+        return {"vllm_config": {"model_config": config}}
+
+    @app.post("/collective_rpc")
+    def collective_rpc():
+        return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    def reset_prefix_cache():
+        return {}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -161,6 +172,41 @@ def test_sync_check_names_what_is_missing(smollm2_path: Path, caplog):
     with serving(_vllm_imitation(tok, "x", logprobs_mode="raw_logprobs")) as url:
         ServerWeightSync(f"vllm:policy@{url}/v1").check()
         assert "processed_logprobs" in caplog.text
+
+
+def test_the_sync_writes_weights_in_the_servers_dtype(smollm2_path: Path, monkeypatch):
+    """An fp32 server gets fp32 weights (rounding them to bf16 would be a mismatch of the sync's
+    own making), a bf16 one bf16, and a server that does not say gets bf16, vLLM's CPU default."""
+    import torch
+    from safetensors.torch import load_file
+
+    from websailor.train.rl.sync import ServerWeightSync
+
+    tok = load_tokenizer(smollm2_path)
+    model = torch.nn.Linear(8, 4)
+    model.config = None
+    written = {}
+
+    def save_pretrained(folder, state_dict, safe_serialization):
+        from safetensors.torch import save_file
+
+        Path(folder).mkdir(parents=True)
+        save_file(state_dict, str(Path(folder) / "model.safetensors"))
+        written["state"] = load_file(str(Path(folder) / "model.safetensors"))
+
+    model.save_pretrained = save_pretrained
+    for dtype, expected in (
+        ("torch.float32", torch.float32),
+        ("torch.bfloat16", torch.bfloat16),
+        (None, torch.bfloat16),
+    ):
+        with serving(_vllm_imitation(tok, "x", dtype=dtype)) as url:
+            sync = ServerWeightSync(f"vllm:policy@{url}/v1")
+            sync.check()
+            sync.push(model, 1)
+        assert {v.dtype for v in written["state"].values()} == {expected}, dtype
+        assert torch.equal(written["state"]["weight"], model.weight.detach().to(expected))
+        assert sync.version == 1 and not sync._dir.exists()
 
 
 def test_a_failed_sync_stops_and_says_so(tmp_path: Path):

@@ -5,12 +5,13 @@ TRL's ``GRPOTrainer`` calls ``trainer.vllm_generation.sync_weights()`` before a 
 (``trainer.state.global_step != trainer._last_loaded_step``). :class:`ServerWeightSync` takes
 that place: :func:`attach` hands it to the trainer and turns on TRL's importance-sampling
 correction, which then weighs each token by the ratio of the trainer's probability to the
-server's sampling probability (bf16 on the server, the trainer's precision here), capped, and
+server's sampling probability (the server's dtype, the trainer's precision here), capped, and
 logs the engine mismatch (``sampling/sampling_logp_difference/mean`` and ``max``, over the
 trained tokens) every step.
 
 One sync, the path vLLM's CPU build offers (vLLM 0.32): the trainer's weights are written in
-bf16 as a safetensors checkpoint to a folder in shared memory (``/dev/shm``), then ``POST
+the server's own dtype (``/server_info``: fp32 where the CPU computes bf16 slowly, bf16 where it
+does not; bf16 when the server does not say) as a safetensors checkpoint to a folder in shared memory (``/dev/shm``), then ``POST
 /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR,
 "is_checkpoint_format": true}}`` makes the server read them and ``POST /reset_prefix_cache``
 drops every cached key and value of the old weights. The rollouts of a batch all run inside
@@ -40,6 +41,8 @@ logger = get_logger(__name__)
 
 #: the endpoints the file sync needs (vLLM starts them with VLLM_SERVER_DEV_MODE=1)
 SYNC_ENDPOINTS = ("/collective_rpc", "/reset_prefix_cache")
+#: a server's model dtype as ``/server_info`` gives it -> the dtype the sync writes its weights in
+SERVER_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
 
 class WeightSyncError(ModelError):
@@ -62,6 +65,9 @@ class ServerWeightSync:
         version: the optimizer steps the server's weights have seen (``None``: not synced
             yet: the server still holds the weights it started with).
         last_sync_s: seconds of the last sync; ``last_write_s``: of that, writing the file.
+        weight_dtype: the dtype the weights are written in, the server's own (read by
+            :meth:`check`; ``"bfloat16"`` until then, or when the server does not say): weights
+            rounded to bf16 for an fp32 server would be a mismatch of the sync's own making.
     """
 
     def __init__(self, spec: str, timeout_s: float = 300.0) -> None:
@@ -73,6 +79,7 @@ class ServerWeightSync:
         self.version: int | None = None
         self.last_sync_s = 0.0
         self.last_write_s = 0.0
+        self.weight_dtype = "bfloat16"
         self._dir = _shm_root() / f"websailor-policy-{id(self):x}"
         self._headers = {"Authorization": f"Bearer {api_key()}"}
 
@@ -107,7 +114,9 @@ class ServerWeightSync:
                 f"rollout server {self.spec}: the server has no {', '.join(missing)} endpoint, which the weight "
                 "sync needs: start it with VLLM_SERVER_DEV_MODE=1 in its environment (websailor serve model does)"
             )
-        mode = self._logprobs_mode()
+        config = self._model_config()
+        mode = config.get("logprobs_mode")
+        self.weight_dtype = SERVER_DTYPES.get(str(config.get("dtype")), "bfloat16")
         if mode not in (None, "processed_logprobs"):
             logger.warning(
                 "%s computes log-probabilities as %s, before the temperature: the importance-sampling correction is "
@@ -116,12 +125,14 @@ class ServerWeightSync:
                 mode,
             )
 
-    def _logprobs_mode(self) -> str | None:
+    def _model_config(self) -> dict[str, Any]:
+        """The server's model settings (``/server_info``; empty when it does not give them)."""
         try:
             info = httpx.get(f"{self.root}/server_info", params={"config_format": "json"}, timeout=10.0).json()
-            return info["vllm_config"]["model_config"]["logprobs_mode"]
+            config = info["vllm_config"]["model_config"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None
+            return {}
+        return config if isinstance(config, dict) else {}
 
     # -- the sync TRL calls --------------------------------------------------------------
     def sync_weights(self) -> None:
@@ -149,7 +160,8 @@ class ServerWeightSync:
         if main:  # a full /dev/shm is one line before anything is written, not a failed write
             from websailor.models.serving import check_shm
 
-            size_mb = sum(p.numel() for p in model.state_dict().values()) * 2 / 2**20  # bf16
+            width = 4 if self.weight_dtype == "float32" else 2  # bytes a weight
+            size_mb = sum(p.numel() for p in model.state_dict().values()) * width / 2**20
             check_shm(1.1 * size_mb + 1, "the weight sync", self._dir.parent)
         try:
             if main:
@@ -167,13 +179,14 @@ class ServerWeightSync:
         logger.info("weights of step %d synced to %s in %.2f s", step, self.root, self.last_sync_s)
 
     def _write(self, model: Any) -> None:
-        """``model``'s weights as a bf16 safetensors checkpoint with its config in
-        ``self._dir`` (tied weights once, as ``save_pretrained`` writes them)."""
+        """``model``'s weights as a safetensors checkpoint in :attr:`weight_dtype` with its
+        config in ``self._dir`` (tied weights once, as ``save_pretrained`` writes them)."""
         import torch
 
         shutil.rmtree(self._dir, ignore_errors=True)
+        dtype = getattr(torch, self.weight_dtype)
         with torch.no_grad():
-            state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
+            state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
             model.save_pretrained(self._dir, state_dict=state, safe_serialization=True)
 
     def _post(self, path: str, body: dict | None, t0: float) -> str:
