@@ -505,14 +505,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--sft-items",
         type=int,
         default=0,
-        help="trajectories SFT trains on, drawn from the training items' pool (0: all of them; grounded.py's "
-        "recipe: 100)",
+        help="trajectories SFT trains on, drawn from the training items' pool (default 0: all of them, and "
+        "--lookup-share is unused; grounded.py's recipe: 100)",
     )
     p.add_argument(
         "--lookup-share",
         type=float,
         default=0.5,
-        help="share of the SFT trajectories whose question search lists the answer (traj select)",
+        help="share of the SFT trajectories whose question search lists the answer (traj select; default 0.5)",
     )
     p.add_argument("--sft-config", type=Path, default=ROOT / "configs" / "sft" / "cpu_ladder.yaml")
     p.add_argument("--model", default="smollm2", help="the base model")
@@ -549,8 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The run's options; a size below its least or a share outside [0, 1) is refused in one
-    line before any work."""
+    """The run's options; a size below its least, a share outside [0, 1] or a test fraction
+    outside [0, 1) is refused in one line before any work."""
     a = build_parser().parse_args(argv)
     sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
     sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")

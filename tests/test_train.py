@@ -1,6 +1,7 @@
 """Training data: constructive trajectories replayed through the real local tools."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -566,7 +567,7 @@ def test_traj_select_draws_the_lookup_share_and_reruns_to_the_same_file(kinds_bu
     from typer.testing import CliRunner
 
     from websailor.cli import app
-    from websailor.errors import ConfigError
+    from websailor.errors import ConfigError, InputFormatError
     from websailor.train.traj_select import select_trajectories
     from websailor.train.traj_stats import trajectory_figures, trajectory_stats
 
@@ -598,6 +599,40 @@ def test_traj_select_draws_the_lookup_share_and_reruns_to_the_same_file(kinds_bu
             select_trajectories(pool, tmp_path / "bad.jsonl", n, share)
     missing = CliRunner().invoke(app, ["traj", "select", "--from", str(tmp_path / "no.jsonl"), "--out", str(out)])
     assert missing.exit_code == 2 and "no such file" in missing.output
+    # files that are not trajectories, and outputs that would destroy something, are named
+    first = pool.read_text().splitlines()[0]
+    for lines, says in (
+        ([first, json.dumps({"id": "q1", "question": "Q?", "answer": "A"})], "line 2 is not a trajectory record (it has no messages)"),
+        ([first, json.dumps({"messages": [1, 2], "question": "Q?", "answer": "A"})], "line 2 is not a trajectory record (its messages are not"),
+        ([json.dumps({"messages": [{"role": "user", "content": "x"}], "question": "Q?"})], "line 1 is not a trajectory record (it has no gold answer)"),
+    ):  # fmt: skip
+        bad = tmp_path / "bad_pool.jsonl"
+        bad.write_text("\n".join(lines) + "\n")
+        with pytest.raises(InputFormatError, match=re.escape(says)):
+            select_trajectories(bad, tmp_path / "never.jsonl", 1, 0.5)
+    assert not (tmp_path / "never.jsonl").exists()
+    bad.write_text(json.dumps({"messages": [1]}) + "\n")
+    with pytest.raises(InputFormatError, match="line 1 is not a trajectory record \\(its messages are not a list"):
+        trajectory_stats(bad)  # traj stats too, where it crashed
+    copy = tmp_path / "pool_copy.jsonl"
+    copy.write_bytes(pool.read_bytes())
+    for target, says in (
+        (copy, "is the pool (--from)"),
+        (tmp_path, "is a folder"),
+        (copy / "x.jsonl", "is a file, not a folder"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            select_trajectories(copy, target, 3, 0.5)
+    assert copy.read_bytes() == pool.read_bytes()
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b"caf\xe9\n")
+    with pytest.raises(ConfigError, match="holds another selection"):
+        select_trajectories(pool, latin, 3, 0.5)
+    assert latin.read_bytes() == b"caf\xe9\n"
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    assert select_trajectories(pool, empty, 3, 0.5)["written"] and len(empty.read_text().splitlines()) == 3
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_a_check_states_what_the_title_or_page_shows_and_its_verdict():

@@ -221,9 +221,15 @@ def traj_build(
 def traj_select(
     from_: Annotated[Path, typer.Option("--from", help="The pool: a trajectories JSONL (traj build).")],
     out: Annotated[Path, typer.Option(help="The training set to write (JSONL).")],
-    n: Annotated[int, typer.Option("--n", help="Trajectories to keep (0, or more than the pool holds: all).")] = 100,
+    n: Annotated[
+        int, typer.Option("--n", help="Trajectories to keep (0, or more than the pool holds: all of them).")
+    ] = 100,
     lookup_share: Annotated[
-        float, typer.Option(help="Share of lookups: trajectories whose search of the question lists the answer.")
+        float,
+        typer.Option(
+            help="Share of lookups, in [0, 1]: trajectories whose search of the question lists the answer (where a "
+            "kind runs short, the other fills in, with a warning).",
+        ),
     ] = 0.5,
     seed: Annotated[int, typer.Option(help="Seed of the draw.")] = 0,
 ) -> None:

@@ -47,6 +47,28 @@ def question_search_lists(messages: list[dict], question: str, gold: Gold | None
     return None
 
 
+def check_trajectory(rec: dict, where: str, needs_gold: bool = False) -> None:
+    """Refuse a record that is no trajectory record: ``messages`` present but not a list of
+    message objects (or, with ``needs_gold``, missing or empty, or the record without a
+    ``question`` and a gold ``answer``, as a training trajectory has).
+
+    Raises:
+        InputFormatError: naming ``where`` (the file and line) and what is wrong.
+    """
+    messages = rec.get("messages")
+    why = None
+    if messages is not None and not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)):
+        why = "its messages are not a list of message objects"
+    elif needs_gold and not messages:
+        why = "it has no messages"
+    elif needs_gold and not str(rec.get("question") or "").strip():
+        why = "it has no question"
+    elif needs_gold and record_gold(rec) is None:
+        why = "it has no gold answer"
+    if why:
+        raise InputFormatError(f"{where} is not a trajectory record ({why}): is it the right file?")
+
+
 def trajectory_figures(rec: dict) -> dict[str, Any]:
     """The figures of one trajectory record (see the module docstring): ``visits``,
     ``visits_grounded``, ``checks``, ``rejections``, ``answered``, ``answer_grounded`` and
@@ -75,7 +97,8 @@ def trajectory_stats(path: str | Path) -> dict[str, Any]:
     searched the question's text with a gold answer). A share is ``None`` where nothing counts.
 
     Raises:
-        InputFormatError: ``path`` is missing or a line is not a JSON object.
+        InputFormatError: ``path`` is missing, or a line is not a JSON object or its
+            ``messages`` are not a list of message objects.
     """
     path = Path(path)
     if not path.is_file():
@@ -83,7 +106,8 @@ def trajectory_stats(path: str | Path) -> dict[str, Any]:
     totals: Counter = Counter()
     sources: Counter = Counter()
     kinds: Counter = Counter()
-    for _, rec in read_appended_jsonl(path, "a trajectory record"):
+    for lineno, rec in read_appended_jsonl(path, "a trajectory record"):
+        check_trajectory(rec, f"{path} line {lineno}")
         f = trajectory_figures(rec)
         totals["trajectories"] += 1
         sources[str(rec.get("model") or "unrecorded")] += 1
