@@ -176,15 +176,18 @@ def test_sync_check_names_what_is_missing(smollm2_path: Path, caplog):
 
 def test_the_sync_writes_weights_in_the_servers_dtype(smollm2_path: Path, monkeypatch):
     """An fp32 server gets fp32 weights (rounding them to bf16 would be a mismatch of the sync's
-    own making), a bf16 one bf16, and a server that does not say gets bf16, vLLM's CPU default."""
+    own making), a bf16 one bf16, and a server that does not say gets bf16, vLLM's CPU default;
+    tied weights are written under both names (safetensors refuses tensors that share memory,
+    and save_pretrained would drop one: the real server kept its old LM head)."""
     import torch
     from safetensors.torch import load_file
 
     from websailor.train.rl.sync import ServerWeightSync
 
     tok = load_tokenizer(smollm2_path)
-    model = torch.nn.Linear(8, 4)
-    model.config = None
+    model = torch.nn.Module()
+    model.embed, model.head = torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4, bias=False)
+    model.head.weight = model.embed.weight  # tied, as SmolLM2's embeddings and LM head
     written = {}
 
     def save_pretrained(folder, state_dict, safe_serialization):
@@ -205,7 +208,8 @@ def test_the_sync_writes_weights_in_the_servers_dtype(smollm2_path: Path, monkey
             sync.check()
             sync.push(model, 1)
         assert {v.dtype for v in written["state"].values()} == {expected}, dtype
-        assert torch.equal(written["state"]["weight"], model.weight.detach().to(expected))
+        assert set(written["state"]) == {"embed.weight", "head.weight"}  # both names of the tied tensor
+        assert torch.equal(written["state"]["head.weight"], model.embed.weight.detach().to(expected))
         assert sync.version == 1 and not sync._dir.exists()
 
 

@@ -180,13 +180,18 @@ class ServerWeightSync:
 
     def _write(self, model: Any) -> None:
         """``model``'s weights as a safetensors checkpoint in :attr:`weight_dtype` with its
-        config in ``self._dir`` (tied weights once, as ``save_pretrained`` writes them)."""
+        config in ``self._dir``. Every tensor is a copy, so tied weights (the embeddings and the
+        LM head) are written under both names: ``save_pretrained`` drops a name whose tensor
+        another shares, and the server then kept its old LM head (seen with fp32 weights, whose
+        cast is no copy)."""
         import torch
 
         shutil.rmtree(self._dir, ignore_errors=True)
         dtype = getattr(torch, self.weight_dtype)
         with torch.no_grad():
-            state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
+            # copies: tied weights (embeddings and LM head) are written under both names, as the
+            # server loads them; save_pretrained drops a name whose tensor another one shares
+            state = {k: v.detach().to(dtype, copy=True) for k, v in model.state_dict().items()}
             model.save_pretrained(self._dir, state_dict=state, safe_serialization=True)
 
     def _post(self, path: str, body: dict | None, t0: float) -> str:
