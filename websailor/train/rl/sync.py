@@ -11,9 +11,9 @@ trained tokens) every step.
 
 One sync, the path vLLM's CPU build offers (vLLM 0.32): the trainer's weights are written in
 the server's own dtype (``/server_info``: fp32 where the CPU computes bf16 slowly, bf16 where it
-does not; bf16 when the server does not say) as a safetensors checkpoint to a folder in shared memory (``/dev/shm``), then ``POST
-/collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR,
-"is_checkpoint_format": true}}`` makes the server read them and ``POST /reset_prefix_cache``
+does not; bf16 when the server does not say) as a safetensors checkpoint to a folder in shared
+memory (``/dev/shm``), then ``POST /collective_rpc {"method": "reload_weights", "kwargs":
+{"weights_path": DIR, "is_checkpoint_format": true}}`` makes the server read them and ``POST /reset_prefix_cache``
 drops every cached key and value of the old weights. The rollouts of a batch all run inside
 ``rollout_func``, after the sync and before the update, so none is sampled from older weights;
 :meth:`ServerWeightSync.require_current` checks it before a batch starts. On GPUs the same
@@ -158,9 +158,11 @@ class ServerWeightSync:
         """
         t0 = time.perf_counter()
         if main:  # a full /dev/shm is one line before anything is written, not a failed write
+            import torch
+
             from websailor.models.serving import check_shm
 
-            width = 4 if self.weight_dtype == "float32" else 2  # bytes a weight
+            width = getattr(torch, self.weight_dtype).itemsize  # bytes a weight
             size_mb = sum(p.numel() for p in model.state_dict().values()) * width / 2**20
             check_shm(1.1 * size_mb + 1, "the weight sync", self._dir.parent)
         try:
@@ -189,8 +191,6 @@ class ServerWeightSync:
         shutil.rmtree(self._dir, ignore_errors=True)
         dtype = getattr(torch, self.weight_dtype)
         with torch.no_grad():
-            # copies: tied weights (embeddings and LM head) are written under both names, as the
-            # server loads them; save_pretrained drops a name whose tensor another one shares
             state = {k: v.detach().to(dtype, copy=True) for k, v in model.state_dict().items()}
             model.save_pretrained(self._dir, state_dict=state, safe_serialization=True)
 
