@@ -50,7 +50,7 @@ def test_a_clear_gain_a_tie_and_the_flipped_questions(tmp_path: Path):
     assert c.avg_diff == 1.0 and c.avg_diff_ci95 == (1.0, 1.0)
     assert c.verdict.startswith("sft is better than base") and len(c.only_b) == 6 and not c.only_a
     assert c.summaries[0]["format_validity"] < 1.0 == c.summaries[1]["format_validity"]
-    assert "Format validity: 62.5% of base's turns, 100.0% of sft's." in c.verdict
+    assert "Format validity: 62.5% of the turns of base, 100.0% of those of sft." in c.verdict
     same = _eval(tmp_path, "same", {"Vienna"})
     other = _eval(tmp_path, "other", {"Paris"})
     tie = compare_runs(load_scores(same), load_scores(other), ("a", "b"))

@@ -185,6 +185,11 @@ def test_the_report_states_the_grounding_figures():
     assert "listed by a search in 66.7% of the rollouts and visited in 33.3%" in md
     assert "3 checks of a page read, 33.3% of them rejecting" in md
     assert "Grounding" not in to_markdown(summarize([_score(0, {}, True)]))
+    # no rollout answered (the base model of the demo): no percentage of nothing
+    md = to_markdown(summarize([_score(0, none, False), _score(1, none, False)]))
+    assert "Grounding: no rollout gave an answer; the answer's page was listed by a search in 0.0%" in md
+    line = next(x for x in md.splitlines() if x.startswith("Grounding"))
+    assert "n/a" not in line and line.endswith("no check of a page read states a verdict.")
 
 
 def test_the_committed_transfer_rollouts_show_the_failure_the_issue_describes():

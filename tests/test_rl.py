@@ -20,7 +20,7 @@ from websailor.tools.environment import EnvSpec
 from websailor.train.advantages import plan_batch
 from websailor.train.rl import RLSettings, accumulation_steps, load_settings, train_rl
 from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
-from websailor.train.rl_log import plot_log, read_log, window_means
+from websailor.train.rl_log import plot_log, read_log, run_outcome, window_means
 from websailor.train.rollout_tokens import rollout_tokens
 from websailor.train.sft import load_tokenizer
 
@@ -239,6 +239,20 @@ def test_shipped_configs_load():
     assert (paper.batch_size, paper.learning_rate, paper.temperature, paper.epsilon_high) == (128, 1e-6, 1.0, 0.28)
     assert load_settings(root / "cpu_mini.yaml").batch_size % load_settings(root / "cpu_mini.yaml").group_size == 0
     assert load_settings(root / "cpu_mini.yaml").gradient_checkpointing is True and RLSettings().gradient_checkpointing
+
+
+def test_the_run_outcome_says_when_steps_trained_on_nothing():
+    log = [{"step": 1, "reward/mean": 0.0, "rollouts/in_loss_share": 0.0}]
+    lines = run_outcome({"log": log, "steps": 1, "questions": 108, "train_seconds": 61.7})
+    assert (
+        lines[0]
+        == "1 step on 108 questions (training took 61.7 s); mean reward 0.000 over the first 1 steps, 0.000 over the last 1"
+    )
+    assert lines[1].startswith("1 of 1 step trained on nothing: every group's rewards were equal")
+    log += [{"step": 2, "reward/mean": 0.5, "rollouts/in_loss_share": 0.75}]
+    lines = run_outcome({"log": log, "steps": 2, "questions": 4, "train_seconds": 9})
+    assert "0.250 over the last 2" in lines[0] and lines[1].startswith("1 of 2 steps trained on nothing")
+    assert run_outcome({"log": log[1:], "steps": 1, "questions": 4, "train_seconds": 9})[1:] == []
 
 
 def test_step_log_read_and_plot(tmp_path: Path):

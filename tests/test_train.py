@@ -605,6 +605,7 @@ def test_traj_select_draws_the_lookup_share_and_reruns_to_the_same_file(kinds_bu
         ([first, json.dumps({"id": "q1", "question": "Q?", "answer": "A"})], "line 2 is not a trajectory record (it has no messages)"),
         ([first, json.dumps({"messages": [1, 2], "question": "Q?", "answer": "A"})], "line 2 is not a trajectory record (its messages are not"),
         ([json.dumps({"messages": [{"role": "user", "content": "x"}], "question": "Q?"})], "line 1 is not a trajectory record (it has no gold answer)"),
+        ([first, json.dumps(json.loads(first) | {"termination": "format_error"})], "line 2: the trajectory ends without an answer (termination 'format_error')"),
     ):  # fmt: skip
         bad = tmp_path / "bad_pool.jsonl"
         bad.write_text("\n".join(lines) + "\n")

@@ -84,7 +84,7 @@ EngineOpt = Annotated[
     typer.Option(
         envvar=ENGINE_ENV,
         help="Which engine samples a local model (smollm2, hf:DIR): auto starts a vLLM server for the job when "
-        "its rollouts reach the break-even of the server's start-up (about 15 on two cores) and vLLM is installed "
+        "its rollouts reach the break-even of the server's start-up (about 15 rollouts on two cores) and vLLM is installed "
         "(make vllm), and stops it at the end; local never does; vllm always does.",
     ),
 ]

@@ -263,15 +263,10 @@ def train_rl_cmd(
             f"prefilter{where} (band {p.get('band', '0<c<k')}): {p['kept']} kept, {p['too_easy']} too easy, "
             f"{p['too_hard']} too hard, {p['ungraded']} ungraded"
         )
-    from websailor.train.rl_log import window_means
+    from websailor.train.rl_log import run_outcome
 
-    n = min(10, len(s["log"]))
-    first, last = window_means(s["log"], "reward/mean", n)
-    if first is not None:
-        print(
-            f"{s['steps']} step{'' if s['steps'] == 1 else 's'} on {s['questions']} questions (training took {s['train_seconds']} s); mean reward "
-            f"{first:.3f} over the first {n} steps, {last:.3f} over the last {n}"
-        )
+    for line in run_outcome(s):
+        print(line)
     print(f"model saved to {out}: use --model hf:{out}; curves: websailor train plot {out}")
 
 

@@ -140,7 +140,9 @@ def compare_runs(a: list[Score], b: list[Score], names: tuple[str, str] = ("A", 
         )
     fa, fb = sums[0].get("format_validity"), sums[1].get("format_validity")
     if fa is not None and fb is not None and abs(fb - fa) >= 0.005:
-        verdict += f" Format validity: {100 * fa:.1f}% of {names[0]}'s turns, {100 * fb:.1f}% of {names[1]}'s."
+        verdict += (
+            f" Format validity: {100 * fa:.1f}% of the turns of {names[0]}, {100 * fb:.1f}% of those of {names[1]}."
+        )
     return Comparison(
         names=names,
         summaries=sums,  # type: ignore[arg-type]

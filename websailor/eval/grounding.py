@@ -208,6 +208,11 @@ def describe_figures(g: dict[str, Any]) -> str:
         if g.get("checks")
         else "no check of a page read states a verdict"
     )
+    if not answered:
+        return (
+            f"Grounding: no rollout gave an answer; the answer's page was listed by a search in "
+            f"{pct(g.get('listed'))}% of the rollouts and visited in {pct(g.get('visited'))}%; {checks}."
+        )
     return (
         f"Grounding: {pct(g.get('grounded'))}% of {answered} answer{'' if answered == 1 else 's'} appear in what the "
         f"agent read before giving them; the answer's page was listed by a search in {pct(g.get('listed'))}% of the "

@@ -115,6 +115,33 @@ def window_means(records: list[dict], key: str, n: int = 10) -> tuple[float | No
     return sum(head) / len(head), sum(tail) / len(tail)
 
 
+def run_outcome(summary: dict) -> list[str]:
+    """What a finished RL run did, in the lines ``train rl`` prints: the mean reward over the
+    first and last (up to) 10 steps of ``summary["log"]`` (the step records of
+    ``rl_summary.json``), and how many steps trained on nothing because every group's rewards
+    were equal (``rollouts/in_loss_share`` 0: no spread, no advantage), which a flat reward
+    alone does not tell."""
+    log = summary.get("log") or []
+    lines = []
+    n = min(10, len(log))
+    first, last = window_means(log, "reward/mean", n)
+    if first is not None:
+        steps = summary["steps"]
+        lines.append(
+            f"{steps} step{'' if steps == 1 else 's'} on {summary['questions']} questions (training took "
+            f"{summary['train_seconds']} s); mean reward {first:.3f} over the first {n} steps, {last:.3f} over the "
+            f"last {n}"
+        )
+    idle = sum(1 for rec in log if rec.get("rollouts/in_loss_share") == 0)
+    if idle:
+        lines.append(
+            f"{idle} of {len(log)} step{'' if len(log) == 1 else 's'} trained on nothing: every group's rewards were "
+            "equal (no spread, so no advantage); larger groups (--group-size) or items of moderate difficulty "
+            "(--prefilter) give spread"
+        )
+    return lines
+
+
 def plot_log(out: str | Path, png: str | Path | None = None, smooth: int = 5) -> Path:
     """Draw the curves of :data:`PLOTTED` (raw and a ``smooth``-step moving average) to
     ``png`` (default ``out/rl_curves.png``).

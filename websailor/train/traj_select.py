@@ -35,6 +35,12 @@ def _pool_lines(pool: Path) -> tuple[list[bytes], list[bytes]]:
             continue
         rec = parse_line(pool, lineno, raw, "a trajectory record")
         check_trajectory(rec, f"{pool} line {lineno}", needs_gold=True)
+        if rec.get("termination", "answer") != "answer":
+            raise InputFormatError(
+                f"{pool} line {lineno}: the trajectory ends without an answer (termination "
+                f"{rec['termination']!r}), which is not training data; traj select draws from traj build's output "
+                "(or rollouts kept for being right)"
+            )
         line = raw.rstrip(b"\r\n") + b"\n"
         (short if trajectory_figures(rec)["lookup"] else clue).append(line)
     if stream.unfinished is not None:
@@ -78,7 +84,9 @@ def select_trajectories(
             folder, or holds another selection (another pool or other arguments): delete it
             or write elsewhere.
         InputFormatError: ``pool`` is missing, empty, or a line is not a trajectory record
-            (a JSON object with messages, a question and a gold answer).
+            (a JSON object with messages, a question and a gold answer), or one that ends
+            without an answer (``termination`` other than ``answer``: an eval's or a run's
+            failed rollout).
     """
     if n < 0:
         raise ConfigError(f"--n {n}: give 0 (all of them) or more")

@@ -21,10 +21,13 @@ to ``rollouts.jsonl`` in the run directory; the batch's figures go to the step l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
+import warnings
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +70,16 @@ class RolloutSettings:
     max_failed_steps: int = 3
     skip_zero_advantage: bool = True
     max_env_failures: int = 0
+
+
+@contextlib.contextmanager
+def _quiet_checkpointing_names() -> Iterator[None]:
+    """Silence transformers' FutureWarnings on the old ``gradient_checkpointing_*`` names, which
+    TRL's ``unwrap_model_for_generation`` (TRL 1.16) still calls around every local batch: three
+    warnings a step that a user cannot act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        yield
 
 
 class AgentRollouts:
@@ -195,7 +208,10 @@ class AgentRollouts:
             finally:
                 chat.close()
         else:
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
+            with (
+                _quiet_checkpointing_names(),
+                unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy,
+            ):
                 was_training = policy.training
                 policy.eval()
                 chat = TransformersModel.from_loaded(
