@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fastapi import Request  # resolved by name in the imitations' handlers (postponed annotations)
+
 from websailor.errors import ModelError
 from websailor.models.base import ChatModel, Generation, SamplingParams
 from websailor.tools.base import Tool, ToolResult
@@ -316,6 +318,96 @@ def web_providers(monkeypatch, tmp_path) -> Iterator:
             monkeypatch.setenv(var, value)
         monkeypatch.delenv("WEBSAILOR_WEB_CONFIG", raising=False)
         yield server
+
+
+def vllm_imitation(
+    tok,
+    reply: str,
+    stop_tail: str = "",
+    dev_mode: bool = True,
+    logprobs_mode="processed_logprobs",
+    dtype=None,
+    delay_s: float = 0.0,
+    die_after: int | None = None,
+):
+    """An ASGI app answering like vLLM: ``/v1/models`` with ``root``, ``/v1/completions`` with
+    ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
+    ``logprobs.token_logprobs``, each after ``delay_s``; the dev-mode endpoints when
+    ``dev_mode``. ``app.state.requests`` keeps the completion requests, ``app.state.reloads``
+    the weight folders it was told to reload (a folder that does not exist is an HTTP 500, as
+    vLLM's reload fails on it), and setting ``app.state.dead`` makes every endpoint answer
+    HTTP 503 from then on (a server that died), as it does by itself after ``die_after``
+    completion requests."""
+    import asyncio
+    import os
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI(openapi_url=None)  # its own /openapi.json below, as vLLM's lists its routes
+    app.state.requests = []
+    app.state.reloads = []
+    app.state.dead = False
+    paths: dict = {"/v1/models": {}, "/v1/completions": {}}
+    if dev_mode:
+        paths.update({"/collective_rpc": {}, "/reset_prefix_cache": {}, "/server_info": {}})
+
+    @app.middleware("http")
+    async def died(request: Request, call_next):
+        if app.state.dead:
+            return JSONResponse({"error": "the server is gone"}, status_code=503)
+        return await call_next(request)
+
+    @app.get("/v1/models")
+    def models():
+        return {"data": [{"id": "policy", "root": "/nonexistent/model", "max_model_len": 4096}]}
+
+    @app.get("/openapi.json")
+    def openapi():
+        return {"paths": paths}
+
+    @app.get("/server_info")
+    def info():
+        config = {"logprobs_mode": logprobs_mode} | ({"dtype": dtype} if dtype else {})
+        return {"vllm_config": {"model_config": config}}
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request):
+        body = await request.json()
+        path = (body.get("kwargs") or {}).get("weights_path")
+        if path is not None:
+            if not os.path.isdir(path):
+                return JSONResponse({"error": f"FileNotFoundError: {path}"}, status_code=500)
+            app.state.reloads.append(path)
+        return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    def reset_prefix_cache():
+        return {}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await request.json()
+        app.state.requests.append(body)
+        if die_after is not None and len(app.state.requests) > die_after:
+            app.state.dead = True
+            return JSONResponse({"error": "the server is gone"}, status_code=503)
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        ids = tok(reply + stop_tail, add_special_tokens=False)["input_ids"]
+        stopped = bool(stop_tail)
+        if not stopped:
+            ids = ids + [tok.eos_token_id]
+        choice = {
+            "text": reply,
+            "finish_reason": "stop",
+            "stop_reason": stop_tail if stopped else None,
+            "token_ids": ids,
+            "logprobs": {"token_logprobs": [-0.25] * len(ids), "tokens": [], "top_logprobs": []},
+        }
+        return {"choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}
+
+    return app
 
 
 @contextmanager

@@ -9,69 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import serving
-from fastapi import Request
+from fakes import serving, vllm_imitation
 
 from websailor.errors import ConfigError, ModelError
 from websailor.models.base import SamplingParams
 from websailor.models.vllm_server import VLLMServerModel, parse_spec
 from websailor.train.common import load_tokenizer
-
-
-def _vllm_imitation(
-    tok, reply: str, stop_tail: str = "", dev_mode: bool = True, logprobs_mode="processed_logprobs", dtype=None
-):
-    """An ASGI app answering like vLLM: ``/v1/models`` with ``root``, ``/v1/completions`` with
-    ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
-    ``logprobs.token_logprobs``; the dev-mode endpoints when ``dev_mode``."""
-    from fastapi import FastAPI
-
-    app = FastAPI(openapi_url=None)  # its own /openapi.json below, as vLLM's lists its routes
-    app.state.requests = []
-    paths: dict = {"/v1/models": {}, "/v1/completions": {}}
-    if dev_mode:
-        paths.update({"/collective_rpc": {}, "/reset_prefix_cache": {}, "/server_info": {}})
-
-    @app.get("/v1/models")
-    def models():
-        return {"data": [{"id": "policy", "root": "/nonexistent/model", "max_model_len": 4096}]}
-
-    @app.get("/openapi.json")
-    def openapi():
-        return {"paths": paths}
-
-    @app.get("/server_info")
-    def info():
-        config = {"logprobs_mode": logprobs_mode} | ({"dtype": dtype} if dtype else {})
-        return {"vllm_config": {"model_config": config}}
-
-    @app.post("/collective_rpc")
-    def collective_rpc():
-        return {"results": [None]}
-
-    @app.post("/reset_prefix_cache")
-    def reset_prefix_cache():
-        return {}
-
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        body = await request.json()
-        app.state.requests.append(body)
-        ids = tok(reply + stop_tail, add_special_tokens=False)["input_ids"]
-        stopped = bool(stop_tail)
-        if not stopped:
-            ids = ids + [tok.eos_token_id]
-        choice = {
-            "text": reply,
-            "finish_reason": "stop",
-            "stop_reason": stop_tail if stopped else None,
-            "token_ids": ids,
-            "logprobs": {"token_logprobs": [-0.25] * len(ids), "tokens": [], "top_logprobs": []},
-        }
-        return {"choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}
-
-    return app
-
 
 CONV = [{"role": "system", "content": "s"}, {"role": "user", "content": "Capital of France?"}]
 
@@ -82,7 +25,7 @@ def test_token_ids_go_out_and_come_back(smollm2_path: Path):
     with the first turn's ids exactly."""
     tok = load_tokenizer(smollm2_path)
     reply = "<think>x</think>\n<tool_call>\n{}\n</tool_call>"
-    app = _vllm_imitation(tok, reply)
+    app = vllm_imitation(tok, reply)
     with serving(app) as url:
         chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path)
         chat.check()
@@ -104,7 +47,7 @@ def test_the_stop_strings_tokens_are_cut_from_the_ids(smollm2_path: Path):
     so the ids are what the text says (and what the next turn continues from)."""
     tok = load_tokenizer(smollm2_path)
     reply = "<think>look</think>\n<tool_call>\n{}\n</tool_call>\n"
-    with serving(_vllm_imitation(tok, reply, stop_tail="<tool_response>")) as url:
+    with serving(vllm_imitation(tok, reply, stop_tail="<tool_response>")) as url:
         chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path)
         g = chat.chat(CONV, SamplingParams(max_tokens=64))
         assert g.text == reply.rstrip("\n")  # cut before the earliest stop string, "\n<tool_response>"
@@ -116,7 +59,7 @@ def test_the_stop_strings_tokens_are_cut_from_the_ids(smollm2_path: Path):
 def test_a_server_that_is_gone_is_a_model_error(smollm2_path: Path):
     """Checked while it served, then gone: each request is tried again, then a ModelError."""
     tok = load_tokenizer(smollm2_path)
-    with serving(_vllm_imitation(tok, "x")) as url:
+    with serving(vllm_imitation(tok, "x")) as url:
         chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path, max_attempts=2, backoff_s=0.01)
         chat.check()
     with pytest.raises(ModelError, match="does not answer after 2 attempts"):
@@ -164,12 +107,12 @@ def test_sync_check_names_what_is_missing(smollm2_path: Path, caplog):
     with pytest.raises(ConfigError, match="still starting"):
         ServerWeightSync("vllm:policy@http://127.0.0.1:9/v1").check()
     tok = load_tokenizer(smollm2_path)
-    with serving(_vllm_imitation(tok, "x", dev_mode=False)) as url:
+    with serving(vllm_imitation(tok, "x", dev_mode=False)) as url:
         with pytest.raises(ConfigError, match="VLLM_SERVER_DEV_MODE=1"):
             ServerWeightSync(f"vllm:policy@{url}/v1").check()
         with pytest.raises(ConfigError, match="does not serve"):
             ServerWeightSync(f"vllm:other@{url}/v1").check()
-    with serving(_vllm_imitation(tok, "x", logprobs_mode="raw_logprobs")) as url:
+    with serving(vllm_imitation(tok, "x", logprobs_mode="raw_logprobs")) as url:
         ServerWeightSync(f"vllm:policy@{url}/v1").check()
         assert "processed_logprobs" in caplog.text
 
@@ -203,7 +146,7 @@ def test_the_sync_writes_weights_in_the_servers_dtype(smollm2_path: Path, monkey
         ("torch.bfloat16", torch.bfloat16),
         (None, torch.bfloat16),
     ):
-        with serving(_vllm_imitation(tok, "x", dtype=dtype)) as url:
+        with serving(vllm_imitation(tok, "x", dtype=dtype)) as url:
             sync = ServerWeightSync(f"vllm:policy@{url}/v1")
             sync.check()
             sync.push(model, 1)

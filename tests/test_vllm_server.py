@@ -191,23 +191,36 @@ def test_a_sync_changes_the_servers_weights(server, smollm2_path: Path):
     chat.close()
 
 
-def _rl_settings(spec: str, **kw):
+def _rl_settings(spec: str | list[str], **kw):
     from websailor.train.rl import load_settings
 
-    return load_settings(
-        None,
-        group_size=2,
-        batch_size=2,
-        max_steps=2,
-        max_calls=2,
-        max_tokens_per_turn=24,
-        max_context_tokens=4096,
-        learning_rate=5e-4,
-        concurrency=2,
-        save_steps=1,
-        precision="bf16",
-        rollout_server=spec,
-        **kw,
+    settings = {
+        "group_size": 2,
+        "batch_size": 2,
+        "max_steps": 2,
+        "max_calls": 2,
+        "max_tokens_per_turn": 24,
+        "max_context_tokens": 4096,
+        "learning_rate": 5e-4,
+        "concurrency": 2,
+        "save_steps": 1,
+        "precision": "bf16",
+        "rollout_server": spec,
+    }
+    return load_settings(None, **(settings | kw))
+
+
+def _distances(rollout: dict, tok, step1, start) -> tuple[float, float]:
+    """Mean |server log-prob - HF log-prob| of the rollout's first model turn under the
+    checkpoint of step 1 and under the starting weights."""
+    from websailor.models.turns import TurnTemplate
+
+    turn = next(m for m in rollout["messages"] if m["role"] == "assistant")
+    prompt = TurnTemplate(tok).prompt_ids(rollout["messages"][:2])
+    n = len(turn["token_ids"])
+    return tuple(
+        sum(abs(a - b) for a, b in zip(turn["logprobs"], _hf_logprobs(m, prompt, turn["token_ids"]))) / n
+        for m in (step1, start)
     )
 
 
@@ -250,17 +263,65 @@ def test_two_rl_steps_sync_the_weights_between_them(
     rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
     assert {r["step"]: r["policy_version"] for r in rollouts} == {1: 0, 2: 1}
     second = next(r for r in rollouts if r["step"] == 2)
-    turn = next(m for m in second["messages"] if m["role"] == "assistant")
-    from websailor.models.turns import TurnTemplate
     from websailor.train.common import load_tokenizer
 
-    prompt = TurnTemplate(load_tokenizer(smollm2_path)).prompt_ids(second["messages"][:2])
     step1 = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "checkpoint-1", dtype=torch.float32)
     start = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
-    n = len(turn["token_ids"])
-    to_step1 = sum(abs(a - b) for a, b in zip(turn["logprobs"], _hf_logprobs(step1, prompt, turn["token_ids"]))) / n
-    to_start = sum(abs(a - b) for a, b in zip(turn["logprobs"], _hf_logprobs(start, prompt, turn["token_ids"]))) / n
+    to_step1, to_start = _distances(second, load_tokenizer(smollm2_path), step1, start)
     assert to_step1 < to_start / 2, (to_step1, to_start)
+
+
+def test_two_servers_share_the_rollouts_and_take_every_sync(
+    server, smollm2_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
+):
+    """Two real servers (the module's and a second bound to one core): every batch's rollouts
+    are spread over both, both take every step's weights, and step 2's rollouts on each server
+    are sampled from the weights of checkpoint 1."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import websailor.train.rl.rollouts as rr
+    from websailor.models import serving
+    from websailor.tools.environment import EnvSpec
+    from websailor.train.common import load_tokenizer
+    from websailor.train.rl import train_rl
+    from websailor.train.rl_log import read_log
+
+    monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", str(sorted(os.sched_getaffinity(0))[-1]))
+    other = serving.serve_for_job(
+        f"hf:{smollm2_path}", "vllm", 100, max_model_len=4096, log_path=tmp_path / "second.log", startup_timeout_s=900
+    )
+    try:
+        out = tmp_path / "rl"
+        settings = _rl_settings([server.spec, other.spec], batch_size=4, concurrency=4)
+        summary = train_rl(
+            _qa(tmp_path / "qa.jsonl"),
+            f"hf:{smollm2_path}",
+            out,
+            settings,
+            env=EnvSpec(corpus=vital_dir),
+            progress=False,
+        )
+    finally:
+        other.close()
+    assert summary["steps"] == 2
+    log = read_log(out)
+    assert all(r["server/0/rollouts"] + r["server/1/rollouts"] == 4 and r["servers/live"] == 2 for r in log)
+    assert all(r["server/0/sync_s"] > 0 and r["server/1/sync_s"] > 0 for r in log)
+    rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    roots = {server.spec.split("@")[1].removesuffix("/v1"), other.spec.split("@")[1].removesuffix("/v1")}
+    assert {r["server"] for r in rollouts} == roots and {r["step"]: r["policy_version"] for r in rollouts} == {
+        1: 0,
+        2: 1,
+    }
+    step1 = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "checkpoint-1", dtype=torch.float32)
+    start = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    tok = load_tokenizer(smollm2_path)
+    for root in roots:
+        rollout = next(r for r in rollouts if r["step"] == 2 and r["server"] == root)
+        to_step1, to_start = _distances(rollout, tok, step1, start)
+        assert to_step1 < to_start / 2, (root, to_step1, to_start)
 
 
 def test_a_killed_server_stops_the_step_and_the_run_resumes(
@@ -278,10 +339,10 @@ def test_a_killed_server_stops_the_step_and_the_run_resumes(
     monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
     run = rr.AgentRollouts._run
 
-    def dies_at_step_2(self, agent, items, step):
+    def dies_at_step_2(self, agent, items, step, numbers=None):
         if step == 1:
             server.stop()
-        return run(self, agent, items, step)
+        return run(self, agent, items, step, numbers)
 
     monkeypatch.setattr(rr.AgentRollouts, "_run", dies_at_step_2)
     qa, out, settings = _qa(tmp_path / "qa.jsonl"), tmp_path / "rl", _rl_settings(server.spec)

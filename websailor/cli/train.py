@@ -177,10 +177,30 @@ def train_rl_cmd(
         ),
     ] = None,
     rollout_server: Annotated[
-        Optional[str],
+        Optional[list[str]],
         typer.Option(
             help="Sample rollouts on this vLLM server (vllm:NAME@URL, printed by websailor serve model, started "
-            "on --model), its weights synced from the trainer's after every optimizer step. Default: the local engine."
+            "on --model), its weights synced from the trainer's after every optimizer step; repeat the option (or "
+            "separate specs by commas) for several servers: each rollout goes to the one with the fewest in flight. "
+            "Default: the local engine."
+        ),
+    ] = None,
+    sync_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Folder the weight sync writes the policy's weights to (default /dev/shm, which only servers on "
+            "this machine read; a shared filesystem's path for servers elsewhere)."
+        ),
+    ] = None,
+    server_sync_dir: Annotated[
+        Optional[str],
+        typer.Option(help="--sync-dir's path as the rollout servers see it (default: the same path)."),
+    ] = None,
+    on_server_loss: Annotated[
+        Optional[str],
+        typer.Option(
+            help="stop (default): a rollout server that fails during a batch stops the step untrained (rerun to "
+            "resume); continue: its rollouts are rerun on the servers that still answer and it is dropped."
         ),
     ] = None,
     engine: Annotated[
@@ -238,7 +258,10 @@ def train_rl_cmd(
         concurrency=concurrency,
         seed=seed,
         max_env_failures=max_env_failures,
-        rollout_server=rollout_server,
+        rollout_server=rollout_server or None,  # typer gives an empty list when the option is not given
+        sync_dir=str(sync_dir) if sync_dir else None,
+        server_sync_dir=server_sync_dir,
+        on_server_loss=on_server_loss,
         precision=precision,
         task=task.value if task else None,
         rubric=str(rubric) if rubric else None,

@@ -43,6 +43,7 @@ from websailor.models.turns import TurnTemplate
 from websailor.questions import Question
 from websailor.train.advantages import plan_batch
 from websailor.train.rewards import reward
+from websailor.train.rl.servers import RoutedAgent, ServerPool
 from websailor.train.rollout_tokens import rollout_tokens
 
 logger = get_logger(__name__)
@@ -56,6 +57,9 @@ class RolloutSettings:
     stops. ``max_env_failures``: tool calls of a rollout the environment may degrade (an
     outage, not the policy's doing) and the rollout still get a reward; beyond it the rollout
     has no reward and its group is skipped (logged as ``groups/env_failed``).
+    ``on_server_loss``: with rollout servers, what a rollout that failed on its server does to
+    the batch: ``stop`` the step, or ``continue`` (rerun it on the servers that still answer,
+    dropping the one that does not; :mod:`websailor.train.rl.servers`).
 
     ``skip_zero_advantage``: a rollout left out of the loss, or whose advantage is exactly 0,
     has no gradient; its completion is replaced by one masked token so the update does not
@@ -70,6 +74,7 @@ class RolloutSettings:
     max_failed_steps: int = 3
     skip_zero_advantage: bool = True
     max_env_failures: int = 0
+    on_server_loss: str = "stop"
 
 
 @contextlib.contextmanager
@@ -92,16 +97,19 @@ class AgentRollouts:
         judge: grades final answers (``em``, ``f1`` or an LLM judge).
         settings: group size, algorithm, agent budgets and sampling.
         rollouts_path: JSONL every graded rollout is appended to.
-        server: a vLLM rollout server's backend (:class:`~websailor.models.vllm_server.VLLMServerModel`)
-            and ``sync`` its :class:`~websailor.train.rl.sync.ServerWeightSync`: rollouts are
-            sampled there, from the weights the sync pushed after the last optimizer step;
-            ``None``: sampled here by the local engine from the trainer's own weights.
+        server: the vLLM rollout servers (a :class:`~websailor.train.rl.servers.ServerPool`, or
+            one server's backend, :class:`~websailor.models.vllm_server.VLLMServerModel`) and
+            ``sync`` their :class:`~websailor.train.rl.sync.ServerWeightSync`: rollouts are
+            sampled there, each on the least busy server, from the weights the sync pushed
+            after the last optimizer step; ``None``: sampled here by the local engine from the
+            trainer's own weights.
 
     Raises (when called):
         ValueError: prompts that do not come in groups of ``group_size``, or a question not
             among ``items``.
         ModelError: ``max_failed_steps`` batches in a row without a single graded rollout;
-            with a server: a rollout that ended in a model error (the server failed mid-step),
+            with servers: a rollout that ended in a model error (a server failed mid-step; with
+            ``on_server_loss: continue``, one still failed when rerun, or no server is left),
             or a server that does not hold this step's weights
             (:class:`~websailor.train.rl.sync.WeightSyncError`). Nothing of that batch is trained.
     """
@@ -128,8 +136,11 @@ class AgentRollouts:
         self._failed_steps = 0
         self._calls = 0
         self._warned_retokenized = False
+        if server is not None and not isinstance(server, ServerPool):
+            server = ServerPool([server], [sync.root if sync is not None else ""])
         self.server = server
         self.sync = sync
+        self._where: list[str | None] = []  # the server of each rollout of the last batch
 
     # -- the steps of one batch -------------------------------------------------------
     def _questions(self, prompts: list) -> list[Question]:
@@ -147,16 +158,18 @@ class AgentRollouts:
             out += [item] * G
         return out
 
-    def _run(self, agent: Agent, items: list[Question], step: int) -> list[Trajectory]:
-        """The batch's rollouts, ``concurrency`` at a time. An interrupt (Ctrl-C, SIGTERM)
-        cancels the rollouts not started and does not wait for those in flight."""
+    def _run(self, agent: Any, items: list[Question], step: int, numbers: list[int] | None = None) -> list[Trajectory]:
+        """The batch's rollouts, ``concurrency`` at a time; ``numbers``: the rollouts' numbers
+        (their seeds; default ``step * len(items) + i``). An interrupt (Ctrl-C, SIGTERM) cancels
+        the rollouts not started and does not wait for those in flight."""
         n = len(items)
+        numbers = numbers if numbers is not None else [step * n + i for i in range(n)]
         pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout")
         finished = False
         try:
             futures = [
-                pool.submit(agent.run, it.question, it.id, step * n + i, it.gold.answer if it.gold else None)
-                for i, it in enumerate(items)
+                pool.submit(agent.run, it.question, it.id, k, it.gold.answer if it.gold else None)
+                for k, it in zip(numbers, items)
             ]
             trajs = [f.result() for f in futures]
             finished = True
@@ -195,10 +208,9 @@ class AgentRollouts:
         tokenizer = trainer.processing_class
         t0 = time.perf_counter()
         config = AgentConfig(**{**vars(s.agent), "seed": s.seed + step})
-        if self.server is not None:  # a vLLM rollout server, synced by TRL through self.sync before this call
+        if self.server is not None:  # vLLM rollout servers, synced by TRL through self.sync before this call
             self.sync.require_current(step)
-            trajs = self._run(Agent(self.server, self.tools, config, env=self.env), items, step)
-            self._check_server(trajs, step)
+            trajs = self._on_servers(items, step, config)
         elif getattr(trainer, "use_vllm", False):  # GPUs: the trainer's vLLM engine, weights synced by TRL
             from websailor.models.trl_vllm import TRLVLLMModel
 
@@ -225,19 +237,50 @@ class AgentRollouts:
         release_memory()  # the generation's caches, before the update allocates its own
         return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
 
-    def _check_server(self, trajs: list[Trajectory], step: int) -> None:
-        """Stop the step when the rollout server failed during it.
+    def _on_servers(self, items: list[Question], step: int, config: AgentConfig) -> list[Trajectory]:
+        """The batch's rollouts on the servers, each on the least busy one. Rollouts that
+        failed on their server stop the step, or (``on_server_loss: continue``) are rerun once
+        on the others, the servers that no longer answer being dropped.
 
         Raises:
-            ModelError: naming the first failed rollout's error.
+            ModelError: as the class says.
         """
-        failed = [t for t in trajs if t.termination == "model_error"]
+        pool = self.server
+        pool.reset_counts()
+        agents = [Agent(model, self.tools, config, env=self.env) for model in pool.models]
+        routed = RoutedAgent(pool, agents)
+        numbers = [step * len(items) + i for i in range(len(items))]
+        trajs = self._run(routed, items, step, numbers)
+        failed = [k for k, t in enumerate(trajs) if t.termination == "model_error"]
+        if failed and self.settings.on_server_loss == "continue":
+            where = sorted({routed.where[numbers[k]] for k in failed if numbers[k] in routed.where})
+            for i in where:
+                if not pool.answers(i):
+                    pool.drop(i, f"it failed during step {step + 1} and no longer answers")
+                    if self.sync is not None:
+                        self.sync.drop(pool.roots[i])
+            logger.warning(
+                "step %d: %d of %d rollouts failed on their server; rerunning them on %d live server(s)",
+                step + 1, len(failed), len(trajs), len(pool.live),
+            )  # fmt: skip
+            again = RoutedAgent(pool, agents, avoid=where)
+            rerun = self._run(again, [items[k] for k in failed], step, [numbers[k] for k in failed])
+            for k, t in zip(failed, rerun):
+                trajs[k] = t
+            routed.where.update(again.where)
+            failed = [k for k, t in enumerate(trajs) if t.termination == "model_error"]
+        self._where = [pool.roots[routed.where[k]] if k in routed.where else None for k in numbers]
         if failed:
-            raise ModelError(
-                f"step {step + 1}: {len(failed)} of {len(trajs)} rollouts failed on the rollout server "
-                f"({failed[0].error}); nothing of this batch is trained: restart the server and rerun the same "
-                "command to resume from the last checkpoint"
+            on = self._where[failed[0]]
+            hint = (
+                " (or set on_server_loss: continue)" if len(pool) > 1 and self.settings.on_server_loss == "stop" else ""
             )
+            raise ModelError(
+                f"step {step + 1}: {len(failed)} of {len(trajs)} rollouts failed on the rollout server"
+                f"{f' {on}' if on else ''} ({trajs[failed[0]].error}); nothing of this batch is trained: restart the "
+                f"server and rerun the same command to resume from the last checkpoint{hint}"
+            )
+        return trajs
 
     def batch(
         self, items: list[Question], trajs: list[Trajectory], step: int, tokenizer: Any, rollout_s: float = 0.0
@@ -329,6 +372,8 @@ class AgentRollouts:
                     "advantage": adv.get(i),
                     "in_loss": i in used,
                 }
+                if self.server is not None and len(self._where) == len(trajs):
+                    rec["server"] = self._where[i]
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     def _stats(
@@ -374,4 +419,10 @@ class AgentRollouts:
             stats[f"termination/{term}"] = k / n
         if self.sync is not None and self.sync.version == step:
             stats.update({"sync/seconds": self.sync.last_sync_s, "sync/write_s": self.sync.last_write_s})
+        if self.server is not None and len(self.server) > 1:  # each server's share of the batch and its reload
+            stats["servers/live"] = float(len(self.server.live))
+            for i, served in enumerate(self.server.served):
+                stats[f"server/{i}/rollouts"] = float(served)
+                if self.sync is not None and i < len(self.sync.servers) and self.sync.servers[i].version == step:
+                    stats[f"server/{i}/sync_s"] = self.sync.servers[i].reload_s
         return stats

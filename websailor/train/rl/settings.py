@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.questions import Question, load_questions, resolve_split
@@ -19,7 +19,15 @@ LOG_FILE = "rl_log.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 PREFILTER_FILE = "prefilter.json"
 #: settings that may change between a run and its continuation (not part of a run's identity)
-CONTINUABLE = ("max_steps", "rollout_server", "sync_timeout_s", "keep_checkpoints")
+CONTINUABLE = (
+    "max_steps",
+    "rollout_server",
+    "sync_timeout_s",
+    "sync_dir",
+    "server_sync_dir",
+    "on_server_loss",
+    "keep_checkpoints",
+)
 #: the moderate band of WebSailor's filter: solved sometimes but not always
 DEFAULT_BAND = "0<c<k"
 
@@ -98,10 +106,22 @@ class RLSettings(TrainSettings):
         (LoRA, precision, gradient checkpointing: :class:`websailor.train.common.TrainSettings`.)
         use_vllm, vllm_mode: generate with TRL's vLLM integration on GPUs (colocate mode:
             multi-turn rollouts of different lengths cannot keep server mode's lock-step).
-        rollout_server: sample the rollouts (and the prefilter's) on this vLLM server, a
-            ``vllm:NAME@URL`` spec (``websailor serve model`` prints it), its weights synced
-            from the trainer's after every optimizer step; unset: the local engine samples
-            from the trainer's own weights. A run may resume against another server.
+        rollout_server: sample the rollouts (and the prefilter's) on these vLLM servers, each
+            a ``vllm:NAME@URL`` spec (``websailor serve model`` prints it; one spec, a list, or
+            specs separated by commas), their weights synced from the trainer's after every
+            optimizer step; a rollout goes to the server with the fewest in flight
+            (:mod:`websailor.train.rl.servers`). Unset: the local engine samples from the
+            trainer's own weights. A run may resume against other servers.
+        on_server_loss: what a batch does when a server fails during it: ``stop`` (the
+            default: the step stops untrained, as with one server, and a rerun resumes from
+            the last checkpoint) or ``continue`` (the failed rollouts are rerun on the servers
+            that still answer, and the server that does not is dropped for the rest of the
+            run; the step stops when none is left).
+        sync_dir: the folder the weight sync writes the policy's weights to (default: shared
+            memory, ``/dev/shm``, which only servers on this machine read); a shared
+            filesystem's path when the servers run elsewhere.
+        server_sync_dir: that folder's path as the servers see it (default: ``sync_dir``);
+            checked with a first sync before any rollout.
         importance_sampling, importance_sampling_cap: with a rollout server, TRL's correction
             for the mismatch between the server's sampling probabilities (bf16) and the
             trainer's: ``token_truncate`` (each token's ratio capped at the cap, the default),
@@ -145,7 +165,10 @@ class RLSettings(TrainSettings):
     max_steps: int | None = Field(None, ge=1)
     use_vllm: bool = False
     vllm_mode: Literal["colocate"] = "colocate"
-    rollout_server: str | None = None
+    rollout_server: list[str] | None = None
+    on_server_loss: Literal["stop", "continue"] = "stop"
+    sync_dir: str | None = None
+    server_sync_dir: str | None = None
     importance_sampling: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = (
         "token_truncate"
     )
@@ -156,6 +179,23 @@ class RLSettings(TrainSettings):
     language: Literal["en", "zh"] | None = None
     save_steps: int = Field(1, ge=1)
     seed: int = Field(0, ge=0, lt=2**32)
+
+    @field_validator("rollout_server", mode="before")
+    @classmethod
+    def _server_list(cls, value: Any) -> Any:
+        """One spec, specs separated by commas, or a list of them; ``None`` or nothing: none."""
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, (list, tuple)):
+            specs = [v.strip() if isinstance(v, str) else v for v in value]
+            specs = [v for v in specs if v != ""]
+            return specs or None
+        return value
+
+    @property
+    def rollout_servers(self) -> list[str]:
+        """The rollout servers' specs (empty: the local engine)."""
+        return list(self.rollout_server or [])
 
     @model_validator(mode="after")
     def _groups_fit(self) -> RLSettings:
@@ -176,10 +216,15 @@ class RLSettings(TrainSettings):
         if self.rollout_server is not None:
             from websailor.models.vllm_server import parse_spec
 
-            try:
-                parse_spec(self.rollout_server)
-            except ConfigError as e:
-                raise ValueError(f"rollout_server: {e}") from None
+            roots = []
+            for spec in self.rollout_server:
+                try:
+                    roots.append(parse_spec(spec)[1].rstrip("/"))
+                except ConfigError as e:
+                    raise ValueError(f"rollout_server: {e}") from None
+            twice = sorted({r for r in roots if roots.count(r) > 1})
+            if twice:
+                raise ValueError(f"rollout_server names {twice[0]} twice: list each server once")
             if self.lora:
                 raise ValueError(
                     "rollout_server with lora: the weight sync writes whole models, not adapters; train without lora"
@@ -199,6 +244,14 @@ class RLSettings(TrainSettings):
                 )
         elif self.rubric is not None or self.language is not None:
             raise ValueError("rubric and language are settings of report tasks: set task report, or leave them out")
+        if self.server_sync_dir is not None and self.sync_dir is None:
+            raise ValueError(
+                "server_sync_dir without sync_dir: give sync_dir, the folder the trainer writes the weights to"
+            )
+        if (self.sync_dir is not None or self.on_server_loss != "stop") and not self.rollout_server:
+            raise ValueError(
+                "sync_dir, server_sync_dir and on_server_loss are settings of rollout servers: set rollout_server"
+            )
         if self.prefilter == 1:
             raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")
         parse_band(self.prefilter_band)

@@ -19,15 +19,27 @@ drops every cached key and value of the old weights. The rollouts of a batch all
 :meth:`ServerWeightSync.require_current` checks it before a batch starts. On GPUs the same
 hook is where vLLM's weight-transfer endpoints (``/pause``, ``/update_weights`` over NCCL,
 ``/resume``) go (docs/rl.md, "RL on GPUs").
+
+Several servers: the weights are written once and every server reloads them at the same time
+(one thread each); each server's version is kept, and a batch refuses any server whose version
+is not the step's. The folder is ``sync_dir`` (default ``/dev/shm``, which only servers on this
+machine read; a shared filesystem's path otherwise), told to the servers as ``server_dir`` (the
+same folder's path where they run). :meth:`ServerWeightSync.probe` pushes the starting weights
+once before any rollout, so a folder a server cannot read is one line at start, not a failed
+first step.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import httpx
@@ -54,48 +66,115 @@ def _shm_root() -> Path:
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
+@dataclass
+class SyncedServer:
+    """One rollout server of a :class:`ServerWeightSync`: its spec, URLs, the optimizer steps
+    its weights have seen (``version``; ``None``: not synced yet), the seconds of its last
+    reload, and whether it was dropped (``lost``: it failed and ``on_server_loss`` is
+    ``continue``)."""
+
+    spec: str
+    name: str
+    base_url: str
+    root: str
+    version: int | None = None
+    reload_s: float = 0.0
+    lost: bool = False
+
+
 class ServerWeightSync:
-    """The weight sync to a vLLM rollout server (see the module docstring).
+    """The weight sync to one or several vLLM rollout servers (see the module docstring).
 
     Args:
-        spec: the policy server's model spec, ``vllm:NAME@http://HOST:PORT/v1``.
+        specs: the policy servers' model specs, ``vllm:NAME@http://HOST:PORT/v1`` (one or a
+            sequence).
         timeout_s: seconds one sync may take (writing and reloading), after which it fails.
+        sync_dir: the folder the weights are written to (a fresh subfolder per sync object;
+            default ``/dev/shm``, or the temporary folder where there is none).
+        server_dir: ``sync_dir``'s path as the servers see it (default: the same path).
+        drop_failed: a server whose reload fails is marked lost and left out from then on
+            (``on_server_loss: continue``) instead of failing the sync; the sync fails only when
+            no server is left.
 
     Attributes:
-        version: the optimizer steps the server's weights have seen (``None``: not synced
-            yet: the server still holds the weights it started with).
+        servers: the :class:`SyncedServer` of each spec, in order.
+        version: the optimizer steps of the last push every live server took (``None``: none
+            yet: the servers still hold the weights they started with).
         last_sync_s: seconds of the last sync; ``last_write_s``: of that, writing the file.
-        weight_dtype: the dtype the weights are written in, the server's own (read by
-            :meth:`check`; ``"bfloat16"`` until then, or when the server does not say): weights
+        weight_dtype: the dtype the weights are written in, the servers' own (read by
+            :meth:`check`; ``"bfloat16"`` until then, or when a server does not say): weights
             rounded to bf16 for an fp32 server would be a mismatch of the sync's own making.
     """
 
-    def __init__(self, spec: str, timeout_s: float = 300.0) -> None:
-        self.spec = spec
-        self.name, self.base_url = parse_spec(spec)
-        self.root = server_root(self.base_url)
+    def __init__(
+        self,
+        specs: str | Sequence[str],
+        timeout_s: float = 300.0,
+        sync_dir: str | Path | None = None,
+        server_dir: str | None = None,
+        drop_failed: bool = False,
+    ) -> None:
+        specs = [specs] if isinstance(specs, str) else list(specs)
+        if not specs:
+            raise ConfigError("the weight sync needs at least one rollout server")
+        self.servers = [SyncedServer(spec, *parse_spec(spec), root="") for spec in specs]
+        for server in self.servers:
+            server.root = server_root(server.base_url)
         self.timeout_s = timeout_s
+        self.drop_failed = drop_failed
         self.trainer: Any = None
         self.version: int | None = None
         self.last_sync_s = 0.0
         self.last_write_s = 0.0
         self.weight_dtype = "bfloat16"
-        self._dir = _shm_root() / f"websailor-policy-{id(self):x}"
+        self.sync_dir = Path(sync_dir) if sync_dir is not None else None
+        name = f"websailor-policy-{os.getpid()}-{id(self):x}"
+        self._dir = (self.sync_dir or _shm_root()) / name
+        self._server_path = str(PurePosixPath(server_dir) / name) if server_dir else str(self._dir)
         self._headers = {"Authorization": f"Bearer {api_key()}"}
+
+    @property
+    def spec(self) -> str:
+        """The first server's spec (the one server of a single-server sync)."""
+        return self.servers[0].spec
+
+    @property
+    def root(self) -> str:
+        """The first server's root URL."""
+        return self.servers[0].root
+
+    @property
+    def live(self) -> list[SyncedServer]:
+        """The servers not dropped."""
+        return [s for s in self.servers if not s.lost]
 
     # -- before anything runs ------------------------------------------------------------
     def check(self) -> None:
-        """Check, before any rollout, that the server serves the model, offers the sync
-        endpoints and computes log-probabilities after the temperature.
+        """Check, before any rollout, that every server serves the model, offers the sync
+        endpoints and computes log-probabilities after the temperature, and that all hold
+        the model in one dtype.
 
         Raises:
             ConfigError: one line naming the URL and what to change: nothing listens there
                 (not running, or still starting: vLLM opens its port only when its start-up
                 compile is done), it serves another model, it was started without
-                ``VLLM_SERVER_DEV_MODE=1``.
+                ``VLLM_SERVER_DEV_MODE=1``; servers of different dtypes.
         """
+        dtypes = {}
+        for server in self.servers:
+            dtypes[server.root] = self._check_server(server)
+        if len(set(dtypes.values())) > 1:
+            listed = ", ".join(f"{root} {dtype}" for root, dtype in dtypes.items())
+            raise ConfigError(
+                f"the rollout servers hold the model in different dtypes ({listed}): one weight file cannot fit "
+                "them all; start them with the same --dtype"
+            )
+        self.weight_dtype = next(iter(dtypes.values()))
+
+    def _check_server(self, server: SyncedServer) -> str:
+        """:meth:`check` of one server; the dtype its weights are written in."""
         try:
-            probe_models(self.base_url, self.name, api_key(), prefix="vllm")
+            probe_models(server.base_url, server.name, api_key(), prefix="vllm")
         except ConfigError as e:
             hint = ""
             if "nothing listens" in str(e):
@@ -103,32 +182,35 @@ class ServerWeightSync:
                     " (a server still starting does not listen yet: vLLM opens its port after its start-up compile, "
                     "1 to 2 minutes; wait until `websailor serve model` prints the spec)"
                 )
-            raise ConfigError(f"rollout server {self.spec}: {e}{hint}") from None
+            raise ConfigError(f"rollout server {server.spec}: {e}{hint}") from None
         try:
-            paths = httpx.get(f"{self.root}/openapi.json", timeout=10.0, headers=self._headers).json().get("paths", {})
+            paths = (
+                httpx.get(f"{server.root}/openapi.json", timeout=10.0, headers=self._headers).json().get("paths", {})
+            )
         except (httpx.HTTPError, ValueError, AttributeError) as e:
-            raise ConfigError(f"rollout server {self.spec}: cannot read {self.root}/openapi.json ({e})") from None
+            raise ConfigError(f"rollout server {server.spec}: cannot read {server.root}/openapi.json ({e})") from None
         missing = [p for p in SYNC_ENDPOINTS if p not in paths]
         if missing:
             raise ConfigError(
-                f"rollout server {self.spec}: the server has no {', '.join(missing)} endpoint, which the weight "
+                f"rollout server {server.spec}: the server has no {', '.join(missing)} endpoint, which the weight "
                 "sync needs: start it with VLLM_SERVER_DEV_MODE=1 in its environment (websailor serve model does)"
             )
-        config = self._model_config()
+        config = self._model_config(server.root)
         mode = config.get("logprobs_mode")
-        self.weight_dtype = SERVER_DTYPES.get(str(config.get("dtype")), "bfloat16")
         if mode not in (None, "processed_logprobs"):
             logger.warning(
                 "%s computes log-probabilities as %s, before the temperature: the importance-sampling correction is "
                 "biased unless the temperature is 1 (start vLLM with --logprobs-mode processed_logprobs)",
-                self.spec,
+                server.spec,
                 mode,
             )
+        return SERVER_DTYPES.get(str(config.get("dtype")), "bfloat16")
 
-    def _model_config(self) -> dict[str, Any]:
-        """The server's model settings (``/server_info``; empty when it does not give them)."""
+    def _model_config(self, root: str) -> dict[str, Any]:
+        """The model settings of the server at ``root`` (``/server_info``; empty when it does
+        not give them)."""
         try:
-            info = httpx.get(f"{self.root}/server_info", params={"config_format": "json"}, timeout=10.0).json()
+            info = httpx.get(f"{root}/server_info", params={"config_format": "json"}, timeout=10.0).json()
             config = info["vllm_config"]["model_config"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return {}
@@ -148,13 +230,15 @@ class ServerWeightSync:
         self.push(trainer.accelerator.unwrap_model(trainer.model), int(trainer.state.global_step), main)
         trainer.accelerator.wait_for_everyone()
 
-    def push(self, model: Any, step: int, main: bool = True) -> None:
-        """Write ``model``'s weights and have the server load them as those of ``step``
-        (optimizer steps taken); on processes other than the ``main`` one only the version is
+    def push(self, model: Any, step: int | None, main: bool = True) -> None:
+        """Write ``model``'s weights once and have every live server load them as those of
+        ``step`` (optimizer steps taken; ``None``: weights of no step, such as a probe's), the
+        servers at the same time; on processes other than the ``main`` one only the version is
         recorded.
 
         Raises:
-            WeightSyncError: as :meth:`sync_weights`.
+            WeightSyncError: as :meth:`sync_weights`, naming the servers that failed (with
+                ``drop_failed``: only when every server failed; the others are dropped).
         """
         t0 = time.perf_counter()
         if main:  # a full /dev/shm is one line before anything is written, not a failed write
@@ -165,20 +249,76 @@ class ServerWeightSync:
             width = getattr(torch, self.weight_dtype).itemsize  # bytes a weight
             size_mb = sum(p.numel() for p in model.state_dict().values()) * width / 2**20
             check_shm(1.1 * size_mb + 1, "the weight sync", self._dir.parent)
+        label = "the probe" if step is None else f"step {step + 1}"
+        servers = self.live
         try:
             if main:
-                self._write(model)
+                try:
+                    self._write(model)
+                except (OSError, RuntimeError) as e:
+                    raise WeightSyncError(
+                        f"weight sync before {label}: writing {self._dir} failed: {type(e).__name__}: {e}"
+                    ) from e
                 self.last_write_s = time.perf_counter() - t0
-                reload = {"weights_path": str(self._dir), "is_checkpoint_format": True}
-                _check_rpc(self.root, self._post("/collective_rpc", {"method": "reload_weights", "kwargs": reload}, t0))
-                self._post("/reset_prefix_cache", None, t0)
-        except (OSError, RuntimeError) as e:
-            raise WeightSyncError(f"weight sync to {self.root} before step {step + 1}: {type(e).__name__}: {e}") from e
+                with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-sync") as pool:
+                    errors = list(pool.map(lambda server: self._reload(server, t0, label), servers))
+                failed = [(srv, e) for srv, e in zip(servers, errors) if e is not None]
+                if failed and (not self.drop_failed or len(failed) == len(servers)):
+                    raise (
+                        failed[0][1]
+                        if len(failed) == 1
+                        else WeightSyncError(
+                            f"{len(failed)} of {len(servers)} rollout servers failed the weight sync before {label}: "
+                            + "; ".join(str(e) for _, e in failed)
+                        )
+                    )
+                for server, e in failed:
+                    server.lost = True
+                    logger.warning("rollout server %s is dropped for the rest of the run: %s", server.root, e)
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
+        for server in self.live:
+            server.version = step
         self.version = step
         self.last_sync_s = time.perf_counter() - t0
-        logger.info("weights of step %d synced to %s in %.2f s", step, self.root, self.last_sync_s)
+        where = servers[0].root if len(servers) == 1 else f"{len(self.live)} servers"
+        logger.info("weights of %s synced to %s in %.2f s", label, where, self.last_sync_s)
+
+    def _reload(self, server: SyncedServer, t0: float, label: str) -> WeightSyncError | None:
+        """Have ``server`` reload the written weights and drop its cached keys and values; the
+        error, or ``None``."""
+        try:
+            reload = {"weights_path": self._server_path, "is_checkpoint_format": True}
+            body = {"method": "reload_weights", "kwargs": reload}
+            _check_rpc(server.root, self._post(server.root, "/collective_rpc", body, t0))
+            self._post(server.root, "/reset_prefix_cache", None, t0)
+        except WeightSyncError as e:
+            return e
+        except (OSError, RuntimeError) as e:
+            return WeightSyncError(f"weight sync to {server.root} before {label}: {type(e).__name__}: {e}")
+        server.reload_s = time.perf_counter() - t0
+        return None
+
+    def probe(self, model: Any, step: int | None) -> None:
+        """Push ``model``'s weights (the run's starting weights; ``step``: their version, or
+        ``None`` when they are of no step the run trains from) before any rollout: the check
+        that every server reads the sync's folder.
+
+        Raises:
+            ConfigError: a server could not load them, naming the folder and the setting to change.
+        """
+        try:
+            self.push(model, step)
+        except WeightSyncError as e:
+            hint = (
+                f"; the weights were written to {self._dir.parent} (sync_dir) and the servers told "
+                f"{PurePosixPath(self._server_path).parent} (server_sync_dir): is that folder the same one where "
+                "they run?"
+                if self.sync_dir is not None
+                else "; the weights were written to shared memory (/dev/shm), which only servers on this machine "
+                "read: for servers elsewhere set sync_dir to a shared folder (and server_sync_dir to its path there)"
+            )
+            raise ConfigError(f"the first weight sync failed before any rollout: {e}{hint}") from None
 
     def _write(self, model: Any) -> None:
         """``model``'s weights as a safetensors checkpoint in :attr:`weight_dtype` with its
@@ -194,40 +334,49 @@ class ServerWeightSync:
             state = {k: v.detach().to(dtype, copy=True) for k, v in model.state_dict().items()}
             model.save_pretrained(self._dir, state_dict=state, safe_serialization=True)
 
-    def _post(self, path: str, body: dict | None, t0: float) -> str:
-        """POST ``body`` to the server's ``path`` within what is left of the sync's time; the
-        answer's text."""
+    def _post(self, root: str, path: str, body: dict | None, t0: float) -> str:
+        """POST ``body`` to ``path`` of the server at ``root`` within what is left of the
+        sync's time; the answer's text."""
         left = self.timeout_s - (time.perf_counter() - t0)
         if left <= 0:
-            raise WeightSyncError(f"weight sync to {self.root} took longer than {self.timeout_s:.0f} s")
+            raise WeightSyncError(f"weight sync to {root} took longer than {self.timeout_s:.0f} s")
         try:
-            r = httpx.post(f"{self.root}{path}", json=body, timeout=left, headers=self._headers)
+            r = httpx.post(f"{root}{path}", json=body, timeout=left, headers=self._headers)
         except httpx.TimeoutException:
             raise WeightSyncError(
-                f"weight sync to {self.root}: {path} did not answer within {self.timeout_s:.0f} s; the step stops "
+                f"weight sync to {root}: {path} did not answer within {self.timeout_s:.0f} s; the step stops "
                 "and nothing is trained on rollouts of unknown weights: rerun the same command to resume"
             ) from None
         except httpx.HTTPError as e:
             raise WeightSyncError(
-                f"weight sync to {self.root}: {path} failed ({type(e).__name__}: {e}): is the server still running? "
+                f"weight sync to {root}: {path} failed ({type(e).__name__}: {e}): is the server still running? "
                 "Nothing is trained on rollouts of unknown weights: restart it and rerun the same command to resume"
             ) from None
         if r.status_code != 200:
-            raise WeightSyncError(f"weight sync to {self.root}: {path} answered HTTP {r.status_code}: {r.text[:300]}")
+            raise WeightSyncError(f"weight sync to {root}: {path} answered HTTP {r.status_code}: {r.text[:300]}")
         return r.text
 
     def require_current(self, step: int) -> None:
-        """Refuse to start a batch's rollouts when the server does not hold the weights of
+        """Refuse to start a batch's rollouts when a live server does not hold the weights of
         ``step`` (a sync was skipped or failed).
 
         Raises:
-            WeightSyncError: the server's weights are of another step.
+            WeightSyncError: naming the first server whose weights are of another step.
         """
-        if self.version != step:
-            held = "the weights it started with" if self.version is None else f"the weights of step {self.version}"
-            raise WeightSyncError(
-                f"{self.root} holds {held}, not those of step {step}: its rollouts would be off-policy"
-            )
+        for server in self.live:
+            if server.version != step:
+                held = (
+                    "the weights it started with" if server.version is None else f"the weights of step {server.version}"
+                )
+                raise WeightSyncError(
+                    f"{server.root} holds {held}, not those of step {step}: its rollouts would be off-policy"
+                )
+
+    def drop(self, root: str) -> None:
+        """Leave the server at ``root`` out of every later sync (it failed during a batch)."""
+        for server in self.servers:
+            if server.root == root:
+                server.lost = True
 
 
 def _check_rpc(root: str, text: str) -> None:

@@ -327,20 +327,29 @@ def _grpo_config(run: _Run, bf16: bool, max_position_embeddings: int, progress: 
 
 
 def _open_server(settings: RLSettings) -> tuple[Any, Any]:
-    """The rollout server's backend and weight sync, both checked (``(None, None)`` without
-    ``rollout_server``).
+    """The rollout servers (a :class:`~websailor.train.rl.servers.ServerPool`) and their
+    weight sync, all checked (``(None, None)`` without ``rollout_server``).
 
     Raises:
-        ConfigError: the server cannot serve rollouts or take weights (:meth:`ServerWeightSync.check`).
+        ConfigError: a server cannot serve rollouts or take weights (:meth:`ServerWeightSync.check`),
+            naming its URL.
     """
-    if not settings.rollout_server:
+    if not settings.rollout_servers:
         return None, None
     from websailor.models import load_model
+    from websailor.train.rl.servers import ServerPool
     from websailor.train.rl.sync import ServerWeightSync
 
-    sync = ServerWeightSync(settings.rollout_server, timeout_s=settings.sync_timeout_s)
+    sync = ServerWeightSync(
+        settings.rollout_servers,
+        timeout_s=settings.sync_timeout_s,
+        sync_dir=settings.sync_dir,
+        server_dir=settings.server_sync_dir,
+        drop_failed=settings.on_server_loss == "continue",
+    )
     sync.check()
-    return load_model(settings.rollout_server, check=True), sync
+    models = [load_model(spec, check=True) for spec in settings.rollout_servers]
+    return ServerPool(models, [server.root for server in sync.servers]), sync
 
 
 def train_rl(
@@ -451,7 +460,7 @@ def _serve_policy(run: _Run, engine: str | None) -> Any:
     served = serve_for_job(run.model, engine, rollouts, max_model_len=limit)
     if served.engine != "vllm":
         return None
-    run.settings = settings.model_copy(update={"rollout_server": served.spec})
+    run.settings = settings.model_copy(update={"rollout_server": [served.spec]})
     return served
 
 
@@ -472,9 +481,10 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any,
         if int(os.environ.get("RANK", "0")) == 0:
             (out / SETTINGS_FILE).write_text(json.dumps(run.record, indent=2), encoding="utf-8")
         net = load_trainable_model(run.model_dir, settings)
-        if sync is not None and settings.prefilter and not (out / PREFILTER_FILE).exists():
-            sync.push(net, 0)  # the prefilter rates the starting model's weights
-        _choose_items(run, judge, tool_env.tools, tool_env.name, settings.rollout_server or model, progress)
+        if sync is not None:  # every server reads the sync's folder, or one line before any rollout
+            sync.probe(net, 0 if run.resume is None else None)  # a sampling prefilter rates these weights
+        policy = settings.rollout_servers[0] if settings.rollout_servers else model  # the prefilter's sampler
+        _choose_items(run, judge, tool_env.tools, tool_env.name, policy, progress)
         return _train(run, net, judge, tool_env, server, sync, progress)
     finally:
         if server is not None:
@@ -529,6 +539,7 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
             settings.seed,
             skip_zero_advantage=settings.skip_zero_advantage,
             max_env_failures=settings.max_env_failures,
+            on_server_loss=settings.on_server_loss,
         ),
         out / ROLLOUTS_FILE,
         env=tool_env.name,

@@ -1,0 +1,183 @@
+"""Several rollout servers behind one RL batch (websailor.train.rl.servers, the sync's server
+list and folder), against HTTP imitations of vLLM's API: rollouts go to the least busy server,
+every server takes each step's weights, a server of another version is refused, a server that
+dies mid-batch stops the step or is dropped while its rollouts rerun elsewhere, and a sync
+folder a server cannot read is one line before any rollout. Real vLLM servers:
+tests/test_vllm_server.py."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from fakes import serving, vllm_imitation
+
+from websailor.agent.loop import AgentConfig
+from websailor.errors import ConfigError, ModelError
+from websailor.judge.base import load_judge
+from websailor.judge.gold import Gold
+from websailor.models.vllm_server import VLLMServerModel
+from websailor.questions import Question
+from websailor.train.common import load_tokenizer
+from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
+from websailor.train.rl.servers import ServerPool
+from websailor.train.rl.sync import ServerWeightSync, WeightSyncError
+
+REPLY = "<think>\nThe capital of France is Paris.\n</think>\n<answer>Paris</answer>"
+ITEMS = [
+    Question("q1", "Which city is the capital of France?", Gold.parse("Paris")),
+    Question("q2", "Which city is the capital of Italy?", Gold.parse("Rome")),
+]
+
+
+def _tiny_model():
+    """A module with ``save_pretrained`` writing its weights as safetensors, as the sync calls it."""
+    import torch
+
+    model = torch.nn.Linear(4, 4)
+
+    def save_pretrained(folder, state_dict, safe_serialization):
+        from safetensors.torch import save_file
+
+        Path(folder).mkdir(parents=True)
+        save_file(state_dict, str(Path(folder) / "model.safetensors"))
+
+    model.save_pretrained = save_pretrained
+    return model
+
+
+def _servers(stack: ExitStack, tok, n: int = 2, **kw) -> tuple[list, list[str]]:
+    apps = [vllm_imitation(tok, REPLY, **(kw if i == n - 1 else {"delay_s": kw.get("delay_s", 0.0)})) for i in range(n)]
+    urls = [stack.enter_context(serving(app)) for app in apps]
+    return apps, [f"vllm:policy@{url}/v1" for url in urls]
+
+
+def _rollouts(out: Path, model_dir: Path, specs, sync, on_server_loss="stop"):
+    out.mkdir(exist_ok=True)
+    models = [
+        VLLMServerModel("policy", spec.split("@", 1)[1], tokenizer_dir=model_dir, backoff_s=0.01) for spec in specs
+    ]
+    pool = ServerPool(models, [server.root for server in sync.servers])
+    settings = RolloutSettings(4, "v2", AgentConfig(max_calls=2), concurrency=4, on_server_loss=on_server_loss)
+    items = {it.question: it for it in ITEMS}
+    return AgentRollouts(items, {}, load_judge("em"), settings, out / "rollouts.jsonl", server=pool, sync=sync)
+
+
+def _trainer(tok, step: int = 0):
+    return SimpleNamespace(state=SimpleNamespace(global_step=step), processing_class=tok)
+
+
+PROMPTS = [[{"role": "user", "content": it.question}] for it in ITEMS for _ in range(4)]
+
+
+def test_rollouts_go_to_the_least_busy_server_and_every_server_takes_the_weights(tmp_path, smollm2_path):
+    tok = load_tokenizer(smollm2_path)
+    with ExitStack() as stack:
+        apps, specs = _servers(stack, tok, delay_s=0.2)
+        sync = ServerWeightSync(specs, sync_dir=tmp_path / "sync")
+        sync.check()
+        sync.push(_tiny_model(), 0)
+        # the weights were written once, into sync_dir, and both servers were told that folder
+        assert [len(app.state.reloads) for app in apps] == [1, 1]
+        assert apps[0].state.reloads == apps[1].state.reloads
+        assert Path(apps[0].state.reloads[0]).parent == tmp_path / "sync"
+        assert not Path(apps[0].state.reloads[0]).exists()  # removed once loaded
+        assert [s.version for s in sync.servers] == [0, 0]
+        ro = _rollouts(tmp_path, smollm2_path, specs, sync)
+        batch = ro(PROMPTS, _trainer(tok))
+        assert len(batch["completion_ids"]) == 8
+        served = [len(app.state.requests) for app in apps]
+        assert sum(served) == 8 and min(served) >= 3, served  # four in flight at a time, spread over both
+        assert [ro.last[f"server/{i}/rollouts"] for i in (0, 1)] == served
+        assert ro.last["servers/live"] == 2 and ro.last["server/0/sync_s"] > 0
+        records = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+        roots = [s.root for s in sync.servers]
+        assert sorted(r["server"] for r in records) == sorted(roots[0:1] * served[0] + roots[1:2] * served[1])
+        assert all(r["policy_version"] == 0 and r["correct"] in (True, False) for r in records)
+        # a server left at other weights (its sync skipped) refuses the next batch before any rollout
+        sync.servers[1].version = None
+        with pytest.raises(WeightSyncError, match=f"{roots[1]} holds the weights it started with, not those of step 0"):
+            ro(PROMPTS, _trainer(tok))
+        assert sum(len(app.state.requests) for app in apps) == 8
+
+
+def test_a_server_that_dies_mid_batch_stops_the_step_or_is_dropped(tmp_path, smollm2_path):
+    """Default (stop): nothing of the batch is trained and the error names the server. With
+    on_server_loss continue: the failed rollouts rerun on the server left, the dead one is
+    dropped, and the next sync goes to the live server only."""
+    tok = load_tokenizer(smollm2_path)
+    for mode in ("stop", "continue"):
+        with ExitStack() as stack:
+            apps, specs = _servers(stack, tok, delay_s=0.05, die_after=1)
+            sync = ServerWeightSync(specs, drop_failed=mode == "continue")
+            sync.check()
+            sync.push(_tiny_model(), 0)
+            ro = _rollouts(tmp_path / mode, smollm2_path, specs, sync, on_server_loss=mode)
+            dead = sync.servers[1].root
+            if mode == "stop":
+                with pytest.raises(
+                    ModelError, match=f"(?s)failed on the rollout server {dead}.*on_server_loss: continue"
+                ):
+                    ro(PROMPTS, _trainer(tok))
+                assert not (tmp_path / mode / "rollouts.jsonl").exists()
+                continue
+            batch = ro(PROMPTS, _trainer(tok))
+            assert len(batch["completion_ids"]) == 8 and ro.last["reward/ungraded"] == 0
+            assert ro.server.lost == [False, True] and sync.servers[1].lost and ro.last["servers/live"] == 1
+            records = [json.loads(line) for line in (tmp_path / mode / "rollouts.jsonl").read_text().splitlines()]
+            # the one rollout the server finished before it died stands; every other ran on the live one
+            assert Counter(r["server"] for r in records) == {sync.servers[0].root: 7, dead: 1}
+            assert all(r["termination"] == "answer" for r in records)
+            sync.push(_tiny_model(), 1)  # the next step's weights go to the live server alone
+            assert [len(app.state.reloads) for app in apps] == [2, 1]
+            assert [s.version for s in sync.servers] == [1, 0] and sync.version == 1
+            sync.require_current(1)  # the dropped server does not hold the batch back
+            assert dead not in {s.root for s in sync.live}
+
+
+def test_a_sync_folder_a_server_cannot_read_is_one_line_before_any_rollout(tmp_path, smollm2_path):
+    tok = load_tokenizer(smollm2_path)
+    with ExitStack() as stack:
+        apps, specs = _servers(stack, tok)
+        elsewhere = ServerWeightSync(specs, sync_dir=tmp_path / "here", server_dir=str(tmp_path / "there"))
+        elsewhere.check()
+        with pytest.raises(
+            ConfigError, match="first weight sync failed before any rollout.*FileNotFoundError.*sync_dir"
+        ):
+            elsewhere.probe(_tiny_model(), 0)
+        assert [s.version for s in elsewhere.servers] == [None, None] and apps[0].state.reloads == []
+        # the same folder under the name the servers see it by: the probe passes
+        (tmp_path / "there").symlink_to(tmp_path / "here", target_is_directory=True)
+        (tmp_path / "here").mkdir(exist_ok=True)
+        elsewhere.probe(_tiny_model(), 0)
+        assert Path(apps[1].state.reloads[0]).parent == tmp_path / "there"
+        assert [s.version for s in elsewhere.servers] == [0, 0]
+
+
+def test_servers_of_different_dtypes_and_bad_server_settings_are_refused(tmp_path, smollm2_path):
+    from websailor.train.rl import load_settings
+
+    tok = load_tokenizer(smollm2_path)
+    with ExitStack() as stack:
+        a = stack.enter_context(serving(vllm_imitation(tok, REPLY, dtype="torch.float32")))
+        b = stack.enter_context(serving(vllm_imitation(tok, REPLY, dtype="torch.bfloat16")))
+        sync = ServerWeightSync([f"vllm:policy@{a}/v1", f"vllm:policy@{b}/v1"])
+        with pytest.raises(ConfigError, match=f"different dtypes \\({a} float32, {b} bfloat16\\)"):
+            sync.check()
+    one, two = "vllm:policy@http://127.0.0.1:8001/v1", "vllm:policy@http://127.0.0.1:8002/v1"
+    assert load_settings(None, rollout_server=f"{one}, {two}").rollout_servers == [one, two]
+    assert load_settings(None, rollout_server=[one]).rollout_servers == [one]
+    assert load_settings(None, rollout_server="").rollout_servers == []
+    for bad, says in (
+        ({"rollout_server": [one, one.replace("/v1", "/v1/")]}, "names http://127.0.0.1:8001/v1 twice"),
+        ({"rollout_server": one, "server_sync_dir": "/mnt/x"}, "server_sync_dir without sync_dir"),
+        ({"sync_dir": "/tmp/x"}, "settings of rollout servers: set rollout_server"),
+        ({"on_server_loss": "continue"}, "settings of rollout servers"),
+        ({"rollout_server": one, "on_server_loss": "retry"}, "on_server_loss"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            load_settings(None, **bad)
