@@ -21,13 +21,10 @@ to ``rollouts.jsonl`` in the run directory; the batch's figures go to the step l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import time
-import warnings
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,16 +72,6 @@ class RolloutSettings:
     skip_zero_advantage: bool = True
     max_env_failures: int = 0
     on_server_loss: str = "stop"
-
-
-@contextlib.contextmanager
-def _quiet_checkpointing_names() -> Iterator[None]:
-    """Silence transformers' FutureWarnings on the old ``gradient_checkpointing_*`` names, which
-    TRL's ``unwrap_model_for_generation`` (TRL 1.16) still calls around every local batch: three
-    warnings a step that a user cannot act on."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
-        yield
 
 
 class AgentRollouts:
@@ -220,10 +207,7 @@ class AgentRollouts:
             finally:
                 chat.close()
         else:
-            with (
-                _quiet_checkpointing_names(),
-                unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy,
-            ):
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as policy:
                 was_training = policy.training
                 policy.eval()
                 chat = TransformersModel.from_loaded(

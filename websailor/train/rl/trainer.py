@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -553,6 +554,9 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": it.question}]} for it in run.items])
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # TRL 1.16 still calls transformers' old gradient_checkpointing_* names (around generation and
+    # the old log-probabilities' pass): three FutureWarnings a run that a user cannot act on
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
     with tensorboard_dir(out / "trl_tensorboard", run.report_to):
         trainer = AgentGRPOTrainer(
             model=net,
