@@ -295,14 +295,10 @@ def test_two_servers_share_the_rollouts_and_take_every_sync(
     try:
         out = tmp_path / "rl"
         settings = _rl_settings([server.spec, other.spec], batch_size=4, concurrency=4)
-        summary = train_rl(
-            _qa(tmp_path / "qa.jsonl"),
-            f"hf:{smollm2_path}",
-            out,
-            settings,
-            env=EnvSpec(corpus=vital_dir),
-            progress=False,
-        )
+        qa = _qa(tmp_path / "qa.jsonl")  # and a second question: a batch of two groups
+        with qa.open("a") as fh:
+            fh.write(json.dumps({"id": "b", "question": "Which river flows through Cairo?", "answer": "Nile"}) + "\n")
+        summary = train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
     finally:
         other.close()
     assert summary["steps"] == 2
