@@ -61,7 +61,7 @@ def _rollouts(out: Path, model_dir: Path, specs, sync, on_server_loss="stop"):
     models = [
         VLLMServerModel("policy", spec.split("@", 1)[1], tokenizer_dir=model_dir, backoff_s=0.01) for spec in specs
     ]
-    pool = ServerPool(models, [server.root for server in sync.servers])
+    pool = ServerPool(models, sync.servers)
     settings = RolloutSettings(4, "v2", AgentConfig(max_calls=2), concurrency=4, on_server_loss=on_server_loss)
     items = {it.question: it for it in ITEMS}
     return AgentRollouts(items, {}, load_judge("em"), settings, out / "rollouts.jsonl", server=pool, sync=sync)
@@ -127,7 +127,8 @@ def test_a_server_that_dies_mid_batch_stops_the_step_or_is_dropped(tmp_path, smo
                 continue
             batch = ro(PROMPTS, _trainer(tok))
             assert len(batch["completion_ids"]) == 8 and ro.last["reward/ungraded"] == 0
-            assert ro.server.lost == [False, True] and sync.servers[1].lost and ro.last["servers/live"] == 1
+            assert [s.lost for s in ro.server.servers] == [False, True] and sync.servers[1].lost
+            assert ro.last["servers/live"] == 1
             records = [json.loads(line) for line in (tmp_path / mode / "rollouts.jsonl").read_text().splitlines()]
             # the one rollout the server finished before it died stands; every other ran on the live one
             assert Counter(r["server"] for r in records) == {sync.servers[0].root: 7, dead: 1}
@@ -137,6 +138,23 @@ def test_a_server_that_dies_mid_batch_stops_the_step_or_is_dropped(tmp_path, smo
             assert [s.version for s in sync.servers] == [1, 0] and sync.version == 1
             sync.require_current(1)  # the dropped server does not hold the batch back
             assert dead not in {s.root for s in sync.live}
+
+
+def test_a_server_whose_reload_failed_gets_no_rollout(tmp_path, smollm2_path):
+    """With on_server_loss continue, a server that failed the weight sync is dropped from the
+    rollouts too: none of the batch is sampled from its old weights."""
+    tok = load_tokenizer(smollm2_path)
+    with ExitStack() as stack:
+        apps, specs = _servers(stack, tok)
+        sync = ServerWeightSync(specs, drop_failed=True)
+        sync.check()
+        ro = _rollouts(tmp_path, smollm2_path, specs, sync, on_server_loss="continue")
+        apps[1].state.dead = True
+        sync.push(_tiny_model(), 0)
+        assert [s.lost for s in sync.servers] == [False, True] and ro.server.live == [0]
+        apps[1].state.dead = False  # it answers again, but holds old weights
+        ro(PROMPTS, _trainer(tok))
+        assert (len(apps[0].state.requests), len(apps[1].state.requests)) == (8, 0)
 
 
 def test_a_sync_folder_a_server_cannot_read_is_one_line_before_any_rollout(tmp_path, smollm2_path):

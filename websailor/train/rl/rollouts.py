@@ -40,7 +40,7 @@ from websailor.models.turns import TurnTemplate
 from websailor.questions import Question
 from websailor.train.advantages import plan_batch
 from websailor.train.rewards import reward
-from websailor.train.rl.servers import RoutedAgent, ServerPool
+from websailor.train.rl.servers import RoutedAgent
 from websailor.train.rollout_tokens import rollout_tokens
 
 logger = get_logger(__name__)
@@ -84,8 +84,7 @@ class AgentRollouts:
         judge: grades final answers (``em``, ``f1`` or an LLM judge).
         settings: group size, algorithm, agent budgets and sampling.
         rollouts_path: JSONL every graded rollout is appended to.
-        server: the vLLM rollout servers (a :class:`~websailor.train.rl.servers.ServerPool`, or
-            one server's backend, :class:`~websailor.models.vllm_server.VLLMServerModel`) and
+        server: the vLLM rollout servers (a :class:`~websailor.train.rl.servers.ServerPool`) and
             ``sync`` their :class:`~websailor.train.rl.sync.ServerWeightSync`: rollouts are
             sampled there, each on the least busy server, from the weights the sync pushed
             after the last optimizer step; ``None``: sampled here by the local engine from the
@@ -123,8 +122,6 @@ class AgentRollouts:
         self._failed_steps = 0
         self._calls = 0
         self._warned_retokenized = False
-        if server is not None and not isinstance(server, ServerPool):
-            server = ServerPool([server], [sync.root if sync is not None else ""])
         self.server = server
         self.sync = sync
         self._where: list[str | None] = []  # the server of each rollout of the last batch
@@ -241,8 +238,6 @@ class AgentRollouts:
             for i in where:
                 if not pool.answers(i):
                     pool.drop(i, f"it failed during step {step + 1} and no longer answers")
-                    if self.sync is not None:
-                        self.sync.drop(pool.roots[i])
             logger.warning(
                 "step %d: %d of %d rollouts failed on their server; rerunning them on %d live server(s)",
                 step + 1, len(failed), len(trajs), len(pool.live),
@@ -405,8 +400,8 @@ class AgentRollouts:
             stats.update({"sync/seconds": self.sync.last_sync_s, "sync/write_s": self.sync.last_write_s})
         if self.server is not None and len(self.server) > 1:  # each server's share of the batch and its reload
             stats["servers/live"] = float(len(self.server.live))
-            for i, served in enumerate(self.server.served):
+            for i, (served, server) in enumerate(zip(self.server.served, self.server.servers)):
                 stats[f"server/{i}/rollouts"] = float(served)
-                if self.sync is not None and i < len(self.sync.servers) and self.sync.servers[i].version == step:
-                    stats[f"server/{i}/sync_s"] = self.sync.servers[i].reload_s
+                if server.version == step:
+                    stats[f"server/{i}/sync_s"] = server.reload_s
         return stats

@@ -4,7 +4,9 @@ while its rollouts are rerun on the others (``on_server_loss``; issue 40).
 
 The unit routed is a whole rollout, not a model call: a rollout's turns share their prefix, so
 they stay on the server that holds its keys and values. The weights of every server are synced
-by one :class:`~websailor.train.rl.sync.ServerWeightSync` before the batch.
+by one :class:`~websailor.train.rl.sync.ServerWeightSync` before the batch, and the pool reads
+that sync's :class:`~websailor.train.rl.sync.SyncedServer` records: a server dropped by either
+(a failed reload, or no answer after a failed rollout) is out of both.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import httpx
 from websailor.errors import ModelError
 from websailor.log import get_logger
 from websailor.models.openai_compat import api_key
+from websailor.train.rl.sync import SyncedServer
 
 logger = get_logger(__name__)
 
@@ -27,31 +30,35 @@ class ServerPool:
 
     Args:
         models: one chat backend per server (:class:`~websailor.models.vllm_server.VLLMServerModel`).
-        roots: each server's root URL (``http://HOST:PORT``), in the same order.
+        servers: each server's record in the weight sync (``ServerWeightSync.servers``), in the
+            same order: its root URL, version and whether it was dropped.
 
     Attributes:
         in_flight: rollouts running on each server now.
         served: rollouts each server has started since :meth:`reset_counts`.
-        lost: servers dropped for the rest of the run.
     """
 
-    def __init__(self, models: Sequence[Any], roots: Sequence[str]) -> None:
-        if len(models) != len(roots) or not models:
-            raise ValueError(f"{len(models)} server backends for {len(roots)} server URLs")
+    def __init__(self, models: Sequence[Any], servers: Sequence[SyncedServer]) -> None:
+        if len(models) != len(servers) or not models:
+            raise ValueError(f"{len(models)} server backends for {len(servers)} servers")
         self.models = list(models)
-        self.roots = list(roots)
+        self.servers = list(servers)
         self.in_flight = [0] * len(models)
         self.served = [0] * len(models)
-        self.lost = [False] * len(models)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.models)
 
     @property
+    def roots(self) -> list[str]:
+        """Each server's root URL."""
+        return [server.root for server in self.servers]
+
+    @property
     def live(self) -> list[int]:
         """The indices of the servers not dropped."""
-        return [i for i, lost in enumerate(self.lost) if not lost]
+        return [i for i, server in enumerate(self.servers) if not server.lost]
 
     def acquire(self, avoid: Sequence[int] = ()) -> int:
         """Take a slot on the live server with the fewest rollouts in flight (the lowest index
@@ -79,17 +86,16 @@ class ServerPool:
         """Whether server ``i`` still answers (``GET /v1/models``)."""
         try:
             r = httpx.get(
-                f"{self.roots[i]}/v1/models", timeout=timeout_s, headers={"Authorization": f"Bearer {api_key()}"}
+                f"{self.servers[i].root}/v1/models", timeout=timeout_s, headers={"Authorization": f"Bearer {api_key()}"}
             )
         except httpx.HTTPError:
             return False
         return r.status_code == 200
 
     def drop(self, i: int, why: str) -> None:
-        """Leave server ``i`` out of every later rollout."""
+        """Leave server ``i`` out of every later rollout and sync."""
         with self._lock:
-            self.lost[i] = True
-        logger.warning("rollout server %s is dropped for the rest of the run: %s", self.roots[i], why)
+            self.servers[i].drop(why)
 
     def reset_counts(self) -> None:
         """Start counting :attr:`served` again (once per batch)."""

@@ -81,6 +81,11 @@ class SyncedServer:
     reload_s: float = 0.0
     lost: bool = False
 
+    def drop(self, why: object) -> None:
+        """Leave this server out of every later sync and rollout (the one record both read)."""
+        self.lost = True
+        logger.warning("rollout server %s is dropped for the rest of the run: %s", self.root, why)
+
 
 class ServerWeightSync:
     """The weight sync to one or several vLLM rollout servers (see the module docstring).
@@ -273,8 +278,7 @@ class ServerWeightSync:
                         )
                     )
                 for server, e in failed:
-                    server.lost = True
-                    logger.warning("rollout server %s is dropped for the rest of the run: %s", server.root, e)
+                    server.drop(e)
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
         for server in self.live:
@@ -371,12 +375,6 @@ class ServerWeightSync:
                 raise WeightSyncError(
                     f"{server.root} holds {held}, not those of step {step}: its rollouts would be off-policy"
                 )
-
-    def drop(self, root: str) -> None:
-        """Leave the server at ``root`` out of every later sync (it failed during a batch)."""
-        for server in self.servers:
-            if server.root == root:
-                server.lost = True
 
 
 def _check_rpc(root: str, text: str) -> None:

@@ -350,7 +350,7 @@ def _open_server(settings: RLSettings) -> tuple[Any, Any]:
     )
     sync.check()
     models = [load_model(spec, check=True) for spec in settings.rollout_servers]
-    return ServerPool(models, [server.root for server in sync.servers]), sync
+    return ServerPool(models, sync.servers), sync
 
 
 def train_rl(
