@@ -329,8 +329,9 @@ def vllm_imitation(
     dtype=None,
     delay_s: float = 0.0,
     die_after: int | None = None,
+    root: str = "/nonexistent/model",
 ):
-    """An ASGI app answering like vLLM: ``/v1/models`` with ``root``, ``/v1/completions`` with
+    """An ASGI app answering like vLLM: ``/v1/models`` with ``root`` (the served model's folder), ``/v1/completions`` with
     ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
     ``logprobs.token_logprobs``, each after ``delay_s``; the dev-mode endpoints when
     ``dev_mode``. ``app.state.requests`` keeps the completion requests, ``app.state.reloads``
@@ -360,7 +361,7 @@ def vllm_imitation(
 
     @app.get("/v1/models")
     def models():
-        return {"data": [{"id": "policy", "root": "/nonexistent/model", "max_model_len": 4096}]}
+        return {"data": [{"id": "policy", "root": root, "max_model_len": 4096}]}
 
     @app.get("/openapi.json")
     def openapi():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -94,6 +95,8 @@ def train_sft_cmd(
         keep_checkpoints=keep_checkpoints,
     )
     s = train_sft(data, model, out, settings, report_to=report_to)
+    if not _main_process():  # under a launcher, one process reports
+        return
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
     print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
     last = s["loss_history"][-1]["loss"] if s["loss_history"] else float("nan")
@@ -279,6 +282,8 @@ def train_rl_cmd(
         report_to=report_to,
         engine=engine.value,
     )
+    if not _main_process():
+        return
     if s.get("prefilter"):
         p = s["prefilter"]
         where = f" from {p['source']}" if p.get("source") else ""
@@ -311,3 +316,9 @@ def train_plot_cmd(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(train_app, name="train")
+
+
+def _main_process() -> bool:
+    """Whether this is the first process (or the only one) of a launch (``RANK``, as
+    ``accelerate launch`` and ``torchrun`` set it)."""
+    return os.environ.get("RANK", "0") == "0"

@@ -125,6 +125,7 @@ class AgentRollouts:
         self.server = server
         self.sync = sync
         self._where: list[str | None] = []  # the server of each rollout of the last batch
+        self.accelerator: Any = None  # the trainer's, set by each call: several processes share a batch
 
     # -- the steps of one batch -------------------------------------------------------
     def _questions(self, prompts: list) -> list[Question]:
@@ -144,10 +145,9 @@ class AgentRollouts:
 
     def _run(self, agent: Any, items: list[Question], step: int, numbers: list[int] | None = None) -> list[Trajectory]:
         """The batch's rollouts, ``concurrency`` at a time; ``numbers``: the rollouts' numbers
-        (their seeds; default ``step * len(items) + i``). An interrupt (Ctrl-C, SIGTERM) cancels
-        the rollouts not started and does not wait for those in flight."""
-        n = len(items)
-        numbers = numbers if numbers is not None else [step * n + i for i in range(n)]
+        (their seeds; default :meth:`_numbers`). An interrupt (Ctrl-C, SIGTERM) cancels the
+        rollouts not started and does not wait for those in flight."""
+        numbers = numbers if numbers is not None else self._numbers(len(items), step)
         pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="rl-rollout")
         finished = False
         try:
@@ -160,6 +160,27 @@ class AgentRollouts:
             return trajs
         finally:
             pool.shutdown(wait=finished, cancel_futures=not finished)
+
+    def _numbers(self, n: int, step: int) -> list[int]:
+        """The numbers of this process's ``n`` rollouts of ``step``, unique in the run whatever the
+        process count: ``step * N + offset + i``, where ``N`` is the whole batch over every process
+        and ``offset`` this process's place in it (TRL gives each process a contiguous slice), so
+        one process with the whole batch samples the same rollouts as several with a slice each."""
+        index, count = self._process()
+        return [step * n * count + index * n + i for i in range(n)]
+
+    def _process(self) -> tuple[int, int]:
+        """This process's index and the process count (``(0, 1)`` outside a launcher)."""
+        acc = self.accelerator
+        return (int(acc.process_index), int(acc.num_processes)) if acc is not None else (0, 1)
+
+    def _gather(self, value: Any) -> list[Any]:
+        """``value`` of every process, in process order (``[value]`` in a single process)."""
+        if self._process()[1] == 1:
+            return [value]
+        from accelerate.utils import gather_object
+
+        return list(gather_object([value]))
 
     def _grade(self, items: list[Question], trajs: list[Trajectory]) -> list[bool | float | None]:
         """The judge's verdicts; ``None`` (no reward) for rollouts that ended in a model error
@@ -188,6 +209,7 @@ class AgentRollouts:
 
         s = self.settings
         step = trainer.state.global_step
+        self.accelerator = getattr(trainer, "accelerator", None)
         items = self._questions(prompts)
         tokenizer = trainer.processing_class
         t0 = time.perf_counter()
@@ -230,7 +252,7 @@ class AgentRollouts:
         pool.reset_counts()
         agents = [Agent(model, self.tools, config, env=self.env) for model in pool.models]
         routed = RoutedAgent(pool, agents)
-        numbers = [step * len(items) + i for i in range(len(items))]
+        numbers = self._numbers(len(items), step)
         trajs = self._run(routed, items, step, numbers)
         failed = [k for k, t in enumerate(trajs) if t.termination == "model_error"]
         if failed and self.settings.on_server_loss == "continue":
@@ -280,11 +302,19 @@ class AgentRollouts:
         # a report's score counts as correct when at least as good as the reference (0.5)
         correct = [v if v is None or isinstance(v, bool) else v >= 0.5 for v in verdicts]
         plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
-        if plan.skipped_groups == len(trajs) // s.group_size:  # not one group could be graded
+        # decided on the whole batch: with several processes, every one stops or none does
+        counts = self._gather(
+            (
+                len(trajs) // s.group_size - plan.skipped_groups,
+                len(trajs),
+                sum(t.env_failed(s.max_env_failures) for t in trajs),
+            )
+        )
+        if sum(graded for graded, _, _ in counts) == 0:  # not one group could be graded
             self._failed_steps += 1
             if self._failed_steps >= s.max_failed_steps:
-                env = sum(t.env_failed(s.max_env_failures) for t in trajs)
-                why = f" ({env} of the last batch's {len(trajs)} rollouts had environment failures)" if env else ""
+                n, env = sum(c[1] for c in counts), sum(c[2] for c in counts)
+                why = f" ({env} of the last batch's {n} rollouts had environment failures)" if env else ""
                 raise ModelError(
                     f"no group could be graded in {self._failed_steps} batches in a row{why}: the judge, "
                     "the policy or the tool environment keeps failing; fix it and rerun the same command to resume"
@@ -321,18 +351,23 @@ class AgentRollouts:
             )
         if any(lp is None for lp in out["logprobs"]):
             out["logprobs"] = None  # some model turns were re-tokenized: the trainer recomputes them all
-        self._log_rollouts(step, trajs, correct, rewards, plan, used)
-        self.last = self._stats(trajs, correct, rewards, plan, tokens, rollout_s, used, step)
+        records = self._gather(self._rollout_records(step, trajs, correct, rewards, plan, used))
+        if self._process()[0] == 0:  # one process writes the whole batch's rollouts
+            with self.rollouts_path.open("a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for part in records for rec in part)
+        figures = _figures(trajs, correct, rewards, plan, tokens, rollout_s, used, s.max_env_failures)
+        figures["served"] = list(self.server.served) if self.server is not None else []
+        parts = self._gather(figures)
+        self.last = self._stats(parts, step)
         return out
 
     # -- records --------------------------------------------------------------------------
-    def _log_rollouts(
+    def _rollout_records(
         self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, used_slots: list[bool]
-    ) -> None:
+    ) -> list[dict[str, Any]]:
         """One record per rollout: the trajectory, its step, ``correct`` (on report tasks: the
         RACE score is at least 0.5), ``reward``, ``advantage`` (``null`` when its group was
-        skipped or replaced) and ``in_loss`` (its tokens entered the loss). ``rollout`` numbers
-        the rollouts of the whole batch."""
+        skipped or replaced) and ``in_loss`` (its tokens entered the loss)."""
         G = self.settings.group_size
         adv = {
             src: a
@@ -340,68 +375,108 @@ class AgentRollouts:
             if all(r is not None for r in rewards[src // G * G : src // G * G + G])
         }
         used = {src for src, keep in zip(plan.slots, used_slots) if keep}
-        with self.rollouts_path.open("a", encoding="utf-8") as fh:
-            for i, t in enumerate(trajs):
-                rec = {
-                    "step": step + 1,
-                    "policy_version": step,
-                    **t.to_dict(),
-                    "correct": correct[i],
-                    "reward": rewards[i],
-                    "advantage": adv.get(i),
-                    "in_loss": i in used,
-                }
-                if self.server is not None and len(self._where) == len(trajs):
-                    rec["server"] = self._where[i]
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        records = []
+        for i, t in enumerate(trajs):
+            rec = {
+                "step": step + 1,
+                "policy_version": step,
+                **t.to_dict(),
+                "correct": correct[i],
+                "reward": rewards[i],
+                "advantage": adv.get(i),
+                "in_loss": i in used,
+            }
+            if self.server is not None and len(self._where) == len(trajs):
+                rec["server"] = self._where[i]
+            records.append(rec)
+        return records
 
-    def _stats(
-        self,
-        trajs: list[Trajectory],
-        correct: list,
-        rewards: list,
-        plan: Any,
-        tokens: list,
-        rollout_s: float,
-        used: list[bool],
-        step: int = 0,
-    ) -> dict[str, float]:
-        n = len(trajs)
+    def _stats(self, parts: list[dict[str, Any]], step: int = 0) -> dict[str, float]:
+        """The batch's figures for the step log from each process's :func:`_figures`."""
+        rows = [row for part in parts for row in part["rows"]]
+        rewards = [row["reward"] for row in rows]
+        correct = [row["correct"] for row in rows]
+        used = [u for part in parts for u in part["used"]]
+        n = len(rows)
         G = self.settings.group_size
         known = [r for r in rewards if r is not None]
         graded = [c for c in correct if c is not None]
         groups = n // G
-        env_failed = [t.env_failed(self.settings.max_env_failures) for t in trajs]
-        model_s = sum(t.timings["model_s"] for t in trajs)
-        tools_s = sum(t.timings["tools_s"] for t in trajs)
+        env_failed = [row["env_failed"] for row in rows]
+        model_s = sum(row["model_s"] for row in rows)
+        tools_s = sum(row["tools_s"] for row in rows)
         share_tools = tools_s / (model_s + tools_s) if model_s + tools_s > 0 else 0.0
+        rollout_s = max(part["rollout_s"] for part in parts)
+        turns = sum(row["turns"] for row in rows)
         stats = {
             "reward/mean": sum(known) / len(known) if known else float("nan"),
             "reward/accuracy": sum(map(bool, graded)) / len(graded) if graded else float("nan"),
             "reward/ungraded": float(n - len(graded)),
-            "groups/zero_spread_share": plan.zero_spread_groups / groups,
-            "groups/skipped": float(plan.skipped_groups),
-            "groups/duplicated": float(plan.duplicated_groups),
+            "groups/zero_spread_share": sum(part["zero_spread"] for part in parts) / groups,
+            "groups/skipped": float(sum(part["skipped"] for part in parts)),
+            "groups/duplicated": float(sum(part["duplicated"] for part in parts)),
             "groups/env_failed": float(sum(any(env_failed[g * G : g * G + G]) for g in range(groups))),
             "rollouts/env_failed": float(sum(env_failed)),
             "rollouts/in_loss_share": sum(used) / n,
-            "rollouts/tool_calls": sum(t.num_tool_calls for t in trajs) / n,
-            "rollouts/model_calls": sum(t.num_model_calls for t in trajs) / n,
-            "rollouts/response_tokens": sum(tk.model_tokens for tk in tokens) / n,
-            "tokens/retokenized_share": (sum(tk.retokenized for tk in tokens) / max(1, sum(tk.turns for tk in tokens))),
+            "rollouts/tool_calls": sum(row["tool_calls"] for row in rows) / n,
+            "rollouts/model_calls": sum(row["model_calls"] for row in rows) / n,
+            "rollouts/response_tokens": sum(row["model_tokens"] for row in rows) / n,
+            "tokens/retokenized_share": sum(row["retokenized"] for row in rows) / max(1, turns),
             "time/rollout_s": rollout_s,
             "policy/version": float(step),
             "time/tools_s": rollout_s * share_tools,
             "time/generation_s": rollout_s * (1 - share_tools),
         }
-        for term, k in Counter(t.termination for t in trajs).items():
+        if len(parts) > 1:
+            stats["processes"] = float(len(parts))
+        for term, k in Counter(row["termination"] for row in rows).items():
             stats[f"termination/{term}"] = k / n
         if self.sync is not None and self.sync.version == step:
             stats.update({"sync/seconds": self.sync.last_sync_s, "sync/write_s": self.sync.last_write_s})
         if self.server is not None and len(self.server) > 1:  # each server's share of the batch and its reload
             stats["servers/live"] = float(len(self.server.live))
-            for i, (served, server) in enumerate(zip(self.server.served, self.server.servers)):
-                stats[f"server/{i}/rollouts"] = float(served)
+            served = [sum(counts) for counts in zip(*(part["served"] for part in parts))]  # every process's
+            for i, (count, server) in enumerate(zip(served, self.server.servers)):
+                stats[f"server/{i}/rollouts"] = float(count)
                 if server.version == step:
                     stats[f"server/{i}/sync_s"] = server.reload_s
         return stats
+
+
+def _figures(
+    trajs: list[Trajectory],
+    correct: list,
+    rewards: list,
+    plan: Any,
+    tokens: list,
+    rollout_s: float,
+    used: list[bool],
+    max_env_failures: int,
+) -> dict[str, Any]:
+    """What the step log needs of one process's share of a batch, small enough to gather from
+    every process: a row per rollout, the plan's group counts, the slots in the loss and the
+    seconds the share's rollouts took."""
+    rows = [
+        {
+            "termination": t.termination,
+            "env_failed": t.env_failed(max_env_failures),
+            "model_s": t.timings["model_s"],
+            "tools_s": t.timings["tools_s"],
+            "tool_calls": t.num_tool_calls,
+            "model_calls": t.num_model_calls,
+            "correct": c,
+            "reward": r,
+            "model_tokens": tk.model_tokens,
+            "retokenized": tk.retokenized,
+            "turns": tk.turns,
+        }
+        for t, c, r, tk in zip(trajs, correct, rewards, tokens)
+    ]
+    return {
+        "rows": rows,
+        "used": list(used),
+        "zero_spread": plan.zero_spread_groups,
+        "skipped": plan.skipped_groups,
+        "duplicated": plan.duplicated_groups,
+        "rollout_s": rollout_s,
+    }

@@ -303,16 +303,17 @@ class ServerWeightSync:
         server.reload_s = time.perf_counter() - t0
         return None
 
-    def probe(self, model: Any, step: int | None) -> None:
+    def probe(self, model: Any, step: int | None, main: bool = True) -> None:
         """Push ``model``'s weights (the run's starting weights; ``step``: their version, or
         ``None`` when they are of no step the run trains from) before any rollout: the check
-        that every server reads the sync's folder.
+        that every server reads the sync's folder. Only the ``main`` process of several pushes;
+        the others record the version.
 
         Raises:
             ConfigError: a server could not load them, naming the folder and the setting to change.
         """
         try:
-            self.push(model, step)
+            self.push(model, step, main)
         except WeightSyncError as e:
             hint = (
                 f"; the weights were written to {self._dir.parent} (sync_dir) and the servers told "

@@ -81,7 +81,9 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
         one record per step."""
 
         def __init__(self) -> None:
-            self.log = StepLogger(out, replay=resumed)
+            # under a launcher one process writes the log and its event files (the others would
+            # race it for the TensorBoard folder a resumed run rewrites)
+            self.log = StepLogger(out, replay=resumed) if int(os.environ.get("RANK", "0")) == 0 else None
             self.t0 = time.perf_counter()
 
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -91,7 +93,7 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
             release_memory()
 
         def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
-            if not state.is_world_process_zero or not logs or "loss" not in logs:
+            if self.log is None or not logs or "loss" not in logs:
                 return
             step_s = time.perf_counter() - self.t0
             trainer_figures = {
@@ -116,7 +118,8 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
             self.log.write(state.global_step, record)
 
         def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
-            self.log.close()
+            if self.log is not None:
+                self.log.close()
 
     return _Log()
 
@@ -179,7 +182,14 @@ def _plan(
 
     if env.kind == "none" and env.tools_url is None:
         raise ConfigError("--env none has no tools to train with; use local or web")
-    accumulation = accumulation_steps(settings, int(os.environ.get("WORLD_SIZE", "1")))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    accumulation = accumulation_steps(settings, world)
+    if world > 1 and settings.prefilter and not settings.prefilter_from and not (out / PREFILTER_FILE).exists():
+        raise ConfigError(
+            f"--prefilter samples its rollouts in one process, and this run has {world}: rate the items first "
+            f"(websailor eval --bench DATA --split train --k {settings.prefilter} --model MODEL) and pass "
+            "--prefilter-from EVAL_DIR, or run the prefilter without the launcher"
+        )
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
     TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
@@ -483,7 +493,8 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any,
             (out / SETTINGS_FILE).write_text(json.dumps(run.record, indent=2), encoding="utf-8")
         net = load_trainable_model(run.model_dir, settings)
         if sync is not None:  # every server reads the sync's folder, or one line before any rollout
-            sync.probe(net, 0 if run.resume is None else None)  # a sampling prefilter rates these weights
+            main = int(os.environ.get("RANK", "0")) == 0  # under a launcher one process pushes
+            sync.probe(net, 0 if run.resume is None else None, main)  # a sampling prefilter rates these weights
         policy = settings.rollout_servers[0] if settings.rollout_servers else model  # the prefilter's sampler
         _choose_items(run, judge, tool_env.tools, tool_env.name, policy, progress)
         return _train(run, net, judge, tool_env, server, sync, progress)
@@ -520,8 +531,9 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     settings, out = run.settings, run.out
     precision = choose_precision(settings.precision, net.config)
     limits = limit_training_memory(settings.memory_limits)
-    for name in (LOG_FILE, ROLLOUTS_FILE):
-        trim_jsonl(out / name, run.step0)
+    if int(os.environ.get("RANK", "0")) == 0:  # under a launcher, the one process that writes them
+        for name in (LOG_FILE, ROLLOUTS_FILE):
+            trim_jsonl(out / name, run.step0)
     if run.resume is not None and settings.max_steps is not None and run.step0 >= settings.max_steps:
         # the trainer would still sample one more batch: take the model of that checkpoint as it is
         logger.info("%s: checkpoint %d reaches --max-steps %d; saving its model", out, run.step0, settings.max_steps)
