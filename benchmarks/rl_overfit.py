@@ -32,6 +32,7 @@ benchmarks/results/rl_overfit.json::
     python benchmarks/rl_overfit.py                    # warm start (once, about 20 min), then RL (12 steps of 8, ~35 min)
     rm -rf runs/rl_overfit/rl && python benchmarks/rl_overfit.py   # RL again after a change (the rating is kept)
     python benchmarks/rl_overfit.py --flip-advantages  # the control: must be red (~30 min)
+    python benchmarks/rl_overfit.py --async 1          # rollouts sampled ahead (max_staleness 1): must stay green
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-calls", type=int, default=4, help="tool calls per rollout (level 1 needs 2)")
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto")
+    p.add_argument(
+        "--async",
+        dest="max_staleness",
+        type=int,
+        default=0,
+        help="max_staleness K: sample the next batch while one trains (run in WORK/rl-async-K); 0: on-policy",
+    )
     p.add_argument(
         "--flip-advantages",
         action="store_true",
@@ -168,8 +176,10 @@ def rate_pool(work: Path, qa: Path, model: str, spec: str, a: argparse.Namespace
 
 
 def rl_dir(work: Path, a: argparse.Namespace) -> Path:
-    """The RL run's folder: ``WORK/rl``, or ``WORK/rl-flipped`` for the sign-flipped control."""
-    return work / ("rl-flipped" if a.flip_advantages else "rl")
+    """The RL run's folder: ``WORK/rl``, ``WORK/rl-flipped`` for the sign-flipped control,
+    ``-async-K`` added with rollouts sampled ahead."""
+    name = "rl-flipped" if a.flip_advantages else "rl"
+    return work / (f"{name}-async-{a.max_staleness}" if a.max_staleness else name)
 
 
 @contextlib.contextmanager
@@ -219,6 +229,7 @@ def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
             save_steps=a.steps,
             seed=a.seed,
             rollout_server=server.spec if server else None,
+            max_staleness=a.max_staleness,
         )
         with flipped_advantages() if a.flip_advantages else contextlib.nullcontext():
             summary = train_rl(
@@ -245,7 +256,9 @@ def main() -> int:
         raise SystemExit(refusal)
     if not 0 < a.lr < float("inf"):
         raise SystemExit(f"--lr {a.lr}: give a finite learning rate above 0")
-    refusal = too_small(("--max-tokens", a.max_tokens, 16), ("--max-calls", a.max_calls, 1))
+    refusal = too_small(
+        ("--max-tokens", a.max_tokens, 16), ("--max-calls", a.max_calls, 1), ("--async", a.max_staleness, 0)
+    )
     if refusal:
         raise SystemExit(refusal)
     if not 0 < a.rl_items <= a.pool or a.steps < 2 or a.steps % (2 * a.rl_items):
@@ -282,6 +295,9 @@ def main() -> int:
         "diff": gain["diff"],
         "diff_ci95": gain["diff_ci95"],
         "entropy_per_step": [r.get("entropy") for r in log],
+        "max_staleness": a.max_staleness,
+        "staleness_per_step": [r.get("policy/staleness") for r in log],
+        "step_s_per_step": [r.get("time/step_s") for r in log],
         "wall_s": round(wall, 1),
         "warm_start_s": round(warm_s, 1),
         "server_startup_s": summary["startup_s"],
@@ -304,7 +320,7 @@ def main() -> int:
         )
         write_results("rl_overfit_flipped", figures, a)
         return 1 if green else 0
-    write_results("rl_overfit", figures, a)
+    write_results(f"rl_overfit_async{a.max_staleness}" if a.max_staleness else "rl_overfit", figures, a)
     return 0 if green else 1
 
 

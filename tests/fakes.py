@@ -338,9 +338,11 @@ def vllm_imitation(
     the weight folders it was told to reload (a folder that does not exist is an HTTP 500, as
     vLLM's reload fails on it), and setting ``app.state.dead`` makes every endpoint answer
     HTTP 503 from then on (a server that died), as it does by itself after ``die_after``
-    completion requests."""
+    completion requests. ``app.state.events`` times each reload and each completion's start
+    and end."""
     import asyncio
     import os
+    import time
 
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
@@ -349,6 +351,7 @@ def vllm_imitation(
     app.state.requests = []
     app.state.reloads = []
     app.state.dead = False
+    app.state.events = []  # (what, monotonic seconds): reloads, and each completion's start and end
     paths: dict = {"/v1/models": {}, "/v1/completions": {}}
     if dev_mode:
         paths.update({"/collective_rpc": {}, "/reset_prefix_cache": {}, "/server_info": {}})
@@ -380,6 +383,7 @@ def vllm_imitation(
             if not os.path.isdir(path):
                 return JSONResponse({"error": f"FileNotFoundError: {path}"}, status_code=500)
             app.state.reloads.append(path)
+            app.state.events.append(("reload", time.monotonic()))
         return {"results": [None]}
 
     @app.post("/reset_prefix_cache")
@@ -393,8 +397,10 @@ def vllm_imitation(
         if die_after is not None and len(app.state.requests) > die_after:
             app.state.dead = True
             return JSONResponse({"error": "the server is gone"}, status_code=503)
+        app.state.events.append(("start", time.monotonic()))
         if delay_s:
             await asyncio.sleep(delay_s)
+        app.state.events.append(("end", time.monotonic()))
         ids = tok(reply + stop_tail, add_special_tokens=False)["input_ids"]
         stopped = bool(stop_tail)
         if not stopped:

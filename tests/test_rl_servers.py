@@ -199,3 +199,97 @@ def test_servers_of_different_dtypes_and_bad_server_settings_are_refused(tmp_pat
     ):
         with pytest.raises(ConfigError, match=says):
             load_settings(None, **bad)
+
+
+# -- rollouts sampled ahead (max_staleness) ------------------------------------------------
+def _questions(path: Path, n: int) -> Path:
+    cities = ["Paris", "Rome", "Madrid", "Berlin", "Vienna", "Lisbon"]
+    rows = [{"id": f"c{i}", "question": f"Which city is capital number {i}?", "answer": cities[i]} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_rl_model(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.test_sft import _save_tiny
+
+    return _save_tiny(tmp_path_factory.mktemp("tiny") / "llama", smollm2_path)
+
+
+def _rl_on_imitation(tmp_path: Path, model_dir: Path, url: str, name: str, corpus: Path, **overrides):
+    from websailor.tools.environment import EnvSpec
+    from websailor.train.rl import load_settings, train_rl
+
+    settings = load_settings(
+        None,
+        group_size=2,
+        batch_size=4,
+        max_steps=3,
+        max_calls=2,
+        concurrency=4,
+        precision="fp32",
+        rollout_server=[f"vllm:policy@{url}/v1"],
+        **overrides,
+    )
+    qa = _questions(tmp_path / "qa.jsonl", 6)  # three steps an epoch: the next prompts are always known
+    summary = train_rl(qa, f"hf:{model_dir}", tmp_path / name, settings, env=EnvSpec(corpus=corpus), progress=False)
+    records = [json.loads(line) for line in (tmp_path / name / "rollouts.jsonl").read_text().splitlines()]
+    return summary, records
+
+
+@pytest.mark.trainer
+def test_rollouts_sampled_ahead_are_one_version_stale_and_never_span_a_sync(tmp_path, tiny_rl_model, vital_dir):
+    """max_staleness 1: step 1 samples on-policy, steps 2 and 3 take the batch sampled on the
+    server while the step before trained (policy version one behind, the same rollout numbers
+    as the on-policy run), and no completion is in flight when the server reloads weights."""
+    tok = load_tokenizer(tiny_rl_model)
+    runs = {}
+    for k in (0, 1):
+        app = vllm_imitation(tok, REPLY, delay_s=0.1, root=str(tiny_rl_model))
+        with serving(app) as url:
+            summary, records = _rl_on_imitation(tmp_path, tiny_rl_model, url, f"k{k}", vital_dir, max_staleness=k)
+        runs[k] = (summary, records, app)
+    summary, records, app = runs[1]
+    assert summary["steps"] == 3
+    assert {(r["step"], r["policy_version"], r["staleness"]) for r in records} == {(1, 0, 0), (2, 0, 1), (3, 1, 1)}
+    log = summary["log"]
+    assert [rec["policy/staleness"] for rec in log] == [0.0, 1.0, 1.0]
+    assert all(rec["async/mispredicted"] == 0 for rec in log)
+    assert [rec["policy/staleness"] for rec in runs[0][0]["log"]] == [0.0, 0.0, 0.0]
+    assert {(r["step"], r["policy_version"]) for r in runs[0][1]} == {(1, 0), (2, 1), (3, 2)}
+    assert "async/mispredicted" not in runs[0][0]["log"][0]
+
+    def numbers(recs: list) -> list:
+        return sorted((r["step"], r["id"], r["rollout"]) for r in recs)
+
+    assert numbers(records) == numbers(runs[0][1])
+    # the sync waits for the batch in flight: no completion spans a reload
+    in_flight = 0
+    for what, _ in sorted(app.state.events, key=lambda e: e[1]):
+        in_flight += {"start": 1, "end": -1}.get(what, 0)
+        assert what != "reload" or in_flight == 0
+    reloads = [t for what, t in app.state.events if what == "reload"]
+    starts = [t for what, t in app.state.events if what == "start"]
+    # completions after each reload (the probe, then steps 1 to 3's weights): step 2's batch
+    # was sampled on step 1's weights (after step 1's own), step 3's on step 2's, none after
+    # step 3's (the last step samples nothing ahead); on-policy it is [0, 4, 4, 4]
+    between = [sum(a < t < b for t in starts) for a, b in zip(reloads, [*reloads[1:], float("inf")])]
+    assert between == [0, 8, 4, 0], between
+
+
+def test_sampling_ahead_needs_a_rollout_server(tmp_path, tiny_rl_model, vital_dir):
+    """max_staleness without a server (the local engine samples from the weights being trained)
+    and below 0 are one line each before any rollout."""
+    from websailor.tools.environment import EnvSpec
+    from websailor.train.rl import load_settings, train_rl
+
+    qa = _questions(tmp_path / "qa.jsonl", 2)
+    settings = load_settings(None, group_size=2, batch_size=4, max_steps=1, max_staleness=1)
+    with pytest.raises(ConfigError, match="max_staleness 1 samples the next batch on rollout servers"):
+        train_rl(qa, f"hf:{tiny_rl_model}", tmp_path / "out", settings, env=EnvSpec(corpus=vital_dir), progress=False)
+    assert not (tmp_path / "out" / "rollouts.jsonl").exists()
+    with pytest.raises(ConfigError, match="max_staleness: Input should be greater than or equal to 0"):
+        load_settings(None, max_staleness=-1)
+    config = tmp_path / "async.yaml"
+    config.write_text("async: {max_staleness: 2}\n")
+    assert load_settings(config).max_staleness == 2

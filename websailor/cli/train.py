@@ -206,6 +206,14 @@ def train_rl_cmd(
             "resume); continue: its rollouts are rerun on the servers that still answer and it is dropped."
         ),
     ] = None,
+    max_staleness: Annotated[
+        Optional[int],
+        typer.Option(
+            min=0,
+            help="K >= 1: sample the next batch on the rollout servers while one trains; no rollout is trained more "
+            "than K policy versions after the weights that sampled it (one batch ahead). 0 (default): on-policy.",
+        ),
+    ] = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -265,6 +273,7 @@ def train_rl_cmd(
         sync_dir=str(sync_dir) if sync_dir else None,
         server_sync_dir=server_sync_dir,
         on_server_loss=on_server_loss,
+        max_staleness=max_staleness,
         precision=precision,
         task=task.value if task else None,
         rubric=str(rubric) if rubric else None,

@@ -56,7 +56,9 @@ class RolloutSettings:
     has no reward and its group is skipped (logged as ``groups/env_failed``).
     ``on_server_loss``: with rollout servers, what a rollout that failed on its server does to
     the batch: ``stop`` the step, or ``continue`` (rerun it on the servers that still answer,
-    dropping the one that does not; :mod:`websailor.train.rl.servers`).
+    dropping the one that does not; :mod:`websailor.train.rl.servers`). ``max_staleness``: with
+    rollout servers, K >= 1 samples the next batch while the current one trains
+    (:mod:`websailor.train.rl.ahead`); 0 keeps every batch on-policy.
 
     ``skip_zero_advantage``: a rollout left out of the loss, or whose advantage is exactly 0,
     has no gradient; its completion is replaced by one masked token so the update does not
@@ -72,6 +74,7 @@ class RolloutSettings:
     skip_zero_advantage: bool = True
     max_env_failures: int = 0
     on_server_loss: str = "stop"
+    max_staleness: int = 0
 
 
 class AgentRollouts:
@@ -126,6 +129,12 @@ class AgentRollouts:
         self.sync = sync
         self._where: list[str | None] = []  # the server of each rollout of the last batch
         self.accelerator: Any = None  # the trainer's, set by each call: several processes share a batch
+        self.ahead = None
+        if server is not None and settings.max_staleness > 0:
+            from websailor.train.rl.ahead import SampleAhead
+
+            self.ahead = SampleAhead(settings.max_staleness)
+            sync.before_push = self.ahead.settle  # the weights change only when no rollout runs
 
     # -- the steps of one batch -------------------------------------------------------
     def _questions(self, prompts: list) -> list[Question]:
@@ -213,10 +222,15 @@ class AgentRollouts:
         items = self._questions(prompts)
         tokenizer = trainer.processing_class
         t0 = time.perf_counter()
-        config = AgentConfig(**{**vars(s.agent), "seed": s.seed + step})
+        config = self._config(step)
+        version, sampled_s = step, None
         if self.server is not None:  # vLLM rollout servers, synced by TRL through self.sync before this call
             self.sync.require_current(step)
-            trajs = self._on_servers(items, step, config)
+            ahead = self.ahead.take([it.question for it in items], step) if self.ahead is not None else None
+            if ahead is None:
+                trajs = self._on_servers(items, step, config)
+            else:
+                trajs, sampled_s, version = ahead
         elif getattr(trainer, "use_vllm", False):  # GPUs: the trainer's vLLM engine, weights synced by TRL
             from websailor.models.trl_vllm import TRLVLLMModel
 
@@ -238,7 +252,35 @@ class AgentRollouts:
                     chat.close()
                     policy.train(was_training)
         release_memory()  # the generation's caches, before the update allocates its own
-        return self.batch(items, trajs, step, tokenizer, time.perf_counter() - t0)
+        blocked_s = time.perf_counter() - t0
+        out = self.batch(items, trajs, step, tokenizer, blocked_s if sampled_s is None else sampled_s, version)
+        if self.ahead is not None:
+            self.last["time/rollout_blocked_s"] = blocked_s
+            self.last["sync/wait_s"] = self.ahead.wait_s
+            self.last["async/mispredicted"] = float(self.ahead.mispredicted)
+            self._sample_ahead(trainer, step)
+        return out
+
+    def _config(self, step: int) -> AgentConfig:
+        """The agent's settings for the rollouts of ``step`` (its sampling seed)."""
+        return AgentConfig(**{**vars(self.settings.agent), "seed": self.settings.seed + step})
+
+    def _sample_ahead(self, trainer: Any, step: int) -> None:
+        """Start sampling the next step's batch on the servers from the weights of ``step``,
+        when the trainer knows its prompts (``trainer.next_prompts``) and the run has a next step."""
+        prompts = getattr(trainer, "next_prompts", None)
+        if not prompts or step + 1 >= int(getattr(trainer.state, "max_steps", 0) or 0):
+            return
+        items = self._questions(prompts)
+        config = self._config(step + 1)
+        self.ahead.start(
+            [it.question for it in items], step + 1, step, lambda: self._on_servers(items, step + 1, config)
+        )
+
+    def close(self) -> None:
+        """Stop sampling ahead (a batch in flight finishes and is dropped)."""
+        if self.ahead is not None:
+            self.ahead.close()
 
     def _on_servers(self, items: list[Question], step: int, config: AgentConfig) -> list[Trajectory]:
         """The batch's rollouts on the servers, each on the least busy one. Rollouts that
@@ -284,14 +326,21 @@ class AgentRollouts:
         return trajs
 
     def batch(
-        self, items: list[Question], trajs: list[Trajectory], step: int, tokenizer: Any, rollout_s: float = 0.0
+        self,
+        items: list[Question],
+        trajs: list[Trajectory],
+        step: int,
+        tokenizer: Any,
+        rollout_s: float = 0.0,
+        version: int | None = None,
     ) -> dict[str, Any]:
         """Grade finished rollouts (``trajs[i]`` answers ``items[i]``; groups contiguous) and
         build the trainer's batch: ``prompt_ids``, ``completion_ids``, ``env_mask``,
         ``logprobs`` (the sampling log-probabilities of each completion token, 0.0 on
         environment tokens; ``None`` when a model turn was re-tokenized) and ``advantage`` per
-        slot. Appends
-        the rollouts to the rollouts file and keeps the batch's figures in :attr:`last`.
+        slot. Appends the rollouts to the rollouts file and keeps the batch's figures in
+        :attr:`last`. ``version``: the policy version (optimizer steps) of the weights that
+        sampled the rollouts (default ``step``: on-policy).
 
         Raises:
             ModelError: this is the ``max_failed_steps``-th batch in a row without a reward.
@@ -351,23 +400,33 @@ class AgentRollouts:
             )
         if any(lp is None for lp in out["logprobs"]):
             out["logprobs"] = None  # some model turns were re-tokenized: the trainer recomputes them all
-        records = self._gather(self._rollout_records(step, trajs, correct, rewards, plan, used))
+        version = step if version is None else version
+        records = self._gather(self._rollout_records(step, trajs, correct, rewards, plan, used, version))
         if self._process()[0] == 0:  # one process writes the whole batch's rollouts
             with self.rollouts_path.open("a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for part in records for rec in part)
         figures = _figures(trajs, correct, rewards, plan, tokens, rollout_s, used, s.max_env_failures)
         figures["served"] = list(self.server.served) if self.server is not None else []
         parts = self._gather(figures)
-        self.last = self._stats(parts, step)
+        self.last = self._stats(parts, step, version)
         return out
 
     # -- records --------------------------------------------------------------------------
     def _rollout_records(
-        self, step: int, trajs: list[Trajectory], correct: list, rewards: list, plan: Any, used_slots: list[bool]
+        self,
+        step: int,
+        trajs: list[Trajectory],
+        correct: list,
+        rewards: list,
+        plan: Any,
+        used_slots: list[bool],
+        version: int,
     ) -> list[dict[str, Any]]:
-        """One record per rollout: the trajectory, its step, ``correct`` (on report tasks: the
-        RACE score is at least 0.5), ``reward``, ``advantage`` (``null`` when its group was
-        skipped or replaced) and ``in_loss`` (its tokens entered the loss)."""
+        """One record per rollout: the trajectory, its step, the ``policy_version`` that
+        sampled it and its ``staleness`` (versions behind the update that trains on it),
+        ``correct`` (on report tasks: the RACE score is at least 0.5), ``reward``, ``advantage``
+        (``null`` when its group was skipped or replaced) and ``in_loss`` (its tokens entered
+        the loss)."""
         G = self.settings.group_size
         adv = {
             src: a
@@ -379,7 +438,8 @@ class AgentRollouts:
         for i, t in enumerate(trajs):
             rec = {
                 "step": step + 1,
-                "policy_version": step,
+                "policy_version": version,
+                "staleness": step - version,
                 **t.to_dict(),
                 "correct": correct[i],
                 "reward": rewards[i],
@@ -391,7 +451,7 @@ class AgentRollouts:
             records.append(rec)
         return records
 
-    def _stats(self, parts: list[dict[str, Any]], step: int = 0) -> dict[str, float]:
+    def _stats(self, parts: list[dict[str, Any]], step: int = 0, version: int | None = None) -> dict[str, float]:
         """The batch's figures for the step log from each process's :func:`_figures`."""
         rows = [row for part in parts for row in part["rows"]]
         rewards = [row["reward"] for row in rows]
@@ -423,7 +483,8 @@ class AgentRollouts:
             "rollouts/response_tokens": sum(row["model_tokens"] for row in rows) / n,
             "tokens/retokenized_share": sum(row["retokenized"] for row in rows) / max(1, turns),
             "time/rollout_s": rollout_s,
-            "policy/version": float(step),
+            "policy/version": float(step if version is None else version),
+            "policy/staleness": float(0 if version is None else step - version),
             "time/tools_s": rollout_s * share_tools,
             "time/generation_s": rollout_s * (1 - share_tools),
         }

@@ -117,6 +117,12 @@ class RLSettings(TrainSettings):
             the last checkpoint) or ``continue`` (the failed rollouts are rerun on the servers
             that still answer, and the server that does not is dropped for the rest of the
             run; the step stops when none is left).
+        max_staleness: K, asynchronous rollouts with bounded staleness: with K >= 1 the next
+            batch is sampled on the rollout servers while the current one trains, and no
+            rollout is trained on more than K policy versions after the weights that sampled it
+            (one batch is sampled ahead, so at most 1 is realized;
+            :mod:`websailor.train.rl.ahead`). 0, the default: every batch on-policy. A config
+            may also write it as ``async: {max_staleness: K}``.
         sync_dir: the folder the weight sync writes the policy's weights to (default: shared
             memory, ``/dev/shm``, which only servers on this machine read); a shared
             filesystem's path when the servers run elsewhere.
@@ -167,6 +173,7 @@ class RLSettings(TrainSettings):
     vllm_mode: Literal["colocate"] = "colocate"
     rollout_server: list[str] | None = None
     on_server_loss: Literal["stop", "continue"] = "stop"
+    max_staleness: int = Field(0, ge=0, strict=True)
     sync_dir: str | None = None
     server_sync_dir: str | None = None
     importance_sampling: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = (
@@ -196,6 +203,22 @@ class RLSettings(TrainSettings):
     def rollout_servers(self) -> list[str]:
         """The rollout servers' specs (empty: the local engine)."""
         return list(self.rollout_server or [])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _async_section(cls, data: Any) -> Any:
+        """``async: {max_staleness: K}`` in a config file is ``max_staleness: K``."""
+        if not isinstance(data, dict) or "async" not in data:
+            return data
+        section = data["async"]
+        if not isinstance(section, dict) or set(section) - {"max_staleness"}:
+            raise ValueError(f"async: {section!r}: write async: {{max_staleness: K}} with K an integer >= 0")
+        data = {k: v for k, v in data.items() if k != "async"}
+        if "max_staleness" in section:
+            if data.get("max_staleness") not in (None, section["max_staleness"]):
+                raise ValueError("max_staleness is set twice (async.max_staleness and max_staleness): keep one")
+            data["max_staleness"] = section["max_staleness"]
+        return data
 
     @model_validator(mode="after")
     def _groups_fit(self) -> RLSettings:
@@ -251,6 +274,10 @@ class RLSettings(TrainSettings):
         if (self.sync_dir is not None or self.on_server_loss != "stop") and not self.rollout_server:
             raise ValueError(
                 "sync_dir, server_sync_dir and on_server_loss are settings of rollout servers: set rollout_server"
+            )
+        if self.max_staleness and (self.use_vllm or self.lora):
+            raise ValueError(
+                "max_staleness samples ahead on rollout servers, which use_vllm and lora runs do not use; set it to 0"
             )
         if self.prefilter == 1:
             raise ValueError("prefilter 1: one rollout per item cannot tell a moderate item; use 2 or more (paper: 8)")

@@ -128,6 +128,8 @@ class ServerWeightSync:
         self.timeout_s = timeout_s
         self.drop_failed = drop_failed
         self.trainer: Any = None
+        #: called before each sync TRL asks for: waits for rollouts still sampling from the old weights
+        self.before_push: Any = None
         self.version: int | None = None
         self.last_sync_s = 0.0
         self.last_write_s = 0.0
@@ -232,6 +234,8 @@ class ServerWeightSync:
         """
         trainer = self.trainer
         main = trainer.accelerator.is_main_process
+        if self.before_push is not None:  # a batch sampled ahead finishes on the weights it began with
+            self.before_push()
         self.push(trainer.accelerator.unwrap_model(trainer.model), int(trainer.state.global_step), main)
         trainer.accelerator.wait_for_everyone()
 

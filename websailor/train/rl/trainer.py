@@ -107,13 +107,14 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
                 for key in ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
                     if key in trainer_figures:
                         trainer_figures[key] = trainer_figures[key] / share if share > 0 else None
+            last = rollouts.last
+            # with rollouts sampled ahead, the step waited only for what was not yet sampled
+            waited = last.get("time/rollout_blocked_s", last.get("time/rollout_s", 0.0)) + last.get("sync/wait_s", 0.0)
             record = {
                 **trainer_figures,
-                **rollouts.last,
+                **last,
                 "time/step_s": step_s,
-                "time/update_s": max(
-                    0.0, step_s - rollouts.last.get("time/rollout_s", 0.0) - rollouts.last.get("sync/seconds", 0.0)
-                ),
+                "time/update_s": max(0.0, step_s - waited - last.get("sync/seconds", 0.0)),
             }
             self.log.write(state.global_step, record)
 
@@ -216,7 +217,8 @@ def _plan(
         "model": model,
         "data_sha256": data_digest(data_path, items),
         "split": split,
-        **settings.model_dump(),
+        # an on-policy run's identity is the one it had before max_staleness existed (its folders resume)
+        **settings.model_dump(exclude={"max_staleness"} if settings.max_staleness == 0 else None),
         FORMAT_KEY: RUN_FORMAT,
     }
     record.update(env.record())  # nothing for the default local environment: older runs keep their record
@@ -479,6 +481,11 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any,
     """Open the rollout server, choose the items, train with the tools of ``tool_env`` (see
     :func:`train_rl`)."""
     settings, out = run.settings, run.out
+    if settings.max_staleness and not settings.rollout_servers:
+        raise ConfigError(
+            f"max_staleness {settings.max_staleness} samples the next batch on rollout servers while one trains: "
+            "give --rollout-server (or --engine vllm), or set max_staleness to 0"
+        )
     server, sync = _open_server(settings)
     try:
         if run.stale:  # a run that never trained, with other settings: its rollouts and choice are not ours
@@ -553,6 +560,7 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
             skip_zero_advantage=settings.skip_zero_advantage,
             max_env_failures=settings.max_env_failures,
             on_server_loss=settings.on_server_loss,
+            max_staleness=settings.max_staleness,
         ),
         out / ROLLOUTS_FILE,
         env=tool_env.name,
@@ -580,12 +588,16 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
             rollout_func=rollouts,
             callbacks=[_callback(out, rollouts, settings.micro_batch_size, run.resume is not None)],
         )
+    trainer.look_ahead = settings.max_staleness > 0  # the next batch's prompts, to sample it ahead
     if sync is not None:
         from websailor.train.rl.sync import attach
 
         attach(trainer, sync, settings.importance_sampling, settings.importance_sampling_cap)
     t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(run.resume) if run.resume else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(run.resume) if run.resume else None)
+    finally:
+        rollouts.close()
     seconds = time.perf_counter() - t0
     save_model(trainer, out, run.model_dir, settings.lora)
     summary = {

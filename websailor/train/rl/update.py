@@ -58,6 +58,26 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._deferred_inputs: dict | None = None  # the micro-batch whose correction waits for its forward
         self._deferring = False
         self._is_stats: dict[str, tuple[float, int, float, float]] = {}  # name: sum, count, min, max
+        self._lookahead = _LookAhead()
+        #: keep one batch of look-ahead (set for rollouts sampled ahead; off, nothing changes)
+        self.look_ahead = False
+        #: the prompts of the next generation batch (this process's slice), once this step's
+        #: batches are taken; ``None`` when the epoch ends here (rollouts sampled ahead read it)
+        self.next_prompts: list | None = None
+
+    # -- the next batch's prompts, for rollouts sampled ahead ----------------------------------
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """This step's micro-batches as transformers takes them, and one dataloader batch of
+        look-ahead: its prompts become :attr:`next_prompts` (the first batch of the next step is
+        its generation batch). The look-ahead batch is handed back at the next call, so the
+        trainer sees the same sequence of batches. Without :attr:`look_ahead`, transformers'."""
+        if not self.look_ahead:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        source = self._lookahead.over(epoch_iterator)
+        batches, items = super().get_batch_samples(source, num_batches, device)
+        upcoming = source.peek()
+        self.next_prompts = [row["prompt"] for row in upcoming] if upcoming else None
+        return batches, items
 
     # -- 3. the old-log-probability pass -----------------------------------------------------
     def _batch_used_once(self) -> bool:
@@ -200,3 +220,37 @@ class AgentGRPOTrainer(GRPOTrainer):
             out.entropy[:, -logits_to_keep:] if compute_entropy else None,
             out.aux_loss if compute_aux_loss else None,
         )
+
+
+class _LookAhead:
+    """An iterator over the trainer's epoch iterator that can hold back one batch it peeked at."""
+
+    _EMPTY = object()
+
+    def __init__(self) -> None:
+        self._source: Any = None
+        self._held: Any = self._EMPTY
+
+    def over(self, source: Any) -> _LookAhead:
+        """Iterate ``source`` (a new epoch's iterator drops what was held of the last one)."""
+        if source is not self._source:
+            self._source, self._held = source, self._EMPTY
+        return self
+
+    def __iter__(self) -> _LookAhead:
+        return self
+
+    def __next__(self) -> Any:
+        if self._held is not self._EMPTY:
+            item, self._held = self._held, self._EMPTY
+            return item
+        return next(self._source)
+
+    def peek(self) -> Any:
+        """The next batch without taking it; ``None`` at the end of the epoch."""
+        if self._held is self._EMPTY:
+            try:
+                self._held = next(self._source)
+            except StopIteration:
+                return None
+        return self._held
