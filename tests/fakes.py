@@ -330,6 +330,7 @@ def vllm_imitation(
     delay_s: float = 0.0,
     die_after: int | None = None,
     root: str = "/nonexistent/model",
+    weight_transfer: bool = False,
 ):
     """An ASGI app answering like vLLM: ``/v1/models`` with ``root`` (the served model's folder), ``/v1/completions`` with
     ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
@@ -339,7 +340,7 @@ def vllm_imitation(
     vLLM's reload fails on it), and setting ``app.state.dead`` makes every endpoint answer
     HTTP 503 from then on (a server that died), as it does by itself after ``die_after``
     completion requests. ``app.state.events`` times each reload and each completion's start
-    and end."""
+    and end. ``weight_transfer`` lists vLLM's weight-transfer endpoints in ``/openapi.json``."""
     import asyncio
     import os
     import time
@@ -355,6 +356,10 @@ def vllm_imitation(
     paths: dict = {"/v1/models": {}, "/v1/completions": {}}
     if dev_mode:
         paths.update({"/collective_rpc": {}, "/reset_prefix_cache": {}, "/server_info": {}})
+    if weight_transfer:  # listed only: a test's transfer client stands in for the NCCL side
+        for path in ("/init_weight_transfer_engine", "/pause", "/resume", "/start_weight_update"):
+            paths[path] = {}
+        paths.update({"/update_weights": {}, "/finish_weight_update": {}})
 
     @app.middleware("http")
     async def died(request: Request, call_next):

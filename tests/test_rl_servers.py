@@ -293,3 +293,75 @@ def test_sampling_ahead_needs_a_rollout_server(tmp_path, tiny_rl_model, vital_di
     config = tmp_path / "async.yaml"
     config.write_text("async: {max_staleness: 2}\n")
     assert load_settings(config).max_staleness == 2
+
+
+# -- the NCCL weight transfer (its HTTP and NCCL side stand in a recording client here) ------
+class _RecordingTransfer:
+    """Stands in for TRL's WeightTransferClient: records the calls and what was sent."""
+
+    def __init__(self, calls: list, root: str, info: dict, fail_send: bool = False):
+        self.calls, self.root, self.info, self.fail_send = calls, root, info, fail_send
+
+    def init_weight_transfer(self):
+        self.calls.append((self.root, "init"))
+
+    def pause(self):
+        self.calls.append((self.root, "pause"))
+
+    def send_weights(self, iterator):
+        sent = [(name, tuple(t.shape)) for name, t in iterator]
+        self.calls.append((self.root, "send", len(sent)))
+        if self.fail_send:
+            raise RuntimeError("NCCL error: unhandled system error")
+
+    def resume(self):
+        self.calls.append((self.root, "resume"))
+
+
+def test_the_nccl_sync_opens_a_group_once_and_pauses_around_each_transfer(tmp_path, smollm2_path):
+    from websailor.train.rl.nccl_sync import NCCLWeightSync
+
+    tok = load_tokenizer(smollm2_path)
+    calls: list = []
+    infos: list = []
+
+    def factory(root, info, timeout_s):
+        infos.append(info)
+        return _RecordingTransfer(calls, root, info)
+
+    model = _tiny_model()
+    with ExitStack() as stack:
+        url = stack.enter_context(serving(vllm_imitation(tok, REPLY, weight_transfer=True)))
+        sync = NCCLWeightSync([f"vllm:policy@{url}/v1"], client_factory=factory)
+        sync.check()
+        sync.probe(model, 0)
+        sync.push(model, 1)
+        root = sync.servers[0].root
+        ops = [c[1] for c in calls]
+        assert ops == ["init", "pause", "send", "resume", "pause", "send", "resume"]  # one group, two transfers
+        assert [c[2] for c in calls if c[1] == "send"] == [2, 2]  # the Linear's weight and bias
+        assert infos == [{"names": ["weight", "bias"], "dtype_names": ["float32"] * 2, "shapes": [[4, 4], [4]]}]
+        assert sync.version == 1 and sync.servers[0].version == 1 and sync.last_write_s == 0.0
+        assert not list(tmp_path.iterdir())  # nothing written anywhere
+        # a server without the weight-transfer endpoints is one line at the check
+        plain = stack.enter_context(serving(vllm_imitation(tok, REPLY)))
+        with pytest.raises(ConfigError, match=r"no /init_weight_transfer_engine, /pause, .* --weight-transfer-config"):
+            NCCLWeightSync([f"vllm:policy@{plain}/v1"], client_factory=factory).check()
+        # a transfer that fails: the step's error names the server, the probe's says what to check
+        failing = NCCLWeightSync(
+            [f"vllm:policy@{url}/v1"], client_factory=lambda r, i, t: _RecordingTransfer(calls, r, i, fail_send=True)
+        )
+        with pytest.raises(ConfigError, match=f"NCCL weight sync to {root} before the probe: RuntimeError: NCCL"):
+            failing.probe(model, None)
+        assert calls[-1] == (root, "resume")  # the server is resumed even when the transfer failed
+        with pytest.raises(WeightSyncError, match=f"NCCL weight sync to {root} before step 3"):
+            failing.push(model, 2)
+
+
+def test_nccl_settings_are_checked():
+    from websailor.train.rl import load_settings
+
+    with pytest.raises(ConfigError, match="sync_dir with weight_transfer nccl"):
+        load_settings(None, rollout_server=["vllm:p@http://127.0.0.1:1/v1"], weight_transfer="nccl", sync_dir="/tmp")
+    with pytest.raises(ConfigError, match="weight_transfer nccl is a setting of rollout servers"):
+        load_settings(None, weight_transfer="nccl")

@@ -206,6 +206,13 @@ def train_rl_cmd(
             "resume); continue: its rollouts are rerun on the servers that still answer and it is dropped."
         ),
     ] = None,
+    weight_transfer: Annotated[
+        Optional[str],
+        typer.Option(
+            help="file (default): the weights as a checkpoint in --sync-dir that the servers reload; nccl: streamed "
+            "GPU to GPU through vLLM's weight-transfer endpoints (servers on other GPUs; not yet run on a GPU).",
+        ),
+    ] = None,
     max_staleness: Annotated[
         Optional[int],
         typer.Option(
@@ -274,6 +281,7 @@ def train_rl_cmd(
         server_sync_dir=server_sync_dir,
         on_server_loss=on_server_loss,
         max_staleness=max_staleness,
+        weight_transfer=weight_transfer,
         precision=precision,
         task=task.value if task else None,
         rubric=str(rubric) if rubric else None,

@@ -26,6 +26,7 @@ CONTINUABLE = (
     "sync_dir",
     "server_sync_dir",
     "on_server_loss",
+    "weight_transfer",
     "keep_checkpoints",
 )
 #: the moderate band of WebSailor's filter: solved sometimes but not always
@@ -117,6 +118,10 @@ class RLSettings(TrainSettings):
             the last checkpoint) or ``continue`` (the failed rollouts are rerun on the servers
             that still answer, and the server that does not is dropped for the rest of the
             run; the step stops when none is left).
+        weight_transfer: how the weights reach the rollout servers: ``file`` (the default: a
+            checkpoint in ``sync_dir`` that every server reloads; CPUs and GPUs) or ``nccl``
+            (streamed GPU to GPU through vLLM's weight-transfer endpoints,
+            :mod:`websailor.train.rl.nccl_sync`; not yet run on a GPU).
         max_staleness: K, asynchronous rollouts with bounded staleness: with K >= 1 the next
             batch is sampled on the rollout servers while the current one trains, and no
             rollout is trained on more than K policy versions after the weights that sampled it
@@ -174,6 +179,7 @@ class RLSettings(TrainSettings):
     rollout_server: list[str] | None = None
     on_server_loss: Literal["stop", "continue"] = "stop"
     max_staleness: int = Field(0, ge=0, strict=True)
+    weight_transfer: Literal["file", "nccl"] = "file"
     sync_dir: str | None = None
     server_sync_dir: str | None = None
     importance_sampling: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = (
@@ -275,6 +281,10 @@ class RLSettings(TrainSettings):
             raise ValueError(
                 "sync_dir, server_sync_dir and on_server_loss are settings of rollout servers: set rollout_server"
             )
+        if self.weight_transfer == "nccl" and self.sync_dir is not None:
+            raise ValueError("sync_dir with weight_transfer nccl: nothing is written to a folder; leave sync_dir out")
+        if self.weight_transfer == "nccl" and not self.rollout_server:
+            raise ValueError("weight_transfer nccl is a setting of rollout servers: set rollout_server")
         if self.max_staleness and (self.use_vllm or self.lora):
             raise ValueError(
                 "max_staleness samples ahead on rollout servers, which use_vllm and lora runs do not use; set it to 0"

@@ -111,6 +111,10 @@ class ServerWeightSync:
             rounded to bf16 for an fp32 server would be a mismatch of the sync's own making.
     """
 
+    #: the server endpoints this sync needs, and how to start a server that has them
+    endpoints: tuple[str, ...] = SYNC_ENDPOINTS
+    server_hint = "start it with VLLM_SERVER_DEV_MODE=1 in its environment (websailor serve model does)"
+
     def __init__(
         self,
         specs: str | Sequence[str],
@@ -196,11 +200,11 @@ class ServerWeightSync:
             )
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             raise ConfigError(f"rollout server {server.spec}: cannot read {server.root}/openapi.json ({e})") from None
-        missing = [p for p in SYNC_ENDPOINTS if p not in paths]
+        missing = [p for p in self.endpoints if p not in paths]
         if missing:
             raise ConfigError(
                 f"rollout server {server.spec}: the server has no {', '.join(missing)} endpoint, which the weight "
-                "sync needs: start it with VLLM_SERVER_DEV_MODE=1 in its environment (websailor serve model does)"
+                f"sync needs: {self.server_hint}"
             )
         config = self._model_config(server.root)
         mode = config.get("logprobs_mode")
@@ -240,57 +244,64 @@ class ServerWeightSync:
         trainer.accelerator.wait_for_everyone()
 
     def push(self, model: Any, step: int | None, main: bool = True) -> None:
-        """Write ``model``'s weights once and have every live server load them as those of
-        ``step`` (optimizer steps taken; ``None``: weights of no step, such as a probe's), the
-        servers at the same time; on processes other than the ``main`` one only the version is
-        recorded.
+        """Send ``model``'s weights to every live server as those of ``step`` (optimizer steps
+        taken; ``None``: weights of no step, such as a probe's) with :meth:`_transfer`; on
+        processes other than the ``main`` one only the version is recorded.
 
         Raises:
             WeightSyncError: as :meth:`sync_weights`, naming the servers that failed (with
                 ``drop_failed``: only when every server failed; the others are dropped).
         """
         t0 = time.perf_counter()
-        if main:  # a full /dev/shm is one line before anything is written, not a failed write
-            import torch
-
-            from websailor.models.serving import check_shm
-
-            width = getattr(torch, self.weight_dtype).itemsize  # bytes a weight
-            size_mb = sum(p.numel() for p in model.state_dict().values()) * width / 2**20
-            check_shm(1.1 * size_mb + 1, "the weight sync", self._dir.parent)
         label = "the probe" if step is None else f"step {step + 1}"
         servers = self.live
-        try:
-            if main:
-                try:
-                    self._write(model)
-                except (OSError, RuntimeError) as e:
-                    raise WeightSyncError(
-                        f"weight sync before {label}: writing {self._dir} failed: {type(e).__name__}: {e}"
-                    ) from e
-                self.last_write_s = time.perf_counter() - t0
-                with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-sync") as pool:
-                    errors = list(pool.map(lambda server: self._reload(server, t0, label), servers))
-                failed = [(srv, e) for srv, e in zip(servers, errors) if e is not None]
-                if failed and (not self.drop_failed or len(failed) == len(servers)):
-                    raise (
-                        failed[0][1]
-                        if len(failed) == 1
-                        else WeightSyncError(
-                            f"{len(failed)} of {len(servers)} rollout servers failed the weight sync before {label}: "
-                            + "; ".join(str(e) for _, e in failed)
-                        )
+        if main:
+            errors = self._transfer(model, servers, label, t0)
+            failed = [(srv, e) for srv, e in zip(servers, errors) if e is not None]
+            if failed and (not self.drop_failed or len(failed) == len(servers)):
+                raise (
+                    failed[0][1]
+                    if len(failed) == 1
+                    else WeightSyncError(
+                        f"{len(failed)} of {len(servers)} rollout servers failed the weight sync before {label}: "
+                        + "; ".join(str(e) for _, e in failed)
                     )
-                for server, e in failed:
-                    server.drop(e)
-        finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
+                )
+            for server, e in failed:
+                server.drop(e)
         for server in self.live:
             server.version = step
         self.version = step
         self.last_sync_s = time.perf_counter() - t0
         where = servers[0].root if len(servers) == 1 else f"{len(self.live)} servers"
         logger.info("weights of %s synced to %s in %.2f s", label, where, self.last_sync_s)
+
+    def _transfer(self, model: Any, servers: list[SyncedServer], label: str, t0: float) -> list[WeightSyncError | None]:
+        """The file transfer: the weights written once to the sync folder, then reloaded by every
+        server at the same time (one thread each); each server's error, or ``None``.
+
+        Raises:
+            WeightSyncError: the folder's file system is full or the write failed.
+        """
+        import torch
+
+        from websailor.models.serving import check_shm
+
+        width = getattr(torch, self.weight_dtype).itemsize  # bytes a weight
+        size_mb = sum(p.numel() for p in model.state_dict().values()) * width / 2**20
+        check_shm(1.1 * size_mb + 1, "the weight sync", self._dir.parent)  # one line before anything is written
+        try:
+            try:
+                self._write(model)
+            except (OSError, RuntimeError) as e:
+                raise WeightSyncError(
+                    f"weight sync before {label}: writing {self._dir} failed: {type(e).__name__}: {e}"
+                ) from e
+            self.last_write_s = time.perf_counter() - t0
+            with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-sync") as pool:
+                return list(pool.map(lambda server: self._reload(server, t0, label), servers))
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def _reload(self, server: SyncedServer, t0: float, label: str) -> WeightSyncError | None:
         """Have ``server`` reload the written weights and drop its cached keys and values; the

@@ -353,13 +353,19 @@ def _open_server(settings: RLSettings) -> tuple[Any, Any]:
     from websailor.train.rl.servers import ServerPool
     from websailor.train.rl.sync import ServerWeightSync
 
-    sync = ServerWeightSync(
-        settings.rollout_servers,
-        timeout_s=settings.sync_timeout_s,
-        sync_dir=settings.sync_dir,
-        server_dir=settings.server_sync_dir,
-        drop_failed=settings.on_server_loss == "continue",
-    )
+    drop = settings.on_server_loss == "continue"
+    if settings.weight_transfer == "nccl":
+        from websailor.train.rl.nccl_sync import NCCLWeightSync
+
+        sync = NCCLWeightSync(settings.rollout_servers, timeout_s=settings.sync_timeout_s, drop_failed=drop)
+    else:
+        sync = ServerWeightSync(
+            settings.rollout_servers,
+            timeout_s=settings.sync_timeout_s,
+            sync_dir=settings.sync_dir,
+            server_dir=settings.server_sync_dir,
+            drop_failed=drop,
+        )
     sync.check()
     models = [load_model(spec, check=True) for spec in settings.rollout_servers]
     return ServerPool(models, sync.servers), sync
