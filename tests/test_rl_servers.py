@@ -189,6 +189,8 @@ def test_servers_of_different_dtypes_and_bad_server_settings_are_refused(tmp_pat
     one, two = "vllm:policy@http://127.0.0.1:8001/v1", "vllm:policy@http://127.0.0.1:8002/v1"
     assert load_settings(None, rollout_server=f"{one}, {two}").rollout_servers == [one, two]
     assert load_settings(None, rollout_server=[one]).rollout_servers == [one]
+    # the CLI hands a list: `--rollout-server A,B` is one element holding both
+    assert load_settings(None, rollout_server=[f"{one},{two}"]).rollout_servers == [one, two]
     assert load_settings(None, rollout_server="").rollout_servers == []
     for bad, says in (
         ({"rollout_server": [one, one.replace("/v1", "/v1/")]}, "names http://127.0.0.1:8001/v1 twice"),
@@ -293,6 +295,7 @@ def test_sampling_ahead_needs_a_rollout_server(tmp_path, tiny_rl_model, vital_di
     config = tmp_path / "async.yaml"
     config.write_text("async: {max_staleness: 2}\n")
     assert load_settings(config).max_staleness == 2
+    assert load_settings(config, max_staleness=0).max_staleness == 0  # an option overrides the file's section
 
 
 # -- the NCCL weight transfer (its HTTP and NCCL side stand in a recording client here) ------

@@ -93,6 +93,11 @@ def read_settings(cls: type[S], what: str, config: str | Path | None = None, **o
             raise ConfigError(f"--config {path}: not valid {kind}: {reason}") from None
         if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
             raise ConfigError(f"--config {path}: expected a mapping of setting names to values")
+    if hasattr(cls, "file_values"):  # a file's own spellings (RL's async section), before the overrides
+        try:
+            values = cls.file_values(values)
+        except ValueError as e:
+            raise ConfigError(f"{what} settings: {e}") from None
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return cls(**values)

@@ -198,9 +198,13 @@ class RLSettings(TrainSettings):
     def _server_list(cls, value: Any) -> Any:
         """One spec, specs separated by commas, or a list of them; ``None`` or nothing: none."""
         if isinstance(value, str):
-            value = value.split(",")
-        if isinstance(value, (list, tuple)):
-            specs = [v.strip() if isinstance(v, str) else v for v in value]
+            value = [value]
+        if isinstance(value, (list, tuple)):  # each element may itself hold several (--rollout-server A,B)
+            specs = (
+                [part.strip() for v in value for part in v.split(",")]
+                if all(isinstance(v, str) for v in value)
+                else value
+            )
             specs = [v for v in specs if v != ""]
             return specs or None
         return value
@@ -209,6 +213,12 @@ class RLSettings(TrainSettings):
     def rollout_servers(self) -> list[str]:
         """The rollout servers' specs (empty: the local engine)."""
         return list(self.rollout_server or [])
+
+    @classmethod
+    def file_values(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """A config file's values as settings (``async: {max_staleness: K}`` flattened), before
+        the command line's options override them."""
+        return cls._async_section(values)
 
     @model_validator(mode="before")
     @classmethod

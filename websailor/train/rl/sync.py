@@ -273,8 +273,9 @@ class ServerWeightSync:
             server.version = step
         self.version = step
         self.last_sync_s = time.perf_counter() - t0
-        where = servers[0].root if len(servers) == 1 else f"{len(self.live)} servers"
-        logger.info("weights of %s synced to %s in %.2f s", label, where, self.last_sync_s)
+        if main:  # the other processes of a launch only record the version
+            where = servers[0].root if len(servers) == 1 else f"{len(self.live)} servers"
+            logger.info("weights of %s synced to %s in %.2f s", label, where, self.last_sync_s)
 
     def _transfer(self, model: Any, servers: list[SyncedServer], label: str, t0: float) -> list[WeightSyncError | None]:
         """The file transfer: the weights written once to the sync folder, then reloaded by every

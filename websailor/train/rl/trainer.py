@@ -188,8 +188,8 @@ def _plan(
     if world > 1 and settings.prefilter and not settings.prefilter_from and not (out / PREFILTER_FILE).exists():
         raise ConfigError(
             f"--prefilter samples its rollouts in one process, and this run has {world}: rate the items first "
-            f"(websailor eval --bench DATA --split train --k {settings.prefilter} --model MODEL) and pass "
-            "--prefilter-from EVAL_DIR, or run the prefilter without the launcher"
+            f"(websailor eval --bench DATA --split train --rollouts {settings.prefilter} --model MODEL --out "
+            "EVAL_DIR) and pass --prefilter-from EVAL_DIR, or run the prefilter without the launcher"
         )
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
@@ -201,6 +201,11 @@ def _plan(
         read_rubric(settings.rubric)  # so is an unusable rubric
     if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
         prefilter_source(settings.prefilter_from)  # so is a missing --prefilter-from (a resumed run needs it no more)
+    if settings.weight_transfer == "nccl" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "weight_transfer nccl streams the weights with vLLM's NCCL code, and vLLM is not installed beside the "
+            "trainer (a GPU machine: pip install vllm); or use weight_transfer file"
+        )
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
     if settings.task == "report":
