@@ -37,9 +37,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(port), "TRL_EXPERIMENTAL_SILENCE": "1"}
 
 
-def _launch(args: list[str], processes: int, timeout: int = 600) -> subprocess.CompletedProcess:
+def _launch(args: list[str], processes: int, timeout: int = 600, ok: bool = True) -> subprocess.CompletedProcess:
     """``args`` (a module's or a script's) as one plain process, or under ``accelerate launch``
-    with ``processes``."""
+    with ``processes``; ``ok``: it must exit 0."""
     accelerate = Path(sys.executable).with_name("accelerate")
     env = _env()
     if processes == 1:
@@ -49,7 +49,7 @@ def _launch(args: list[str], processes: int, timeout: int = 600) -> subprocess.C
         cmd += ["--main_process_port", env["MASTER_PORT"], *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     errors = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith(("error", "Error", "[rank"))]
-    assert r.returncode == 0, "\n".join(errors[:20]) or r.stderr[-3000:]
+    assert r.returncode == 0 or not ok, "\n".join(errors[:20]) or r.stderr[-3000:]
     return r
 
 
@@ -169,3 +169,31 @@ def test_a_sampling_prefilter_is_refused_under_several_processes(tiny_model: Pat
     with pytest.raises(ConfigError, match="--prefilter samples its rollouts in one process, and this run has 2"):
         train_rl(qa, f"hf:{tiny_model}", tmp_path / "out", settings, env=EnvSpec(corpus=vital_dir), progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_first_sync_stops_every_process_at_once(tiny_model: Path, vital_dir: Path, tmp_path: Path):
+    """The servers are told a sync folder they cannot read: the main process's probe fails, and
+    the other process stops with it (it used to go on into the trainer and wait there until
+    the launcher killed it, 30 s later)."""
+    import time
+
+    from websailor.train.common import load_tokenizer
+
+    qa = tmp_path / "qa.jsonl"
+    rows = [("a", "Which city is the capital of France?", "Paris"), ("b", "Which river flows through Paris?", "Seine")]
+    qa.write_text("".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in rows))
+    app = vllm_imitation(load_tokenizer(tiny_model), REPLY, root=str(tiny_model))
+    with serving(app) as url:
+        args = ["-m", "websailor.cli", "train", "rl", "--data", str(qa), "--model", f"hf:{tiny_model}"]
+        args += ["--out", str(tmp_path / "out"), "--group-size", "2", "--batch", "4", "--max-steps", "1"]
+        args += ["--corpus", str(vital_dir), "--rollout-server", f"vllm:policy@{url}/v1", "--precision", "fp32"]
+        args += ["--sync-dir", str(tmp_path / "sync"), "--server-sync-dir", "/nonexistent/sync"]
+        t0 = time.monotonic()
+        r = _launch(args, 2, ok=False)
+        seconds = time.monotonic() - t0
+    assert r.returncode != 0
+    text = r.stdout + r.stderr
+    assert "the first weight sync failed before any rollout" in text and "/nonexistent/sync" in text
+    assert "the first weight sync failed on the main process of this launch" in text
+    assert "SIGKILL" not in text and seconds < 25 + 30, seconds  # both stopped; no 30 s wait for a kill
+    assert not app.state.requests  # no rollout

@@ -511,14 +511,44 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any,
             (out / SETTINGS_FILE).write_text(json.dumps(run.record, indent=2), encoding="utf-8")
         net = load_trainable_model(run.model_dir, settings)
         if sync is not None:  # every server reads the sync's folder, or one line before any rollout
-            main = int(os.environ.get("RANK", "0")) == 0  # under a launcher one process pushes
-            sync.probe(net, 0 if run.resume is None else None, main)  # a sampling prefilter rates these weights
+            _probe_together(sync, net, 0 if run.resume is None else None)  # a sampling prefilter rates these
         policy = settings.rollout_servers[0] if settings.rollout_servers else model  # the prefilter's sampler
         _choose_items(run, judge, tool_env.tools, tool_env.name, policy, progress)
         return _train(run, net, judge, tool_env, server, sync, progress)
     finally:
         if server is not None:
             server.close()
+
+
+def _probe_together(sync: Any, net: Any, step: int | None) -> None:
+    """The first weight sync (:meth:`ServerWeightSync.probe`): the main process pushes; under a
+    launcher every process then learns whether it worked, so all stop at once when it did not
+    (the others would otherwise go on into the trainer and wait there for the one that stopped).
+
+    Raises:
+        ConfigError: the probe failed (on the main process: its line; on the others: a pointer
+            to it).
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    main = int(os.environ.get("RANK", "0")) == 0  # under a launcher one process pushes
+    error: ConfigError | None = None
+    try:
+        sync.probe(net, step, main)
+    except ConfigError as e:
+        error = e
+    if world > 1:
+        import torch
+        from accelerate import PartialState
+
+        PartialState(cpu=not torch.cuda.is_available())  # the process group TRL's arguments would open
+        import torch.distributed as dist
+
+        failed: list[Any] = [None] * world
+        dist.all_gather_object(failed, error is not None)
+        if error is None and any(failed):
+            raise ConfigError("the first weight sync failed on the main process of this launch (its line says why)")
+    if error is not None:
+        raise error
 
 
 def _reward_judge(settings: RLSettings, data_path: str | Path, out: Path) -> Any:
