@@ -44,24 +44,19 @@ def scripted(question: str, k: int, eos: int) -> dict:
     }
 
 
-def main(model_dir: Path, out: Path) -> None:
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+def grpo_args(out: Path, accumulation: int, generations: int, max_steps: int, seed: int = 0):
+    """TRL's arguments of the tests' RL steps on the tiny model: micro-batches of one rollout,
+    ``accumulation`` of them a step, the token-level DAPO loss with clip-higher, no KL, rewards
+    passed through unscaled, lr 1e-2 (a step that moves the weights visibly), fp32 on the CPU."""
     from trl import GRPOConfig
 
-    from websailor.train.rl.update import AgentGRPOTrainer
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    args = GRPOConfig(
-        output_dir=str(out / "checkpoints"),
+    return GRPOConfig(
+        output_dir=str(out),
         learning_rate=1e-2,
         per_device_train_batch_size=1,
-        gradient_accumulation_steps=len(QUESTIONS) * GROUP // world,
-        num_generations=GROUP,
-        max_steps=2,
+        gradient_accumulation_steps=accumulation,
+        num_generations=generations,
+        max_steps=max_steps,
         beta=0.0,
         loss_type="dapo",
         epsilon=0.2,
@@ -75,10 +70,23 @@ def main(model_dir: Path, out: Path) -> None:
         save_strategy="no",
         logging_steps=1,
         report_to="none",
-        seed=0,
+        seed=seed,
         disable_tqdm=True,
         use_cpu=True,
     )
+
+
+def main(model_dir: Path, out: Path) -> None:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from websailor.train.rl.update import AgentGRPOTrainer
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    args = grpo_args(out / "checkpoints", len(QUESTIONS) * GROUP // world, GROUP, max_steps=2)
     logs: list[dict] = []
     seen: list[list[str]] = []
 

@@ -203,8 +203,8 @@ def _one_rl_step(model_dir: Path, out: Path, lm_head: str, defer: bool, rollouts
     sampling log-probabilities that differ from the trainer's, as a rollout server's do):
     the trained parameters and the step's logged figures."""
     from datasets import Dataset
+    from distributed_rl_step import grpo_args
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig
 
     from websailor.train.rl.sync import attach
     from websailor.train.rl.update import AgentGRPOTrainer
@@ -213,30 +213,7 @@ def _one_rl_step(model_dir: Path, out: Path, lm_head: str, defer: bool, rollouts
     tok = AutoTokenizer.from_pretrained(model_dir)
     net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     n = len(rollouts["prompt_ids"])
-    args = GRPOConfig(
-        output_dir=str(out),
-        learning_rate=1e-2,
-        per_device_train_batch_size=1,
-        gradient_accumulation_steps=n,
-        num_generations=n,
-        max_steps=1,
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
-        scale_rewards="none",
-        temperature=0.9,
-        mask_truncated_completions=False,
-        bf16=False,
-        gradient_checkpointing=None,
-        activation_checkpointing=False,
-        save_strategy="no",
-        logging_steps=1,
-        report_to="none",
-        seed=seed,
-        disable_tqdm=True,
-        use_cpu=True,
-    )
+    args = grpo_args(out, n, n, max_steps=1, seed=seed)
     logs = []
 
     from transformers import TrainerCallback

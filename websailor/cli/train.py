@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -95,7 +94,9 @@ def train_sft_cmd(
         keep_checkpoints=keep_checkpoints,
     )
     s = train_sft(data, model, out, settings, report_to=report_to)
-    if not _main_process():  # under a launcher, one process reports
+    from websailor.train.common import is_main_process
+
+    if not is_main_process():  # under a launcher, one process reports
         return
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
     print(f"trajectories: {counts}; {s['tokens']['total']} tokens, {s['tokens']['loss']} with loss")
@@ -299,7 +300,9 @@ def train_rl_cmd(
         report_to=report_to,
         engine=engine.value,
     )
-    if not _main_process():
+    from websailor.train.common import is_main_process
+
+    if not is_main_process():
         return
     if s.get("prefilter"):
         p = s["prefilter"]
@@ -333,9 +336,3 @@ def train_plot_cmd(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(train_app, name="train")
-
-
-def _main_process() -> bool:
-    """Whether this is the first process (or the only one) of a launch (``RANK``, as
-    ``accelerate launch`` and ``torchrun`` set it)."""
-    return os.environ.get("RANK", "0") == "0"

@@ -109,6 +109,18 @@ def read_settings(cls: type[S], what: str, config: str | Path | None = None, **o
         raise ConfigError(f"{what} settings: {problems}") from e
 
 
+def world_size() -> int:
+    """The processes of this launch (``WORLD_SIZE``, as ``accelerate launch`` and ``torchrun``
+    set it; 1 outside a launcher)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Whether this is the first process of a launch (``RANK`` 0), or the only one: the process
+    that writes a run's files and reports."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def resolve_model_dir(spec: str) -> Path:
     """The local directory behind a model spec: ``smollm2`` (embedded) or ``hf:DIR``.
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from websailor.train.common import (  # noqa: F401
     CHECKPOINTING_KWARGS,
     TrainSettings,
     check_report_to,
+    is_main_process,
     limit_training_memory,
     load_tokenizer,
     load_trainable_model,
@@ -38,6 +38,7 @@ from websailor.train.common import (  # noqa: F401
     resolve_model_dir,
     save_model,
     tensorboard_dir,
+    world_size,
     wrap_lora,
 )
 from websailor.train.run_folder import (
@@ -193,7 +194,7 @@ def train_sft(
     if (out / SUMMARY_FILE).exists():
         logger.info("%s already holds the finished model of this run", out)
         return json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     accumulation = max(1, math.ceil(settings.batch_size / (settings.micro_batch_size * world)))
     _check_warmup(settings, len(data.examples), world, accumulation)
 
@@ -203,7 +204,7 @@ def train_sft(
     net = load_trainable_model(model_dir, settings)
     # written once everything is checked, just before training: a run that fails earlier leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
-    if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch, one process writes
+    if is_main_process():  # under accelerate launch, one process writes
         (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         # the steps after the checkpoint are trained again: their lines go, and come back once
         trim_jsonl(out / LOG_FILE, checkpoint_step(resume) if resume else 0)

@@ -5,12 +5,12 @@ from, and saving the model of a checkpoint that already reached ``max_steps``.""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from websailor.errors import ConfigError
 from websailor.log import get_logger
+from websailor.train.common import is_main_process
 from websailor.train.rl.settings import CONTINUABLE, LOG_FILE, SETTINGS_FILE, SUMMARY_FILE, RLSettings
 
 logger = get_logger(__name__)
@@ -107,11 +107,11 @@ def finish_from_checkpoint(
         net = PeftModel.from_pretrained(base, checkpoint).merge_and_unload()
     else:
         net = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         net.save_pretrained(out)
         tokenizer.save_pretrained(out)
     log = read_log(out) if (out / LOG_FILE).exists() else []
     summary = {**record_summary, "train_seconds": sum(r.get("time/step_s") or 0.0 for r in log), "log": log}
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary

@@ -351,25 +351,6 @@ class AgentRollouts:
         # a report's score counts as correct when at least as good as the reference (0.5)
         correct = [v if v is None or isinstance(v, bool) else v >= 0.5 for v in verdicts]
         plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
-        # decided on the whole batch: with several processes, every one stops or none does
-        counts = self._gather(
-            (
-                len(trajs) // s.group_size - plan.skipped_groups,
-                len(trajs),
-                sum(t.env_failed(s.max_env_failures) for t in trajs),
-            )
-        )
-        if sum(graded for graded, _, _ in counts) == 0:  # not one group could be graded
-            self._failed_steps += 1
-            if self._failed_steps >= s.max_failed_steps:
-                n, env = sum(c[1] for c in counts), sum(c[2] for c in counts)
-                why = f" ({env} of the last batch's {n} rollouts had environment failures)" if env else ""
-                raise ModelError(
-                    f"no group could be graded in {self._failed_steps} batches in a row{why}: the judge, "
-                    "the policy or the tool environment keeps failing; fix it and rerun the same command to resume"
-                )
-        else:
-            self._failed_steps = 0
         template = TurnTemplate(tokenizer, trajs[0].model if trajs else "policy")
         tokens = [rollout_tokens(t, tokenizer, template) for t in trajs]
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": [], "advantage": []}
@@ -401,15 +382,37 @@ class AgentRollouts:
         if any(lp is None for lp in out["logprobs"]):
             out["logprobs"] = None  # some model turns were re-tokenized: the trainer recomputes them all
         version = step if version is None else version
-        records = self._gather(self._rollout_records(step, trajs, correct, rewards, plan, used, version))
-        if self._process()[0] == 0:  # one process writes the whole batch's rollouts
-            with self.rollouts_path.open("a", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for part in records for rec in part)
         figures = _figures(trajs, correct, rewards, plan, tokens, rollout_s, used, s.max_env_failures)
         figures["served"] = list(self.server.served) if self.server is not None else []
-        parts = self._gather(figures)
+        figures["records"] = self._rollout_records(step, trajs, correct, rewards, plan, used, version)
+        parts = self._gather(figures)  # every process's share of the batch, in one exchange
+        self._count_failure(parts)
+        if self._process()[0] == 0:  # one process writes the whole batch's rollouts
+            with self.rollouts_path.open("a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for part in parts for rec in part["records"])
         self.last = self._stats(parts, step, version)
         return out
+
+    def _count_failure(self, parts: list[dict[str, Any]]) -> None:
+        """Count a batch in which not one group could be graded, decided on the whole batch (with
+        several processes every one stops or none does), and reset the count otherwise.
+
+        Raises:
+            ModelError: this is the ``max_failed_steps``-th such batch in a row.
+        """
+        s = self.settings
+        rows = [row for part in parts for row in part["rows"]]
+        if len(rows) // s.group_size > sum(part["skipped"] for part in parts):  # a group was graded
+            self._failed_steps = 0
+            return
+        self._failed_steps += 1
+        if self._failed_steps >= s.max_failed_steps:
+            env = sum(row["env_failed"] for row in rows)
+            why = f" ({env} of the last batch's {len(rows)} rollouts had environment failures)" if env else ""
+            raise ModelError(
+                f"no group could be graded in {self._failed_steps} batches in a row{why}: the judge, "
+                "the policy or the tool environment keeps failing; fix it and rerun the same command to resume"
+            )
 
     # -- records --------------------------------------------------------------------------
     def _rollout_records(

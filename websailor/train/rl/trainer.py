@@ -30,6 +30,7 @@ from websailor.questions import resolve_split
 from websailor.train.common import (
     CHECKPOINTING_KWARGS,
     check_report_to,
+    is_main_process,
     limit_training_memory,
     load_tokenizer,
     load_trainable_model,
@@ -37,6 +38,7 @@ from websailor.train.common import (
     resolve_model_dir,
     save_model,
     tensorboard_dir,
+    world_size,
 )
 from websailor.train.rl.prefilter import (
     check_prefilter_record,
@@ -83,7 +85,7 @@ def _callback(out: Path, rollouts: Any, micro_batch_size: int, resumed: bool) ->
         def __init__(self) -> None:
             # under a launcher one process writes the log and its event files (the others would
             # race it for the TensorBoard folder a resumed run rewrites)
-            self.log = StepLogger(out, replay=resumed) if int(os.environ.get("RANK", "0")) == 0 else None
+            self.log = StepLogger(out, replay=resumed) if is_main_process() else None
             self.t0 = time.perf_counter()
 
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -183,7 +185,7 @@ def _plan(
 
     if env.kind == "none" and env.tools_url is None:
         raise ConfigError("--env none has no tools to train with; use local or web")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     accumulation = accumulation_steps(settings, world)
     if world > 1 and settings.prefilter and not settings.prefilter_from and not (out / PREFILTER_FILE).exists():
         raise ConfigError(
@@ -507,7 +509,7 @@ def _open_and_train(run: _Run, data_path: str | Path, model: str, tool_env: Any,
                 logger.info("the prefilter's rollouts are kept: %s do not change them", ", ".join(sorted(run.stale)))
         out.mkdir(parents=True, exist_ok=True)
         judge = _reward_judge(settings, data_path, out)
-        if int(os.environ.get("RANK", "0")) == 0:
+        if is_main_process():
             (out / SETTINGS_FILE).write_text(json.dumps(run.record, indent=2), encoding="utf-8")
         net = load_trainable_model(run.model_dir, settings)
         if sync is not None:  # every server reads the sync's folder, or one line before any rollout
@@ -529,8 +531,8 @@ def _probe_together(sync: Any, net: Any, step: int | None) -> None:
         ConfigError: the probe failed (on the main process: its line; on the others: a pointer
             to it).
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    main = int(os.environ.get("RANK", "0")) == 0  # under a launcher one process pushes
+    world = world_size()
+    main = is_main_process()  # under a launcher one process pushes
     error: ConfigError | None = None
     try:
         sync.probe(net, step, main)
@@ -579,7 +581,7 @@ def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: An
     settings, out = run.settings, run.out
     precision = choose_precision(settings.precision, net.config)
     limits = limit_training_memory(settings.memory_limits)
-    if int(os.environ.get("RANK", "0")) == 0:  # under a launcher, the one process that writes them
+    if is_main_process():  # under a launcher, the one process that writes them
         for name in (LOG_FILE, ROLLOUTS_FILE):
             trim_jsonl(out / name, run.step0)
     if run.resume is not None and settings.max_steps is not None and run.step0 >= settings.max_steps:
