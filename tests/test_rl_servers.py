@@ -194,6 +194,10 @@ def test_servers_of_different_dtypes_and_bad_server_settings_are_refused(tmp_pat
     assert load_settings(None, rollout_server="").rollout_servers == []
     for bad, says in (
         ({"rollout_server": [one, one.replace("/v1", "/v1/")]}, "names http://127.0.0.1:8001/v1 twice"),
+        (  # one server under two host names
+            {"rollout_server": [one, two, one.replace("127.0.0.1", "localhost")]},
+            "names http://127.0.0.1:8001/v1 twice \\(also as http://localhost:8001/v1\\)",
+        ),
         ({"rollout_server": one, "server_sync_dir": "/mnt/x"}, "server_sync_dir without sync_dir"),
         ({"sync_dir": "/tmp/x"}, "settings of rollout servers: set rollout_server"),
         ({"on_server_loss": "continue"}, "settings of rollout servers"),
@@ -296,6 +300,37 @@ def test_sampling_ahead_needs_a_rollout_server(tmp_path, tiny_rl_model, vital_di
     config.write_text("async: {max_staleness: 2}\n")
     assert load_settings(config).max_staleness == 2
     assert load_settings(config, max_staleness=0).max_staleness == 0  # an option overrides the file's section
+
+
+def test_a_sync_folder_the_trainer_cannot_write_is_refused_before_anything_loads(tmp_path, tiny_rl_model, vital_dir):
+    """A sync_dir that is a file, or lies under one, is one line before a server is asked or
+    the model loads (no server listens at the spec's URL: the check comes first)."""
+    from websailor.tools.environment import EnvSpec
+    from websailor.train.rl import load_settings, train_rl
+
+    qa = _questions(tmp_path / "qa.jsonl", 2)
+    (tmp_path / "file").write_text("x")
+    for sync_dir, says in ((tmp_path / "file", "is a file, not a folder"), (tmp_path / "file" / "sub", "cannot write")):
+        settings = load_settings(
+            None,
+            group_size=2,
+            batch_size=4,
+            max_steps=1,
+            rollout_server="vllm:p@http://127.0.0.1:9/v1",
+            sync_dir=str(sync_dir),
+        )
+        with pytest.raises(ConfigError, match=f"sync_dir {sync_dir}.*{says}"):
+            train_rl(
+                qa, f"hf:{tiny_rl_model}", tmp_path / "out", settings, env=EnvSpec(corpus=vital_dir), progress=False
+            )
+        assert not (tmp_path / "out").exists()
+    made = tmp_path / "new" / "sync"  # a missing folder is made
+    settings = load_settings(
+        None, group_size=2, batch_size=4, max_steps=1, rollout_server="vllm:p@http://127.0.0.1:9/v1", sync_dir=str(made)
+    )
+    with pytest.raises(ConfigError, match="rollout server vllm:p@http://127.0.0.1:9/v1"):
+        train_rl(qa, f"hf:{tiny_rl_model}", tmp_path / "out2", settings, env=EnvSpec(corpus=vital_dir), progress=False)
+    assert made.is_dir() and not list(made.iterdir())
 
 
 # -- the NCCL weight transfer (its HTTP and NCCL side stand in a recording client here) ------

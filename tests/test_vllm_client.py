@@ -110,8 +110,10 @@ def test_sync_check_names_what_is_missing(smollm2_path: Path, caplog):
     with serving(vllm_imitation(tok, "x", dev_mode=False)) as url:
         with pytest.raises(ConfigError, match="VLLM_SERVER_DEV_MODE=1"):
             ServerWeightSync(f"vllm:policy@{url}/v1").check()
-        with pytest.raises(ConfigError, match="does not serve"):
+        with pytest.raises(ConfigError, match="does not serve") as refused:
             ServerWeightSync(f"vllm:other@{url}/v1").check()
+        # the sync cannot go without this check: no hint to skip it
+        assert "the weight sync needs this check" in str(refused.value) and "SKIP" not in str(refused.value)
     with serving(vllm_imitation(tok, "x", logprobs_mode="raw_logprobs")) as url:
         ServerWeightSync(f"vllm:policy@{url}/v1").check()
         assert "processed_logprobs" in caplog.text

@@ -204,9 +204,11 @@ def probe_models(
     timeout_s: float | None = None,
     attempts: int | None = None,
     prefix: str = "openai",
+    skippable: bool = True,
 ) -> ServedModel:
     """Ask ``GET {base_url}/models`` whether the server serves ``model`` (``prefix``: the spec
-    form the message suggests, ``openai`` or ``vllm``).
+    form the message suggests, ``openai`` or ``vllm``; ``skippable``: whether the messages may
+    suggest :data:`SKIP_CHECK_ENV`, false where nothing skips the check, as the weight sync's).
 
     The request waits at most ``timeout_s`` seconds (default :data:`CHECK_TIMEOUT_S`); a failed
     connection (refused, reset: a server restarting) is tried again, up to ``attempts`` in all
@@ -236,7 +238,7 @@ def probe_models(
                 raise ConfigError(_unreachable(url, e, timeout_s, attempt)) from None
             time.sleep(0.5)
     assert resp is not None
-    skip = f"set {SKIP_CHECK_ENV}=1 to skip this check"
+    skip = f"set {SKIP_CHECK_ENV}=1 to skip this check" if skippable else "the weight sync needs this check"
     if resp.status_code in (401, 403):
         given = "no API key is set" if key in (None, "", "EMPTY") else "the API key was refused"
         raise ConfigError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 from pydantic import Field, field_validator, model_validator
 
 from websailor.errors import ConfigError, InputFormatError
@@ -66,6 +67,19 @@ def band_verdict(correct: int, k: int, band: str) -> str:
         return verdict(correct, k, "moderate")
     rate = correct / k
     return "too_hard" if rate < interval[0] else "too_easy" if rate > interval[1] else "kept"
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+
+
+def _server_key(base_url: str) -> tuple[str, str, int | None, str]:
+    """What makes two base URLs the same server: scheme, host (every loopback name one), port
+    (the scheme's default when none is written) and path, so ``http://localhost:8000/v1`` and
+    ``http://127.0.0.1:8000/v1/`` are one server."""
+    url = httpx.URL(base_url)
+    host = "127.0.0.1" if url.host.lower() in _LOOPBACK else url.host.lower()
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, host, port, url.path.rstrip("/")
 
 
 class RLSettings(TrainSettings):
@@ -255,15 +269,17 @@ class RLSettings(TrainSettings):
         if self.rollout_server is not None:
             from websailor.models.vllm_server import parse_spec
 
-            roots = []
+            roots: dict[tuple, str] = {}
             for spec in self.rollout_server:
                 try:
-                    roots.append(parse_spec(spec)[1].rstrip("/"))
+                    url = parse_spec(spec)[1]
                 except ConfigError as e:
                     raise ValueError(f"rollout_server: {e}") from None
-            twice = sorted({r for r in roots if roots.count(r) > 1})
-            if twice:
-                raise ValueError(f"rollout_server names {twice[0]} twice: list each server once")
+                seen = roots.get(_server_key(url))
+                if seen is not None:
+                    also = "" if seen == url else f" (also as {url})"
+                    raise ValueError(f"rollout_server names {seen} twice{also}: list each server once")
+                roots[_server_key(url)] = url
             if self.lora:
                 raise ValueError(
                     "rollout_server with lora: the weight sync writes whole models, not adapters; train without lora"

@@ -66,6 +66,28 @@ def _shm_root() -> Path:
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
+def check_sync_dir(sync_dir: str | Path) -> None:
+    """Check that the trainer can write weights into ``sync_dir`` (made when missing), with a
+    probe file written and removed, so an unusable folder is refused before the model loads.
+    Whether the servers can read it is checked by the first sync (:meth:`ServerWeightSync.probe`).
+
+    Raises:
+        ConfigError: ``sync_dir`` is a file, or cannot be made or written (the OS's reason).
+    """
+    path = Path(sync_dir)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"sync_dir {path} is a file, not a folder: give a folder the weights can be written to")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".websailor-probe-"):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"sync_dir {path}: the trainer cannot write the weights there ({e.strerror or e}); give a folder it can "
+            "write, shared with the servers when they run elsewhere"
+        ) from None
+
+
 @dataclass
 class SyncedServer:
     """One rollout server of a :class:`ServerWeightSync`: its spec, URLs, the optimizer steps
@@ -185,7 +207,7 @@ class ServerWeightSync:
     def _check_server(self, server: SyncedServer) -> str:
         """:meth:`check` of one server; the dtype its weights are written in."""
         try:
-            probe_models(server.base_url, server.name, api_key(), prefix="vllm")
+            probe_models(server.base_url, server.name, api_key(), prefix="vllm", skippable=False)
         except ConfigError as e:
             hint = ""
             if "nothing listens" in str(e):

@@ -208,6 +208,10 @@ def _plan(
             "weight_transfer nccl streams the weights with vLLM's NCCL code, and vLLM is not installed beside the "
             "trainer (a GPU machine: pip install vllm); or use weight_transfer file"
         )
+    if settings.sync_dir is not None:
+        from websailor.train.rl.sync import check_sync_dir
+
+        check_sync_dir(settings.sync_dir)
     if settings.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("use_vllm: vLLM is not installed; install a release TRL supports, or set use_vllm: false")
     if settings.task == "report":
