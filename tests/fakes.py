@@ -322,7 +322,7 @@ def web_providers(monkeypatch, tmp_path) -> Iterator:
 
 def vllm_imitation(
     tok,
-    reply: str,
+    reply: str | list[str],
     stop_tail: str = "",
     dev_mode: bool = True,
     logprobs_mode="processed_logprobs",
@@ -332,7 +332,9 @@ def vllm_imitation(
     root: str = "/nonexistent/model",
     weight_transfer: bool = False,
 ):
-    """An ASGI app answering like vLLM: ``/v1/models`` with ``root`` (the served model's folder), ``/v1/completions`` with
+    """An ASGI app answering like vLLM: ``/v1/models`` with ``root`` (the served model's folder), ``/v1/completions``
+    with ``reply`` (a list: the n-th request of one prompt gets ``reply[n % len(reply)]``, so a group
+    of rollouts holds each of them whatever order they come in) and
     ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
     ``logprobs.token_logprobs``, each after ``delay_s``; the dev-mode endpoints when
     ``dev_mode``. ``app.state.requests`` keeps the completion requests, ``app.state.reloads``
@@ -353,6 +355,8 @@ def vllm_imitation(
     app.state.reloads = []
     app.state.dead = False
     app.state.events = []  # (what, monotonic seconds): reloads, and each completion's start and end
+    replies = [reply] if isinstance(reply, str) else list(reply)
+    asked: dict = {}  # prompt -> requests so far
     paths: dict = {"/v1/models": {}, "/v1/completions": {}}
     if dev_mode:
         paths.update({"/collective_rpc": {}, "/reset_prefix_cache": {}, "/server_info": {}})
@@ -406,12 +410,15 @@ def vllm_imitation(
         if delay_s:
             await asyncio.sleep(delay_s)
         app.state.events.append(("end", time.monotonic()))
-        ids = tok(reply + stop_tail, add_special_tokens=False)["input_ids"]
+        key = json.dumps(body.get("prompt"))
+        text = replies[asked.get(key, 0) % len(replies)]
+        asked[key] = asked.get(key, 0) + 1
+        ids = tok(text + stop_tail, add_special_tokens=False)["input_ids"]
         stopped = bool(stop_tail)
         if not stopped:
             ids = ids + [tok.eos_token_id]
         choice = {
-            "text": reply,
+            "text": text,
             "finish_reason": "stop",
             "stop_reason": stop_tail if stopped else None,
             "token_ids": ids,

@@ -125,7 +125,9 @@ def test_rl_on_a_server_under_the_launcher(tiny_model: Path, vital_dir: Path, tm
     qa = tmp_path / "qa.jsonl"
     rows = [("a", "Which city is the capital of France?", "Paris"), ("b", "Which river flows through Paris?", "Seine")]
     qa.write_text("".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in rows))
-    app = vllm_imitation(load_tokenizer(tiny_model), REPLY, root=str(tiny_model))
+    # each group gets one Paris and one Seine reply: every group has spread, so every step trains
+    seine = REPLY.replace("The capital of France is Paris", "The Seine").replace(">Paris<", ">Seine<")
+    app = vllm_imitation(load_tokenizer(tiny_model), [REPLY, seine], root=str(tiny_model))
     with serving(app) as url:
 
         def run(n: int, out: Path, steps: int) -> subprocess.CompletedProcess:
@@ -142,7 +144,14 @@ def test_rl_on_a_server_under_the_launcher(tiny_model: Path, vital_dir: Path, tm
         assert len(app.state.reloads) - reloads == 1 + 2  # the probe and one push a step, not one per process
         log = [json.loads(line) for line in (tmp_path / "two" / "rl_log.jsonl").read_text().splitlines()]
         assert [rec["step"] for rec in log] == [1, 2] and all(rec["processes"] == 2 for rec in log)
-        assert log[0]["reward/accuracy"] == 0.5  # both groups' verdicts: France right, the river wrong
+        assert log[0]["reward/accuracy"] == 0.5  # one right in each group, in both processes' groups
+        # the importance-sampling figures cover both processes' tokens, as one process's cover its whole batch
+        one = json.loads((tmp_path / "one" / "rl_log.jsonl").read_text().splitlines()[0])
+        assert log[0]["rollouts/in_loss_share"] == one["rollouts/in_loss_share"] == 1.0
+        figures = [k for k in one if k.startswith("sampling/")]
+        assert len(figures) == 5, sorted(one)
+        for key in figures:  # measured: within 2e-6 (float32 padding); the main process's tokens alone: 1.1e-4 off
+            assert log[0][key] == pytest.approx(one[key], rel=2e-5), key
 
         def rollouts(out: Path) -> list[tuple]:
             records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -182,7 +191,9 @@ def test_a_failed_first_sync_stops_every_process_at_once(tiny_model: Path, vital
     qa = tmp_path / "qa.jsonl"
     rows = [("a", "Which city is the capital of France?", "Paris"), ("b", "Which river flows through Paris?", "Seine")]
     qa.write_text("".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in rows))
-    app = vllm_imitation(load_tokenizer(tiny_model), REPLY, root=str(tiny_model))
+    # each group gets one Paris and one Seine reply: every group has spread, so every step trains
+    seine = REPLY.replace("The capital of France is Paris", "The Seine").replace(">Paris<", ">Seine<")
+    app = vllm_imitation(load_tokenizer(tiny_model), [REPLY, seine], root=str(tiny_model))
     with serving(app) as url:
         args = ["-m", "websailor.cli", "train", "rl", "--data", str(qa), "--model", f"hf:{tiny_model}"]
         args += ["--out", str(tmp_path / "out"), "--group-size", "2", "--batch", "4", "--max-steps", "1"]

@@ -154,7 +154,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         """Add the step's importance-sampling figures, over all its micro-batches' tokens in the
         loss as TRL computes them over the batch (mean, and the difference's maximum, the
         ratio's minimum and maximum), to the trainer's metrics, then log."""
-        for name, (total, count, low, high) in self._is_stats.items():
+        for name, (total, count, low, high) in self._gathered_is_stats().items():
             metrics = self._metrics["train"]
             metrics[f"sampling/{name}/mean"] = [total / count]
             metrics[f"sampling/{name}/max"] = [high]
@@ -162,6 +162,27 @@ class AgentGRPOTrainer(GRPOTrainer):
                 metrics[f"sampling/{name}/min"] = [low]
         self._is_stats = {}
         super().log(logs, start_time)
+
+    def _gathered_is_stats(self) -> dict[str, tuple[float, int, float, float]]:
+        """The step's importance-sampling figures (sum, count, minimum, maximum per name) over
+        every process's tokens: each process computes them on its own micro-batches, and one
+        process logs (one exchange a logged step, on every process; alone, its own)."""
+        if self.accelerator.num_processes == 1:
+            return self._is_stats
+        names = ("sampling_logp_difference", "importance_sampling_ratio")
+        empty = (0.0, 0, math.inf, -math.inf)
+        rows = torch.tensor([self._is_stats.get(n, empty) for n in names], dtype=torch.float64)
+        every = self.accelerator.gather(rows.to(self.accelerator.device).unsqueeze(0)).cpu()  # (processes, 2, 4)
+        return {
+            name: (
+                float(every[:, i, 0].sum()),
+                int(every[:, i, 1].sum()),
+                float(every[:, i, 2].min()),
+                float(every[:, i, 3].max()),
+            )
+            for i, name in enumerate(names)
+            if every[:, i, 1].sum() > 0
+        }
 
     # -- 1 and 2: the forward passes ---------------------------------------------------------
     def _get_per_token_logps_and_entropies(  # noqa: PLR0913 (TRL's signature)
