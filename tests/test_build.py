@@ -43,7 +43,8 @@ def test_reuse_unless_force(kilt_sample: KiltSample, tmp_path: Path):
     cfg.force = True
     build_corpus(cfg)
     assert (out / "meta.json").stat().st_mtime_ns != stamp[1]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp or old dirs left
+    # no temp or old dirs left (the build's lock file stays: filelock keeps it, so no waiter locks a removed file)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")]
 
 
 def test_interrupted_build_leaves_no_corpus(kilt_sample: KiltSample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -55,7 +56,7 @@ def test_interrupted_build_leaves_no_corpus(kilt_sample: KiltSample, tmp_path: P
     with pytest.raises(KeyboardInterrupt):
         build_corpus(CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=out))
     assert not out.exists()
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".k.lock"]  # no temporary directory left
     with pytest.raises(CorpusError, match="no corpus at"):
         Corpus.open(out)
 
@@ -121,7 +122,28 @@ def test_leftovers_of_killed_builds_are_cleaned(kilt_sample: KiltSample, tmp_pat
     os.replace(out, tmp_path / f".k.old-{dead}")
     (tmp_path / f".k.tmp-{dead}").mkdir()
     assert build_corpus(cfg) == out and len(Corpus.open(out)) == kilt_sample.n_pages
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".k.lock", "k"]
+
+
+def test_a_build_of_a_target_being_built_waits_and_reuses_it(kilt_sample: KiltSample, tmp_path: Path):
+    """Two first runs at once: the second build of one target waits for the first's lock, then
+    reuses the corpus the first renamed into place instead of replacing it under its readers."""
+    import shutil
+    import threading
+
+    first = build_corpus(CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "first"))
+    cfg = CorpusBuildConfig(source=kilt_sample.path, format="kilt", out=tmp_path / "k")
+    got: list[Path] = []
+    with build_mod._build_lock(cfg.out):  # another build holds it (flock: another open file, so this thread too)
+        second = threading.Thread(target=lambda: got.append(build_corpus(cfg)))
+        second.start()
+        second.join(1.0)
+        assert second.is_alive() and not cfg.out.exists()  # waiting, not building beside it
+        shutil.copytree(first, cfg.out)  # what the first build puts in place
+        store = (cfg.out / "store.sqlite").stat().st_ino
+    second.join(60)
+    assert got == [cfg.out] and (cfg.out / "store.sqlite").stat().st_ino == store  # reused, not rebuilt
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".first.lock", ".k.lock", "first", "k"]
 
 
 def test_stop_word_only_pages_still_build(tmp_path: Path):

@@ -3,7 +3,9 @@ scores by a rule the test knows: a report's score on a criterion is the number o
 criterion's first word occurs in that report, capped at 10. Every figure below is computed by
 hand from those counts. Bad input (an empty report, a judge that skips criteria, answers prose,
 scores out of range, or cannot derive criteria) is scored as far as it can be, with the reasons;
-a rerun is answered by the cache; race_summary keeps relative and absolute scores apart."""
+a rerun is answered by the cache; race_summary keeps relative and absolute scores apart. Replies
+in the other layouts judges write (a bare list of entries, scores keyed by criterion or by
+dimension) give the same figures; bare numbers per criterion are still refused."""
 
 import json
 import re
@@ -338,6 +340,71 @@ def test_a_judge_answering_prose_or_failing_leaves_the_score_none_without_a_cras
     assert score.problems == [
         "judge: no usable scores (the prompt does not fit the judge's context: 131072 tokens at most, 250000 asked)"
     ]
+
+
+def _dimension_of(cid: str) -> str:
+    return CRITERIA[int(cid[1:]) - 1][0]
+
+
+def test_a_bare_list_of_entries_is_read_as_the_scores(serve):
+    # the entries without their {"scores": ...} wrapper, after a thought and in a fence
+    def bare(messages):
+        entries = _rule_scores(messages[0]["content"])
+        return "<think>One entry per criterion.</think>\n```json\n" + json.dumps(entries, indent=1) + "\n```"
+
+    srv, model = serve(bare)
+    score = race_score(model, _task(), TARGET, max_attempts=1)
+    _check_full(score)
+    assert score.problems == [] and score.judge_calls == 1
+    assert score.criteria[0].reason == "Markets is mentioned 4 times"
+
+
+def test_scores_keyed_by_criterion_or_by_dimension_are_read(serve):
+    # {"scores": {"C1": {...}, ...}}: the key names the entry; C7 is keyed by its title instead
+    def by_criterion(messages):
+        entries = _rule_scores(messages[0]["content"])
+        keyed = {("Structure clear" if e["id"] == "C7" else e["id"]): {k: v for k, v in e.items() if k != "id"}
+                 for e in entries}  # fmt: skip
+        return json.dumps({"scores": keyed})
+
+    srv, model = serve(by_criterion)
+    score = race_score(model, _task(), TARGET, max_attempts=1)
+    _check_full(score)
+    assert score.problems == [] and score.criteria[6].reason == "Structure is mentioned 5 times"
+
+    # {"scores": {"insight": {"C4": {...}}, "readability": [...], ...}}: by dimension, each a
+    # mapping of its criteria or a list of its entries
+    def by_dimension(messages):
+        grouped: dict = {}
+        for e in _rule_scores(messages[0]["content"]):
+            dim = _dimension_of(e["id"])
+            if dim == "readability":
+                grouped.setdefault(dim, []).append(e)
+            else:
+                grouped.setdefault(dim, {})[e.pop("id")] = e
+        return "<think>By dimension.</think>" + json.dumps({"scores": grouped})
+
+    srv, model = serve(by_dimension)
+    score = race_score(model, _task(), TARGET, max_attempts=1)
+    _check_full(score)
+    assert score.problems == [] and score.judge_calls == 1
+
+
+def test_scores_keyed_by_criterion_without_an_entry_are_still_refused(serve):
+    # bare numbers per criterion: whose score (the report's or the reference's) is unknown
+    def numbers(messages):
+        return json.dumps({"scores": {e["id"]: e["report_1"] for e in _rule_scores(messages[0]["content"])}})
+
+    srv, model = serve(numbers)
+    score = race_score(model, _task(), TARGET, max_attempts=2)
+    assert len(srv.bodies) == 2  # asked again, then given up
+    assert score.overall is None and all(c.target is None for c in score.criteria)
+    assert score.problems == ["judge: no usable scores after 2 attempts: no usable score in the reply"]
+    # and a list of something other than entries is no reply either
+    srv, model = serve("[4, 2, 0, 3, 1, 2, 5, 10]")
+    score = race_score(model, _task(), TARGET, max_attempts=1)
+    assert score.overall is None
+    assert score.problems == ["judge: no usable scores after 1 attempt: no usable score in the reply"]
 
 
 def test_an_empty_report_scores_zero_without_a_judge_call(serve):

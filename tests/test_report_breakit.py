@@ -26,6 +26,7 @@ from websailor.eval.report_eval import (
     report_key,
     report_summary,
     score_reports,
+    write_report_summary,
 )
 from websailor.eval.report_tasks import (
     CRITERIA_FILE,
@@ -363,6 +364,21 @@ def test_fact_summary_averages_per_task_not_per_rollout():
     results = [result("A", "supported")] * 3 + [result("B", "unsupported")]
     s = fact_summary(results)
     assert s["tasks"] == 2 and s["citation_accuracy"] == pytest.approx(0.5), s
+
+
+def test_report_md_says_not_judged_where_no_judge_answered(tmp_path: Path):
+    """A judge that answers prose to every question: no RACE score, no citation judged. report.md
+    says "not judged" in those places; it printed dashes ("-% -", "- -") that read like figures."""
+    prose = ScriptedModel(lambda messages: "I would rather not say.")
+    prose.name = "j"
+    rec = record()
+    scored = score_reports([rec], [], prose, {"visit": PageTool()}, tmp_path, progress=False)
+    summary = write_report_summary([rec], scored, tmp_path, "t.jsonl")
+    assert summary["race"]["absolute"]["overall"] is None and summary["fact"]["citation_accuracy"] is None
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "| absolute | 1 | 0 | not judged | not judged | not judged | not judged | not judged |" in md
+    assert "- citation accuracy: not judged (no report has a judged citation)" in md
+    assert "unjudged 1" in md and "-%" not in md and " - " not in md
 
 
 # -- prompt blocks a report or a page cannot close ------------------------------------------------

