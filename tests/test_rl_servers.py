@@ -18,7 +18,7 @@ from fakes import serving, vllm_imitation
 
 from websailor.agent.loop import AgentConfig
 from websailor.errors import ConfigError, ModelError
-from websailor.judge.base import load_judge
+from websailor.judge import load_judge
 from websailor.judge.gold import Gold
 from websailor.models.vllm_server import VLLMServerModel
 from websailor.questions import Question

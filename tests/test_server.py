@@ -575,7 +575,11 @@ def start_echo_server(port: int) -> subprocess.Popen:
             time.sleep(0.05)
 
 
-def test_a_server_killed_mid_run_and_restarted():
+def test_a_server_killed_mid_run_and_restarted(monkeypatch):
+    """Each call to a dead server is an error observation, and the same client works again
+    once the server is back (the breaker is set out of reach here: tests/test_breaker.py
+    shows the server declared down)."""
+    monkeypatch.setenv("WEBSAILOR_SERVICE_FAILURES", "100")
     port = int(dead_url().rsplit(":", 1)[1])
     proc = start_echo_server(port)
     try:

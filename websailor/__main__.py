@@ -1,5 +1,5 @@
 """``python -m websailor``: the ``websailor`` command."""
 
-from websailor.cli.main import app
+from websailor.cli.main import main
 
-app()
+main()

@@ -49,3 +49,37 @@ class ContextLengthError(ModelError):
         super().__init__(message)
         self.limit = limit
         self.prompt_tokens = prompt_tokens
+
+
+#: Exit statuses of the command line (docs/cli.md lists them).
+EXIT_OK = 0
+#: an unexpected error (a bug: the traceback is printed)
+EXIT_CRASH = 1
+#: bad input or settings, found before any work (one line)
+EXIT_BAD_INPUT = 2
+#: the work ran but its result is not usable: nothing could be graded, or a rollout of ``run`` ended in a model error
+EXIT_NO_RESULT = 3
+#: a service (model server, judge, tool server) went down during the run: what finished is kept, rerun to resume
+EXIT_SERVICE_DOWN = 4
+#: interrupted (Ctrl-C, SIGTERM): what finished is kept, rerun to resume
+EXIT_INTERRUPTED = 130
+
+
+class ServiceDown(WebsailorError):
+    """A service the run depends on (model server, judge, tool server) failed too many times in
+    a row and was declared down (:mod:`websailor.breaker`). Deliberately not a
+    :class:`ModelError`: it stops the run instead of ending one rollout.
+
+    Attributes:
+        service: what the service is (``model server``, ``judge``, ``tool server``).
+        url: where it is.
+        since: wall-clock time (seconds since the epoch) of the first failure of the row.
+        failures: the failures in a row that declared it down.
+    """
+
+    def __init__(self, message: str, service: str = "", url: str = "", since: float = 0.0, failures: int = 0) -> None:
+        super().__init__(message)
+        self.service = service
+        self.url = url
+        self.since = since
+        self.failures = failures

@@ -12,7 +12,7 @@ from websailor.agent.parse import Action, parse_turn
 from websailor.agent.prompt import FINAL_ANSWER_NUDGE, system_prompt, tool_response
 from websailor.agent.summarize import SUMMARY_REQUEST, Summary, resumed_task, summary_text
 from websailor.agent.trajectory import ToolCallRecord, Trajectory, env_failure_summary
-from websailor.errors import ContextLengthError, InvalidArgumentError, ModelError
+from websailor.errors import ContextLengthError, InvalidArgumentError, ModelError, ServiceDown
 from websailor.models.base import ChatModel, Generation, SamplingParams
 from websailor.reports.prompt import REPORT_NUDGE
 from websailor.text import clean_text
@@ -131,7 +131,7 @@ class Agent:
         self, question: str, id: str = "q", rollout: int = 0, answer: object = None, on_step: StepCallback | None = None
     ) -> Trajectory:
         """Answer ``question``; never raises for model, tool or format failures (they end the
-        trajectory with a recorded ``termination``).
+        trajectory with a recorded ``termination``), except a service declared down.
 
         Args:
             question: the question (cleaned of invalid Unicode).
@@ -142,6 +142,8 @@ class Agent:
 
         Raises:
             InvalidArgumentError: the question is empty.
+            ServiceDown: the model server or the tool server was declared down
+                (:mod:`websailor.breaker`): the rollout is cut, and a batch stops.
         """
         if not isinstance(question, str) or not question.strip():
             raise InvalidArgumentError("the question is empty")
@@ -205,6 +207,8 @@ class Agent:
                 timed_out = time.perf_counter() - t0 >= timeout_s
                 traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)
                 break
+            except ServiceDown:  # the model server was declared down: the run stops, this rollout is not kept
+                raise
             except Exception as e:  # a backend bug must not stop the batch
                 traj.termination, traj.error = "model_error", f"{type(e).__name__}: {e}"
                 break
@@ -288,6 +292,8 @@ class Agent:
         tm = time.perf_counter()
         try:
             gen = self.model.chat([*traj.messages, {"role": "user", "content": SUMMARY_REQUEST}], params)
+        except ServiceDown:
+            raise
         except Exception as e:  # the rollout goes on without a summary; the nudge still ends it
             record.error = f"{type(e).__name__}: {e}"
             return context
@@ -316,6 +322,8 @@ class Agent:
         tt = time.perf_counter()
         try:
             result = execute_tool(self.tools, call.name, args)
+        except ServiceDown:  # the tool server was declared down: the run stops
+            raise
         except Exception as e:  # a tool bug becomes an observation, not a crash
             result = ToolResult(
                 f"[{call.name}] Error: the tool failed ({type(e).__name__}: {e})", f"{type(e).__name__}: {e}"

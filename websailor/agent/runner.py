@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from websailor.agent.loop import Agent
 from websailor.agent.trajectory import Trajectory, environment_failed
-from websailor.errors import InputFormatError
+from websailor.errors import InputFormatError, ServiceDown
 from websailor.jsonio import appending, read_appended_jsonl
 from websailor.log import get_logger
 from websailor.questions import Question, question_level
@@ -168,19 +168,44 @@ def stream_rollouts(
     :func:`websailor.jsonio.appending`), with the question's level when it has one, and yield
     it, in finishing order. Stopping early (an
     interrupt, or the consumer closing the generator) cancels the calls not started and does
-    not wait for those in flight; what finished is already on disk."""
+    not wait for those in flight; what finished is already on disk.
+
+    Raises:
+        ServiceDown: a rollout met a service declared down (:mod:`websailor.breaker`): the
+            rollouts that had finished by then are written first, the others are not (a
+            resumed run runs them).
+    """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout")
     finished_cleanly = False
+
+    def write(fut: Any) -> Trajectory:
+        traj = fut.result()
+        traj.level = question_level(futures[fut])
+        fh.write(trajectory_line(traj))  # only this thread writes
+        fh.flush()
+        os.fsync(fh.fileno())
+        return traj
+
     try:
         futures = {pool.submit(agent.run, q.question, q.id, r, q.answer): q for q, r in todo}
+        written: set = set()
         for fut in as_completed(futures):
-            traj = fut.result()
-            traj.level = question_level(futures[fut])
-            fh.write(trajectory_line(traj))  # only this thread writes
-            fh.flush()
-            os.fsync(fh.fileno())
+            try:
+                traj = write(fut)
+            except ServiceDown:
+                for other in futures:  # keep what finished before the outage stopped the run
+                    if (
+                        other is not fut
+                        and other not in written
+                        and other.done()
+                        and not other.cancelled()
+                        and other.exception() is None
+                    ):
+                        yield write(other)
+                raise
+            written.add(fut)
             yield traj
         finished_cleanly = True
     finally:

@@ -1,5 +1,5 @@
 """``python -m websailor.cli`` (as ``accelerate launch -m websailor.cli`` runs it)."""
 
-from websailor.cli.main import app
+from websailor.cli.main import main
 
-app()
+main()

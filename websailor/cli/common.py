@@ -8,6 +8,7 @@ import inspect
 import json
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -17,7 +18,7 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 
-from websailor.errors import WebsailorError
+from websailor.errors import EXIT_SERVICE_DOWN, ServiceDown, WebsailorError
 from websailor.log import get_logger
 from websailor.text import clean_strings
 
@@ -137,6 +138,12 @@ def check_finite(**values: float | None) -> None:
         fail(f"{names} must be {'a finite number' if len(bad) == 1 else 'finite numbers'}")
 
 
+def resume_command() -> str:
+    """The command line this process was started with, as ``websailor ...`` (rerunning it
+    resumes every command that writes as it goes)."""
+    return shlex.join(["websailor", *sys.argv[1:]])
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn websailor's own errors into a one-line message and exit status 2."""
 
@@ -146,6 +153,11 @@ def handle_errors(fn: Callable) -> Callable:
         kwargs = {k: clean_strings(v) for k, v in kwargs.items()}
         try:
             return fn(*args, **kwargs)
+        except ServiceDown as e:
+            # what finished is on disk (the runners write as they go); the console script
+            # exits at once on this status (websailor.cli.main.main)
+            print(f"error: {e}; once it answers, resume with: {resume_command()}", file=sys.stderr)
+            raise typer.Exit(EXIT_SERVICE_DOWN) from None
         except WebsailorError as e:
             fail(str(e))
         except BrokenPipeError:  # `websailor search ... | head`: stop quietly
@@ -353,6 +365,65 @@ def env_options(exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]
 
         wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
         wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "env_spec"}
+        return wrapper
+
+    return decorate
+
+
+#: The service options (:func:`service_options`).
+SERVICE_OPTIONS = {
+    "service_failures": _option(
+        "service_failures",
+        Annotated[
+            Optional[int],
+            typer.Option(
+                help="Failed requests in a row (transport failures, timeouts) that declare a service down: the "
+                "model server, the judge or the tool server. The run then stops, keeps what finished and exits 4; "
+                "rerunning the same command resumes. Default 5 (or WEBSAILOR_SERVICE_FAILURES).",
+                rich_help_panel="Services",
+            ),
+        ],
+        None,
+    ),
+    "judge_timeout": _option(
+        "judge_timeout",
+        Annotated[
+            Optional[float],
+            typer.Option(
+                help="Seconds one judge request may take (default: 120 a verdict, 600 a RACE reply, for reasoning "
+                "judges); a non-reasoning judge answers in seconds, and a hanging one is found sooner.",
+                rich_help_panel="Services",
+            ),
+        ],
+        None,
+    ),
+}
+
+
+def service_options(judge: bool = True) -> Callable[[Callable], Callable]:
+    """Give a command ``--service-failures`` (and, with ``judge``, ``--judge-timeout``) and apply
+    them before it runs (:func:`websailor.breaker.set_threshold`,
+    :func:`websailor.judge.load.set_judge_timeout`); a bad value exits with one line before any
+    work. Goes under :func:`handle_errors`."""
+    added = [p for name, p in SERVICE_OPTIONS.items() if judge or name != "judge_timeout"]
+
+    def decorate(fn: Callable) -> Callable:
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())
+
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from websailor.breaker import set_threshold
+            from websailor.judge.load import set_judge_timeout
+
+            values = {p.name: kwargs.pop(p.name) for p in added}
+            set_threshold(values["service_failures"])
+            check_finite(judge_timeout=values.get("judge_timeout"))
+            set_judge_timeout(values.get("judge_timeout"))
+            return fn(*args, **kwargs)
+
+        # the options go before the environment's (typer lists them in signature order)
+        wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = dict(fn.__annotations__)
         return wrapper
 
     return decorate

@@ -32,6 +32,7 @@ from websailor.cli.common import (
     logger,
     print_json,
     print_metrics,
+    service_options,
     warn_unused_env,
 )
 
@@ -48,6 +49,7 @@ def print_summary(summary: dict) -> None:
 
 
 @handle_errors
+@service_options()
 @env_options()
 def eval_cmd(
     bench: Annotated[
@@ -138,7 +140,9 @@ def report_judge(judge: str) -> Any:
     if not judge.startswith("llm:") or not judge[4:].strip():
         fail(f"--judge {judge!r} cannot score reports: RACE and FACT need a judge model, --judge llm:MODEL_SPEC")
     check_endpoint(judge)
-    return load_model(judge[4:], check=True)
+    from websailor.judge import judge_model
+
+    return judge_model(load_model(judge[4:], check=True))
 
 
 def _eval_reports(
@@ -212,6 +216,7 @@ def exit_if_all_ungraded(summary: dict, rerun: str) -> None:
 
 
 @handle_errors
+@service_options()
 @env_options()
 def score(
     paths: Annotated[list[Path], typer.Argument(help="Trajectory JSONL files (one run, one k).")],
@@ -244,6 +249,12 @@ def score(
     from websailor.models import check_endpoint
 
     records = read_trajectories(paths)
+    report = next((r for r in records if r.get("task") == "report"), None)
+    if report is not None:
+        fail(
+            f"{', '.join(map(str, paths))} {'hold' if len(paths) > 1 else 'holds'} report trajectories (task "
+            f"'report', e.g. {report['id']!r}), not QA: add --task report (with --judge llm:MODEL_SPEC --out DIR)"
+        )
     rollouts_per_question(records)
     for field, what in (("model", "models"), ("env", "envs"), ("env_settings", "observation settings")):
         seen = sorted(

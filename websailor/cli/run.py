@@ -28,6 +28,7 @@ from websailor.cli.common import (
     fail,
     handle_errors,
     print_metrics,
+    service_options,
 )
 
 
@@ -67,6 +68,7 @@ def print_report(text: Optional[str], report: dict) -> None:
 
 
 @handle_errors
+@service_options(judge=False)
 @env_options()
 def run(
     question: Annotated[Optional[str], typer.Argument(help="One question (or use --questions).")] = None,
@@ -138,7 +140,8 @@ def _run_agent(
     max_env_failures: int = 0,
 ) -> str | None:
     """Run the question (or the questions), print what happened; returns why the command
-    failed when every rollout it ran ended in a model error, else ``None``."""
+    failed when any rollout it ran ended in a model error (exit 3: a script must not read an
+    outage as an answer), else ``None``."""
     from websailor.agent.runner import append_trajectory, run_questions
 
     if items is None:
@@ -180,8 +183,8 @@ def _run_agent(
             f"rerunning the same command runs again those with more than {max_env_failures}"
         )
     errors = summary.terminations.get("model_error", 0)
-    if summary.finished and errors == summary.finished:
-        return f"all {errors} rollouts run ended in a model error"
+    if errors:
+        return f"{errors} of {summary.finished} rollouts run ended in a model error (they are not kept as done)"
     return None
 
 

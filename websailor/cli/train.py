@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from websailor.cli.common import ENGINE_ENV, Engine, Split, Task, env_options, handle_errors
+from websailor.cli.common import ENGINE_ENV, Engine, Split, Task, env_options, handle_errors, service_options
 
 train_app = typer.Typer(
     help="Train models: SFT on trajectories, RL (v2, dupo) in the environment.", no_args_is_help=True
@@ -116,6 +116,7 @@ class Algo(str, Enum):
 
 @train_app.command("rl")
 @handle_errors
+@service_options()
 @env_options()
 def train_rl_cmd(
     data: Annotated[Path, typer.Option(help="QA JSONL (websailor synth) or any benchmark file eval reads.")],

@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from websailor.errors import ModelError
+from websailor.errors import ModelError, ServiceDown
 from websailor.jsonio import load_lenient_json
 from websailor.judge.reply_cache import ReplyCache
 from websailor.log import get_logger
@@ -245,6 +245,8 @@ def read_cited_page(tools: Mapping[str, Tool], url: str, statement: str) -> Page
         target = "https://" + target.lstrip("/")
     try:
         result = execute_tool(tools, "visit", {"url": target, "goal": statement})
+    except ServiceDown:  # the tool server was declared down: the scoring stops
+        raise
     except Exception as e:  # a tool bug: the pair is unreachable, the run goes on
         logger.warning("visit raised on %s: %r", target, e)
         return PageRead(None, truncate(f"visit raised {type(e).__name__}: {e}", MAX_REASON_CHARS))

@@ -1,18 +1,15 @@
 """The judge interface: a :class:`Grade` per (question, prediction, gold) and the rule-based
-judges; :func:`load_judge` builds any judge from its spec (``em``, ``f1``, ``llm:MODEL_SPEC``)."""
+judges (:func:`websailor.judge.load.load_judge` builds any judge from its spec)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Protocol
 
 from websailor.errors import ConfigError
 from websailor.judge.em import exact_match, token_f1
 from websailor.judge.gold import Gold
-
-JUDGE_HELP = "em (normalized exact match), f1[:THRESHOLD] (token F1, correct at >= 0.5 by default) or llm:MODEL_SPEC"
 
 
 @dataclass
@@ -78,30 +75,3 @@ class F1Judge:
             f1 = token_f1(c.prediction, c.gold)
             out.append(Grade(f1 >= self.threshold, f1, extracted=c.prediction))
         return out
-
-
-def load_judge(spec: str, cache: Path | None = None, **kwargs) -> Judge:
-    """Build a judge from ``em``, ``f1[:THRESHOLD]`` or ``llm:MODEL_SPEC``.
-
-    Args:
-        spec: the judge spec.
-        cache: SQLite file caching the LLM judge's verdicts (default: none).
-        kwargs: passed to :class:`websailor.judge.llm.LLMJudge` (``max_attempts``, ...).
-
-    Raises:
-        ConfigError: an unknown spec or a bad threshold; see :data:`JUDGE_HELP`.
-    """
-    spec = (spec or "").strip()
-    if spec == "em":
-        return ExactMatchJudge()
-    if spec == "f1" or spec.startswith("f1:"):
-        try:
-            return F1Judge(float(spec[3:]) if spec.startswith("f1:") else 0.5)
-        except ValueError:
-            raise ConfigError(f"bad judge {spec!r}: the f1 threshold must be a number; {JUDGE_HELP}") from None
-    if spec.startswith("llm:") and spec[4:].strip():
-        from websailor.judge.llm import LLMJudge
-        from websailor.models import load_model
-
-        return LLMJudge(load_model(spec[4:].strip()), cache=cache, **kwargs)
-    raise ConfigError(f"unknown judge {spec!r}: use {JUDGE_HELP}")

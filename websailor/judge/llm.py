@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +20,7 @@ from pathlib import Path
 from websailor.errors import ModelError
 from websailor.jsonio import load_lenient_json
 from websailor.judge.base import Case, Grade
+from websailor.judge.reply_cache import ReplyCache
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, SamplingParams
 
@@ -96,42 +95,25 @@ class LLMJudge:
         self.name = f"llm:{model.name}"
         self.max_attempts = max_attempts
         self.concurrency = concurrency
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        if cache is not None:
-            try:
-                Path(cache).parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(str(cache), check_same_thread=False, timeout=30)
-                self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, grade TEXT NOT NULL)")
-                self._db.commit()
-            except (OSError, sqlite3.Error) as e:
-                logger.warning("the judge's verdict cache %s cannot be used (%s); grading without it", cache, e)
-                self._db = None
+        self._cache = ReplyCache(cache, table="qa_verdicts", what="judge verdict") if cache is not None else None
 
     def _key(self, case: Case) -> str:
         raw = json.dumps([self.model.name, case.question, case.gold.to_dict(), case.prediction], ensure_ascii=False)
         return hashlib.sha256(raw.encode()).hexdigest()
 
     def _cached(self, key: str) -> Grade | None:
-        if self._db is None:
+        stored = self._cache.get(key) if self._cache is not None else None
+        if stored is None:
             return None
         try:
-            with self._lock:
-                row = self._db.execute("SELECT grade FROM verdicts WHERE key = ?", (key,)).fetchone()
-            return Grade(**json.loads(row[0])) if row else None
-        except (sqlite3.Error, ValueError, TypeError) as e:
-            logger.warning("verdict cache read failed (%s); asking the judge", e)
+            return Grade(**json.loads(stored))
+        except (ValueError, TypeError) as e:
+            logger.warning("a cached verdict is unreadable (%s); asking the judge", e)
             return None
 
     def _store(self, key: str, grade: Grade) -> None:
-        if self._db is None:
-            return
-        try:
-            with self._lock:
-                self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)", (key, json.dumps(grade.to_dict())))
-                self._db.commit()
-        except sqlite3.Error as e:  # the verdict itself is still returned and written to the scores file
-            logger.warning("verdict cache write failed (%s)", e)
+        if self._cache is not None:  # a failed write is warned about; the verdict is still returned
+            self._cache.put(key, json.dumps(grade.to_dict()))
 
     def _grade_one(self, case: Case) -> Grade:
         if not case.prediction or not case.prediction.strip():
@@ -162,7 +144,12 @@ class LLMJudge:
         return Grade(None, None, error=error)
 
     def grade(self, cases: Sequence[Case]) -> list[Grade]:
-        """One grade per case, in order; ungraded cases have ``correct=None``."""
+        """One grade per case, in order; ungraded cases have ``correct=None``.
+
+        Raises:
+            ServiceDown: the judge's endpoint was declared down (:mod:`websailor.breaker`):
+                the verdicts made until then are in the cache, the rest are not made.
+        """
         if not cases:
             return []
         pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(cases)), thread_name_prefix="judge")

@@ -50,6 +50,7 @@ import httpx
 import openai
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
+from websailor.breaker import ServiceBreaker
 from websailor.errors import ConfigError, ContextLengthError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
@@ -305,7 +306,10 @@ class OpenAIModel(ChatModel):
         model: the served model name.
         base_url: e.g. ``http://localhost:8000/v1``.
         timeout_s: per-request timeout.
-        max_attempts: tries per call for transient failures.
+        max_attempts: tries per call for transient failures; every attempt reports to the
+            endpoint's circuit breaker (:attr:`breaker`), which raises
+            :class:`~websailor.errors.ServiceDown` once the server failed its threshold of
+            attempts in a row.
         backoff_s: first back-off (doubles, with jitter, up to 30 s).
         max_context: the context length in tokens; ``None``: the server's ``max_model_len``
             (``GET /models``), or :data:`DEFAULT_CONTEXT` when it states none. A value given
@@ -344,6 +348,10 @@ class OpenAIModel(ChatModel):
         self._dropped: set[str] = set()  # sampling parameters the server refused
         self._lock = threading.Lock()
         self._probe_lock = threading.Lock()
+        #: the endpoint's circuit breaker (:mod:`websailor.breaker`); ``None``: none (a caller
+        #: that handles a dead server itself). :func:`~websailor.models.load_model` names it a
+        #: judge's where the model judges.
+        self.breaker: ServiceBreaker | None = ServiceBreaker("model server", base_url)
 
     # -- the context length and the start-up check
     @property
@@ -429,11 +437,29 @@ class OpenAIModel(ChatModel):
             retry=retry_if_exception(_transient),
         )
         call = _Call(params.max_tokens)
+
+        def attempt(**kwargs: Any) -> Any:
+            breaker = self.breaker
+            if breaker is None:
+                return client.chat.completions.create(**kwargs)
+            breaker.check()
+            t0 = time.perf_counter()
+            try:
+                resp = client.chat.completions.create(**kwargs)
+            except (openai.APIConnectionError, openai.APIStatusError) as e:  # APITimeoutError is a connection error
+                if not isinstance(e, openai.APIStatusError) or e.status_code in (502, 503, 504):
+                    breaker.failure(e)
+                else:
+                    breaker.success()  # the server answered, with a refusal
+                raise
+            breaker.success(time.perf_counter() - t0)
+            return resp
+
         try:
             for _ in range(_MAX_ADJUSTMENTS):
                 kwargs = self._kwargs(messages, params, call)
                 try:
-                    resp = retrying(client.chat.completions.create, **kwargs)
+                    resp = retrying(attempt, **kwargs)
                     break
                 except openai.APIStatusError as e:
                     if e.status_code not in (400, 413, 422) or not self._adapt(e, kwargs, call):

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
+from websailor.breaker import ServiceBreaker
 from websailor.errors import ConfigError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, decode_reply, ids_before_stop
@@ -143,6 +145,11 @@ class VLLMServerModel(ChatModel):
         self._turns: TurnTemplate | None = None
         self._context: int | None = None
         self._lock = threading.Lock()
+        #: the server's circuit breaker (:mod:`websailor.breaker`): every request attempt
+        #: reports to it, and once the server is declared down a call raises
+        #: :class:`~websailor.errors.ServiceDown`; ``None`` for a caller that handles a dead
+        #: server itself (the RL rollout pool, with its ``on_server_loss``)
+        self.breaker: ServiceBreaker | None = ServiceBreaker("model server", self.base_url)
 
     # -- set-up --------------------------------------------------------------------------
     def check(self) -> None:
@@ -219,7 +226,21 @@ class VLLMServerModel(ChatModel):
         )
 
         def once() -> dict[str, Any]:
-            r = self._http.post(f"{self.base_url}/completions", json=body, headers=self._headers, timeout=timeout)
+            breaker = self.breaker
+            if breaker is not None:
+                breaker.check()
+            t0 = time.perf_counter()
+            try:
+                r = self._http.post(f"{self.base_url}/completions", json=body, headers=self._headers, timeout=timeout)
+            except httpx.TransportError as e:
+                if breaker is not None:
+                    breaker.failure(e)
+                raise
+            if breaker is not None:
+                if r.status_code in (502, 503, 504):
+                    breaker.failure(f"HTTP {r.status_code}")
+                else:
+                    breaker.success(time.perf_counter() - t0)
             r.raise_for_status()
             return r.json()
 

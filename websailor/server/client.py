@@ -5,8 +5,11 @@ with local tools, and returns the server's result unchanged, its ``env_failures`
 Argument checking happens once, on the server. Transport failures (connection refused or
 reset, HTTP 502-504) are retried with exponential back-off and jitter; when the retries are
 spent the call becomes an error observation naming the environment failure
-(``tool_server_unreachable``, ``tool_server_error``, ``tool_server_reply``), never an exception
-into the agent. A tool call that times out is not retried: it may still be running.
+(``tool_server_unreachable``, ``tool_server_error``, ``tool_server_reply``). A tool call that
+times out is not retried: it may still be running. The tools of one server share a circuit
+breaker (:mod:`websailor.breaker`): after its threshold of failed attempts in a row the server
+is declared down and every call raises :class:`~websailor.errors.ServiceDown`, the one
+exception a tool call lets into the agent: the run stops instead of every rollout retrying.
 
 :func:`connect_tools` checks the server at start with short requests of its own
 (:data:`HEALTH_TIMEOUT_S`, :data:`HEALTH_RETRY`), so a wrong URL is a one-line error within
@@ -25,6 +28,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from websailor.breaker import ServiceBreaker
 from websailor.errors import ConfigError
 from websailor.tools.base import (
     ERROR_KINDS,
@@ -159,21 +163,43 @@ def _reason(exc: Exception, timeout_s: float | None) -> str:
 
 
 def _request(
-    client: httpx.Client, retry: RetryPolicy, method: str, path: str, *, timeouts: bool = False, **kwargs: Any
+    client: httpx.Client,
+    retry: RetryPolicy,
+    method: str,
+    path: str,
+    *,
+    timeouts: bool = False,
+    breaker: ServiceBreaker | None = None,
+    **kwargs: Any,
 ) -> httpx.Response:
     """One request with retries (``timeouts``: read timeouts are retried too); ``kwargs`` go to
-    ``client.request``.
+    ``client.request``. Each attempt reports to ``breaker``: a transport failure, a timeout or
+    an HTTP 502-504 (a proxy before a dead server) counts, any other answer breaks the row.
 
     Raises:
         RequestFailed: the last transport failure or HTTP error status (4xx at once; 502-504
             once the retries are spent), with the attempts really made.
+        ServiceDown: ``breaker`` declared the server down (before this request, or on one of
+            its attempts: no further attempt is made).
     """
     attempts, start = 0, time.monotonic()
 
     def once() -> httpx.Response:
         nonlocal attempts
+        if breaker is not None:
+            breaker.check()
         attempts += 1
-        response = client.request(method, path, **kwargs)
+        try:
+            response = client.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            if breaker is not None:
+                breaker.failure(e)
+            raise
+        if breaker is not None:
+            if response.status_code in (502, 503, 504):
+                breaker.failure(f"HTTP {response.status_code}")
+            else:
+                breaker.success()
         if response.status_code >= 400:
             raise ServerStatusError(response)
         return response
@@ -216,12 +242,21 @@ class RemoteTool(Tool):
         client: an ``httpx.Client`` whose ``base_url`` is the server; shared by all the tools
             of one server (it is thread-safe and pools connections).
         retry: how transport failures are retried.
+        breaker: the server's circuit breaker, shared by its tools (:mod:`websailor.breaker`):
+            once the server is declared down, :meth:`execute` raises
+            :class:`~websailor.errors.ServiceDown` instead of returning an observation.
 
     Raises:
         ConfigError: the schema is malformed.
     """
 
-    def __init__(self, schema: Mapping[str, Any], client: httpx.Client, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        schema: Mapping[str, Any],
+        client: httpx.Client,
+        retry: RetryPolicy | None = None,
+        breaker: ServiceBreaker | None = None,
+    ) -> None:
         self._schema = _check_schema(schema)
         self.name = self._schema["name"]
         self.description = self._schema["description"]
@@ -229,6 +264,7 @@ class RemoteTool(Tool):
         self.client = client
         self.retry = retry or RetryPolicy()
         self.url = shown_url(str(client.base_url).rstrip("/"))
+        self.breaker = breaker
 
     def __repr__(self) -> str:
         return f"RemoteTool({self.name!r}, url={self.url!r})"
@@ -238,10 +274,14 @@ class RemoteTool(Tool):
         return copy.deepcopy(self._schema)
 
     def execute(self, arguments: str | Mapping[str, Any] | None = None) -> ToolResult:
-        """Run the tool on the server on the model's raw arguments (validated there); never
-        raises. The server's result comes back with its ``env_failures``; a call that fails on
-        the way is an error result of kind ``tool_server`` naming the environment failure
-        (:meth:`_failed`)."""
+        """Run the tool on the server on the model's raw arguments (validated there). The
+        server's result comes back with its ``env_failures``; a call that fails on the way is
+        an error result of kind ``tool_server`` naming the environment failure (:meth:`_failed`).
+
+        Raises:
+            ServiceDown: the server was declared down (its breaker's threshold of failures in a
+                row was reached): the run stops rather than every rollout retrying it.
+        """
         try:
             body = json.dumps({"arguments": arguments}, default=_jsonable)
         except (TypeError, ValueError) as e:
@@ -259,6 +299,7 @@ class RemoteTool(Tool):
                 f"/tools/{self.name}",
                 content=body,
                 headers={"Content-Type": "application/json"},
+                breaker=self.breaker,
             )
         except RequestFailed as failed:
             return self._failed(failed)
@@ -489,9 +530,10 @@ def connect_tools(
             listed = json.dumps(schemas, ensure_ascii=False, default=str)[:200]
             raise _not_a_tool_server(shown, f"GET /tools gave no list of tool schemas: {listed}")
         tools: dict[str, Tool] = {}
+        breaker = ServiceBreaker("tool server", shown)
         for schema in schemas:
             try:
-                tool = RemoteTool(schema, client, retry)
+                tool = RemoteTool(schema, client, retry, breaker)
             except ConfigError as e:
                 raise ConfigError(f"{shown} listed a bad tool: {e}") from None
             if tool.name in tools:

@@ -32,7 +32,7 @@ from typing import Any
 
 from websailor.agent.loop import Agent, AgentConfig
 from websailor.agent.trajectory import Trajectory
-from websailor.errors import ModelError
+from websailor.errors import ModelError, ServiceDown
 from websailor.judge.base import Case, Judge
 from websailor.log import get_logger
 from websailor.memory import release_memory
@@ -203,6 +203,8 @@ class AgentRollouts:
             return correct
         try:
             grades = self.judge.grade([Case(items[i].question, trajs[i].prediction, items[i].gold) for i in graded])
+        except ServiceDown:  # the judge was declared down: the step stops untrained (a rerun resumes)
+            raise
         except Exception as e:  # a judge that raises instead of returning ungraded verdicts
             logger.warning("the judge failed on this batch (%s: %s): its rewards are missing", type(e).__name__, e)
             return correct

@@ -181,7 +181,7 @@ def _plan(
     """
     import importlib.util
 
-    from websailor.judge.base import load_judge
+    from websailor.judge import load_judge
 
     if env.kind == "none" and env.tools_url is None:
         raise ConfigError("--env none has no tools to train with; use local or web")
@@ -379,6 +379,8 @@ def _open_server(settings: RLSettings) -> tuple[Any, Any]:
         )
     sync.check()
     models = [load_model(spec, check=True) for spec in settings.rollout_servers]
+    for m in models:  # the pool handles a server that dies (on_server_loss), not a breaker
+        m.breaker = None
     return ServerPool(models, sync.servers), sync
 
 
@@ -561,7 +563,7 @@ def _reward_judge(settings: RLSettings, data_path: str | Path, out: Path) -> Any
     """The rollouts' judge: the QA judge of ``settings.reward``, or on report tasks the RACE
     judge (:class:`~websailor.train.rl.report_reward.ReportJudge`); replies are cached in
     ``out`` so a resumed run asks nothing twice."""
-    from websailor.judge.base import load_judge
+    from websailor.judge import judge_model, load_judge
 
     if settings.task != "report":
         return load_judge(settings.reward, cache=out / "judge_cache.sqlite")  # LLM verdicts survive a resume
@@ -570,7 +572,8 @@ def _reward_judge(settings: RLSettings, data_path: str | Path, out: Path) -> Any
 
     _, tasks = report_training_tasks(data_path, settings.language)
     rubric = read_rubric(settings.rubric) if settings.rubric is not None else None
-    return ReportJudge(load_model(settings.reward[4:], check=True), tasks, rubric, cache=out / "race_cache.sqlite")
+    model = judge_model(load_model(settings.reward[4:], check=True))
+    return ReportJudge(model, tasks, rubric, cache=out / "race_cache.sqlite")
 
 
 def _train(run: _Run, net: Any, judge: Any, tool_env: Any, server: Any, sync: Any, progress: bool) -> dict:

@@ -1,0 +1,223 @@
+"""Services that die stop a run within seconds (websailor.breaker): the model server, the
+judge and the tool server each get a circuit breaker; what finished is kept, nothing cut by the
+outage is graded or kept as done, and rerunning resumes to the undisturbed run's result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fakes import FakeOpenAIServer, dead_url
+
+from websailor.breaker import FAILURES_ENV, ServiceBreaker, check_threshold, set_threshold, threshold
+from websailor.errors import ConfigError, ServiceDown
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = [
+    ("q0", "Who painted the Mona Lisa?", "Leonardo da Vinci"),
+    ("q1", "Which river flows through Cairo?", "Nile"),
+    ("q2", "What is the capital of France?", "Paris"),
+    ("q3", "Who wrote Hamlet?", "William Shakespeare"),
+    ("q4", "Which planet is the largest?", "Jupiter"),
+    ("q5", "What is the chemical symbol of gold?", "Au"),
+]
+
+
+def _reply(messages: list[dict]) -> str:
+    """The right answer to the question asked (the agent answers at once, no tool call)."""
+    question = next(m["content"] for m in messages if m["role"] == "user")
+    return "<answer>" + next(a for _, q, a in QUESTIONS if q in question) + "</answer>"
+
+
+def test_a_service_is_down_after_its_threshold_of_failures_in_a_row():
+    breaker = ServiceBreaker("judge", "http://127.0.0.1:9/v1", failures=3)
+    for _ in range(2):
+        breaker.failure(ConnectionRefusedError("refused"))
+    breaker.success()  # an answer breaks the row
+    for _ in range(2):
+        breaker.failure("HTTP 502")
+    assert not breaker.down
+    with pytest.raises(ServiceDown) as down:
+        breaker.failure(TimeoutError("read timed out"))
+    message = str(down.value)
+    assert message.startswith("the judge at http://127.0.0.1:9/v1 is down since ")
+    assert "3 requests in a row failed (last: TimeoutError: read timed out)" in message
+    assert (down.value.service, down.value.url, down.value.failures) == ("judge", "http://127.0.0.1:9/v1", 3)
+    breaker.success()  # down is for good: a late answer does not bring it back
+    with pytest.raises(ServiceDown):
+        breaker.check()
+
+
+def test_thresholds_are_checked(monkeypatch):
+    for bad in (0, -2, "x", "1.5"):
+        with pytest.raises(ConfigError, match="--service-failures"):
+            check_threshold(bad)
+    monkeypatch.setenv(FAILURES_ENV, "7")
+    set_threshold(None)
+    assert threshold() == 7 and ServiceBreaker("judge", "u").failures == 7
+    set_threshold(2)
+    assert threshold() == 2
+    set_threshold(None)
+    monkeypatch.setenv(FAILURES_ENV, "0")
+    with pytest.raises(ConfigError, match=f"{FAILURES_ENV} 0"):
+        threshold()
+
+
+def test_a_dead_model_server_is_declared_down_within_seconds():
+    from websailor.models.base import SamplingParams
+    from websailor.models.openai_compat import OpenAIModel
+
+    model = OpenAIModel("m", dead_url(), max_attempts=10, backoff_s=0.01)
+    model.breaker = ServiceBreaker("model server", model.base_url, failures=4)
+    t0 = time.perf_counter()
+    with pytest.raises(ServiceDown, match="4 requests in a row failed"):
+        model.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=8))
+    assert time.perf_counter() - t0 < 5  # not the 10 attempts' back-off
+    t0 = time.perf_counter()
+    with pytest.raises(ServiceDown):  # every later call at once, without a request
+        model.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=8))
+    assert time.perf_counter() - t0 < 0.1
+
+
+def _agent(url: str):
+    from websailor.agent.loop import Agent, AgentConfig
+    from websailor.models.openai_compat import OpenAIModel
+
+    model = OpenAIModel("m", url, backoff_s=0.05)
+    return Agent(model, {}, AgentConfig(max_calls=2), env="none")
+
+
+def _questions():
+    from websailor.questions import Question
+
+    return [Question(id=i, question=q, answer=a) for i, q, a in QUESTIONS]
+
+
+def test_a_batch_stops_when_the_model_server_dies_and_a_rerun_resumes(tmp_path: Path):
+    """The server dies after 3 answers: the batch stops in seconds with ServiceDown, the file
+    holds the 3 finished rollouts and no model error; brought back, a rerun runs only the rest."""
+    from websailor.agent.runner import run_questions
+
+    out = tmp_path / "trajectories.jsonl"
+    with FakeOpenAIServer(_reply, down_after=3) as srv:
+        t0 = time.perf_counter()
+        with pytest.raises(ServiceDown, match=f"the model server at {srv.url} is down"):
+            run_questions(_agent(srv.url), _questions(), out, rollouts=2, concurrency=2, progress=False)
+        assert time.perf_counter() - t0 < 15
+        kept = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(kept) == 3 and all(r["termination"] == "answer" for r in kept)
+        srv.down = False
+        summary = run_questions(_agent(srv.url), _questions(), out, rollouts=2, concurrency=2, progress=False)
+        assert (summary.finished, summary.skipped) == (9, 3)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["id"], r["rollout"]) for r in records) == sorted((i, r) for i, _, _ in QUESTIONS for r in (0, 1))
+    assert all(r["prediction"] == dict((i, a) for i, _, a in QUESTIONS)[r["id"]] for r in records)
+
+
+def test_a_judge_that_dies_stops_grading_and_its_verdicts_are_kept(tmp_path: Path):
+    from websailor.judge import Case, Gold, load_judge
+
+    verdict = json.dumps({"extracted_final_answer": "x", "reasoning": "same", "correct": "yes", "confidence": 90})
+    cases = [Case(q, a, Gold(a)) for _, q, a in QUESTIONS]
+    with FakeOpenAIServer(verdict, down_after=2) as srv:
+        judge = load_judge(f"llm:openai:m@{srv.url}", cache=tmp_path / "judge.sqlite", concurrency=1)
+        with pytest.raises(ServiceDown, match=f"the judge at {srv.url} is down"):
+            judge.grade(cases)
+        asked = srv.state["answered"]
+        srv.down = False
+        again = load_judge(f"llm:openai:m@{srv.url}", cache=tmp_path / "judge.sqlite", concurrency=1)
+        grades = again.grade(cases)
+        assert all(g.correct for g in grades)
+        assert asked == 2 and srv.state["answered"] - asked == len(cases) - 2  # the 2 made came from the cache
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "websailor.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
+
+
+def test_eval_exits_4_with_one_line_when_the_model_server_dies_and_resumes(tmp_path: Path):
+    bench = tmp_path / "qa.jsonl"
+    bench.write_text("".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in QUESTIONS))
+    out = tmp_path / "eval"
+    with FakeOpenAIServer(_reply, down_after=4) as srv:
+        args = ["eval", "--bench", str(bench), "--out", str(out), "--model", f"openai:m@{srv.url}", "--env", "none"]
+        args += ["--rollouts", "2", "--concurrency", "2", "--service-failures", "3"]
+        t0 = time.perf_counter()
+        r = _cli(*args)
+        wall = time.perf_counter() - t0
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert r.returncode == 4, r.stderr[-2000:]
+        assert len(errors) == 1 and f"the model server at {srv.url} is down since" in errors[0]
+        assert "3 requests in a row failed" in errors[0] and "resume with: websailor eval --bench" in errors[0]
+        assert wall < 60
+        kept = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+        assert len(kept) == 4 and all(rec["termination"] == "answer" for rec in kept)
+        assert not (out / "summary.json").exists()
+        srv.down = False
+        r = _cli(*args)
+        assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trajectories"] == 12 and summary["ungraded"] == 0 and summary["avg_at_k"] == 1.0
+
+
+def test_run_exits_3_when_any_rollout_ended_in_a_model_error(tmp_path: Path):
+    """One question of two is refused by the server (HTTP 400: no retry, no outage): the
+    other is answered, and the exit status still says a rollout failed."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": i, "question": q}) + "\n" for i, q, _ in QUESTIONS[:2]))
+    refuse = lambda messages: "refused" if "Cairo" in messages[-1]["content"] else None  # noqa: E731
+    with FakeOpenAIServer(_reply, bad_request=refuse) as srv:
+        out = tmp_path / "t.jsonl"
+        r = _cli("run", "--questions", str(questions), "--out", str(out), "--model", f"openai:m@{srv.url}",
+                 "--env", "none")  # fmt: skip
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "error: 1 of 2 rollouts run ended in a model error" in r.stderr
+    assert sorted(json.loads(line)["termination"] for line in out.read_text().splitlines()) == ["answer", "model_error"]
+
+
+def test_a_tool_server_that_dies_stops_the_agent_not_each_rollout():
+    """The tool server is killed: after the threshold of failed attempts every call, and the
+    agent's rollout, raise ServiceDown instead of writing error observations."""
+    from fakes import ScriptedModel, call
+
+    from tests.test_server import start_echo_server
+    from websailor.agent.loop import Agent
+    from websailor.server import RetryPolicy, connect_tools
+
+    port = int(dead_url().rsplit(":", 1)[1].split("/")[0])
+    proc = start_echo_server(port)
+    try:
+        fast = RetryPolicy(max_attempts=3, backoff_s=0.01)
+        set_threshold(4)
+        try:
+            tools, _ = connect_tools(f"http://127.0.0.1:{port}", timeout_s=30, retry=fast, health_retry=fast)
+        finally:
+            set_threshold(None)
+        assert tools["echo"].execute({"text": "hi"}).observation == "hi"
+        proc.kill()
+        proc.wait(10)
+        first = tools["echo"].execute({"text": "anyone?"})  # 3 failed attempts: an error observation
+        assert first.kind == "tool_server"
+        with pytest.raises(ServiceDown, match=f"the tool server at http://127.0.0.1:{port} is down"):
+            tools["echo"].execute({"text": "anyone?"})  # the 4th failure in a row
+        script = [call("echo", text="still there?"), "<answer>no</answer>"]
+        t0 = time.perf_counter()
+        with pytest.raises(ServiceDown):
+            Agent(ScriptedModel(script), tools).run("Is the server up?", id="q")
+        assert time.perf_counter() - t0 < 0.5  # no request made
+        tools["echo"].client.close()
+    finally:
+        proc.kill()
+        proc.wait(10)

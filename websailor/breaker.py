@@ -1,0 +1,147 @@
+"""Circuit breakers for the services a run depends on: the model server, the LLM judge and
+the tool server.
+
+A long evaluation or RL run must not spend the night retrying a service that died. Each client
+(:class:`~websailor.models.openai_compat.OpenAIModel`,
+:class:`~websailor.models.vllm_server.VLLMServerModel`,
+:func:`~websailor.server.client.connect_tools`) holds one :class:`ServiceBreaker` per service;
+every request attempt reports to it. After ``failures`` transport failures or timeouts in a
+row (any answer resets the count) the service is declared down, for good: the failing call and
+every later one raise :class:`~websailor.errors.ServiceDown` at once, without a request. The
+error travels through the agent, the judges and the batch runner (which stop, keeping what
+finished) to the command line, which prints one line and exits with
+:data:`~websailor.errors.EXIT_SERVICE_DOWN`; rerunning the same command resumes.
+
+The web providers of the real-web tools have breakers of their own that reopen after a while
+(:class:`websailor.tools.web.executor.CircuitBreaker`): a provider outage degrades tool calls
+(the rollout is ungraded), while a dead service here stops the run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime
+
+from websailor.errors import ConfigError, ServiceDown
+from websailor.log import get_logger
+
+logger = get_logger(__name__)
+
+#: Transport failures or timeouts in a row that declare a service down (every attempt counts,
+#: retries included: with several rollouts at once a dead server is declared down within
+#: about a second, a hanging one after one request timeout).
+DEFAULT_FAILURES = 5
+#: The environment variable that sets the threshold (as ``--service-failures`` does).
+FAILURES_ENV = "WEBSAILOR_SERVICE_FAILURES"
+
+_threshold: int | None = None
+
+
+def check_threshold(failures: object, name: str = "--service-failures") -> int:
+    """``failures`` as a threshold: an integer of at least 1.
+
+    Raises:
+        ConfigError: anything else, naming ``name``.
+    """
+    try:
+        value = int(str(failures).strip())
+    except ValueError:
+        raise ConfigError(f"{name} {failures!r}: give a whole number of failures in a row, at least 1") from None
+    if value < 1:
+        raise ConfigError(
+            f"{name} {value}: a service is declared down after at least 1 failure in a row; give 1 or more"
+        )
+    return value
+
+
+def set_threshold(failures: int | None) -> None:
+    """Set the threshold of the breakers made from now on (``None``: :data:`FAILURES_ENV`, else
+    :data:`DEFAULT_FAILURES`).
+
+    Raises:
+        ConfigError: a threshold below 1.
+    """
+    global _threshold
+    _threshold = None if failures is None else check_threshold(failures)
+
+
+def threshold() -> int:
+    """The threshold new breakers get (see :func:`set_threshold`).
+
+    Raises:
+        ConfigError: :data:`FAILURES_ENV` holds something other than a whole number of at least 1.
+    """
+    if _threshold is not None:
+        return _threshold
+    raw = os.environ.get(FAILURES_ENV, "").strip()
+    return check_threshold(raw, FAILURES_ENV) if raw else DEFAULT_FAILURES
+
+
+class ServiceBreaker:
+    """Counts one service's transport failures in a row and declares it down at the threshold.
+
+    Args:
+        service: what the service is, as the error names it (``model server``, ``judge``,
+            ``tool server``).
+        url: where it is.
+        failures: the threshold (default :func:`threshold`).
+
+    Thread-safe: the rollouts and judge calls of a run share one breaker per service.
+    """
+
+    def __init__(self, service: str, url: str, failures: int | None = None) -> None:
+        self.service = service
+        self.url = url
+        self.failures = check_threshold(failures) if failures is not None else threshold()
+        self._lock = threading.Lock()
+        self._in_a_row = 0
+        self._first_failure: float | None = None  # wall-clock time of the first failure of the row
+        self._last_error = ""
+        self._down: ServiceDown | None = None
+        self._answered = False
+
+    @property
+    def down(self) -> bool:
+        """Whether the service was declared down."""
+        return self._down is not None
+
+    def check(self) -> None:
+        """Raise :class:`ServiceDown` when the service was declared down (before a request)."""
+        if self._down is not None:
+            raise self._down
+
+    def success(self, latency_s: float | None = None) -> None:
+        """An answer came (whatever its status) after ``latency_s`` seconds: the row of failures
+        is broken. The first answer's latency is logged (a judge that takes a minute a reply
+        shows it before the run is spent waiting on it)."""
+        with self._lock:
+            first, self._answered = not self._answered, True
+            if self._down is None:
+                self._in_a_row, self._first_failure = 0, None
+        if first and latency_s is not None:
+            logger.info("the %s at %s answered its first request in %.1f s", self.service, self.url, latency_s)
+
+    def failure(self, error: BaseException | str) -> None:
+        """A request attempt failed in transport or timed out. Raises :class:`ServiceDown` when
+        this failure reaches the threshold (or the service was already down)."""
+        with self._lock:
+            if self._down is None:
+                self._in_a_row += 1
+                if self._first_failure is None:
+                    self._first_failure = time.time()
+                text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+                self._last_error = " ".join(text.split())[:200]
+                if self._in_a_row >= self.failures:
+                    since = datetime.fromtimestamp(self._first_failure, UTC).strftime("%H:%M:%S UTC")
+                    self._down = ServiceDown(
+                        f"the {self.service} at {self.url} is down since {since}: {self._in_a_row} request"
+                        f"{'s' if self._in_a_row != 1 else ''} in a row failed (last: {self._last_error}); what "
+                        "finished is kept",
+                        service=self.service,
+                        url=self.url,
+                        since=self._first_failure,
+                        failures=self._in_a_row,
+                    )
+        self.check()
