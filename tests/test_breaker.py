@@ -221,3 +221,28 @@ def test_a_tool_server_that_dies_stops_the_agent_not_each_rollout():
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_judge_limits_cap_every_judge_call_and_are_checked():
+    """--judge-max-tokens and --judge-timeout reach the judge's requests; the wrapped judge
+    keeps its name (its cached replies are found again) and its breaker."""
+    from websailor.judge import Case, Gold, load_judge
+    from websailor.judge.load import CappedJudgeModel, set_judge_limits
+
+    verdict = json.dumps({"extracted_final_answer": "Nile", "reasoning": "same", "correct": "yes", "confidence": 90})
+    for bad, says in (({"timeout_s": 0}, "--judge-timeout 0"), ({"max_tokens": 8}, "--judge-max-tokens 8")):
+        with pytest.raises(ConfigError, match=says):
+            set_judge_limits(**bad)
+    try:
+        set_judge_limits(timeout_s=30, max_tokens=64)
+        with FakeOpenAIServer(verdict) as srv:
+            judge = load_judge(f"llm:openai:m@{srv.url}")
+            assert isinstance(judge.model, CappedJudgeModel) and judge.name == f"llm:openai:m@{srv.url}"
+            assert judge.model.breaker.service == "judge"
+            assert judge.grade([Case("Which river flows through Cairo?", "Nile", Gold("Nile"))])[0].correct
+            assert srv.bodies[-1]["max_tokens"] == 64  # the verdict's own budget is 4,096
+    finally:
+        set_judge_limits()
+    with FakeOpenAIServer(verdict) as srv:
+        load_judge(f"llm:openai:m@{srv.url}").grade([Case("Which river?", "Nile", Gold("Nile"))])
+        assert srv.bodies[-1]["max_tokens"] == 4096

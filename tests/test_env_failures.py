@@ -251,6 +251,32 @@ def test_rl_stops_after_batches_in_a_row_with_only_outages(tmp_path: Path, vital
         ro.batch([ITEMS[0]] * 2, _group(vital, tools, [False, True]), step=1, tokenizer=tok)
 
 
+def test_rl_stops_a_batch_whose_judge_went_down(tmp_path: Path, vital, smollm2_path: Path):
+    """A judge declared down is not a batch without rewards (which would train on nothing, or
+    be skipped): the step stops before its update, nothing of it written, and a rerun resumes."""
+    from websailor.breaker import ServiceBreaker
+    from websailor.errors import ServiceDown
+    from websailor.train.rl.rollouts import AgentRollouts, RolloutSettings
+    from websailor.train.sft import load_tokenizer
+
+    class DeadJudge:
+        name = "llm:dead"
+
+        def __init__(self) -> None:
+            self.breaker = ServiceBreaker("judge", "http://127.0.0.1:9/v1", failures=1)
+
+        def grade(self, cases):
+            self.breaker.failure(ConnectionRefusedError("connection refused"))
+
+    tok = load_tokenizer(smollm2_path)
+    tools = _tools(vital)
+    settings = RolloutSettings(2, "v2", AgentConfig(max_calls=4), concurrency=1)
+    ro = AgentRollouts({ITEMS[0].question: ITEMS[0]}, tools, DeadJudge(), settings, tmp_path / "rollouts.jsonl")
+    with pytest.raises(ServiceDown, match="the judge at http://127.0.0.1:9/v1 is down"):
+        ro.batch([ITEMS[0]] * 2, _group(vital, tools, [False, False]), step=0, tokenizer=tok)
+    assert not (tmp_path / "rollouts.jsonl").exists() or not (tmp_path / "rollouts.jsonl").read_text()
+
+
 # -- real failures: the provider imitation and a tool server killed mid-run ----------------------
 @pytest.fixture
 def providers(monkeypatch, tmp_path):

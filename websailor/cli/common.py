@@ -390,8 +390,20 @@ SERVICE_OPTIONS = {
         Annotated[
             Optional[float],
             typer.Option(
-                help="Seconds one judge request may take (default: 120 a verdict, 600 a RACE reply, for reasoning "
-                "judges); a non-reasoning judge answers in seconds, and a hanging one is found sooner.",
+                help="Seconds one judge call may take, retries included (default: 120 a verdict, 600 a RACE reply, "
+                "for reasoning judges); a non-reasoning judge answers in seconds, and a hanging one is found sooner.",
+                rich_help_panel="Services",
+            ),
+        ],
+        None,
+    ),
+    "judge_max_tokens": _option(
+        "judge_max_tokens",
+        Annotated[
+            Optional[int],
+            typer.Option(
+                help="Completion tokens of one judge call (default: 4,096 a verdict, 16,384 a RACE reply, what a "
+                "reasoning judge thinks in); a non-reasoning judge needs a few hundred.",
                 rich_help_panel="Services",
             ),
         ],
@@ -401,11 +413,11 @@ SERVICE_OPTIONS = {
 
 
 def service_options(judge: bool = True) -> Callable[[Callable], Callable]:
-    """Give a command ``--service-failures`` (and, with ``judge``, ``--judge-timeout``) and apply
-    them before it runs (:func:`websailor.breaker.set_threshold`,
-    :func:`websailor.judge.load.set_judge_timeout`); a bad value exits with one line before any
-    work. Goes under :func:`handle_errors`."""
-    added = [p for name, p in SERVICE_OPTIONS.items() if judge or name != "judge_timeout"]
+    """Give a command ``--service-failures`` (and, with ``judge``, ``--judge-timeout`` and
+    ``--judge-max-tokens``) and apply them before it runs
+    (:func:`websailor.breaker.set_threshold`, :func:`websailor.judge.load.set_judge_limits`); a
+    bad value exits with one line before any work. Goes under :func:`handle_errors`."""
+    added = [p for name, p in SERVICE_OPTIONS.items() if judge or not name.startswith("judge_")]
 
     def decorate(fn: Callable) -> Callable:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())
@@ -413,12 +425,12 @@ def service_options(judge: bool = True) -> Callable[[Callable], Callable]:
         @wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             from websailor.breaker import set_threshold
-            from websailor.judge.load import set_judge_timeout
+            from websailor.judge.load import set_judge_limits
 
             values = {p.name: kwargs.pop(p.name) for p in added}
             set_threshold(values["service_failures"])
             check_finite(judge_timeout=values.get("judge_timeout"))
-            set_judge_timeout(values.get("judge_timeout"))
+            set_judge_limits(values.get("judge_timeout"), values.get("judge_max_tokens"))
             return fn(*args, **kwargs)
 
         # the options go before the environment's (typer lists them in signature order)
