@@ -75,6 +75,20 @@ _TOKEN_PARAMS = ("logprobs", "top_logprobs", "return_token_ids")
 _MAX_ADJUSTMENTS = 10  # refusals met in one call (each kind at most once): a bound, not a budget
 
 
+#: Seconds to open a connection: a host that does not answer at all (a dead machine, a
+#: firewall dropping packets) is a failure in seconds, not after a whole request timeout.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def request_timeout(seconds: float, kind: type = httpx.Timeout) -> Any:
+    """The timeouts of one request of at most ``seconds`` (``kind``: ``httpx.Timeout``, or
+    ``openai.Timeout`` for the OpenAI client, whose HTTP library is its own): connecting takes at
+    most :data:`CONNECT_TIMEOUT_S`. Reading the reply may take all of ``seconds``: a completion
+    is not streamed, so its first byte comes when the whole completion is done, and a server
+    that stops answering is found after one request timeout (then its circuit breaker counts it)."""
+    return kind(seconds, connect=min(seconds, CONNECT_TIMEOUT_S))
+
+
 def api_key() -> str:
     """The API key of :data:`API_KEY_ENV`, or ``"EMPTY"`` (what vLLM without ``--api-key`` takes)."""
     return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "EMPTY")
@@ -333,7 +347,9 @@ class OpenAIModel(ChatModel):
         max_context: int | None = None,
     ) -> None:
         self._key = api_key()
-        self.client = openai.OpenAI(base_url=base_url, api_key=self._key, max_retries=0, timeout=timeout_s)
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=self._key, max_retries=0, timeout=request_timeout(timeout_s, openai.Timeout)
+        )
         self.timeout_s = timeout_s
         self.model = model
         self.base_url = base_url
@@ -428,7 +444,7 @@ class OpenAIModel(ChatModel):
         client, stop = self.client, stop_after_attempt(self.max_attempts)
         if params.timeout_s is not None:  # the question's remaining wall-clock budget
             budget = max(0.1, params.timeout_s)
-            client = client.with_options(timeout=min(self.timeout_s, budget))
+            client = client.with_options(timeout=request_timeout(min(self.timeout_s, budget), openai.Timeout))
             stop = stop | stop_after_delay(budget)
         retrying = Retrying(
             stop=stop,

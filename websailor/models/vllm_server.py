@@ -39,7 +39,7 @@ from websailor.breaker import ServiceBreaker
 from websailor.errors import ConfigError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, decode_reply, ids_before_stop
-from websailor.models.openai_compat import api_key, probe_models, skip_check
+from websailor.models.openai_compat import api_key, probe_models, request_timeout, skip_check
 from websailor.models.turns import TurnTemplate
 
 log = get_logger(__name__)
@@ -141,7 +141,7 @@ class VLLMServerModel(ChatModel):
         self.backoff_s = backoff_s
         self._tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir else None
         self._headers = {"Authorization": f"Bearer {api_key()}"}
-        self._http = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=256))
+        self._http = httpx.Client(timeout=request_timeout(timeout_s), limits=httpx.Limits(max_connections=256))
         self._turns: TurnTemplate | None = None
         self._context: int | None = None
         self._lock = threading.Lock()
@@ -231,7 +231,9 @@ class VLLMServerModel(ChatModel):
                 breaker.check()
             t0 = time.perf_counter()
             try:
-                r = self._http.post(f"{self.base_url}/completions", json=body, headers=self._headers, timeout=timeout)
+                r = self._http.post(
+                    f"{self.base_url}/completions", json=body, headers=self._headers, timeout=request_timeout(timeout)
+                )
             except httpx.TransportError as e:
                 if breaker is not None:
                     breaker.failure(e)
