@@ -393,7 +393,9 @@ def test_timeout_covers_a_call_in_flight(tools):
         model = load_model(f"openai:m@http://127.0.0.1:{srv.server_address[1]}/v1", backoff_s=0.01)
         t0 = time.perf_counter()
         t = Agent(model, tools, AgentConfig(timeout_s=1.0)).run("q")
-        assert t.termination == "timeout" and time.perf_counter() - t0 < 4
+        # the budget cut the call in time; the model never answered, so it is a model error (not
+        # graded, rerun), not the policy's timeout
+        assert t.termination == "model_error" and time.perf_counter() - t0 < 4
     finally:
         release.set()
         srv.shutdown()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ def _reply(messages: list[dict]) -> str:
 
 
 def test_a_service_is_down_after_its_threshold_of_failures_in_a_row():
-    breaker = ServiceBreaker("judge", "http://127.0.0.1:9/v1", failures=3)
+    breaker = ServiceBreaker("judge", "http://127.0.0.1:9/v1", failures=3, min_down_s=0)
     for _ in range(2):
         breaker.failure(ConnectionRefusedError("refused"))
     breaker.success()  # an answer breaks the row
@@ -51,6 +52,26 @@ def test_a_service_is_down_after_its_threshold_of_failures_in_a_row():
     breaker.success()  # down is for good: a late answer does not bring it back
     with pytest.raises(ServiceDown):
         breaker.check()
+
+
+def test_a_row_of_failures_must_span_the_window():
+    """A burst of concurrent requests failing together (a restart of a second) is no outage; the
+    same row still failing after the window is; timeouts alone say a timeout may be too short."""
+    breaker = ServiceBreaker("model server", "http://m/v1", failures=3, min_down_s=0.3)
+    for _ in range(6):  # a burst: 6 failures within milliseconds
+        breaker.failure(TimeoutError("read timed out"))
+    assert not breaker.down
+    time.sleep(0.35)
+    with pytest.raises(ServiceDown, match="7 requests in a row failed.*every one timed out: if the service is slow"):
+        breaker.failure(TimeoutError("read timed out"))
+    blip = ServiceBreaker("model server", "http://m/v1", failures=3, min_down_s=0.3)
+    for _ in range(5):
+        blip.failure("HTTP 503")
+    blip.success()  # back within the window: the row is broken
+    time.sleep(0.35)
+    blip.failure("HTTP 503")
+    blip.check()
+    assert not blip.down
 
 
 def test_thresholds_are_checked(monkeypatch):
@@ -73,7 +94,7 @@ def test_a_dead_model_server_is_declared_down_within_seconds():
     from websailor.models.openai_compat import OpenAIModel
 
     model = OpenAIModel("m", dead_url(), max_attempts=10, backoff_s=0.01)
-    model.breaker = ServiceBreaker("model server", model.base_url, failures=4)
+    model.breaker = ServiceBreaker("model server", model.base_url, failures=4, min_down_s=0)
     t0 = time.perf_counter()
     with pytest.raises(ServiceDown, match="4 requests in a row failed"):
         model.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=8))
@@ -98,11 +119,12 @@ def _questions():
     return [Question(id=i, question=q, answer=a) for i, q, a in QUESTIONS]
 
 
-def test_a_batch_stops_when_the_model_server_dies_and_a_rerun_resumes(tmp_path: Path):
+def test_a_batch_stops_when_the_model_server_dies_and_a_rerun_resumes(tmp_path: Path, monkeypatch):
     """The server dies after 3 answers: the batch stops in seconds with ServiceDown, the file
     holds the 3 finished rollouts and no model error; brought back, a rerun runs only the rest."""
     from websailor.agent.runner import run_questions
 
+    monkeypatch.setattr("websailor.breaker.DEFAULT_MIN_DOWN_S", 0.0)  # no window: in seconds, not 10
     out = tmp_path / "trajectories.jsonl"
     with FakeOpenAIServer(_reply, down_after=3) as srv:
         t0 = time.perf_counter()
@@ -119,9 +141,10 @@ def test_a_batch_stops_when_the_model_server_dies_and_a_rerun_resumes(tmp_path: 
     assert all(r["prediction"] == dict((i, a) for i, _, a in QUESTIONS)[r["id"]] for r in records)
 
 
-def test_a_judge_that_dies_stops_grading_and_its_verdicts_are_kept(tmp_path: Path):
+def test_a_judge_that_dies_stops_grading_and_its_verdicts_are_kept(tmp_path: Path, monkeypatch):
     from websailor.judge import Case, Gold, load_judge
 
+    monkeypatch.setattr("websailor.breaker.DEFAULT_MIN_DOWN_S", 0.0)
     verdict = json.dumps({"extracted_final_answer": "x", "reasoning": "same", "correct": "yes", "confidence": 90})
     cases = [Case(q, a, Gold(a)) for _, q, a in QUESTIONS]
     with FakeOpenAIServer(verdict, down_after=2) as srv:
@@ -160,7 +183,11 @@ def test_eval_exits_4_with_one_line_when_the_model_server_dies_and_resumes(tmp_p
         errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
         assert r.returncode == 4, r.stderr[-2000:]
         assert len(errors) == 1 and f"the model server at {srv.url} is down since" in errors[0]
-        assert "3 requests in a row failed" in errors[0] and "resume with: websailor eval --bench" in errors[0]
+        # at least 3 failures in a row, over the 10 s window (a restart of a second is no outage)
+        assert (
+            re.search(r": \d+ requests in a row failed", errors[0])
+            and "resume with: websailor eval --bench" in errors[0]
+        )
         assert wall < 60
         kept = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
         assert len(kept) == 4 and all(rec["termination"] == "answer" for rec in kept)
@@ -187,7 +214,7 @@ def test_run_exits_3_when_any_rollout_ended_in_a_model_error(tmp_path: Path):
     assert sorted(json.loads(line)["termination"] for line in out.read_text().splitlines()) == ["answer", "model_error"]
 
 
-def test_a_tool_server_that_dies_stops_the_agent_not_each_rollout():
+def test_a_tool_server_that_dies_stops_the_agent_not_each_rollout(monkeypatch):
     """The tool server is killed: after the threshold of failed attempts every call, and the
     agent's rollout, raise ServiceDown instead of writing error observations."""
     from fakes import ScriptedModel, call
@@ -196,6 +223,7 @@ def test_a_tool_server_that_dies_stops_the_agent_not_each_rollout():
     from websailor.agent.loop import Agent
     from websailor.server import RetryPolicy, connect_tools
 
+    monkeypatch.setattr("websailor.breaker.DEFAULT_MIN_DOWN_S", 0.0)
     port = int(dead_url().rsplit(":", 1)[1].split("/")[0])
     proc = start_echo_server(port)
     try:
@@ -246,3 +274,24 @@ def test_judge_limits_cap_every_judge_call_and_are_checked():
     with FakeOpenAIServer(verdict) as srv:
         load_judge(f"llm:openai:m@{srv.url}").grade([Case("Which river?", "Nile", Gold("Nile"))])
         assert srv.bodies[-1]["max_tokens"] == 4096
+
+
+def test_a_rollout_whose_model_never_answered_is_a_model_error_not_a_timeout():
+    """The question's time runs out in a failed request: a timeout (graded) only when the model
+    answered at least once; a model that never answered says nothing about the policy."""
+    from fakes import ScriptedModel, call
+
+    from websailor.agent.loop import Agent, AgentConfig
+    from websailor.errors import ModelError
+
+    def hangs(messages):
+        time.sleep(0.3)
+        return ModelError("APITimeoutError: Request timed out.")
+
+    first = Agent(ScriptedModel(hangs), {}, AgentConfig(timeout_s=0.2), env="none").run("Where is the Nile?")
+    assert first.termination == "model_error" and first.num_model_calls == 0
+    replies = iter([call("search", query=["Nile"])])
+    later = Agent(
+        ScriptedModel(lambda m: next(replies, None) or hangs(m)), {}, AgentConfig(timeout_s=0.2), env="none"
+    ).run("Where is the Nile?")
+    assert later.termination == "timeout" and later.num_model_calls == 1

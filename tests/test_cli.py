@@ -354,6 +354,14 @@ def test_score_without_task_report_on_report_trajectories_says_to_add_it(tmp_pat
         "(with --judge llm:MODEL_SPEC --out DIR)\n"
     )
     assert res.stdout == ""  # no table of n/a figures
+    # with a QA file beside it: the files mix tasks, each named for what it holds
+    qa = tmp_path / "qa.jsonl"
+    qa_traj = Agent(ScriptedModel(["<answer>Nile</answer>"]), {}).run("Which river flows north?", id="q", answer="Nile")
+    qa.write_text(json.dumps(qa_traj.to_dict()) + "\n", encoding="utf-8")
+    res = run("score", str(qa), str(path))
+    assert res.exit_code == 2 and res.stderr.startswith(
+        f"error: the files mix tasks: {path} holds report trajectories, {qa} QA ones: score them separately"
+    )
 
 
 def test_traj_build_constructive(vital_dir: Path, tmp_path: Path):

@@ -263,7 +263,7 @@ def test_rl_stops_a_batch_whose_judge_went_down(tmp_path: Path, vital, smollm2_p
         name = "llm:dead"
 
         def __init__(self) -> None:
-            self.breaker = ServiceBreaker("judge", "http://127.0.0.1:9/v1", failures=1)
+            self.breaker = ServiceBreaker("judge", "http://127.0.0.1:9/v1", failures=1, min_down_s=0)
 
         def grade(self, cases):
             self.breaker.failure(ConnectionRefusedError("connection refused"))

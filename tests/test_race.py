@@ -499,3 +499,12 @@ def test_race_summary_keeps_modes_apart_and_averages_per_task():
     assert race_summary(scores) == summary  # seeded
     empty = race_summary([])
     assert empty["relative"]["overall"] is None and empty["relative"]["overall_ci95"] == [None, None]
+
+
+def test_a_reply_cut_at_the_completion_limit_is_asked_again_not_scored():
+    """A judge whose replies stop at the token limit (finish_reason length): the half reply is
+    not repaired into scores; after the attempts the report is unscored, and the problem says why."""
+    with FakeOpenAIServer(judge(), finish_reason="length") as srv:
+        score = race_score(load_model(f"openai:j@{srv.url}"), _task(), TARGET, max_attempts=2)
+    assert score.overall is None and score.judge_calls == 2
+    assert "the reply was cut at the completion limit" in score.problems[0]

@@ -5,9 +5,12 @@ A long evaluation or RL run must not spend the night retrying a service that die
 (:class:`~websailor.models.openai_compat.OpenAIModel`,
 :class:`~websailor.models.vllm_server.VLLMServerModel`,
 :func:`~websailor.server.client.connect_tools`) holds one :class:`ServiceBreaker` per service;
-every request attempt reports to it. After ``failures`` transport failures or timeouts in a
-row (any answer resets the count) the service is declared down, for good: the failing call and
-every later one raise :class:`~websailor.errors.ServiceDown` at once, without a request. The
+every request attempt reports to it. After ``failures`` transport failures, timeouts or HTTP 5xx
+answers in a row, the first of them at least ``min_down_s`` seconds ago (any other answer resets
+the count; the window keeps a restart of a few seconds, or one burst of concurrent requests
+failing together, from counting as an outage), the service is declared down, for good: the
+failing call and every later one raise :class:`~websailor.errors.ServiceDown` at once, without
+a request. The
 error travels through the agent, the judges and the batch runner (which stop, keeping what
 finished) to the command line, which prints one line and exits with
 :data:`~websailor.errors.EXIT_SERVICE_DOWN`; rerunning the same command resumes.
@@ -33,6 +36,8 @@ logger = get_logger(__name__)
 #: retries included: with several rollouts at once a dead server is declared down within
 #: about a second, a hanging one after one request timeout).
 DEFAULT_FAILURES = 5
+#: Seconds a row of failures must span before the service is declared down.
+DEFAULT_MIN_DOWN_S = 10.0
 #: The environment variable that sets the threshold (as ``--service-failures`` does).
 FAILURES_ENV = "WEBSAILOR_SERVICE_FAILURES"
 
@@ -87,20 +92,23 @@ class ServiceBreaker:
             ``tool server``).
         url: where it is.
         failures: the threshold (default :func:`threshold`).
+        min_down_s: seconds the row of failures must span (default :data:`DEFAULT_MIN_DOWN_S`).
 
     Thread-safe: the rollouts and judge calls of a run share one breaker per service.
     """
 
-    def __init__(self, service: str, url: str, failures: int | None = None) -> None:
+    def __init__(self, service: str, url: str, failures: int | None = None, min_down_s: float | None = None) -> None:
         self.service = service
         self.url = url
         self.failures = check_threshold(failures) if failures is not None else threshold()
+        self.min_down_s = DEFAULT_MIN_DOWN_S if min_down_s is None else min_down_s
         self._lock = threading.Lock()
         self._in_a_row = 0
         self._first_failure: float | None = None  # wall-clock time of the first failure of the row
         self._last_error = ""
         self._down: ServiceDown | None = None
         self._answered = False
+        self._timeouts = 0  # failures of the row that were timeouts (all: perhaps a timeout too short)
 
     @property
     def down(self) -> bool:
@@ -108,7 +116,11 @@ class ServiceBreaker:
         return self._down is not None
 
     def check(self) -> None:
-        """Raise :class:`ServiceDown` when the service was declared down (before a request)."""
+        """Raise :class:`ServiceDown` when the service is down (before a request): declared so,
+        or its row of failures reached the threshold and now spans the window."""
+        if self._down is None and self._in_a_row >= self.failures:
+            with self._lock:
+                self._declare()
         if self._down is not None:
             raise self._down
 
@@ -119,13 +131,13 @@ class ServiceBreaker:
         with self._lock:
             first, self._answered = not self._answered, True
             if self._down is None:
-                self._in_a_row, self._first_failure = 0, None
+                self._in_a_row, self._first_failure, self._timeouts = 0, None, 0
         if first and latency_s is not None:
             logger.info("the %s at %s answered its first request in %.1f s", self.service, self.url, latency_s)
 
     def failure(self, error: BaseException | str) -> None:
-        """A request attempt failed in transport or timed out. Raises :class:`ServiceDown` when
-        this failure reaches the threshold (or the service was already down)."""
+        """A request attempt failed in transport, timed out or got an HTTP 5xx. Raises
+        :class:`ServiceDown` when the row now qualifies (or the service was already down)."""
         with self._lock:
             if self._down is None:
                 self._in_a_row += 1
@@ -133,15 +145,29 @@ class ServiceBreaker:
                     self._first_failure = time.time()
                 text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
                 self._last_error = " ".join(text.split())[:200]
-                if self._in_a_row >= self.failures:
-                    since = datetime.fromtimestamp(self._first_failure, UTC).strftime("%H:%M:%S UTC")
-                    self._down = ServiceDown(
-                        f"the {self.service} at {self.url} is down since {since}: {self._in_a_row} request"
-                        f"{'s' if self._in_a_row != 1 else ''} in a row failed (last: {self._last_error}); what "
-                        "finished is kept",
-                        service=self.service,
-                        url=self.url,
-                        since=self._first_failure,
-                        failures=self._in_a_row,
-                    )
+                self._timeouts = (self._timeouts + 1) if "timeout" in text.lower() or "timed out" in text.lower() else 0
+                self._declare()
         self.check()
+
+    def _declare(self) -> None:
+        """Declare the service down when the row qualifies (the lock held)."""
+        if self._down is not None or self._in_a_row < self.failures or self._first_failure is None:
+            return
+        if time.time() - self._first_failure < self.min_down_s:
+            return
+        since = datetime.fromtimestamp(self._first_failure, UTC).strftime("%H:%M:%S UTC")
+        slow = (
+            "; every one timed out: if the service is slow rather than down, give it a longer timeout "
+            "(--judge-timeout for a judge)"
+            if self._timeouts >= self._in_a_row
+            else ""
+        )
+        self._down = ServiceDown(
+            f"the {self.service} at {self.url} is down since {since}: {self._in_a_row} request"
+            f"{'s' if self._in_a_row != 1 else ''} in a row failed (last: {self._last_error}){slow}; what finished "
+            "is kept",
+            service=self.service,
+            url=self.url,
+            since=self._first_failure,
+            failures=self._in_a_row,
+        )

@@ -204,7 +204,10 @@ class Agent:
                 traj.termination, traj.error = "context", str(e)
                 break
             except ModelError as e:
-                timed_out = time.perf_counter() - t0 >= timeout_s
+                # the question's time ran out in a failed request: the policy's timeout, unless the
+                # model never answered this rollout at all (a server that hangs says nothing
+                # about the policy: the rollout is a model error, never graded, rerun on resume)
+                timed_out = time.perf_counter() - t0 >= timeout_s and traj.num_model_calls > 0
                 traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)
                 break
             except ServiceDown:  # the model server was declared down: the run stops, this rollout is not kept

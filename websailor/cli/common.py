@@ -377,9 +377,10 @@ SERVICE_OPTIONS = {
         Annotated[
             Optional[int],
             typer.Option(
-                help="Failed requests in a row (transport failures, timeouts) that declare a service down: the "
-                "model server, the judge or the tool server. The run then stops, keeps what finished and exits 4; "
-                "rerunning the same command resumes. Default 5 (or WEBSAILOR_SERVICE_FAILURES).",
+                help="Failed requests in a row (transport failures, timeouts, HTTP 5xx) over at least 10 s that "
+                "declare a service down: the model server, the judge or the tool server. The run then stops, keeps "
+                "what finished and exits 4; rerunning the same command resumes. Default 5 (or "
+                "WEBSAILOR_SERVICE_FAILURES).",
                 rich_help_panel="Services",
             ),
         ],
@@ -390,8 +391,9 @@ SERVICE_OPTIONS = {
         Annotated[
             Optional[float],
             typer.Option(
-                help="Seconds one judge call may take, retries included (default: 120 a verdict, 600 a RACE reply, "
-                "for reasoning judges); a non-reasoning judge answers in seconds, and a hanging one is found sooner.",
+                help="Seconds one judge request may take, its HTTP retries included (a verdict or RACE reply is "
+                "asked up to 3 times; default: 120 a verdict, 600 a RACE reply, for reasoning judges); a "
+                "non-reasoning judge answers in seconds, and a hanging one is found sooner.",
                 rich_help_panel="Services",
             ),
         ],
@@ -402,8 +404,9 @@ SERVICE_OPTIONS = {
         Annotated[
             Optional[int],
             typer.Option(
-                help="Completion tokens of one judge call (default: 4,096 a verdict, 16,384 a RACE reply, what a "
-                "reasoning judge thinks in); a non-reasoning judge needs a few hundred.",
+                help="Completion tokens of one judge request (default: 4,096 a verdict, 16,384 a RACE reply, what "
+                "a reasoning judge thinks in); a non-reasoning judge's verdict needs a few hundred, its RACE reply a "
+                "few thousand (a reply cut at the limit is asked again, never scored).",
                 rich_help_panel="Services",
             ),
         ],

@@ -251,6 +251,14 @@ def score(
     records = read_trajectories(paths)
     report = next((r for r in records if r.get("task") == "report"), None)
     if report is not None:
+        reports = [p for p in paths if any(r.get("task") == "report" for r in read_trajectories([p]))]
+        if len(reports) < len(paths):
+            qa = [p for p in paths if p not in reports]
+            fail(
+                f"the files mix tasks: {', '.join(map(str, reports))} hold{'s' if len(reports) == 1 else ''} report "
+                f"trajectories, {', '.join(map(str, qa))} QA ones: score them separately (the reports with --task "
+                "report --judge llm:MODEL_SPEC --out DIR)"
+            )
         fail(
             f"{', '.join(map(str, paths))} {'hold' if len(paths) > 1 else 'holds'} report trajectories (task "
             f"'report', e.g. {report['id']!r}), not QA: add --task report (with --judge llm:MODEL_SPEC --out DIR)"

@@ -301,11 +301,18 @@ def ask(
     for _ in range(max_attempts):
         calls += 1
         try:
-            reply = judge.chat([{"role": "user", "content": prompt}], params).text
+            generation = judge.chat([{"role": "user", "content": prompt}], params)
         except ContextLengthError as e:  # asking again cannot help
             return None, f"(the prompt does not fit the judge's context: {e})", calls, 0
         except ModelError as e:
             error = f"judge endpoint error: {e}"
+            continue
+        reply = generation.text
+        if generation.finish_reason == "length":  # a repaired half reply would score what it kept
+            error = (
+                f"the reply was cut at the completion limit ({params.max_tokens} tokens, or --judge-max-tokens): a "
+                "RACE reply scores every criterion, and a reasoning judge thinks first"
+            )
             continue
         value, why = parse(reply or "")
         if value is not None:

@@ -463,7 +463,7 @@ class OpenAIModel(ChatModel):
             try:
                 resp = client.chat.completions.create(**kwargs)
             except (openai.APIConnectionError, openai.APIStatusError) as e:  # APITimeoutError is a connection error
-                if not isinstance(e, openai.APIStatusError) or e.status_code in (502, 503, 504):
+                if not isinstance(e, openai.APIStatusError) or e.status_code >= 500:
                     breaker.failure(e)
                 else:
                     breaker.success()  # the server answered, with a refusal
@@ -483,7 +483,8 @@ class OpenAIModel(ChatModel):
             else:
                 raise ModelError(f"{self.name}: the server refused {_MAX_ADJUSTMENTS} versions of the request")
         except openai.OpenAIError as e:
-            tries = f" after {self.max_attempts} attempts" if _transient(e) else ""
+            made = retrying.statistics.get("attempt_number", 1)
+            tries = f" after {made} attempt{'s' if made != 1 else ''}" if _transient(e) else ""
             raise ModelError(f"{self.name}: {type(e).__name__}{tries}: {e}") from e
         except (ValueError, TypeError, AttributeError) as e:  # a body that is not an OpenAI-style JSON reply
             raise ModelError(

@@ -239,7 +239,7 @@ class VLLMServerModel(ChatModel):
                     breaker.failure(e)
                 raise
             if breaker is not None:
-                if r.status_code in (502, 503, 504):
+                if r.status_code >= 500:
                     breaker.failure(f"HTTP {r.status_code}")
                 else:
                     breaker.success(time.perf_counter() - t0)

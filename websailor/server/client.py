@@ -174,7 +174,7 @@ def _request(
 ) -> httpx.Response:
     """One request with retries (``timeouts``: read timeouts are retried too); ``kwargs`` go to
     ``client.request``. Each attempt reports to ``breaker``: a transport failure, a timeout or
-    an HTTP 502-504 (a proxy before a dead server) counts, any other answer breaks the row.
+    an HTTP 5xx counts, any other answer breaks the row.
 
     Raises:
         RequestFailed: the last transport failure or HTTP error status (4xx at once; 502-504
@@ -196,7 +196,7 @@ def _request(
                 breaker.failure(e)
             raise
         if breaker is not None:
-            if response.status_code in (502, 503, 504):
+            if response.status_code >= 500:
                 breaker.failure(f"HTTP {response.status_code}")
             else:
                 breaker.success()

@@ -16,7 +16,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from websailor.errors import WebsailorError
+from websailor.errors import ServiceDown, WebsailorError
 from websailor.jsonio import loads_object
 from websailor.text import clean_strings
 
@@ -148,6 +148,8 @@ class Tool(ABC):
         note = f"Note: ignored unknown argument(s) {', '.join(map(repr, unknown))}.\n" if unknown else ""
         try:
             out = self.forward(**{k: v for k, v in args.items() if k in known})
+        except ServiceDown:  # a service the tool uses (a summary model) was declared down: the run stops
+            raise
         except WebsailorError as e:
             return ToolResult(f"[{self.name}] Error: {e}", str(e), env_failures=tuple(getattr(e, "env_failures", ())))
         if isinstance(out, ToolResult):  # a tool that reports environment failures returns its result
@@ -163,4 +165,5 @@ class Tool(ABC):
         """Do the work on validated arguments and return the observation (or a
         :class:`ToolResult`, to report :attr:`ToolResult.env_failures`). A
         :class:`~websailor.errors.WebsailorError` raised here becomes an error observation; one
-        with an ``env_failures`` attribute (a tuple of kinds) reports them too."""
+        with an ``env_failures`` attribute (a tuple of kinds) reports them too;
+        :class:`~websailor.errors.ServiceDown` (a service declared down) goes through."""
