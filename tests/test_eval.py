@@ -466,6 +466,13 @@ def test_report_states_ungraded_and_leaves_them_out():
     assert "ungraded: 2 (judge 2; left out of every figure)" in to_markdown(s)
     s = summarize([sc("a", 0, None)])
     assert s["avg_at_k"] is None and "n/a" in to_markdown(s)
+    # the interval depends on the grades, not on the order the rollouts finished in (a resumed run)
+    import random
+
+    rng = random.Random(0)
+    many = [sc(f"q{i:02d}", r, rng.random() < 0.6) for i in range(40) for r in range(3)]
+    shuffled = random.Random(1).sample(many, len(many))
+    assert summarize(shuffled)["avg_at_k_ci95"] == summarize(many)["avg_at_k_ci95"]
 
 
 def test_stored_grades_are_reused_only_for_the_same_case_and_ungraded_ones_are_retried(tmp_path: Path):

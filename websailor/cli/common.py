@@ -392,8 +392,8 @@ SERVICE_OPTIONS = {
             Optional[float],
             typer.Option(
                 help="Seconds one judge request may take, its HTTP retries included (a verdict or RACE reply is "
-                "asked up to 3 times; default: 120 a verdict, 600 a RACE reply, for reasoning judges); a "
-                "non-reasoning judge answers in seconds, and a hanging one is found sooner.",
+                "asked up to 3 times; default: 120 a verdict, 600 a RACE reply, for reasoning judges). A "
+                "non-reasoning judge answers in seconds: a lower value finds a hanging one sooner.",
                 rich_help_panel="Services",
             ),
         ],
@@ -404,7 +404,8 @@ SERVICE_OPTIONS = {
         Annotated[
             Optional[int],
             typer.Option(
-                help="Completion tokens of one judge request (default: 4,096 a verdict, 16,384 a RACE reply, what "
+                help="Completion tokens of one judge request, at least 16 (default: 4,096 a verdict, 16,384 a RACE "
+                "reply, what "
                 "a reasoning judge thinks in); a non-reasoning judge's verdict needs a few hundred, its RACE reply a "
                 "few thousand (a reply cut at the limit is asked again, never scored).",
                 rich_help_panel="Services",

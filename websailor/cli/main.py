@@ -18,7 +18,7 @@ EXIT_CODES = """Exit status: 0 done; 1 an unexpected error (a bug: the traceback
 settings, one line, before any work; 3 the work ran but gave no usable result (eval and score: no
 rollout could be graded; run: a rollout ended in a model error); 4 a service went down during the
 run (the model server, the judge or the tool server, after --service-failures failed requests in
-a row): one line names it, what finished is kept, rerunning the same command resumes; 130
+a row spanning at least 10 s): one line names it, what finished is kept, rerunning the same command resumes; 130
 interrupted (Ctrl-C, SIGTERM): what finished is kept, rerunning resumes."""
 
 app = typer.Typer(

@@ -96,7 +96,8 @@ def run(
     reruns the rollouts that ended in a model error or whose tool calls the environment failed
     (beyond --max-env-failures). With --task report the answer is a cited Markdown report;
     its citations are checked against the pages the agent opened. Exits 3 when the rollout (or
-    every rollout of a file) ended in a model error."""
+    any rollout of a file) ended in a model error; 4 when a service went down (the run stops,
+    what finished is kept, rerunning resumes)."""
     from websailor.agent.runner import done_rollouts
     from websailor.agent.session import open_agent
     from websailor.questions import load_questions, resolve_split

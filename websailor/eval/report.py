@@ -29,13 +29,19 @@ def _r(x: float) -> float | None:
     return None if math.isnan(x) else round(x, 4)
 
 
+def _ci95(ids: list[str], table: list[list[bool | None]], n_resamples: int) -> tuple[float, float]:
+    """The bootstrap interval of Avg@k over the questions in id order: the same grades give the
+    same interval whatever order their rollouts finished in (a resumed run writes another order)."""
+    return bootstrap_ci([row for _, row in sorted(zip(ids, table), key=lambda x: x[0])], n_resamples=n_resamples)
+
+
 def level_figures(scores: list[Score], n_resamples: int = 1000) -> dict:
     """The headline figures of one group of questions (a level): questions, trajectories,
     ungraded, Avg@k with its 95% bootstrap interval, Pass@k, format validity (of how many
     assistant turns), mean tool calls and terminations, with the same keys as the whole
     summary's."""
     ids, table = score_table(scores)
-    ci = bootstrap_ci(table, n_resamples=n_resamples)
+    ci = _ci95(ids, table, n_resamples)
     turns = sum(s.assistant_turns for s in scores)
     return {
         "questions": len(ids),
@@ -105,7 +111,7 @@ def summarize(
     ids, table = score_table(scores)
     k = len(table[0])
     graded = [s for s in scores if s.correct is not None]
-    ci = bootstrap_ci(table, n_resamples=n_resamples)
+    ci = _ci95(ids, table, n_resamples)
     by_calls: dict[str, list[bool]] = defaultdict(list)
     for s in graded:
         by_calls[_bucket(s.num_tool_calls)].append(bool(s.correct))
