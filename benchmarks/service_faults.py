@@ -19,7 +19,12 @@ whose figures say what an outage cost then (``--no-baseline`` skips it).
     python benchmarks/service_faults.py [--questions 20] [--k 2] [--kill-after 8] [--no-baseline]
 
 Prints a table and writes benchmarks/results/service_faults.json; exits 1 when a run with the
-breaker misses a target. About 1 minute with the breaker, several more for the baseline.
+breaker misses a target. About 2 minutes with the breaker, 7 more for the baseline. The scripted
+servers also run alone, to try a run against them by hand::
+
+    python benchmarks/service_faults.py serve policy|judge PORT QUESTIONS.jsonl DELAY_S
+
+(``QUESTIONS.jsonl``: one ``{"id", "question", "answer"}`` per line; the model name is the role).
 """
 
 from __future__ import annotations
