@@ -188,7 +188,7 @@ def test_eval_exits_4_with_one_line_when_the_model_server_dies_and_resumes(tmp_p
             re.search(r": \d+ requests in a row failed", errors[0])
             and "resume with: websailor eval --bench" in errors[0]
         )
-        assert wall < 60
+        assert wall < 120  # the 10 s window and the CLI start-up; benchmarks/service_faults.py measures it
         kept = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
         assert len(kept) == 4 and all(rec["termination"] == "answer" for rec in kept)
         assert not (out / "summary.json").exists()
