@@ -295,3 +295,14 @@ def test_a_rollout_whose_model_never_answered_is_a_model_error_not_a_timeout():
         ScriptedModel(lambda m: next(replies, None) or hangs(m)), {}, AgentConfig(timeout_s=0.2), env="none"
     ).run("Where is the Nile?")
     assert later.termination == "timeout" and later.num_model_calls == 1
+
+
+def test_judge_limits_with_a_rule_judge_are_named_as_ignored(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from websailor.cli.main import app
+
+    missing = tmp_path / "none.jsonl"
+    res = CliRunner().invoke(app, ["score", str(missing), "--judge", "f1", "--judge-max-tokens", "64"])
+    assert res.exit_code == 2  # the missing file, after the warning
+    assert "--judge-max-tokens apply to an llm: judge; the f1 judge has no model: ignored" in res.stderr

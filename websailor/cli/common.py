@@ -432,6 +432,12 @@ def service_options(judge: bool = True) -> Callable[[Callable], Callable]:
             from websailor.judge.load import set_judge_limits
 
             values = {p.name: kwargs.pop(p.name) for p in added}
+            given = [f"--{n.replace('_', '-')}" for n in ("judge_timeout", "judge_max_tokens") if values.get(n)]
+            spec = kwargs.get("judge", kwargs.get("reward"))
+            if given and isinstance(spec, str) and not spec.strip().startswith("llm:"):
+                logger.warning(
+                    "%s apply to an llm: judge; the %s judge has no model: ignored", " and ".join(given), spec
+                )
             set_threshold(values["service_failures"])
             check_finite(judge_timeout=values.get("judge_timeout"))
             set_judge_limits(values.get("judge_timeout"), values.get("judge_max_tokens"))
