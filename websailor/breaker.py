@@ -25,12 +25,15 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from websailor.errors import ConfigError, ServiceDown
 from websailor.log import get_logger
 
 logger = get_logger(__name__)
+T = TypeVar("T")
 
 #: Transport failures or timeouts in a row that declare a service down (every attempt counts,
 #: retries included: with several rollouts at once a dead server is declared down within
@@ -171,3 +174,35 @@ class ServiceBreaker:
             since=self._first_failure,
             failures=self._in_a_row,
         )
+
+
+def through(breaker: ServiceBreaker | None, send: Callable[[], T], transport: tuple[type[BaseException], ...]) -> T:
+    """One request attempt ``send()`` reported to ``breaker`` (``None``: sent as it is), as every
+    client does: the breaker is checked first (:class:`ServiceDown` without a request); an
+    exception of ``transport`` (a connection failure, a timeout, or a raised HTTP status) or an
+    answer with a ``status_code`` of 500 or more counts as a failure, any other answer breaks
+    the row and times the reply. The answer (whatever its status) is returned and the
+    exception re-raised, for the caller's own retries and errors.
+
+    Raises:
+        ServiceDown: the service is down, or this failure declared it so.
+    """
+    if breaker is None:
+        return send()
+    breaker.check()
+    t0 = time.perf_counter()
+    try:
+        answer = send()
+    except transport as e:
+        status = getattr(e, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            breaker.success()  # the server answered, with a refusal
+        else:
+            breaker.failure(e)
+        raise
+    status = getattr(answer, "status_code", None)
+    if isinstance(status, int) and status >= 500:
+        breaker.failure(f"HTTP {status}")
+    else:
+        breaker.success(time.perf_counter() - t0)
+    return answer

@@ -50,7 +50,7 @@ import httpx
 import openai
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
-from websailor.breaker import ServiceBreaker
+from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError, ContextLengthError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
@@ -454,22 +454,9 @@ class OpenAIModel(ChatModel):
         )
         call = _Call(params.max_tokens)
 
-        def attempt(**kwargs: Any) -> Any:
-            breaker = self.breaker
-            if breaker is None:
-                return client.chat.completions.create(**kwargs)
-            breaker.check()
-            t0 = time.perf_counter()
-            try:
-                resp = client.chat.completions.create(**kwargs)
-            except (openai.APIConnectionError, openai.APIStatusError) as e:  # APITimeoutError is a connection error
-                if not isinstance(e, openai.APIStatusError) or e.status_code >= 500:
-                    breaker.failure(e)
-                else:
-                    breaker.success()  # the server answered, with a refusal
-                raise
-            breaker.success(time.perf_counter() - t0)
-            return resp
+        def attempt(**kwargs: Any) -> Any:  # APITimeoutError is a connection error
+            failed = (openai.APIConnectionError, openai.APIStatusError)
+            return through(self.breaker, lambda: client.chat.completions.create(**kwargs), failed)
 
         try:
             for _ in range(_MAX_ADJUSTMENTS):

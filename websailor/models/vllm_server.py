@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
-from websailor.breaker import ServiceBreaker
+from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, decode_reply, ids_before_stop
@@ -226,23 +225,13 @@ class VLLMServerModel(ChatModel):
         )
 
         def once() -> dict[str, Any]:
-            breaker = self.breaker
-            if breaker is not None:
-                breaker.check()
-            t0 = time.perf_counter()
-            try:
-                r = self._http.post(
+            r = through(
+                self.breaker,
+                lambda: self._http.post(
                     f"{self.base_url}/completions", json=body, headers=self._headers, timeout=request_timeout(timeout)
-                )
-            except httpx.TransportError as e:
-                if breaker is not None:
-                    breaker.failure(e)
-                raise
-            if breaker is not None:
-                if r.status_code >= 500:
-                    breaker.failure(f"HTTP {r.status_code}")
-                else:
-                    breaker.success(time.perf_counter() - t0)
+                ),
+                (httpx.TransportError,),
+            )
             r.raise_for_status()
             return r.json()
 

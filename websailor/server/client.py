@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from websailor.breaker import ServiceBreaker
+from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError
 from websailor.tools.base import (
     ERROR_KINDS,
@@ -186,20 +186,8 @@ def _request(
 
     def once() -> httpx.Response:
         nonlocal attempts
-        if breaker is not None:
-            breaker.check()
         attempts += 1
-        try:
-            response = client.request(method, path, **kwargs)
-        except httpx.TransportError as e:
-            if breaker is not None:
-                breaker.failure(e)
-            raise
-        if breaker is not None:
-            if response.status_code >= 500:
-                breaker.failure(f"HTTP {response.status_code}")
-            else:
-                breaker.success()
+        response = through(breaker, lambda: client.request(method, path, **kwargs), (httpx.TransportError,))
         if response.status_code >= 400:
             raise ServerStatusError(response)
         return response
