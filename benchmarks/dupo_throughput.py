@@ -99,7 +99,7 @@ def live_groups(a: argparse.Namespace, needed: int) -> list[dict]:
     ``--qa`` has fewer questions: one group a question)."""
     from websailor.agent import Agent
     from websailor.corpus import Corpus
-    from websailor.judge.base import Case, load_judge
+    from websailor.judge import Case, load_judge
     from websailor.models import load_model, local_model_dir
     from websailor.tools.environment import OBSERVATION_PRESETS
     from websailor.tools.local import build_local_tools
