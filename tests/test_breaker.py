@@ -199,6 +199,17 @@ def test_eval_exits_4_with_one_line_when_the_model_server_dies_and_resumes(tmp_p
     assert summary["trajectories"] == 12 and summary["ungraded"] == 0 and summary["avg_at_k"] == 1.0
 
 
+def test_run_of_one_question_without_out_exits_4_and_says_nothing_was_saved():
+    """A single question with no --out keeps nothing: the line must not say it did."""
+    with FakeOpenAIServer(_reply, down_after=0) as srv:
+        r = _cli("run", "Who painted the Mona Lisa?", "--model", f"openai:m@{srv.url}", "--env", "none",
+                 "--service-failures", "2")  # fmt: skip
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 4, r.stderr[-2000:]
+    assert len(errors) == 1 and f"the model server at {srv.url} is down since" in errors[0]
+    assert "nothing was saved (no --out)" in errors[0] and "what finished is kept" not in errors[0]
+
+
 def test_run_exits_3_when_any_rollout_ended_in_a_model_error(tmp_path: Path):
     """One question of two is refused by the server (HTTP 400: no retry, no outage): the
     other is answered, and the exit status still says a rollout failed."""

@@ -167,8 +167,7 @@ class ServiceBreaker:
         )
         self._down = ServiceDown(
             f"the {self.service} at {self.url} is down since {since}: {self._in_a_row} request"
-            f"{'s' if self._in_a_row != 1 else ''} in a row failed (last: {self._last_error}){slow}; what finished "
-            "is kept",
+            f"{'s' if self._in_a_row != 1 else ''} in a row failed (last: {self._last_error}){slow}",
             service=self.service,
             url=self.url,
             since=self._first_failure,

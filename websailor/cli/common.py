@@ -156,7 +156,9 @@ def handle_errors(fn: Callable) -> Callable:
         except ServiceDown as e:
             # what finished is on disk (the runners write as they go); the console script
             # exits at once on this status (websailor.cli.main.main)
-            print(f"error: {e}; once it answers, resume with: {resume_command()}", file=sys.stderr)
+            print(
+                f"error: {e}; what finished is kept; once it answers, resume with: {resume_command()}", file=sys.stderr
+            )
             raise typer.Exit(EXIT_SERVICE_DOWN) from None
         except WebsailorError as e:
             fail(str(e))

@@ -30,6 +30,7 @@ from websailor.cli.common import (
     print_metrics,
     service_options,
 )
+from websailor.errors import EXIT_SERVICE_DOWN, ServiceDown
 
 
 def print_step(turn: int, action: Any, result: Any) -> None:
@@ -124,6 +125,11 @@ def run(
     metrics_file = out.with_name(out.name + ".tool_metrics.jsonl") if out is not None else None
     try:
         failed = _run_agent(session.agent, question, items, out, rollouts, concurrency, max_env_failures)
+    except ServiceDown as e:
+        if out is not None:
+            raise  # what finished is in OUT: the usual line says how to resume
+        print(f"error: {e}; nothing was saved (no --out); once it answers, run the same command again", file=sys.stderr)
+        raise typer.Exit(EXIT_SERVICE_DOWN) from None
     finally:
         print_metrics(session.close(metrics_file))
     if failed:  # a script must not read a model outage as an answer
