@@ -61,6 +61,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=Path("runs/rl_overfit"), help="working folder (resumes)")
     p.add_argument("--model", help="the model RL starts from (hf:DIR); default: the warm start built here")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--rl-seed",
+        type=int,
+        help="the RL run's own seed (sampling, data order), for several runs on one warm start and pool "
+        "(in WORK/rl-seedN; results file suffixed _seedN); default --seed",
+    )
     p.add_argument("--warm-items", type=int, default=80, help="items whose trajectories the warm start learns")
     p.add_argument("--warm-steps", type=int, default=40, help="SFT steps of 2 trajectories of the warm start")
     p.add_argument("--pool", type=int, default=12, help="warm-start items the prefilter rates for RL")
@@ -177,9 +183,10 @@ def rate_pool(work: Path, qa: Path, model: str, spec: str, a: argparse.Namespace
 
 def rl_dir(work: Path, a: argparse.Namespace) -> Path:
     """The RL run's folder: ``WORK/rl``, ``WORK/rl-flipped`` for the sign-flipped control,
-    ``-async-K`` added with rollouts sampled ahead."""
+    ``-async-K`` added with rollouts sampled ahead, ``-seedN`` with ``--rl-seed``."""
     name = "rl-flipped" if a.flip_advantages else "rl"
-    return work / (f"{name}-async-{a.max_staleness}" if a.max_staleness else name)
+    name = f"{name}-async-{a.max_staleness}" if a.max_staleness else name
+    return work / (f"{name}-seed{a.rl_seed}" if a.rl_seed is not None else name)
 
 
 @contextlib.contextmanager
@@ -227,7 +234,7 @@ def train(work: Path, qa: Path, model: str, a: argparse.Namespace) -> dict:
             max_calls=a.max_calls,
             max_tokens_per_turn=a.max_tokens,
             save_steps=a.steps,
-            seed=a.seed,
+            seed=a.seed if a.rl_seed is None else a.rl_seed,
             rollout_server=server.spec if server else None,
             max_staleness=a.max_staleness,
         )
@@ -303,6 +310,7 @@ def main() -> int:
         "server_startup_s": summary["startup_s"],
         "green": green,
         "flip_advantages": a.flip_advantages,
+        "rl_seed": a.seed if a.rl_seed is None else a.rl_seed,
     }
     lo, hi = gain["diff_ci95"]
     print(f"reward per step: {', '.join(f'{r:.2f}' for r in gain['reward_per_step'])}")
@@ -320,7 +328,8 @@ def main() -> int:
         )
         write_results("rl_overfit_flipped", figures, a)
         return 1 if green else 0
-    write_results(f"rl_overfit_async{a.max_staleness}" if a.max_staleness else "rl_overfit", figures, a)
+    name = f"rl_overfit_async{a.max_staleness}" if a.max_staleness else "rl_overfit"
+    write_results(f"{name}_seed{a.rl_seed}" if a.rl_seed is not None else name, figures, a)
     return 0 if green else 1
 
 

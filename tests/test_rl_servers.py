@@ -237,7 +237,8 @@ def _rl_on_imitation(tmp_path: Path, model_dir: Path, url: str, name: str, corpu
         rollout_server=[f"vllm:policy@{url}/v1"],
         **overrides,
     )
-    qa = _questions(tmp_path / "qa.jsonl", 6)  # three steps an epoch: the next prompts are always known
+    # two steps an epoch: step 3 is the first of the second, its prompts known across the epoch's end
+    qa = _questions(tmp_path / "qa.jsonl", 4)
     summary = train_rl(qa, f"hf:{model_dir}", tmp_path / name, settings, env=EnvSpec(corpus=corpus), progress=False)
     records = [json.loads(line) for line in (tmp_path / name / "rollouts.jsonl").read_text().splitlines()]
     return summary, records
@@ -246,8 +247,9 @@ def _rl_on_imitation(tmp_path: Path, model_dir: Path, url: str, name: str, corpu
 @pytest.mark.trainer
 def test_rollouts_sampled_ahead_are_one_version_stale_and_never_span_a_sync(tmp_path, tiny_rl_model, vital_dir):
     """max_staleness 1: step 1 samples on-policy, steps 2 and 3 take the batch sampled on the
-    server while the step before trained (policy version one behind, the same rollout numbers
-    as the on-policy run), and no completion is in flight when the server reloads weights."""
+    server while the step before trained (policy version one behind, the same items and rollout
+    numbers as the on-policy run, step 3 the first of a new epoch), and no completion is in
+    flight when the server reloads weights."""
     tok = load_tokenizer(tiny_rl_model)
     runs = {}
     for k in (0, 1):

@@ -204,7 +204,7 @@ def _rl_settings(spec: str | list[str], **kw):
         "learning_rate": 5e-4,
         "concurrency": 2,
         "save_steps": 1,
-        "precision": "bf16",
+        "precision": "auto",  # fp32 where bf16 products are slow (170x on some CPUs)
         "rollout_server": spec,
     }
     return load_settings(None, **(settings | kw))

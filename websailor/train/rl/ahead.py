@@ -3,14 +3,15 @@ while the current one trains (``max_staleness`` K >= 1; issue 40).
 
 How a step runs with K >= 1 (the trainer's dataloader tells the next batch's prompts in
 advance: :meth:`websailor.train.rl.update.AgentGRPOTrainer.get_batch_samples` keeps one batch of
-look-ahead):
+look-ahead, and the run's epochs are one pass of the dataloader, so it sees across an epoch's
+end too):
 
 1. TRL syncs the weights of step ``s`` before the step's rollouts. The sync first waits for the
    batch sampled ahead, if one is in flight (:meth:`SampleAhead.settle`), so no rollout mixes two
    weight versions.
 2. The rollout function takes the batch sampled ahead for step ``s`` when its prompts are the
    ones TRL hands over and its weights are at most K versions old; otherwise it samples the batch
-   now, from the weights of step ``s`` (the first step, a resumed one, the first of an epoch).
+   now, from the weights of step ``s`` (the first step, the first after a resume).
 3. Once that batch is graded and handed to the trainer, the next step's batch starts sampling
    on the servers, from the weights of step ``s``, and runs while step ``s`` trains.
 

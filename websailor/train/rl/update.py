@@ -29,6 +29,7 @@ import math
 from typing import Any
 
 import torch
+from torch.utils.data import Sampler
 from trl import GRPOTrainer
 
 from websailor.train.lm_head import install_head
@@ -66,6 +67,27 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.next_prompts: list | None = None
 
     # -- the next batch's prompts, for rollouts sampled ahead ----------------------------------
+    def _get_train_sampler(self, dataset: Any = None) -> Sampler:
+        """TRL's sampler; with :attr:`look_ahead`, its epochs back to back as one pass
+        (:class:`EpochsInOnePass`), so the look-ahead sees the next epoch's first batch and a
+        batch is sampled ahead at every step, the first of an epoch included."""
+        sampler = super()._get_train_sampler(dataset)
+        if not self.look_ahead:
+            return sampler
+        return EpochsInOnePass(sampler, self._passes_needed(len(sampler)))
+
+    def _passes_needed(self, pass_len: int) -> int:
+        """Epochs of ``pass_len`` sampler indices (global, over every process) that cover the
+        run plus one step of look-ahead beyond its last step. An optimizer step takes
+        ``gradient_accumulation_steps`` dataloader batches on each process, each of
+        ``per_device_train_batch_size * steps_per_generation`` indices (TRL's dataloader)."""
+        args = self.args
+        if args.max_steps <= 0:
+            return max(1, math.ceil(args.num_train_epochs))
+        batch = args.per_device_train_batch_size * args.steps_per_generation * args.world_size
+        per_step = batch * args.gradient_accumulation_steps
+        return max(1, math.ceil((args.max_steps + 1) * per_step / max(pass_len, 1)))
+
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
         """This step's micro-batches as transformers takes them, and one dataloader batch of
         look-ahead: its prompts become :attr:`next_prompts` (the first batch of the next step is
@@ -241,6 +263,35 @@ class AgentGRPOTrainer(GRPOTrainer):
             out.entropy[:, -logits_to_keep:] if compute_entropy else None,
             out.aux_loss if compute_aux_loss else None,
         )
+
+
+class EpochsInOnePass(Sampler):
+    """``passes`` epochs of ``sampler`` back to back as one: ``iter`` yields what ``passes``
+    successive ``iter(sampler)`` calls yield (TRL's ``RepeatSampler`` reshuffles at each call
+    from its own generator, so the order is the one the epochs would have had).
+
+    Used only for rollouts sampled ahead: the trainer's look-ahead (:class:`_LookAhead`) cannot
+    see past the end of a dataloader epoch, so without it the first batch of every epoch was
+    sampled at its own step, on-policy, and a run over few items alternated staleness 0 and 1.
+    Within one long pass transformers' logged ``epoch`` runs from 0 to 1 over the whole run.
+
+    Args:
+        sampler: the sampler of one epoch (sized).
+        passes: how many epochs (>= 1).
+    """
+
+    def __init__(self, sampler: Sampler, passes: int) -> None:
+        if passes < 1:
+            raise ValueError(f"passes {passes}: one or more")
+        self.sampler = sampler
+        self.passes = passes
+
+    def __iter__(self) -> Any:
+        for _ in range(self.passes):
+            yield from self.sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler) * self.passes
 
 
 class _LookAhead:
