@@ -441,7 +441,6 @@ def service_options(judge: bool = True) -> Callable[[Callable], Callable]:
                     "%s apply to an llm: judge; the %s judge has no model: ignored", " and ".join(given), spec
                 )
             set_threshold(values["service_failures"])
-            check_finite(judge_timeout=values.get("judge_timeout"))
             set_judge_limits(values.get("judge_timeout"), values.get("judge_max_tokens"))
             return fn(*args, **kwargs)
 
