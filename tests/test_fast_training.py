@@ -188,6 +188,26 @@ def test_timing_real_matmuls_gives_positive_figures():
     assert set(figures) == {"fp32", "bf16"} and all(v > 0 for v in figures.values())
 
 
+def test_a_probe_that_bf16_loses_by_far_ends_the_timing(monkeypatch: pytest.MonkeyPatch):
+    """bf16 4x slower than fp32 or worse on the probe (a CPU without bf16 instructions): the
+    model's full shapes are never timed; a closer probe goes on to them."""
+    timed = []
+
+    def fake(shapes, seconds):
+        timed.append(shapes)
+        return {"fp32": 100.0, "bf16": bf16}
+
+    monkeypatch.setattr(prec, "_gflops", fake)
+    shapes = prec.model_shapes(None)
+    bf16 = 2.0
+    assert prec.time_matmuls(shapes) == {"fp32": 100.0, "bf16": 2.0}
+    assert timed == [[(prec.PROBE_ROWS, 576, 576)]]
+    timed.clear()
+    bf16 = 60.0
+    prec.time_matmuls(shapes)
+    assert timed == [[(prec.PROBE_ROWS, 576, 576)], shapes]
+
+
 # -- the RL update -----------------------------------------------------------------------------
 
 
