@@ -16,10 +16,22 @@ Avg@k of the undisturbed run. The baseline, in the same run: the same kills with
 of reach (``--service-failures 1000000``: each call retried to its end, as before the breaker),
 whose figures say what an outage cost then (``--no-baseline`` skips it).
 
+A fourth victim, the **hung model server**, is stopped (SIGSTOP) instead: its connections stay
+open and nothing more comes, mid-reply for the rollouts under way (the scripted servers stream
+their replies in six chunks). It is found by the read timeout of streamed replies
+(websailor.models.streaming; ``--read-timeout`` sets ``WEBSAILOR_READ_TIMEOUT`` for the
+evaluations, default 60 s): target under three read timeouts. The attempts under way each wait
+one out; with ``--concurrency 4`` below the breaker's threshold of 5 failures, the row is
+completed by a retry's timeout, so two read timeouts (with more rollouts at once than the
+threshold, one). Without streaming it took two request timeouts (1,200 s with the defaults).
+It has no baseline run (every rollout would wait out five attempts of a read timeout).
+
     python benchmarks/service_faults.py [--questions 20] [--k 2] [--kill-after 8] [--no-baseline]
+                                        [--read-timeout S]
 
 Prints a table and writes benchmarks/results/service_faults.json; exits 1 when a run with the
-breaker misses a target. About 2 minutes with the breaker, 7 more for the baseline. The scripted
+breaker misses a target. About 4 minutes with the breaker (2 of them the hung server at the
+default read timeout), 7 more for the baseline. The scripted
 servers also run alone, to try a run against them by hand::
 
     python benchmarks/service_faults.py serve policy|judge PORT QUESTIONS.jsonl DELAY_S
@@ -43,6 +55,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from _common import wait_for_health, write_results
+
+from websailor.models.streaming import READ_TIMEOUT_ENV, READ_TIMEOUT_S, read_timeout
 
 ROOT = Path(__file__).resolve().parents[1]
 WS = [sys.executable, "-m", "websailor.cli"]
@@ -73,7 +87,10 @@ FACTS = [
     ("Which metal is liquid at room temperature?", "Mercury"),
     ("Who wrote One Hundred Years of Solitude?", "Gabriel Garcia Marquez"),
 ]
-VICTIMS = ("model server", "judge", "tool server")
+VICTIMS = ("model server", "judge", "tool server", "hung model server")
+#: A victim that is a service stopped (SIGSTOP) rather than killed: its connections stay open and
+#: nothing more comes, as from a stuck GPU or a stopped process.
+HUNG = {"hung model server": "model server"}
 
 
 # -- the scripted services (this file run as `serve policy|judge PORT QUESTIONS DELAY`) -------
@@ -124,13 +141,35 @@ def serve(role: str, port: int, questions: Path, delay_s: float) -> None:
             else:
                 self._send({"answered": answered[0]})
 
+        def _stream(self, text: str, usage: dict) -> None:
+            """The reply in six chunks over ``delay_s``, as a server streams it."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            step = -(-len(text) // 6)
+            pieces = [{"delta": {"content": text[i : i + step]}} for i in range(0, len(text), step)]
+            pieces[-1]["finish_reason"] = "stop"
+            for piece in pieces:
+                time.sleep(delay_s / len(pieces))
+                chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": role,
+                         "choices": [{"index": 0, **piece}]}  # fmt: skip
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            last = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": role, "choices": [],
+                    "usage": usage}  # fmt: skip
+            self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            time.sleep(delay_s)
             messages = body["messages"]
             text = _policy_reply(messages, gold) if role == "policy" else _judge_reply(messages)
-            answered[0] += 1
             usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+            if body.get("stream"):
+                self._stream(text, usage)
+                answered[0] += 1
+                return
+            time.sleep(delay_s)
+            answered[0] += 1
             message = {"role": "assistant", "content": text}
             self._send({"id": "x", "object": "chat.completion", "created": 0, "model": role,
                         "choices": [{"index": 0, "finish_reason": "stop", "message": message}], "usage": usage})  # fmt: skip
@@ -170,9 +209,22 @@ class Services:
         health = "/health" if name == "tool server" else "/v1/models"
         _wait(self.url(name) + health, self.procs[name])
 
-    def kill(self, name: str) -> None:
-        self.procs[name].send_signal(signal.SIGKILL)
-        self.procs[name].wait(10)
+    def kill(self, victim: str) -> None:
+        """SIGKILL the victim's service, or SIGSTOP it when the victim is a hung one (:data:`HUNG`)."""
+        proc = self.procs[HUNG.get(victim, victim)]
+        if victim in HUNG:
+            proc.send_signal(signal.SIGSTOP)
+            return
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def restart(self, victim: str) -> None:
+        """The victim's service again, on its port (a stopped one is killed first)."""
+        name = HUNG.get(victim, victim)
+        if self.procs[name].poll() is None:
+            self.procs[name].kill()
+            self.procs[name].wait(10)
+        self.start(name)
 
     def answered(self, name: str) -> int:
         import httpx
@@ -258,7 +310,7 @@ def _disturbed(
     graded = _grades(out)
     wrong = sum(graded[key] != base["grades"][key] for key in graded if graded[key] is not None)
     line = next((x for x in stderr.splitlines() if x.startswith("error:")), "")
-    services.start(victim)
+    services.restart(victim)
     rerun = subprocess.run(
         _eval_cmd(services, bench, out, a.k, extra), capture_output=True, text=True, cwd=ROOT, env=env
     )
@@ -289,10 +341,15 @@ def main() -> None:
     p.add_argument("--k", type=int, default=2, help="rollouts per question")
     p.add_argument("--kill-after", type=int, default=8, help="rollouts written (judge: verdicts) before the kill")
     p.add_argument("--no-baseline", action="store_true", help="skip the runs without the breaker (minutes each)")
+    p.add_argument("--read-timeout", type=float, default=None,
+                   help=f"{READ_TIMEOUT_ENV} of the evaluations (default: unset, {READ_TIMEOUT_S:g} s)")  # fmt: skip
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "service_faults", help="scratch folder (emptied)")
     a = p.parse_args()
     if not 1 <= a.questions <= len(FACTS) or a.k < 1 or not 1 <= a.kill_after < a.questions * a.k:
         raise SystemExit(f"--questions 1 to {len(FACTS)}, --k at least 1, --kill-after 1 to questions x k - 1")
+    if a.read_timeout is not None:
+        os.environ[READ_TIMEOUT_ENV] = str(a.read_timeout)
+    read_s = read_timeout()  # the evaluations' (the environment's when not given)
     shutil.rmtree(a.work, ignore_errors=True)
     a.work.mkdir(parents=True)
     bench = a.work / "questions.jsonl"
@@ -322,16 +379,16 @@ def main() -> None:
                     services, victim, bench, a.work / f"{run}_{victim.replace(' ', '_')}", a, base, extra
                 )
                 for victim in VICTIMS
+                if run == "breaker" or victim not in HUNG  # without the breaker: 5 attempts x 60 s a rollout
             }
     finally:
         services.stop()
     print(f"{a.questions} questions x {a.k}: undisturbed Avg@{a.k} {base['avg_at_k']:.3f} in {base['wall_s']} s")
-    print(f"{'run':<11}{'killed':<14}{'exit':>5}{'to exit s':>11}{'kept':>6}{'kept err':>9}{'kept env':>9}"
+    print(f"{'run':<11}{'killed':<19}{'exit':>5}{'to exit s':>11}{'kept':>6}{'kept err':>9}{'kept env':>9}"
           f"{'ungraded':>9}{'wrong':>7}{'rerun':>7}{'equal':>7}")  # fmt: skip
     for run in runs:
-        for victim in VICTIMS:
-            f = figures[run][victim]
-            print(f"{run:<11}{victim:<14}{f['exit_status']:>5}{f['seconds_from_kill_to_exit']:>11}"
+        for victim, f in figures[run].items():
+            print(f"{run:<11}{victim:<19}{f['exit_status']:>5}{f['seconds_from_kill_to_exit']:>11}"
                   f"{f['rollouts_kept']:>6}{f['kept_with_model_error']:>9}{f['kept_with_environment_failures']:>9}"
                   f"{f['ungraded_before_the_stop']:>9}{f['graded_wrong']:>7}{f['rerun_exit_status']:>7}"
                   f"{str(f['rerun_equals_undisturbed']):>7}")  # fmt: skip
@@ -341,12 +398,14 @@ def main() -> None:
         figures["exit_time_ratio_no_breaker_over_breaker"] = {
             v: round(figures["no_breaker"][v]["seconds_from_kill_to_exit"]
                      / max(figures["breaker"][v]["seconds_from_kill_to_exit"], 0.01), 1)
-            for v in VICTIMS
+            for v in figures["no_breaker"]
         }  # fmt: skip
         print("seconds to exit without the breaker over with it:", figures["exit_time_ratio_no_breaker_over_breaker"])
+    figures["read_timeout_s"] = read_s
+    figures["targets_s"] = targets = {v: 3 * read_s if v in HUNG else 30.0 for v in VICTIMS}
     write_results("service_faults", figures, a)
     ok = all(
-        (f := figures["breaker"][v])["exit_status"] == 4 and f["seconds_from_kill_to_exit"] < 30
+        (f := figures["breaker"][v])["exit_status"] == 4 and f["seconds_from_kill_to_exit"] < targets[v]
         and f["kept_with_model_error"] == 0 and f["graded_wrong"] == 0 and f["rerun_equals_undisturbed"]
         for v in VICTIMS
     )  # fmt: skip

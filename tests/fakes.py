@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,6 +124,15 @@ class FakeOpenAIServer:
     ``down_after`` chat requests answered, the server is down (:attr:`down`; set it to bring the
     server down, or back up for good): every request is dropped without a reply, as by a server
     that died behind its port.
+
+    A request with ``"stream": true`` gets the reply as vLLM streams it (server-sent events): the
+    content in two pieces, ``token_ids`` and the log-probabilities split the same way (a value
+    that is not a list goes whole in the first chunk), the reasoning in the first chunk, the
+    finish reason in the last, then a usage chunk when ``stream_options.include_usage`` asks for
+    it, then ``[DONE]``, pausing ``stall_s`` seconds after each chunk but the last (a slow server,
+    or with a long pause one that stops mid-reply). With ``no_stream`` it answers every request whole, as a server that
+    does not stream. ``refuse_params`` are request parameters refused with HTTP 400 naming them
+    (OpenAI's "Unsupported parameter" wording) when a request carries them.
     """
 
     def __init__(
@@ -150,6 +160,9 @@ class FakeOpenAIServer:
         bad_request: str | dict | Callable | None = None,
         api_key: str | None = None,
         down_after: int | None = None,
+        stall_s: float = 0.0,
+        no_stream: bool = False,
+        refuse_params: Sequence[str] = (),
     ) -> None:
         state = {"left": fail_first, "requests": 0, "answered": 0, "down": False, "die_at": down_after}
         bodies: list[dict] = []
@@ -166,6 +179,44 @@ class FakeOpenAIServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, body: dict, resp: dict) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.end_headers()
+                choice = resp["choices"][0]
+                pieces = [dict(index=0, delta={"role": "assistant"}), dict(index=0, delta={})]
+                content = choice["message"].get("content")
+                if content is not None:
+                    half = len(content) // 2
+                    pieces[0]["delta"]["content"], pieces[1]["delta"]["content"] = content[:half], content[half:]
+                if reasoning is not None:
+                    pieces[0]["delta"][reasoning_field] = reasoning
+                for key, value in (("token_ids", choice.get("token_ids")),
+                                   ("logprobs", (choice.get("logprobs") or {}).get("content"))):  # fmt: skip
+                    if value is None:
+                        continue
+                    if not isinstance(value, list):
+                        pieces[0][key] = value if key == "token_ids" else {"content": value}
+                        continue
+                    half = len(value) // 2
+                    for piece, part in zip(pieces, (value[:half], value[half:]), strict=True):
+                        piece[key] = part if key == "token_ids" else {"content": part}
+                pieces[1]["finish_reason"] = choice["finish_reason"]
+                chunks = [{"id": "x", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                           "choices": [piece]} for piece in pieces]  # fmt: skip
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    chunks.append({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                                   "choices": [], "usage": resp["usage"]})  # fmt: skip
+                try:
+                    for i, chunk in enumerate(chunks):
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        if i < len(chunks) - 1 and stall_s:
+                            time.sleep(stall_s)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up during the stall
+                    pass
 
             def _refuse(self, status: int, message: str, param: str | None = None, code: object = None) -> None:
                 err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
@@ -226,6 +277,10 @@ class FakeOpenAIServer:
                 if refusal is not None:
                     self._refuse(400, refusal)
                     return
+                refused = next((name for name in refuse_params if name in body), None)
+                if refused is not None:
+                    self._refuse(400, f"Unsupported parameter: '{refused}'", refused, "unsupported_parameter")
+                    return
                 if refuse_tokens and ("logprobs" in body or "return_token_ids" in body):
                     self._refuse(400, "Unrecognized request argument supplied: logprobs")
                     return
@@ -282,6 +337,9 @@ class FakeOpenAIServer:
                     "choices": [choice],
                     "usage": {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3},
                 }
+                if body.get("stream") and not no_stream:
+                    self._stream(body, resp)
+                    return
                 self._send(200, json.dumps(resp).encode())
 
         self.state = state
@@ -356,14 +414,20 @@ def vllm_imitation(
     die_after: int | None = None,
     root: str = "/nonexistent/model",
     weight_transfer: bool = False,
+    stall_s: float = 0.0,
+    streams: bool = True,
 ):
     """An ASGI app answering like vLLM: ``/v1/models`` with ``root`` (the served model's folder), ``/v1/completions``
     with ``reply`` (a list: the n-th request of one prompt gets ``reply[n % len(reply)]``, so a group
     of rollouts holds each of them whatever order they come in) and
     ``token_ids`` (the stop string's tokens among them, as vLLM returns them) and
     ``logprobs.token_logprobs``, each after ``delay_s``; the dev-mode endpoints when
-    ``dev_mode``. ``app.state.requests`` keeps the completion requests, ``app.state.reloads``
-    the weight folders it was told to reload (a folder that does not exist is an HTTP 500, as
+    ``dev_mode``. ``app.state.requests`` keeps the completion requests. A request with ``"stream": true`` gets the reply
+    streamed as vLLM streams it (server-sent events, three token ids a chunk with their text and
+    log-probabilities, the finish and stop reasons in the last, then ``[DONE]``), pausing
+    ``stall_s`` seconds after the first chunk (a server that stops mid-reply); without
+    ``streams``, every reply comes whole (a server that does not stream).
+    ``app.state.reloads`` keeps the weight folders it was told to reload (a folder that does not exist is an HTTP 500, as
     vLLM's reload fails on it), and setting ``app.state.dead`` makes every endpoint answer
     HTTP 503 from then on (a server that died), as it does by itself after ``die_after``
     completion requests. ``app.state.events`` times each reload and each completion's start
@@ -373,7 +437,7 @@ def vllm_imitation(
     import time
 
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
 
     app = FastAPI(openapi_url=None)  # its own /openapi.json below, as vLLM's lists its routes
     app.state.requests = []
@@ -449,7 +513,22 @@ def vllm_imitation(
             "token_ids": ids,
             "logprobs": {"token_logprobs": [-0.25] * len(ids), "tokens": [], "top_logprobs": []},
         }
+        if body.get("stream") and streams:
+            return StreamingResponse(chunked(ids), media_type="text/event-stream")
         return {"choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}
+
+    async def chunked(ids: list[int]):
+        for start in range(0, len(ids), 3):
+            piece = ids[start : start + 3]
+            last = start + 3 >= len(ids)
+            choice = {"index": 0, "text": tok.decode(piece), "token_ids": piece,
+                      "logprobs": {"token_logprobs": [-0.25] * len(piece), "tokens": [], "top_logprobs": []},
+                      "finish_reason": "stop" if last else None,
+                      "stop_reason": (stop_tail or None) if last else None}  # fmt: skip
+            yield f"data: {json.dumps({'object': 'text_completion', 'choices': [choice]})}\n\n"
+            if start == 0 and stall_s:
+                await asyncio.sleep(stall_s)
+        yield "data: [DONE]\n\n"
 
     return app
 

@@ -74,6 +74,22 @@ def test_a_row_of_failures_must_span_the_window():
     assert not blip.down
 
 
+def test_requests_that_each_waited_out_a_timeout_span_the_window_from_their_sending():
+    """Three requests sent 30 s ago that all timed out now are 30 s of silence, not a burst: the
+    row spans the window from the first one's sending, and "since" is that time."""
+    breaker = ServiceBreaker("model server", "http://m/v1", failures=3, min_down_s=10)
+    sent = time.time() - 30
+    breaker.failure(TimeoutError("read timed out"), sent)
+    breaker.failure(TimeoutError("read timed out"), sent + 0.1)
+    with pytest.raises(ServiceDown, match="3 requests in a row failed") as err:
+        breaker.failure(TimeoutError("read timed out"), sent + 0.2)
+    assert err.value.since == sent
+    burst = ServiceBreaker("model server", "http://m/v1", failures=3, min_down_s=10)
+    for _ in range(3):  # refused at once: sent now
+        burst.failure("connection refused", time.time())
+    assert not burst.down
+
+
 def test_thresholds_are_checked(monkeypatch):
     for bad in (0, -2, "x", "1.5"):
         with pytest.raises(ConfigError, match="--service-failures"):

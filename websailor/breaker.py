@@ -6,9 +6,10 @@ A long evaluation or RL run must not spend the night retrying a service that die
 :class:`~websailor.models.vllm_server.VLLMServerModel`,
 :func:`~websailor.server.client.connect_tools`) holds one :class:`ServiceBreaker` per service;
 every request attempt reports to it. After ``failures`` transport failures, timeouts or HTTP 5xx
-answers in a row, the first of them at least ``min_down_s`` seconds ago (any other answer resets
-the count; the window keeps a restart of a few seconds, or one burst of concurrent requests
-failing together, from counting as an outage), the service is declared down, for good: the
+answers in a row, the first of them sent at least ``min_down_s`` seconds ago (any other answer
+resets the count; the window keeps a restart of a few seconds, or one burst of concurrent
+requests refused together, from counting as an outage, while requests that each waited out a
+timeout of more than the window already span it), the service is declared down, for good: the
 failing call and every later one raise :class:`~websailor.errors.ServiceDown` at once, without
 a request. The
 error travels through the agent, the judges and the batch runner (which stop, keeping what
@@ -37,7 +38,7 @@ T = TypeVar("T")
 
 #: Transport failures or timeouts in a row that declare a service down (every attempt counts,
 #: retries included: with several rollouts at once a dead server is declared down within
-#: about a second, a hanging one after one request timeout).
+#: about the window, a hanging one after one read timeout of its streamed replies).
 DEFAULT_FAILURES = 5
 #: Seconds a row of failures must span before the service is declared down.
 DEFAULT_MIN_DOWN_S = 10.0
@@ -138,14 +139,15 @@ class ServiceBreaker:
         if first and latency_s is not None:
             logger.info("the %s at %s answered its first request in %.1f s", self.service, self.url, latency_s)
 
-    def failure(self, error: BaseException | str) -> None:
-        """A request attempt failed in transport, timed out or got an HTTP 5xx. Raises
-        :class:`ServiceDown` when the row now qualifies (or the service was already down)."""
+    def failure(self, error: BaseException | str, sent: float | None = None) -> None:
+        """A request attempt sent at ``sent`` (``time.time()``; default now) failed in transport,
+        timed out or got an HTTP 5xx. Raises :class:`ServiceDown` when the row now qualifies (or
+        the service was already down)."""
         with self._lock:
             if self._down is None:
                 self._in_a_row += 1
                 if self._first_failure is None:
-                    self._first_failure = time.time()
+                    self._first_failure = time.time() if sent is None else sent
                 text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
                 self._last_error = " ".join(text.split())[:200]
                 self._timeouts = (self._timeouts + 1) if "timeout" in text.lower() or "timed out" in text.lower() else 0
@@ -161,7 +163,7 @@ class ServiceBreaker:
         since = datetime.fromtimestamp(self._first_failure, UTC).strftime("%H:%M:%S UTC")
         slow = (
             "; every one timed out: if the service is slow rather than down, give it a longer timeout "
-            "(--judge-timeout for a judge)"
+            "(--judge-timeout for a judge, WEBSAILOR_READ_TIMEOUT for a model server's silence mid-reply)"
             if self._timeouts >= self._in_a_row
             else ""
         )
@@ -189,7 +191,7 @@ def through(breaker: ServiceBreaker | None, send: Callable[[], T], transport: tu
     if breaker is None:
         return send()
     breaker.check()
-    t0 = time.perf_counter()
+    t0, sent = time.perf_counter(), time.time()
     try:
         answer = send()
     except transport as e:
@@ -197,11 +199,11 @@ def through(breaker: ServiceBreaker | None, send: Callable[[], T], transport: tu
         if isinstance(status, int) and status < 500:
             breaker.success()  # the server answered, with a refusal
         else:
-            breaker.failure(e)
+            breaker.failure(e, sent)
         raise
     status = getattr(answer, "status_code", None)
     if isinstance(status, int) and status >= 500:
-        breaker.failure(f"HTTP {status}")
+        breaker.failure(f"HTTP {status}", sent)
     else:
         breaker.success(time.perf_counter() - t0)
     return answer

@@ -54,6 +54,7 @@ from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError, ContextLengthError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
+from websailor.models.streaming import chat_reply, event_stream, read_timeout, request_timeout
 
 log = get_logger(__name__)
 
@@ -69,24 +70,11 @@ CHECK_TIMEOUT_S = 5.0
 CHECK_ATTEMPTS = 2
 #: The smallest completion budget a context-overflow retry is made with.
 MIN_RETRY_TOKENS = 16
-#: Sampling parameters a server may refuse, that the request can go without.
-DROPPABLE = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed")
+#: Parameters a server may refuse, that the request can go without (sampling parameters, and
+#: the usage statistics of a streamed reply).
+DROPPABLE = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed", "stream_options")
 _TOKEN_PARAMS = ("logprobs", "top_logprobs", "return_token_ids")
 _MAX_ADJUSTMENTS = 10  # refusals met in one call (each kind at most once): a bound, not a budget
-
-
-#: Seconds to open a connection: a host that does not answer at all (a dead machine, a
-#: firewall dropping packets) is a failure in seconds, not after a whole request timeout.
-CONNECT_TIMEOUT_S = 10.0
-
-
-def request_timeout(seconds: float, kind: type = httpx.Timeout) -> Any:
-    """The timeouts of one request of at most ``seconds`` (``kind``: ``httpx.Timeout``, or
-    ``openai.Timeout`` for the OpenAI client, whose HTTP library is its own): connecting takes at
-    most :data:`CONNECT_TIMEOUT_S`. Reading the reply may take all of ``seconds``: a completion
-    is not streamed, so its first byte comes when the whole completion is done, and a server
-    that stops answering is found after one request timeout (then its circuit breaker counts it)."""
-    return kind(seconds, connect=min(seconds, CONNECT_TIMEOUT_S))
 
 
 def api_key() -> str:
@@ -319,7 +307,13 @@ class OpenAIModel(ChatModel):
     Args:
         model: the served model name.
         base_url: e.g. ``http://localhost:8000/v1``.
-        timeout_s: per-request timeout.
+        timeout_s: per-request timeout in seconds (the whole reply).
+        read_timeout_s: the longest silence in seconds while a streamed reply is under way
+            (:func:`~websailor.models.streaming.read_timeout`; default
+            :data:`~websailor.models.streaming.READ_TIMEOUT_S` or ``$WEBSAILOR_READ_TIMEOUT``).
+        stream: ask for replies streamed (:mod:`websailor.models.streaming`), so a server that
+            stops mid-reply is found after ``read_timeout_s``; a server that refuses ``stream``
+            or answers without streaming is asked without it from then on (one warning).
         max_attempts: tries per call for transient failures; every attempt reports to the
             endpoint's circuit breaker (:attr:`breaker`), which raises
             :class:`~websailor.errors.ServiceDown` once the server failed its threshold of
@@ -345,12 +339,16 @@ class OpenAIModel(ChatModel):
         max_attempts: int = 5,
         backoff_s: float = 1.0,
         max_context: int | None = None,
+        read_timeout_s: float | None = None,
+        stream: bool = True,
     ) -> None:
         self._key = api_key()
         self.client = openai.OpenAI(
             base_url=base_url, api_key=self._key, max_retries=0, timeout=request_timeout(timeout_s, openai.Timeout)
         )
         self.timeout_s = timeout_s
+        self.read_timeout_s = read_timeout(read_timeout_s, "read_timeout_s")
+        self._stream = stream  # False once the server refused streaming or answered without it
         self.model = model
         self.base_url = base_url
         self.name = f"openai:{model}@{base_url}"
@@ -438,13 +436,53 @@ class OpenAIModel(ChatModel):
         kwargs[self._token_param] = call.max_tokens
         if self._ask_tokens and not call.without_tokens:
             kwargs.update(logprobs=True, extra_body={"return_token_ids": True})
+        if self._stream:
+            kwargs["stream"] = True
+            if "stream_options" not in self._dropped:
+                kwargs["stream_options"] = {"include_usage": True}
         return kwargs
 
+    def _send(self, kwargs: dict[str, Any], seconds: float) -> Any:
+        """One request of at most ``seconds``: streamed when ``kwargs`` says so, read with the
+        read timeout, and put back together as a whole reply (:func:`chat_reply`)."""
+        if not kwargs.get("stream"):
+            client = self.client.with_options(timeout=request_timeout(seconds, openai.Timeout))
+            return client.chat.completions.create(**kwargs)
+        client = self.client.with_options(timeout=request_timeout(seconds, openai.Timeout, read=self.read_timeout_s))
+        deadline = time.monotonic() + seconds
+        with client.chat.completions.create(**kwargs) as stream:
+            response = stream.response
+            reply = None
+            if event_stream(response.headers.get("content-type")):
+
+                def late() -> openai.APITimeoutError:
+                    return openai.APITimeoutError(request=response.request)
+
+                reply = chat_reply(stream, deadline, late)
+        if reply is not None:
+            return reply
+        self._stop_streaming(f"it answered a streamed request with {response.headers.get('content-type')!r}")
+        return self._send({k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}, seconds)
+
+    def _stop_streaming(self, why: str) -> None:
+        """Ask this server for whole replies from now on (warning once)."""
+        with self._lock:
+            if not self._stream:
+                return
+            self._stream = False
+        log.warning(
+            "%s does not stream (%s): replies are asked whole, and a server that stops mid-reply is found "
+            "after the request timeout (%g s), not the read timeout",
+            self.name,
+            why[:200],
+            self.timeout_s,
+        )
+
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
-        client, stop = self.client, stop_after_attempt(self.max_attempts)
+        seconds, stop = self.timeout_s, stop_after_attempt(self.max_attempts)
         if params.timeout_s is not None:  # the question's remaining wall-clock budget
             budget = max(0.1, params.timeout_s)
-            client = client.with_options(timeout=request_timeout(min(self.timeout_s, budget), openai.Timeout))
+            seconds = min(self.timeout_s, budget)
             stop = stop | stop_after_delay(budget)
         retrying = Retrying(
             stop=stop,
@@ -456,7 +494,7 @@ class OpenAIModel(ChatModel):
 
         def attempt(**kwargs: Any) -> Any:  # APITimeoutError is a connection error
             failed = (openai.APIConnectionError, openai.APIStatusError)
-            return through(self.breaker, lambda: client.chat.completions.create(**kwargs), failed)
+            return through(self.breaker, lambda: self._send(kwargs, seconds), failed)
 
         try:
             for _ in range(_MAX_ADJUSTMENTS):
@@ -531,6 +569,9 @@ class OpenAIModel(ChatModel):
             return self._learn("max_tokens", message)
         if param in DROPPABLE and param in kwargs:
             return self._learn(param, message)
+        if param == "stream" and kwargs.get("stream"):
+            self._stop_streaming(f"it refused stream: {message}")
+            return True
         if "logprobs" not in kwargs:
             return False
         if param in _TOKEN_PARAMS:

@@ -5,7 +5,9 @@ template split into per-turn pieces (:class:`~websailor.models.turns.TurnTemplat
 to vLLM's OpenAI-compatible ``POST /v1/completions`` as a list of ids, with
 ``"return_token_ids": true`` and ``"logprobs": 0``. So the server continues from exactly the
 ids that earlier turns sampled (its prefix cache reuses them), and every reply comes back as
-the sampled ids and their log-probabilities: the same token protocol as the local engine
+the sampled ids and their log-probabilities (streamed, and put back together here:
+a server that stops mid-reply is found after the read timeout, :mod:`websailor.models.streaming`):
+the same token protocol as the local engine
 (:class:`~websailor.models.engine.KVEngine`), the one RL trains on (docs/rl.md, "Exact
 tokens"). Chat completions (``openai:``) cannot give that: the server re-renders earlier turns
 from their text.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,8 @@ from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, decode_reply, ids_before_stop
-from websailor.models.openai_compat import api_key, probe_models, request_timeout, skip_check
+from websailor.models.openai_compat import api_key, probe_models, skip_check
+from websailor.models.streaming import completion_reply, event_stream, read_timeout, request_timeout
 from websailor.models.turns import TurnTemplate
 
 log = get_logger(__name__)
@@ -105,7 +109,11 @@ class VLLMServerModel(ChatModel):
     Args:
         model: the served model name (``--served-model-name``).
         base_url: e.g. ``http://127.0.0.1:8000/v1``.
-        timeout_s: per-request timeout in seconds.
+        timeout_s: per-request timeout in seconds (the whole reply).
+        read_timeout_s: the longest silence in seconds while a reply streams in
+            (:func:`~websailor.models.streaming.read_timeout`; default
+            :data:`~websailor.models.streaming.READ_TIMEOUT_S` or ``$WEBSAILOR_READ_TIMEOUT``):
+            completions are streamed, so a server that stops mid-reply is found after it.
         max_attempts: tries per call for transient failures (connection refused or reset,
             HTTP 5xx); a server that stays down ends the call with :class:`ModelError`.
         backoff_s: first back-off in seconds (doubles, with jitter, up to 10 s).
@@ -129,6 +137,7 @@ class VLLMServerModel(ChatModel):
         backoff_s: float = 0.5,
         tokenizer_dir: str | Path | None = None,
         label: str | None = None,
+        read_timeout_s: float | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -136,6 +145,7 @@ class VLLMServerModel(ChatModel):
         self.where = f"vllm:{model}@{self.base_url}"
         self.name = label or self.where
         self.timeout_s = timeout_s
+        self.read_timeout_s = read_timeout(read_timeout_s, "read_timeout_s")
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self._tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir else None
@@ -225,15 +235,11 @@ class VLLMServerModel(ChatModel):
         )
 
         def once() -> dict[str, Any]:
-            r = through(
-                self.breaker,
-                lambda: self._http.post(
-                    f"{self.base_url}/completions", json=body, headers=self._headers, timeout=request_timeout(timeout)
-                ),
-                (httpx.TransportError,),
-            )
-            r.raise_for_status()
-            return r.json()
+            answer = through(self.breaker, lambda: self._send(body, timeout), (httpx.TransportError,))
+            if isinstance(answer, httpx.Response):
+                answer.raise_for_status()
+                return answer.json()
+            return answer
 
         try:
             return retrying(once)
@@ -247,6 +253,31 @@ class VLLMServerModel(ChatModel):
             ) from e
         except ValueError as e:
             raise ModelError(f"{self.where}: the reply of /v1/completions is not JSON ({e})") from e
+
+    def _send(self, body: dict[str, Any], seconds: float) -> httpx.Response | dict[str, Any]:
+        """One streamed request of at most ``seconds`` (each read at most the read timeout): the
+        reply put back together (:func:`~websailor.models.streaming.completion_reply`), or the
+        read :class:`httpx.Response` of a refusal or of a reply that was not streamed.
+
+        Raises:
+            httpx.TimeoutException: the read timeout passed with no byte, or the reply went on
+                past ``seconds``.
+            httpx.TransportError: the connection failed or broke.
+        """
+        url = f"{self.base_url}/completions"
+        deadline = time.monotonic() + seconds
+        timeout = request_timeout(seconds, read=self.read_timeout_s)
+        with self._http.stream("POST", url, json=body | {"stream": True}, headers=self._headers, timeout=timeout) as r:
+            if r.status_code >= 400 or not event_stream(r.headers.get("content-type")):
+                r.read()
+                return r
+
+            def late() -> httpx.TimeoutException:
+                return httpx.ReadTimeout(
+                    f"the reply went on past the request timeout of {seconds:g} s", request=r.request
+                )
+
+            return completion_reply(r.iter_lines(), deadline, late, self.where)
 
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
         turns = self.turns
