@@ -87,7 +87,8 @@ FACTS = [
     ("Which metal is liquid at room temperature?", "Mercury"),
     ("Who wrote One Hundred Years of Solitude?", "Gabriel Garcia Marquez"),
 ]
-VICTIMS = ("model server", "judge", "tool server", "hung model server")
+SERVICES = ("model server", "judge", "tool server")
+VICTIMS = (*SERVICES, "hung model server")
 #: A victim that is a service stopped (SIGSTOP) rather than killed: its connections stay open and
 #: nothing more comes, as from a stuck GPU or a stopped process.
 HUNG = {"hung model server": "model server"}
@@ -191,7 +192,7 @@ class Services:
 
     def __init__(self, questions: Path, work: Path) -> None:
         self.questions, self.work = questions, work
-        self.ports = {name: _free_port() for name in VICTIMS}
+        self.ports = {name: _free_port() for name in SERVICES}
         self.procs: dict[str, subprocess.Popen] = {}
 
     def url(self, name: str) -> str:
@@ -357,7 +358,7 @@ def main() -> None:
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
     services = Services(bench, a.work)
     try:
-        for name in VICTIMS:
+        for name in SERVICES:
             services.start(name)
         t0 = time.perf_counter()
         clean = a.work / "undisturbed"

@@ -146,6 +146,10 @@ READ_LATER = {
 }
 
 
+#: Seconds a stopped stage gets to end its step and clean up (stop its server) before SIGKILL.
+STOP_WAIT_S = 180
+
+
 def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> None:
     """Run one `websailor` command (or ``program``); record its wall time and peak resident
     memory (MB), also when it fails or is interrupted (``status`` reads the time spent)."""
@@ -159,7 +163,12 @@ def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> No
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM of the script: the stage stops too, and cleans up
         proc.terminate()
-        proc.wait()
+        print(f"[{name}] stopping (a training step ends first; at most {STOP_WAIT_S} s)", file=sys.stderr, flush=True)
+        try:
+            proc.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         raise
     finally:
         rec["wall_s"] = round(rec["wall_s"] + time.perf_counter() - t0, 1)

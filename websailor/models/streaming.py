@@ -72,9 +72,10 @@ def request_timeout(seconds: float, kind: type = httpx.Timeout, read: float | No
     ``openai.Timeout`` for the OpenAI client, whose HTTP library is its own): connecting takes at
     most :data:`CONNECT_TIMEOUT_S`; each read waits at most ``read`` seconds (a streamed reply:
     see the module docstring), or ``seconds`` when ``read`` is ``None`` (a reply that is not
-    streamed sends its first byte when it is whole). Neither exceeds ``seconds``."""
+    streamed sends its first byte when it is whole). Neither exceeds ``seconds``; waiting for a
+    free connection of the client's pool (a wait here, not the server's) may take all of it."""
     each = seconds if read is None else min(seconds, read)
-    return kind(each, connect=min(seconds, CONNECT_TIMEOUT_S))
+    return kind(each, connect=min(seconds, CONNECT_TIMEOUT_S), pool=seconds)
 
 
 def event_stream(content_type: str | None) -> bool:
