@@ -326,9 +326,10 @@ def test_sft_losses_match_trls_head(tiny_model: Path, generated_chatml, tmp_path
 
     data = _import_first(generated_chatml.path, tmp_path / "sft.jsonl", n=4)
     losses = {}
+    steps = 3 if precision == "fp32" else 2  # bf16 products run 170x slower than fp32 on some CPUs
     for head in ("trl", "loss_positions"):
         settings = SFTSettings(
-            max_steps=3,
+            max_steps=steps,
             batch_size=2,
             learning_rate=1e-3,
             warmup_ratio=0,
@@ -339,7 +340,7 @@ def test_sft_losses_match_trls_head(tiny_model: Path, generated_chatml, tmp_path
         s = train_sft(data, f"hf:{tiny_model}", tmp_path / head, settings, progress=False)
         assert s["lm_head"] == head and s["precision"] == {"precision": precision, "how": "asked"}
         losses[head] = [h["loss"] for h in s["loss_history"]]
-    assert len(losses["trl"]) == 3 and all(x > 1 for x in losses["trl"])
+    assert len(losses["trl"]) == steps and all(x > 1 for x in losses["trl"])
     tolerance = 1e-4 if precision == "fp32" else 2e-2
     assert losses["loss_positions"] == pytest.approx(losses["trl"], rel=tolerance)
 

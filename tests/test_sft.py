@@ -14,13 +14,17 @@ from websailor.train.sft import SFTSettings, load_settings, load_tokenizer, trai
 from websailor.train.sft_data import load_sft_data
 
 
-def _save_tiny(out: Path, tokenizer_from: Path | None, model_type: str = "llama") -> Path:
-    """A randomly initialised tiny model of ``model_type`` with SmolLM2's tokenizer (or none)."""
+def _save_tiny(out: Path, tokenizer_from: Path | None, model_type: str = "llama", hidden_size: int = 32) -> Path:
+    """A randomly initialised tiny model of ``model_type`` with SmolLM2's tokenizer (or none);
+    a llama has two heads of ``hidden_size / 2`` (64 for vLLM's CPU attention, whose smallest
+    head is 32)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    kw = dict(vocab_size=49152, hidden_size=32, num_hidden_layers=2, max_position_embeddings=8192)
+    kw = dict(vocab_size=49152, hidden_size=hidden_size, num_hidden_layers=2, max_position_embeddings=8192)
     if model_type == "llama":
-        kw.update(num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True)
+        kw.update(
+            num_attention_heads=2, num_key_value_heads=1, intermediate_size=2 * hidden_size, tie_word_embeddings=True
+        )
     cfg = AutoConfig.for_model(model_type, **kw)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
     if tokenizer_from is not None:

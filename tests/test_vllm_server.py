@@ -3,14 +3,17 @@ into .venv-vllm; CI builds it): ``run`` and ``eval`` with token ids recorded, th
 two RL steps with a sync between them, and a server killed mid-run. Skipped when no vLLM is
 found (``make test`` without ``make vllm``; CI sets ``WEBSAILOR_REQUIRE_VLLM=1`` and fails instead); marked ``vllm`` (``make test-fast`` leaves them out).
 
-The tests share one server (start-up compiles for one to two minutes) and run in file order:
-the ones that change its weights come last.
+The tests share two servers and run in file order: one of the embedded model for the replies,
+``run`` and ``eval`` (the ones that change its weights come last), and one of a tiny random
+model (two layers, 3 M parameters, SmolLM2's tokenizer) for the RL steps, whose updates,
+checkpoints and weight syncs of the 135 M model took minutes on two cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,24 +36,22 @@ def _vllm_python() -> str:
         pytest.skip(f"no vLLM: {e}")
 
 
-@pytest.fixture(scope="module")
-def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One vLLM server for the embedded model, 2 GiB of key/value cache, 4,096 tokens of context,
-    eager (``WEBSAILOR_VLLM_ARGS=--enforce-eager`` unless set),
-    started as a job's ``--engine vllm`` starts one (:func:`websailor.models.serving.serve_for_job`);
-    when the module ends it is stopped, and nothing of it is left: no process of its group, no
-    shared-memory file its workers made."""
+@contextmanager
+def _served(model: Path, logs: Path):
+    """A vLLM server for ``model`` (2 GiB of key/value cache, 4,096 tokens of context, eager
+    unless ``WEBSAILOR_VLLM_ARGS`` says otherwise), started as a job's ``--engine vllm`` starts
+    one (:func:`websailor.models.serving.serve_for_job`); on exit it is stopped, and nothing of
+    it is left: no process of its group, no shared-memory file its workers made."""
     from websailor.models import serving
 
     _vllm_python()  # skipped (or failed under WEBSAILOR_REQUIRE_VLLM) without vLLM
-    logs = tmp_path_factory.mktemp("vllm")
     before = {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "WEBSAILOR_VLLM_ARGS")}
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # read by every start of the server (one test restarts it)
     # no compilation: a start takes about 60 s instead of 160 s on two cores (docs/agent.md)
     os.environ.setdefault("WEBSAILOR_VLLM_ARGS", "--enforce-eager")
     shm_before = serving._shm_names()
     served = serving.serve_for_job(
-        f"hf:{smollm2_path}", "vllm", 100, max_model_len=4096, log_path=logs / "vllm.log", startup_timeout_s=900
+        f"hf:{model}", "vllm", 100, max_model_len=4096, log_path=logs / "vllm.log", startup_timeout_s=900
     )
     srv = served.server
     try:
@@ -69,6 +70,27 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
     assert not left, f"processes of the vLLM server's group survived: {left}"
     new_shm = serving._shm_names() - shm_before - {n for n in serving._shm_names() if n.startswith("websailor-policy")}
     assert not {n for n in new_shm if n not in serving._mapped_shm()}, f"left in /dev/shm: {new_shm}"
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One vLLM server of the embedded model (:func:`_served`)."""
+    with _served(smollm2_path, tmp_path_factory.mktemp("vllm")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def tiny_path(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.test_sft import _save_tiny
+
+    return _save_tiny(tmp_path_factory.mktemp("tiny") / "llama", smollm2_path, hidden_size=64)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One vLLM server of the tiny model, for the RL steps (:func:`_served`)."""
+    with _served(tiny_path, tmp_path_factory.mktemp("vllm_tiny")) as srv:
+        yield srv
 
 
 def _in_group(proc: Path, group: int) -> bool:
@@ -201,7 +223,7 @@ def _rl_settings(spec: str | list[str], **kw):
         "max_calls": 2,
         "max_tokens_per_turn": 24,
         "max_context_tokens": 4096,
-        "learning_rate": 5e-4,
+        "learning_rate": 1e-2,  # a random tiny model: a step that moves its log-probabilities well past bf16 noise
         "concurrency": 2,
         "save_steps": 1,
         "precision": "auto",  # fp32 where bf16 products are slow (170x on some CPUs)
@@ -232,7 +254,7 @@ def _qa(path: Path) -> Path:
 
 
 def test_two_rl_steps_sync_the_weights_between_them(
-    server, smollm2_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
+    tiny_server, tiny_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
 ):
     """Step 1 samples from the starting weights, step 2 from the weights after one update: the
     second step's sampled log-probabilities are those of checkpoint 1, not of the start."""
@@ -249,9 +271,9 @@ def test_two_rl_steps_sync_the_weights_between_them(
     out = tmp_path / "rl"
     summary = train_rl(
         _qa(tmp_path / "qa.jsonl"),
-        f"hf:{smollm2_path}",
+        f"hf:{tiny_path}",
         out,
-        _rl_settings(server.spec),
+        _rl_settings(tiny_server.spec),
         env=EnvSpec(corpus=vital_dir),
         progress=False,
     )
@@ -266,13 +288,13 @@ def test_two_rl_steps_sync_the_weights_between_them(
     from websailor.train.common import load_tokenizer
 
     step1 = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "checkpoint-1", dtype=torch.float32)
-    start = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
-    to_step1, to_start = _distances(second, load_tokenizer(smollm2_path), step1, start)
+    start = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    to_step1, to_start = _distances(second, load_tokenizer(tiny_path), step1, start)
     assert to_step1 < to_start / 2, (to_step1, to_start)
 
 
 def test_two_servers_share_the_rollouts_and_take_every_sync(
-    server, smollm2_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
+    tiny_server, tiny_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
 ):
     """Two real servers (the module's and a second bound to one core): every batch's rollouts
     are spread over both, both take every step's weights, and step 2's rollouts on each server
@@ -290,15 +312,15 @@ def test_two_servers_share_the_rollouts_and_take_every_sync(
     monkeypatch.setattr(rr, "reward", lambda traj, correct, algo: float(traj.rollout % 2))
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", str(sorted(os.sched_getaffinity(0))[-1]))
     other = serving.serve_for_job(
-        f"hf:{smollm2_path}", "vllm", 100, max_model_len=4096, log_path=tmp_path / "second.log", startup_timeout_s=900
+        f"hf:{tiny_path}", "vllm", 100, max_model_len=4096, log_path=tmp_path / "second.log", startup_timeout_s=900
     )
     try:
         out = tmp_path / "rl"
-        settings = _rl_settings([server.spec, other.spec], batch_size=4, concurrency=4)
+        settings = _rl_settings([tiny_server.spec, other.spec], batch_size=4, concurrency=4)
         qa = _qa(tmp_path / "qa.jsonl")  # and a second question: a batch of two groups
         with qa.open("a") as fh:
             fh.write(json.dumps({"id": "b", "question": "Which river flows through Cairo?", "answer": "Nile"}) + "\n")
-        summary = train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+        summary = train_rl(qa, f"hf:{tiny_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
     finally:
         other.close()
     assert summary["steps"] == 2
@@ -306,14 +328,14 @@ def test_two_servers_share_the_rollouts_and_take_every_sync(
     assert all(r["server/0/rollouts"] + r["server/1/rollouts"] == 4 and r["servers/live"] == 2 for r in log)
     assert all(r["server/0/sync_s"] > 0 and r["server/1/sync_s"] > 0 for r in log)
     rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
-    roots = {server.spec.split("@")[1].removesuffix("/v1"), other.spec.split("@")[1].removesuffix("/v1")}
+    roots = {tiny_server.spec.split("@")[1].removesuffix("/v1"), other.spec.split("@")[1].removesuffix("/v1")}
     assert {r["server"] for r in rollouts} == roots and {r["step"]: r["policy_version"] for r in rollouts} == {
         1: 0,
         2: 1,
     }
     step1 = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "checkpoint-1", dtype=torch.float32)
-    start = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
-    tok = load_tokenizer(smollm2_path)
+    start = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    tok = load_tokenizer(tiny_path)
     for root in roots:
         rollout = next(r for r in rollouts if r["step"] == 2 and r["server"] == root)
         to_step1, to_start = _distances(rollout, tok, step1, start)
@@ -321,7 +343,7 @@ def test_two_servers_share_the_rollouts_and_take_every_sync(
 
 
 def test_a_killed_server_stops_the_step_and_the_run_resumes(
-    server, smollm2_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
+    tiny_server, tiny_path: Path, vital_dir: Path, tmp_path: Path, monkeypatch
 ):
     """The server dies during step 2's rollouts: the step stops with a clear error, nothing of
     it is trained or logged; with the server back, the same command resumes from checkpoint 1
@@ -337,19 +359,19 @@ def test_a_killed_server_stops_the_step_and_the_run_resumes(
 
     def dies_at_step_2(self, agent, items, step, numbers=None):
         if step == 1:
-            server.stop()
+            tiny_server.stop()
         return run(self, agent, items, step, numbers)
 
     monkeypatch.setattr(rr.AgentRollouts, "_run", dies_at_step_2)
-    qa, out, settings = _qa(tmp_path / "qa.jsonl"), tmp_path / "rl", _rl_settings(server.spec)
+    qa, out, settings = _qa(tmp_path / "qa.jsonl"), tmp_path / "rl", _rl_settings(tiny_server.spec)
     with pytest.raises(ModelError, match="failed on the rollout server.*rerun the same command"):
-        train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+        train_rl(qa, f"hf:{tiny_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
     assert [r["step"] for r in read_log(out)] == [1]
     assert (out / "checkpoints" / "checkpoint-1").is_dir() and not (out / "checkpoints" / "checkpoint-2").exists()
     with pytest.raises(ConfigError, match="still starting"):
-        train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+        train_rl(qa, f"hf:{tiny_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
     monkeypatch.setattr(rr.AgentRollouts, "_run", run)
-    server.start()
-    server.wait_ready(900)
-    summary = train_rl(qa, f"hf:{smollm2_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
+    tiny_server.start()
+    tiny_server.wait_ready(900)
+    summary = train_rl(qa, f"hf:{tiny_path}", out, settings, env=EnvSpec(corpus=vital_dir), progress=False)
     assert summary["steps"] == 2 and [r["step"] for r in read_log(out)] == [1, 2]
