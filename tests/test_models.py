@@ -221,7 +221,7 @@ def test_openai_backend_with_logprobs_only():
         ([1], [float("-inf")], "finite"),
         (None, ["x"], "finite"),  # (a numeric string is read as its number by the openai client)
         (None, [None], "finite"),
-        ([1, 2, 3], [-0.1, -0.2], "3 token ids but 2 logprobs"),
+        ([1, 2, 3], [-0.1, -0.2], "token ids but 1 log-probabilities"),  # found in the chunk that lacks one
     ],
 )
 def test_openai_backend_malformed_token_ids_or_logprobs_are_a_model_error(ids, lps, what):

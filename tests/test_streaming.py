@@ -5,8 +5,12 @@ still work."""
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from logging.handlers import BufferingHandler
 from pathlib import Path
 
@@ -24,6 +28,63 @@ QUESTION = [{"role": "user", "content": "Capital of France?"}]
 
 def _openai(srv, **kwargs):
     return load_model(f"openai:fake@{srv.url}", backoff_s=0.01, max_attempts=2, **kwargs)
+
+
+@contextmanager
+def scripted(script: list[tuple[bytes, float]], content_type: str = "text/event-stream"):
+    """A hostile server: every POST gets HTTP 200 with ``content_type`` and the bytes of
+    ``script``, each piece followed by a pause of its seconds, then the connection closed (no
+    length: the body ends there); ``GET /models`` lists the model ``fake``. Yields its base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            data = json.dumps({"data": [{"id": "fake", "max_model_len": 4096}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.end_headers()
+            try:
+                for piece, pause in script:
+                    self.wfile.write(piece)
+                    self.wfile.flush()
+                    time.sleep(pause)
+            except OSError:  # the client gave up
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _chat_chunk(**choice) -> bytes:
+    chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+             "choices": [{"index": 0, "delta": {}, **choice}]}  # fmt: skip
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+def _completion_chunk(ids: object, logprobs: object, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": "", "token_ids": ids, "logprobs": {"token_logprobs": logprobs},
+              "finish_reason": finish}  # fmt: skip
+    return f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
+
+
+def _vllm(url: str, smollm2_path: Path, **kwargs) -> VLLMServerModel:
+    return VLLMServerModel("fake", url, tokenizer_dir=smollm2_path, max_attempts=1, **kwargs)
 
 
 class _Warnings:
@@ -147,3 +208,103 @@ def test_a_bad_read_timeout_is_named(monkeypatch, value):
         load_model("openai:fake@http://127.0.0.1:9/v1")
     with pytest.raises(ConfigError, match=f"read_timeout_s '{value}'"):
         read_timeout(value, "read_timeout_s")
+
+
+KEEPALIVE = [(b": keep-alive\n\n", 0.25)] * 40  # ten seconds of comments, as OpenRouter sends them
+TRICKLE = [(b"d", 0.25)] * 40  # ten seconds of one event, a byte at a time
+
+
+@pytest.mark.parametrize("filler", [KEEPALIVE, TRICKLE], ids=["keep-alive comments", "a byte at a time"])
+def test_a_reply_kept_alive_past_the_request_timeout_is_cut_at_it(filler, smollm2_path: Path):
+    """Bytes keep coming, but no reply: both backends stop at the request timeout (1.5 s)."""
+    first = _chat_chunk(delta={"content": "Par"})
+    with scripted([(first, 0.1), *filler]) as url:
+        model = load_model(f"openai:fake@{url}", max_attempts=1, timeout_s=1.5, read_timeout_s=5)
+        t0 = time.monotonic()
+        with pytest.raises(ModelError, match="APITimeoutError"):
+            model.chat(QUESTION, SamplingParams())
+        assert time.monotonic() - t0 < 3
+    with scripted([(_completion_chunk([1], [-0.5]), 0.1), *filler]) as url:
+        chat = _vllm(url, smollm2_path, timeout_s=1.5, read_timeout_s=5)
+        t0 = time.monotonic()
+        with pytest.raises(ModelError, match="ReadTimeout.*past the request timeout"):
+            chat.chat(QUESTION, SamplingParams(max_tokens=8))
+        assert time.monotonic() - t0 < 3
+
+
+def test_a_stream_cut_before_its_end_is_no_reply(smollm2_path: Path, monkeypatch):
+    """Chunks, then the connection closed without a finish reason: a transport failure (retried,
+    counted by the breaker), never a reply that looks finished."""
+    monkeypatch.setenv("WEBSAILOR_SKIP_MODEL_CHECK", "1")
+    with scripted([(_chat_chunk(delta={"content": "Par"}, token_ids=[3]), 0)]) as url:
+        model = load_model(f"openai:fake@{url}", max_attempts=1)
+        with pytest.raises(ModelError, match="APIConnectionError.*ended before the reply did"):
+            model.chat(QUESTION, SamplingParams())
+        assert model.breaker._in_a_row == 1
+    with scripted([(b"data: [DONE]\n\n", 0)]) as url:  # no chunk at all: cut too, and still asked streamed
+        model = load_model(f"openai:fake@{url}", max_attempts=1)
+        with pytest.raises(ModelError, match="ended without a chunk"):
+            model.chat(QUESTION, SamplingParams())
+        assert model._stream
+    with scripted([(_completion_chunk([3, 4], [-0.5, -0.25]), 0)]) as url:
+        chat = _vllm(url, smollm2_path)
+        with pytest.raises(ModelError, match="RemoteProtocolError.*ended before the reply did"):
+            chat.chat(QUESTION, SamplingParams(max_tokens=8))
+
+
+@pytest.mark.parametrize(
+    ("chunks", "what"),
+    [
+        ([([3, 4], [-0.5]), ([5, 2], [-1.0, -0.1, -0.2])], "chunk 1 of the streamed reply carries 2 token ids but 1"),
+        ([([3, 4], None), ([5], [-1.0, -0.1, -0.2])], "chunk 1 of the streamed reply carries 2 token ids but 0"),
+        ([([3.9, 4.2], [-0.5, -0.5])], "not a list of non-negative integers"),
+        ([([True, 4], [-0.5, -0.5])], "not a list of non-negative integers"),
+        ([([3, 4], ["-0.5", -0.5])], "not all finite numbers"),
+        ([([3, 4], [5.0, 7.0])], "not all finite numbers of at most 0"),
+        ([([1] * 20, [-0.1] * 20)], "20 token ids, more than max_tokens 8"),
+        ([([10**12], [-0.5])], "do not decode"),
+    ],
+)
+def test_vllm_token_ids_and_logprobs_are_checked_chunk_by_chunk_never_coerced(chunks, what, smollm2_path: Path):
+    pieces = [(_completion_chunk(ids, lps, "stop" if i == len(chunks) - 1 else None), 0) for i, (ids, lps) in
+              enumerate(chunks)]  # fmt: skip
+    with scripted([*pieces, (b"data: [DONE]\n\n", 0)]) as url:
+        chat = _vllm(url, smollm2_path)
+        with pytest.raises(ModelError, match=what) as err:
+            chat.chat(QUESTION, SamplingParams(max_tokens=8))
+    assert str(err.value).startswith(chat.where)
+
+
+@pytest.mark.parametrize("payload", [b"[1, 2]", b"null", b'{"choices": "abc"}', b'{"choices": [7]}', b"{oops"])
+def test_a_vllm_chunk_that_is_no_completion_chunk_is_named(payload: bytes, smollm2_path: Path):
+    with scripted([(b"data: " + payload + b"\n\n", 0)]) as url:
+        chat = _vllm(url, smollm2_path)
+        with pytest.raises(
+            ModelError, match=r"streamed reply is not (JSON|a completion chunk)|choice is not an object"
+        ):
+            chat.chat(QUESTION, SamplingParams(max_tokens=8))
+
+
+def test_an_event_over_several_data_lines_and_crlf_endings_are_read(smollm2_path: Path):
+    tok = load_tokenizer(smollm2_path)
+    ids = tok("Paris", add_special_tokens=False)["input_ids"]
+    body = json.dumps({"choices": [{"index": 0, "text": "Paris", "token_ids": ids,
+                                    "logprobs": {"token_logprobs": [-0.5] * len(ids)}, "finish_reason": "stop"}]})  # fmt: skip
+    half = body.index('"logprobs"')
+    event = f"data: {body[:half]}\r\ndata: {body[half:]}\r\n\r\ndata: [DONE]\r\n\r\n".encode()
+    with scripted([(event[:7], 0.05), (event[7:], 0)]) as url:
+        g = _vllm(url, smollm2_path).chat(QUESTION, SamplingParams(max_tokens=8))
+    assert g.text == "Paris" and g.token_ids == ids and g.logprobs == [-0.5] * len(ids)
+
+
+def test_a_chat_stream_without_the_first_choice_is_no_reply():
+    """Chunks whose choices are empty, of another index or not objects: no reply (as a whole
+    reply without choices), not an empty one."""
+    usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    other = (b'data: {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": '
+             b'[{"index": 1, "delta": {"content": "x"}, "finish_reason": "stop"}]}\n\n')  # fmt: skip
+    empty = f"data: {json.dumps({'id': 'x', 'object': 'chat.completion.chunk', 'created': 0, 'model': 'fake', 'choices': [], 'usage': usage})}\n\n"
+    with scripted([(other, 0), (empty.encode(), 0), (b"data: [DONE]\n\n", 0)]) as url:
+        model = load_model(f"openai:fake@{url}", max_attempts=1)
+        with pytest.raises(ModelError, match="not a chat completion"):
+            model.chat(QUESTION, SamplingParams())

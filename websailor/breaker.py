@@ -8,8 +8,8 @@ A long evaluation or RL run must not spend the night retrying a service that die
 every request attempt reports to it. After ``failures`` transport failures, timeouts or HTTP 5xx
 answers in a row, the first of them sent at least ``min_down_s`` seconds ago (any other answer
 resets the count; the window keeps a restart of a few seconds, or one burst of concurrent
-requests refused together, from counting as an outage, while requests that each waited out a
-timeout of more than the window already span it), the service is declared down, for good: the
+requests refused together or dropped by a restart, from counting as an outage, while requests
+that each waited out a timeout of more than the window already span it), the service is declared down, for good: the
 failing call and every later one raise :class:`~websailor.errors.ServiceDown` at once, without
 a request. The
 error travels through the agent, the judges and the batch runner (which stop, keeping what
@@ -140,17 +140,20 @@ class ServiceBreaker:
             logger.info("the %s at %s answered its first request in %.1f s", self.service, self.url, latency_s)
 
     def failure(self, error: BaseException | str, sent: float | None = None) -> None:
-        """A request attempt sent at ``sent`` (``time.time()``; default now) failed in transport,
-        timed out or got an HTTP 5xx. Raises :class:`ServiceDown` when the row now qualifies (or
-        the service was already down)."""
+        """A request attempt sent at ``sent`` (``time.time()``) failed in transport, timed out or
+        got an HTTP 5xx. A timeout counts from its sending (the service was silent all along);
+        any other failure from now (a connection a restart dropped says nothing of the time
+        before). Raises :class:`ServiceDown` when the row now qualifies (or the service was
+        already down)."""
         with self._lock:
             if self._down is None:
                 self._in_a_row += 1
-                if self._first_failure is None:
-                    self._first_failure = time.time() if sent is None else sent
                 text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+                timed_out = "timeout" in text.lower() or "timed out" in text.lower()
+                if self._first_failure is None:
+                    self._first_failure = sent if sent is not None and timed_out else time.time()
                 self._last_error = " ".join(text.split())[:200]
-                self._timeouts = (self._timeouts + 1) if "timeout" in text.lower() or "timed out" in text.lower() else 0
+                self._timeouts = (self._timeouts + 1) if timed_out else 0
                 self._declare()
         self.check()
 

@@ -7,6 +7,7 @@ concurrent rollouts in one forward pass; HTTP backends simply serve each request
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,3 +106,31 @@ def decode_reply(tokenizer: Any, ids: list[int], cut: bool) -> str:
     replacement characters are dropped instead of being stored and sent back to the model."""
     text = tokenizer.decode(ids, skip_special_tokens=True)
     return text.rstrip("\ufffd") if cut else text
+
+
+def check_tokens(ids: Any, logprobs: Any, where: str) -> tuple[list[int] | None, list[float] | None]:
+    """A reply's sampled token ids and their log-probabilities as a server sent them, checked:
+    ids a list of non-negative integers, log-probabilities a list of finite numbers of at most 0
+    (1e-3 allowed for rounding), as many of each when both came; ``None`` stays ``None``.
+    Nothing is coerced (a float id or a string log-probability is refused, not rounded).
+
+    Raises:
+        ModelError: anything else, naming ``where`` (the server).
+    """
+    from websailor.errors import ModelError
+
+    if ids is not None and not (
+        isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+    ):
+        raise ModelError(f"{where}: the reply's token_ids are not a list of non-negative integers")
+    if logprobs is not None:
+        if not isinstance(logprobs, list):
+            raise ModelError(f"{where}: the reply's log-probabilities are not a list")
+        if not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x <= 1e-3 for x in logprobs
+        ):
+            raise ModelError(f"{where}: the reply's logprobs are not all finite numbers of at most 0")
+        logprobs = [float(x) for x in logprobs]
+    if ids is not None and logprobs is not None and len(ids) != len(logprobs):
+        raise ModelError(f"{where}: the reply has {len(ids)} token ids but {len(logprobs)} logprobs")
+    return ids, logprobs

@@ -38,7 +38,6 @@ that cannot serve (:func:`probe_models`), or lazily on the first read of ``max_c
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import threading
@@ -53,8 +52,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError, ContextLengthError, ModelError
 from websailor.log import get_logger
-from websailor.models.base import ChatModel, Generation, Message, SamplingParams, cut_at_stop
-from websailor.models.streaming import chat_reply, event_stream, read_timeout, request_timeout
+from websailor.models.base import ChatModel, Generation, Message, SamplingParams, check_tokens, cut_at_stop
+from websailor.models.streaming import chat_reply, event_stream, read_timeout, request_timeout, until
 
 log = get_logger(__name__)
 
@@ -452,15 +451,20 @@ class OpenAIModel(ChatModel):
         deadline = time.monotonic() + seconds
         with client.chat.completions.create(**kwargs) as stream:
             response = stream.response
-            reply = None
             if event_stream(response.headers.get("content-type")):
 
                 def late() -> openai.APITimeoutError:
                     return openai.APITimeoutError(request=response.request)
 
-                reply = chat_reply(stream, deadline, late)
-        if reply is not None:
-            return reply
+                def cut(why: str) -> openai.APIConnectionError:
+                    return openai.APIConnectionError(message=why, request=response.request)
+
+                body = response.iter_bytes  # the stream reads the body through it: the deadline holds at each read
+                response.iter_bytes = lambda *a, **k: until(deadline, body(*a, **k), late)  # type: ignore[method-assign]
+                reply = chat_reply(stream, self.name, cut)
+                if reply is None:
+                    raise cut("the stream ended without a chunk")
+                return reply
         self._stop_streaming(f"it answered a streamed request with {response.headers.get('content-type')!r}")
         return self._send({k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}, seconds)
 
@@ -632,24 +636,12 @@ class OpenAIModel(ChatModel):
     def _tokens(self, choice: Any) -> tuple[list[int] | None, list[float] | None]:
         """The sampled token ids (vLLM's ``choice.token_ids``) and their log-probabilities
         (``choice.logprobs.content[i].logprob``) a reply carries, each ``None`` when absent.
-        Raises :class:`ModelError` when they are malformed."""
-        ids = getattr(choice, "token_ids", None)
-        if ids is not None and not (
-            isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
-        ):
-            raise ModelError(f"{self.name}: the reply's token_ids are not a list of non-negative integers")
+        Raises :class:`ModelError` when they are malformed (:func:`check_tokens`)."""
         content = getattr(getattr(choice, "logprobs", None), "content", None)
-        logprobs = None
-        if content is not None:
-            if not isinstance(content, list):
-                raise ModelError(f"{self.name}: the reply's logprobs.content is not a list")
+        logprobs = content
+        if isinstance(content, list):
             logprobs = [e.get("logprob") if isinstance(e, dict) else getattr(e, "logprob", None) for e in content]
-            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in logprobs):
-                raise ModelError(f"{self.name}: the reply's logprobs are not all finite numbers")
-            logprobs = [float(x) for x in logprobs]
-        if ids is not None and logprobs is not None and len(ids) != len(logprobs):
-            raise ModelError(f"{self.name}: the reply has {len(ids)} token ids but {len(logprobs)} logprobs")
-        return ids, logprobs
+        return check_tokens(getattr(choice, "token_ids", None), logprobs, self.name)
 
     def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
         return [self._one(c, params) for c in conversations]

@@ -12,14 +12,20 @@ and read them with two limits:
   seconds; the attempt counts as a timeout for the retries and the circuit breaker
   (:mod:`websailor.breaker`), which then declares the server down;
 * the **request timeout** (the backend's ``timeout_s``, or a question's remaining budget): the
-  whole reply, checked at each chunk, so a server that trickles chunks forever is cut there too.
+  whole reply, checked at every read of the body (:func:`until`), so a server that keeps a
+  reply going with keep-alive comments, blank lines or a byte at a time is cut there too.
 
 A server that answers a streamed request with a whole JSON reply (no ``text/event-stream``) is
-read as such. The chunks are put back together into the shape of a non-streamed reply, so the
-backends read one shape: :func:`chat_reply` for chat completions (``choices[0].delta``),
-:func:`completion_reply` for vLLM's ``/v1/completions`` (text, ``token_ids`` and
-``logprobs.token_logprobs`` in pieces). A chunk that carries an ``error`` (vLLM's way to report
-an engine failure mid-stream) ends the reply with :class:`~websailor.errors.ModelError`.
+read as such; one that sends nothing at all before its whole reply is ready (its headers
+included) must do so within the read timeout. The chunks are put back together into the shape
+of a non-streamed reply, so the backends read one shape: :func:`chat_reply` for chat
+completions (``choices[0].delta``), :func:`completion_reply` for vLLM's ``/v1/completions``
+(text, ``token_ids`` and ``logprobs.token_logprobs`` in pieces). Nothing a broken server sends
+is taken on trust: each chunk must carry as many log-probabilities as token ids, a stream that
+ends before a chunk gave a ``finish_reason`` (a cut connection, a dying proxy) is a transport
+failure (retried, and counted by the breaker), never a finished reply, and a chunk that is not
+a completion chunk, or carries an ``error`` (vLLM's way to report an engine failure
+mid-stream), ends the reply with :class:`~websailor.errors.ModelError` naming the server.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -83,16 +89,80 @@ def event_stream(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() == "text/event-stream"
 
 
-def _past(deadline: float, late: Callable[[], BaseException]) -> None:
-    if time.monotonic() > deadline:
-        raise late()
+def until(deadline: float, pieces: Iterable[bytes], late: Callable[[], BaseException]) -> Iterator[bytes]:
+    """``pieces`` (a reply's body as it is read), checking at each that ``deadline``
+    (``time.monotonic()``) has not passed: a server that keeps a reply going with keep-alive
+    comments, blank lines or a byte at a time is cut at the deadline too.
+
+    Raises:
+        the exception ``late()`` makes, once the deadline has passed.
+    """
+    for piece in pieces:
+        if time.monotonic() > deadline:
+            raise late()
+        yield piece
 
 
-def _error(data: Any, where: str) -> None:
-    if isinstance(data, dict) and data.get("error"):
-        error = data["error"]
-        message = error.get("message") if isinstance(error, dict) else error
-        raise ModelError(f"{where}: the server reported an error mid-reply: {str(message)[:300]}")
+def sse_data(pieces: Iterable[bytes]) -> Iterator[str]:
+    """The ``data`` of each server-sent event of a body read in ``pieces`` (an event's several
+    ``data:`` lines joined by newlines; comments, ``event:``, ``id:`` and ``retry:`` fields left
+    out), in linear time whatever the pieces' sizes."""
+    buf, data = bytearray(), []
+    for piece in pieces:
+        scan = len(buf)
+        buf += piece
+        start = 0
+        while (end := buf.find(b"\n", scan)) >= 0:
+            line = bytes(buf[start:end]).rstrip(b"\r").decode("utf-8", errors="replace")
+            start = scan = end + 1
+            if not line:  # the end of an event
+                if data:
+                    yield "\n".join(data)
+                    data = []
+            elif line.startswith("data:"):
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+        del buf[:start]
+    line = bytes(buf).rstrip(b"\r").decode("utf-8", errors="replace")
+    if line.startswith("data:"):
+        data.append(line[6:] if line.startswith("data: ") else line[5:])
+    if data:
+        yield "\n".join(data)
+
+
+class _Pieces:
+    """A list sent in pieces (token ids, log-probabilities), put together in linear time; a piece
+    that is not a list (a broken server) is kept as the value, for the reader's checks to refuse."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self.seen = False
+        self.bad: Any = None
+        self.sizes: list[int] = []  # each chunk's count (0 where a chunk sent none)
+
+    def add(self, piece: Any) -> None:
+        if piece is not None:
+            self.seen = True
+            if isinstance(piece, list):
+                self.items.extend(piece)
+            elif self.bad is None:
+                self.bad = piece
+        self.sizes.append(len(piece) if isinstance(piece, list) else 0)
+
+    @property
+    def value(self) -> Any:
+        if self.bad is not None:
+            return self.bad
+        return self.items if self.seen else None
+
+
+def _aligned(ids: _Pieces, logprobs: _Pieces, where: str) -> None:
+    """Each chunk carries as many log-probabilities as token ids (when the reply has both)."""
+    if ids.seen and logprobs.seen and ids.bad is None and logprobs.bad is None and ids.sizes != logprobs.sizes:
+        at = next(i for i, (a, b) in enumerate(zip(ids.sizes, logprobs.sizes, strict=True)) if a != b)
+        raise ModelError(
+            f"{where}: chunk {at + 1} of the streamed reply carries {ids.sizes[at]} token ids but "
+            f"{logprobs.sizes[at]} log-probabilities"
+        )
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -103,38 +173,30 @@ def _field(obj: Any, name: str) -> Any:
     return value
 
 
-def _extend(total: Any, piece: Any) -> Any:
-    """The pieces of a list sent in chunks, put together; a piece that is not a list (a broken
-    server) is kept as it is, for the reader's own checks to refuse."""
-    if piece is None or (total is not None and not isinstance(total, list)):
-        return total
-    if not isinstance(piece, list):
-        return piece
-    return (total or []) + piece
-
-
-def chat_reply(chunks: Iterable[Any], deadline: float, late: Callable[[], BaseException]) -> Any | None:
+def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseException]) -> Any | None:
     """A streamed chat completion (the OpenAI client's ``ChatCompletionChunk`` objects) put back
     together as a non-streamed one: ``choices[0]`` with ``message.content`` (and
     ``message.reasoning``, a reasoning parser's thought), ``finish_reason``, ``token_ids`` (vLLM's
     ``return_token_ids``) and ``logprobs.content``; ``usage`` from the chunk that carries it.
-    ``None`` when no chunk came (a server that does not stream).
+    ``choices`` is empty when no chunk carried the first choice; ``None`` when no chunk came.
 
     Raises:
-        the exception ``late()`` makes: a chunk came after ``deadline`` (``time.monotonic()``).
+        ModelError: a chunk carries more or fewer log-probabilities than token ids.
+        the exception ``cut(why)`` makes: chunks came but none said why the reply ended (no
+            ``finish_reason``: the stream was cut).
     """
     content: list[str] = []
     reasoning: list[str] = []
-    ids: Any = None
-    entries: Any = None
-    finish, usage, seen = None, None, False
+    ids, entries = _Pieces(), _Pieces()
+    finish, usage, seen, chosen = None, None, False, False
     for chunk in chunks:
         seen = True
-        _past(deadline, late)
         usage = getattr(chunk, "usage", None) or usage
-        for choice in getattr(chunk, "choices", None) or []:
-            if getattr(choice, "index", 0) != 0:
+        choices = getattr(chunk, "choices", None)
+        for choice in choices if isinstance(choices, list) else ():
+            if getattr(choice, "index", None) != 0:
                 continue
+            chosen = True
             delta = getattr(choice, "delta", None)
             if delta is not None:
                 if isinstance(getattr(delta, "content", None), str):
@@ -144,66 +206,72 @@ def chat_reply(chunks: Iterable[Any], deadline: float, late: Callable[[], BaseEx
                     if isinstance(piece, str):
                         reasoning.append(piece)
                         break
-            ids = _extend(ids, _field(choice, "token_ids"))
-            logprobs = getattr(choice, "logprobs", None)
-            if logprobs is not None:
-                entries = _extend(entries, getattr(logprobs, "content", None))
+            ids.add(_field(choice, "token_ids"))
+            entries.add(getattr(getattr(choice, "logprobs", None), "content", None))
             finish = getattr(choice, "finish_reason", None) or finish
     if not seen:
         return None
+    if not chosen:
+        return SimpleNamespace(choices=[], usage=usage)
+    if finish is None:
+        raise cut("the stream ended before the reply did (no chunk gave a finish_reason)")
+    _aligned(ids, entries, where)
     message = SimpleNamespace(content="".join(content), reasoning="".join(reasoning) or None, model_extra={})
-    choice = SimpleNamespace(
-        message=message,
-        finish_reason=finish,
-        token_ids=ids,
-        logprobs=None if entries is None else SimpleNamespace(content=entries),
-    )
+    logprobs = None if entries.value is None else SimpleNamespace(content=entries.value)
+    choice = SimpleNamespace(message=message, finish_reason=finish, token_ids=ids.value, logprobs=logprobs)
     return SimpleNamespace(choices=[choice], usage=usage)
 
 
-def completion_reply(
-    lines: Iterable[str], deadline: float, late: Callable[[], BaseException], where: str
-) -> dict[str, Any]:
-    """A streamed ``/v1/completions`` reply (its server-sent event lines) put back together as a
-    non-streamed one: ``{"choices": [{"text", "token_ids", "logprobs": {"token_logprobs"},
-    "finish_reason", "stop_reason"}], "usage"}`` (the first choice; what a chunk does not send
-    stays absent, for the reader's checks).
+def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], BaseException]) -> dict[str, Any]:
+    """A streamed ``/v1/completions`` reply (its events' data, :func:`sse_data`) put back
+    together as a non-streamed one: ``{"choices": [{"text", "token_ids", "logprobs":
+    {"token_logprobs"}, "finish_reason", "stop_reason"}], "usage"}`` (the first choice; what no
+    chunk sends stays absent, for the reader's checks).
 
     Raises:
-        ModelError: a chunk carries an ``error``.
-        ValueError: a chunk is not JSON.
-        the exception ``late()`` makes: a chunk came after ``deadline`` (``time.monotonic()``).
+        ModelError: a chunk is not JSON, is not a completion chunk, carries an ``error``, or
+            carries more or fewer log-probabilities than token ids.
+        the exception ``cut(why)`` makes: the stream ended before a chunk gave a
+            ``finish_reason`` (cut).
     """
     text: list[str] = []
     out: dict[str, Any] = {}
-    ids: Any = None
-    logprobs: Any = None
+    ids, logprobs = _Pieces(), _Pieces()
     usage = None
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, comments, event names
-        payload = line[len("data:") :].strip()
-        if payload == "[DONE]":
+    for payload in events:
+        if payload.strip() == "[DONE]":
             break
-        _past(deadline, late)
-        data = json.loads(payload)
-        _error(data, where)
+        try:
+            data = json.loads(payload)
+        except ValueError as e:
+            raise ModelError(f"{where}: a chunk of the streamed reply is not JSON ({e}): {payload[:200]!r}") from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(choices, list) and not data.get("error"):
+            raise ModelError(f"{where}: a chunk of the streamed reply is not a completion chunk: {payload[:200]!r}")
+        if data.get("error"):
+            error = data["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise ModelError(f"{where}: the server reported an error mid-reply: {str(message)[:300]}")
         usage = data.get("usage") or usage
-        for choice in data.get("choices") or []:
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise ModelError(f"{where}: a chunk's choice is not an object: {payload[:200]!r}")
             if choice.get("index", 0) != 0:
                 continue
             if isinstance(choice.get("text"), str):
                 text.append(choice["text"])
-            ids = _extend(ids, choice.get("token_ids"))
+            ids.add(choice.get("token_ids"))
             piece = choice.get("logprobs")
-            if piece is not None:
-                logprobs = _extend(logprobs, piece.get("token_logprobs") if isinstance(piece, dict) else piece)
+            logprobs.add(piece.get("token_logprobs") if isinstance(piece, dict) else piece)
             for key in ("finish_reason", "stop_reason"):
                 if choice.get(key) is not None:
                     out[key] = choice[key]
+    if "finish_reason" not in out:
+        raise cut("the stream ended before the reply did (no chunk gave a finish_reason)")
+    _aligned(ids, logprobs, where)
     out["text"] = "".join(text)
-    if ids is not None:
-        out["token_ids"] = ids
-    if logprobs is not None:
-        out["logprobs"] = {"token_logprobs": logprobs}
+    if ids.value is not None:
+        out["token_ids"] = ids.value
+    if logprobs.value is not None:
+        out["logprobs"] = {"token_logprobs": logprobs.value}
     return {"choices": [out], "usage": usage}

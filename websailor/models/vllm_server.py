@@ -28,7 +28,6 @@ spec (``smollm2``, ``hf:DIR`` or a directory).
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from pathlib import Path
@@ -40,9 +39,17 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_afte
 from websailor.breaker import ServiceBreaker, through
 from websailor.errors import ConfigError, ModelError
 from websailor.log import get_logger
-from websailor.models.base import ChatModel, Generation, Message, SamplingParams, decode_reply, ids_before_stop
+from websailor.models.base import (
+    ChatModel,
+    Generation,
+    Message,
+    SamplingParams,
+    check_tokens,
+    decode_reply,
+    ids_before_stop,
+)
 from websailor.models.openai_compat import api_key, probe_models, skip_check
-from websailor.models.streaming import completion_reply, event_stream, read_timeout, request_timeout
+from websailor.models.streaming import completion_reply, event_stream, read_timeout, request_timeout, sse_data, until
 from websailor.models.turns import TurnTemplate
 
 log = get_logger(__name__)
@@ -277,7 +284,10 @@ class VLLMServerModel(ChatModel):
                     f"the reply went on past the request timeout of {seconds:g} s", request=r.request
                 )
 
-            return completion_reply(r.iter_lines(), deadline, late, self.where)
+            def cut(why: str) -> httpx.TransportError:
+                return httpx.RemoteProtocolError(why, request=r.request)
+
+            return completion_reply(sse_data(until(deadline, r.iter_bytes(), late)), self.where, cut)
 
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
         turns = self.turns
@@ -305,23 +315,30 @@ class VLLMServerModel(ChatModel):
         reply = self._post(body, params.timeout_s)
         try:
             choice = reply["choices"][0]
-            ids = [int(i) for i in choice["token_ids"]]
-            logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-        except (KeyError, IndexError, TypeError, ValueError) as e:
+            ids, logprobs = choice["token_ids"], choice["logprobs"]["token_logprobs"]
+        except (KeyError, IndexError, TypeError) as e:
             raise ModelError(
                 f"{self.where}: the reply carries no token_ids or logprobs ({type(e).__name__}: {e}); "
                 "is it a vLLM server of a version that supports return_token_ids?"
             ) from e
-        if len(ids) != len(logprobs) or not all(math.isfinite(x) for x in logprobs):
-            raise ModelError(f"{self.where}: the reply has {len(ids)} token ids but {len(logprobs)} finite logprobs")
+        ids, logprobs = check_tokens(ids, logprobs, self.where)
+        if ids is None or logprobs is None:
+            raise ModelError(f"{self.where}: the reply carries no token_ids or logprobs")
+        if len(ids) > body["max_tokens"]:
+            raise ModelError(
+                f"{self.where}: the reply has {len(ids)} token ids, more than max_tokens {body['max_tokens']}"
+            )
         finish = choice.get("finish_reason") or "stop"
         text = None
-        if isinstance(choice.get("stop_reason"), str):  # stopped at a stop string: its tokens are among the ids
-            k, text = ids_before_stop(turns.tokenizer, ids, params.stop)
-            ids, logprobs = ids[:k], logprobs[:k]
-        if text is None:
-            body_ids = ids[:-1] if ids and ids[-1] in turns.eos_ids else ids
-            text = decode_reply(turns.tokenizer, body_ids, cut=finish == "length")
+        try:
+            if isinstance(choice.get("stop_reason"), str):  # stopped at a stop string: its tokens are among the ids
+                k, text = ids_before_stop(turns.tokenizer, ids, params.stop)
+                ids, logprobs = ids[:k], logprobs[:k]
+            if text is None:
+                body_ids = ids[:-1] if ids and ids[-1] in turns.eos_ids else ids
+                text = decode_reply(turns.tokenizer, body_ids, cut=finish == "length")
+        except (OverflowError, IndexError, ValueError, TypeError) as e:  # ids the tokenizer does not have
+            raise ModelError(f"{self.where}: the reply's token ids do not decode ({type(e).__name__}: {e})") from e
         return Generation(text, len(prompt), len(ids), finish, ids, logprobs)
 
     def generate(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
