@@ -531,7 +531,7 @@ def test_a_chat_reply_that_is_an_html_page_is_a_model_error_naming_the_url():
 
 # -- the start-up check of an endpoint ---------------------------------------------------------
 def _check(url: str, model: str = "fake", **kwargs):
-    from websailor.models.openai_compat import probe_models
+    from websailor.models.endpoint import probe_models
 
     return probe_models(url, model, **kwargs)
 
@@ -659,9 +659,9 @@ def test_the_commands_refuse_a_dead_model_endpoint_in_seconds_before_writing(com
 
     from fakes import dead_url, silent_socket
 
-    from websailor.models import openai_compat
+    from websailor.models import endpoint
 
-    monkeypatch.setattr(openai_compat, "CHECK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(endpoint, "CHECK_TIMEOUT_S", 0.5)
     from fakes import ScriptedModel
 
     from websailor.agent.runner import append_trajectory

@@ -48,7 +48,7 @@ from websailor.models.base import (
     decode_reply,
     ids_before_stop,
 )
-from websailor.models.openai_compat import api_key, probe_models, skip_check
+from websailor.models.endpoint import api_key, probe_models, skip_check
 from websailor.models.streaming import completion_reply, event_stream, read_timeout, request_timeout, sse_data, until
 from websailor.models.turns import TurnTemplate
 
@@ -173,7 +173,7 @@ class VLLMServerModel(ChatModel):
         tokenizer (once).
 
         Raises:
-            ConfigError: as :func:`~websailor.models.openai_compat.probe_models`, or no
+            ConfigError: as :func:`~websailor.models.endpoint.probe_models`, or no
                 tokenizer, or a template that cannot be split.
         """
         with self._lock:

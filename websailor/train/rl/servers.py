@@ -19,7 +19,7 @@ import httpx
 
 from websailor.errors import ModelError
 from websailor.log import get_logger
-from websailor.models.openai_compat import api_key
+from websailor.models.endpoint import api_key
 from websailor.train.rl.sync import SyncedServer
 
 logger = get_logger(__name__)

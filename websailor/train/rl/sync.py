@@ -46,7 +46,7 @@ import httpx
 
 from websailor.errors import ConfigError, ModelError
 from websailor.log import get_logger
-from websailor.models.openai_compat import api_key, probe_models
+from websailor.models.endpoint import api_key, probe_models
 from websailor.models.vllm_server import parse_spec, server_root
 
 logger = get_logger(__name__)
