@@ -88,6 +88,12 @@ def test_requests_that_each_waited_out_a_timeout_span_the_window_from_their_send
     for _ in range(3):  # long replies a restart dropped: they say nothing of the time before
         dropped.failure("APIConnectionError: Connection error.", sent)
     assert not dropped.down
+    slow_then_restart = ServiceBreaker("model server", "http://m/v1", failures=3, min_down_s=10)
+    slow_then_restart.failure(TimeoutError("read timed out"), sent)  # one slow request, then a restart
+    for _ in range(2):
+        slow_then_restart.failure("APIConnectionError: Connection error.", time.time())
+    slow_then_restart.check()
+    assert not slow_then_restart.down
 
 
 def test_thresholds_are_checked(monkeypatch):

@@ -31,7 +31,7 @@ def _openai(srv, **kwargs):
 
 
 @contextmanager
-def scripted(script: list[tuple[bytes, float]], content_type: str = "text/event-stream"):
+def scripted(script: list[tuple[bytes, float]], content_type: str = "text/event-stream", headers: dict | None = None):
     """A hostile server: every POST gets HTTP 200 with ``content_type`` and the bytes of
     ``script``, each piece followed by a pause of its seconds, then the connection closed (no
     length: the body ends there); ``GET /models`` lists the model ``fake``. Yields its base URL."""
@@ -52,6 +52,8 @@ def scripted(script: list[tuple[bytes, float]], content_type: str = "text/event-
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(200)
             self.send_header("Content-Type", content_type)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             try:
                 for piece, pause in script:
@@ -141,15 +143,19 @@ def test_a_reply_past_the_request_timeout_is_cut_though_chunks_keep_coming():
         assert _openai(srv).chat(QUESTION, SamplingParams()).text == "<answer>Paris</answer>"  # in time: whole
 
 
-@pytest.mark.parametrize("server", [{"no_stream": True}, {"refuse_params": ("stream",)}])
-def test_a_server_that_does_not_stream_is_asked_whole_from_then_on(server):
-    """A whole JSON answer to a streamed request, or HTTP 400 on ``stream``: one warning, the
-    reply is right, and later requests go without ``stream``."""
+@pytest.mark.parametrize(
+    ("server", "streamed"),
+    [({"no_stream": True}, [True, False]), ({"refuse_params": ("stream",)}, [True, False, False])],
+)
+def test_a_server_that_does_not_stream_is_asked_whole_from_then_on(server, streamed):
+    """A whole chat completion answering a streamed request (read as it is), or HTTP 400 on
+    ``stream`` (asked again without it): one warning, the reply is right, and later requests
+    go without ``stream``."""
     with _Warnings() as warnings, FakeOpenAIServer(token_ids=[1, 2], logprobs=[-1.0, -2.0], **server) as srv:
         model = _openai(srv)
         first, second = model.chat(QUESTION, SamplingParams()), model.chat(QUESTION, SamplingParams())
     assert first == second and first.text == "<answer>Paris</answer>" and first.token_ids == [1, 2]
-    assert ["stream" in b for b in srv.bodies] == [True, False, False]
+    assert ["stream" in b for b in srv.bodies] == streamed
     assert len(warnings) == 1 and "does not stream" in warnings[0] and model.name in warnings[0]
 
 
@@ -199,10 +205,10 @@ def test_the_read_timeout_comes_from_the_argument_the_environment_or_the_default
     assert read_timeout() == 7.5 and read_timeout("3") == 3.0
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+@pytest.mark.parametrize("value", ["0", "-1", "1e-300", "nan", "inf", "soon"])
 def test_a_bad_read_timeout_is_named(monkeypatch, value):
     monkeypatch.setenv(READ_TIMEOUT_ENV, value)
-    with pytest.raises(ConfigError, match=f"{READ_TIMEOUT_ENV} '{value}'"):
+    with pytest.raises(ConfigError, match=f"{READ_TIMEOUT_ENV} '{value}'.*(at least 0.1|seconds)"):
         read_timeout()
     with pytest.raises(ConfigError, match=READ_TIMEOUT_ENV):  # a backend refuses it when made
         load_model("openai:fake@http://127.0.0.1:9/v1")
@@ -226,6 +232,7 @@ def test_a_reply_kept_alive_past_the_request_timeout_is_cut_at_it(filler, smollm
         assert time.monotonic() - t0 < 3
     with scripted([(_completion_chunk([1], [-0.5]), 0.1), *filler]) as url:
         chat = _vllm(url, smollm2_path, timeout_s=1.5, read_timeout_s=5)
+        chat.check()  # the tokenizer loaded before the clock starts
         t0 = time.monotonic()
         with pytest.raises(ModelError, match="ReadTimeout.*past the request timeout"):
             chat.chat(QUESTION, SamplingParams(max_tokens=8))
@@ -308,3 +315,70 @@ def test_a_chat_stream_without_the_first_choice_is_no_reply():
         model = load_model(f"openai:fake@{url}", max_attempts=1)
         with pytest.raises(ModelError, match="not a chat completion"):
             model.chat(QUESTION, SamplingParams())
+
+
+def test_more_of_a_reply_after_its_finish_is_refused(smollm2_path: Path):
+    """A chunk with content after the chunk that gave the finish reason: refused by both
+    backends, never joined to the reply; a finish reason that is no string too."""
+    chunks = [_chat_chunk(delta={"content": "Par"}), _chat_chunk(delta={"content": "is"}, finish_reason="stop"),
+              _chat_chunk(delta={"content": " EVIL"}), b"data: [DONE]\n\n"]  # fmt: skip
+    with scripted([(c, 0) for c in chunks]) as url:
+        with pytest.raises(ModelError, match="came after its finish_reason"):
+            load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
+    chunks = [_completion_chunk([28], [-0.1]), _completion_chunk([29], [-0.1], "stop"),
+              _completion_chunk([30], [-0.1]), b"data: [DONE]\n\n"]  # fmt: skip
+    with scripted([(c, 0) for c in chunks]) as url:
+        with pytest.raises(ModelError, match="came after its finish_reason"):
+            _vllm(url, smollm2_path).chat(QUESTION, SamplingParams(max_tokens=8))
+    with scripted([(_completion_chunk([28], [-0.1], 7), 0), (b"data: [DONE]\n\n", 0)]) as url:
+        with pytest.raises(ModelError, match="finish_reason is not a reason: 7"):
+            _vllm(url, smollm2_path).chat(QUESTION, SamplingParams(max_tokens=8))
+
+
+def test_a_vllm_stream_cut_inside_an_event_is_a_transport_failure(smollm2_path: Path):
+    """The body ends inside an event (no blank line after it): the event is discarded, as the
+    SSE rules say, and the stream is a cut one (retried, counted), not a chunk that is no JSON."""
+    last = _completion_chunk([29], [-0.1], "stop")
+    with scripted([(_completion_chunk([28], [-0.1]), 0), (last[:40], 0)]) as url:
+        chat = _vllm(url, smollm2_path)
+        with pytest.raises(ModelError, match="RemoteProtocolError.*ended before the reply did"):
+            chat.chat(QUESTION, SamplingParams(max_tokens=8))
+        assert chat.breaker._in_a_row == 1
+
+
+def test_the_questions_own_time_running_out_is_no_failure_of_the_server(smollm2_path: Path):
+    """A reply cut because the question's time ran out (the caller's limit, shorter than the
+    server's timeout) ends the call, but the server's breaker does not count it."""
+    with FakeOpenAIServer(stall_s=0.6) as srv:
+        model = _openai(srv)
+        with pytest.raises(ModelError, match="the question's time ran out mid-reply"):
+            model.chat(QUESTION, SamplingParams(timeout_s=1.0))
+        assert model.breaker._in_a_row == 0
+    tok = load_tokenizer(smollm2_path)
+    with serving(vllm_imitation(tok, "<answer>Paris</answer>", stall_s=30)) as url:
+        chat = VLLMServerModel("policy", f"{url}/v1", tokenizer_dir=smollm2_path, max_attempts=2, backoff_s=0.01)
+        with pytest.raises(ModelError, match="the question's time ran out mid-reply"):
+            chat.chat(QUESTION, SamplingParams(max_tokens=64, timeout_s=1.0))
+        assert chat.breaker._in_a_row == 0
+        chat.close()
+
+
+def test_a_proxy_page_is_an_error_and_streaming_stays_on():
+    """One HTTP 200 HTML page (a proxy's) to a streamed request: a model error naming it; the
+    server is still asked for streamed replies (only a whole chat completion turns that off)."""
+    with scripted([(b"<html><body>502 Bad Gateway</body></html>", 0)], content_type="text/html") as url:
+        model = load_model(f"openai:fake@{url}", max_attempts=1)
+        with pytest.raises(ModelError, match="answered with an HTML page"):
+            model.chat(QUESTION, SamplingParams())
+        assert model._stream
+
+
+def test_odd_usage_and_a_body_that_does_not_decode_are_named(smollm2_path: Path):
+    usage = b'data: {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": [], "usage": "lots"}\n\n'
+    chunks = [_chat_chunk(delta={"content": "Paris"}, finish_reason="stop"), usage, b"data: [DONE]\n\n"]
+    with scripted([(c, 0) for c in chunks]) as url:
+        g = load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
+    assert g.text == "Paris" and g.completion_tokens == len("Paris") // 4
+    with scripted([(_completion_chunk([28], [-0.1], "stop"), 0)], headers={"Content-Encoding": "gzip"}) as url:
+        with pytest.raises(ModelError, match="does not decode"):
+            _vllm(url, smollm2_path).chat(QUESTION, SamplingParams(max_tokens=8))

@@ -109,6 +109,7 @@ class ServiceBreaker:
         self._lock = threading.Lock()
         self._in_a_row = 0
         self._first_failure: float | None = None  # wall-clock time of the first failure of the row
+        self._first_sent = 0.0  # when its request was sent (a timeout's), else the same time
         self._last_error = ""
         self._down: ServiceDown | None = None
         self._answered = False
@@ -151,7 +152,8 @@ class ServiceBreaker:
                 text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
                 timed_out = "timeout" in text.lower() or "timed out" in text.lower()
                 if self._first_failure is None:
-                    self._first_failure = sent if sent is not None and timed_out else time.time()
+                    self._first_failure = time.time()
+                    self._first_sent = sent if sent is not None and timed_out else self._first_failure
                 self._last_error = " ".join(text.split())[:200]
                 self._timeouts = (self._timeouts + 1) if timed_out else 0
                 self._declare()
@@ -161,9 +163,12 @@ class ServiceBreaker:
         """Declare the service down when the row qualifies (the lock held)."""
         if self._down is not None or self._in_a_row < self.failures or self._first_failure is None:
             return
-        if time.time() - self._first_failure < self.min_down_s:
+        # a row of timeouts only spans the window from the first one's sending; any other row from
+        # its first failure (one slow request and a restart of a second are no outage)
+        start = self._first_sent if self._timeouts >= self._in_a_row else self._first_failure
+        if time.time() - start < self.min_down_s:
             return
-        since = datetime.fromtimestamp(self._first_failure, UTC).strftime("%H:%M:%S UTC")
+        since = datetime.fromtimestamp(start, UTC).strftime("%H:%M:%S UTC")
         slow = (
             "; every one timed out: if the service is slow rather than down, give it a longer timeout "
             "(--judge-timeout for a judge, WEBSAILOR_READ_TIMEOUT for a model server's silence mid-reply)"
@@ -175,7 +180,7 @@ class ServiceBreaker:
             f"{'s' if self._in_a_row != 1 else ''} in a row failed (last: {self._last_error}){slow}",
             service=self.service,
             url=self.url,
-            since=self._first_failure,
+            since=start,
             failures=self._in_a_row,
         )
 

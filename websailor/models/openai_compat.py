@@ -38,10 +38,12 @@ that cannot serve (:func:`~websailor.models.endpoint.probe_models`), or lazily o
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -138,6 +140,22 @@ def _refused_param(e: openai.APIStatusError) -> str | None:
         return param
     m = re.search(r"Unsupported (?:parameter|value): '(\w+)'", _error_message(e))
     return m.group(1) if m else None
+
+
+def _count(value: Any) -> int | None:
+    """A token count a server stated, when it is one (a whole number of at least 1)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _attributes(value: Any) -> Any:
+    """A JSON reply with its objects as attributes (as the OpenAI client's objects are read)."""
+    if isinstance(value, dict):
+        fields = SimpleNamespace(**{str(k): _attributes(v) for k, v in value.items() if k != "model_extra"})
+        fields.model_extra = {}
+        return fields
+    if isinstance(value, list):
+        return [_attributes(v) for v in value]
+    return value
 
 
 # -- the backend --------------------------------------------------------------------------------
@@ -293,17 +311,27 @@ class OpenAIModel(ChatModel):
                 kwargs["stream_options"] = {"include_usage": True}
         return kwargs
 
-    def _send(self, kwargs: dict[str, Any], seconds: float) -> Any:
+    def _send(self, kwargs: dict[str, Any], seconds: float, budget: bool = False) -> Any:
         """One request of at most ``seconds``: streamed when ``kwargs`` says so, read with the
-        read timeout, and put back together as a whole reply (:func:`chat_reply`)."""
+        read timeout, and put back together as a whole reply (:func:`chat_reply`). A whole reply
+        to a streamed request is read as it is (and, when it is a chat completion, later
+        requests go without ``stream``); a body that is no JSON comes back as its text.
+
+        Raises:
+            ModelError: ``budget`` (``seconds`` is the caller's time left, not the server's
+                timeout) and the time ran out mid-reply: the caller's limit, no failure of the
+                server's (its circuit breaker does not count it).
+        """
         if not kwargs.get("stream"):
             client = self.client.with_options(timeout=request_timeout(seconds, openai.Timeout))
             return client.chat.completions.create(**kwargs)
         client = self.client.with_options(timeout=request_timeout(seconds, openai.Timeout, read=self.read_timeout_s))
         deadline = time.monotonic() + seconds
-        with client.chat.completions.create(**kwargs) as stream:
-            response = stream.response
-            if event_stream(response.headers.get("content-type")):
+        try:
+            with client.chat.completions.create(**kwargs) as stream:
+                response = stream.response
+                if not event_stream(response.headers.get("content-type")):
+                    return self._whole(response.read(), response.headers.get("content-type"))
 
                 def late() -> openai.APITimeoutError:
                     return openai.APITimeoutError(request=response.request)
@@ -317,8 +345,23 @@ class OpenAIModel(ChatModel):
                 if reply is None:
                     raise cut("the stream ended without a chunk")
                 return reply
-        self._stop_streaming(f"it answered a streamed request with {response.headers.get('content-type')!r}")
-        return self._send({k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}, seconds)
+        except openai.APITimeoutError as e:
+            if budget and time.monotonic() >= deadline - 0.05:
+                raise ModelError(f"{self.name}: the question's time ran out mid-reply ({seconds:.1f} s)") from e
+            raise
+
+    def _whole(self, body: bytes, content_type: str | None) -> Any:
+        """A whole reply to a streamed request: a chat completion (as attributes; this server
+        does not stream, so later requests go without ``stream``), or the body's text."""
+        text = body.decode("utf-8", errors="replace")
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return text
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+            return SimpleNamespace(choices=None, usage=None)
+        self._stop_streaming(f"it answered a streamed request with a whole reply ({content_type!r})")
+        return _attributes(data)
 
     def _stop_streaming(self, why: str) -> None:
         """Ask this server for whole replies from now on (warning once)."""
@@ -350,7 +393,7 @@ class OpenAIModel(ChatModel):
 
         def attempt(**kwargs: Any) -> Any:  # APITimeoutError is a connection error
             failed = (openai.APIConnectionError, openai.APIStatusError)
-            return through(self.breaker, lambda: self._send(kwargs, seconds), failed)
+            return through(self.breaker, lambda: self._send(kwargs, seconds, seconds < self.timeout_s), failed)
 
         try:
             for _ in range(_MAX_ADJUSTMENTS):
@@ -384,11 +427,14 @@ class OpenAIModel(ChatModel):
             raise ModelError(f"{self.name}: the server's reply is not a chat completion (no choices)")
         choice = choices[0]
         text = self._text(choice, params.stop)
-        usage = resp.usage
-        prompt = usage.prompt_tokens if usage and usage.prompt_tokens else sum(len(m["content"]) for m in messages) // 4
-        completion = usage.completion_tokens if usage and usage.completion_tokens else len(text) // 4
+        usage = getattr(resp, "usage", None)
+        prompt = _count(getattr(usage, "prompt_tokens", None)) or sum(len(m["content"]) for m in messages) // 4
+        completion = _count(getattr(usage, "completion_tokens", None)) or len(text) // 4
         token_ids, logprobs = self._tokens(choice)
-        return Generation(text, prompt, completion, choice.finish_reason or "stop", token_ids, logprobs)
+        finish = choice.finish_reason or "stop"
+        if not isinstance(finish, str):
+            raise ModelError(f"{self.name}: the reply's finish_reason is not a string: {finish!r}")
+        return Generation(text, prompt, completion, finish, token_ids, logprobs)
 
     def _adapt(self, e: openai.APIStatusError, kwargs: dict[str, Any], call: _Call) -> bool:
         """Change the request for a refusal it can be met by; ``False`` when it cannot.

@@ -44,6 +44,8 @@ from websailor.errors import ConfigError, ModelError
 
 #: Seconds a streamed reply may go without a byte (headers, first chunk, between chunks).
 READ_TIMEOUT_S = 60.0
+#: The shortest read timeout taken (a shorter one would time every reply out).
+MIN_READ_TIMEOUT_S = 0.1
 #: The environment variable that sets the read timeout of every model server a run talks to.
 READ_TIMEOUT_ENV = "WEBSAILOR_READ_TIMEOUT"
 #: Seconds to open a connection: a host that does not answer at all (a dead machine, a
@@ -56,7 +58,8 @@ def read_timeout(value: float | str | None = None, name: str = READ_TIMEOUT_ENV)
     :data:`READ_TIMEOUT_S`.
 
     Raises:
-        ConfigError: a value that is not a finite number of seconds above 0, naming ``name``
+        ConfigError: a value that is not a finite number of seconds of at least
+            :data:`MIN_READ_TIMEOUT_S`, naming ``name``
             (or the environment variable it came from).
     """
     if value is None:
@@ -68,8 +71,10 @@ def read_timeout(value: float | str | None = None, name: str = READ_TIMEOUT_ENV)
         seconds = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name} {value!r}: give the read timeout in seconds, a number above 0") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{name} {value!r}: the read timeout must be a finite number of seconds above 0")
+    if not math.isfinite(seconds) or seconds < MIN_READ_TIMEOUT_S:
+        raise ConfigError(
+            f"{name} {value!r}: the read timeout must be a finite number of seconds, at least {MIN_READ_TIMEOUT_S:g}"
+        )
     return seconds
 
 
@@ -106,7 +111,7 @@ def until(deadline: float, pieces: Iterable[bytes], late: Callable[[], BaseExcep
 def sse_data(pieces: Iterable[bytes]) -> Iterator[str]:
     """The ``data`` of each server-sent event of a body read in ``pieces`` (an event's several
     ``data:`` lines joined by newlines; comments, ``event:``, ``id:`` and ``retry:`` fields left
-    out), in linear time whatever the pieces' sizes."""
+    out; an event the body ends inside is discarded), in linear time whatever the pieces' sizes."""
     buf, data = bytearray(), []
     for piece in pieces:
         scan = len(buf)
@@ -122,11 +127,8 @@ def sse_data(pieces: Iterable[bytes]) -> Iterator[str]:
             elif line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
         del buf[:start]
-    line = bytes(buf).rstrip(b"\r").decode("utf-8", errors="replace")
-    if line.startswith("data:"):
-        data.append(line[6:] if line.startswith("data: ") else line[5:])
-    if data:
-        yield "\n".join(data)
+    # an event the body ends inside (no blank line after it) is discarded, as the SSE rules say:
+    # the stream was cut there, which the reader finds (no finish_reason)
 
 
 class _Pieces:
@@ -165,6 +167,15 @@ def _aligned(ids: _Pieces, logprobs: _Pieces, where: str) -> None:
         )
 
 
+def _finish(value: Any, where: str) -> str | None:
+    """A chunk's ``finish_reason``: ``None`` while the reply goes on, else a non-empty string."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ModelError(f"{where}: a chunk's finish_reason is not a reason: {value!r}")
+    return value
+
+
 def _field(obj: Any, name: str) -> Any:
     """``obj.name`` of an OpenAI client object, its extra fields included (vLLM's ``token_ids``)."""
     value = getattr(obj, name, None)
@@ -181,7 +192,8 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
     ``choices`` is empty when no chunk carried the first choice; ``None`` when no chunk came.
 
     Raises:
-        ModelError: a chunk carries more or fewer log-probabilities than token ids.
+        ModelError: a chunk carries more or fewer log-probabilities than token ids, or a
+            ``finish_reason`` that is no string, or more of the reply after one.
         the exception ``cut(why)`` makes: chunks came but none said why the reply ended (no
             ``finish_reason``: the stream was cut).
     """
@@ -198,17 +210,19 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
                 continue
             chosen = True
             delta = getattr(choice, "delta", None)
-            if delta is not None:
-                if isinstance(getattr(delta, "content", None), str):
-                    content.append(delta.content)
-                for name in ("reasoning", "reasoning_content"):
-                    piece = _field(delta, name)
-                    if isinstance(piece, str):
-                        reasoning.append(piece)
-                        break
-            ids.add(_field(choice, "token_ids"))
-            entries.add(getattr(getattr(choice, "logprobs", None), "content", None))
-            finish = getattr(choice, "finish_reason", None) or finish
+            text = getattr(delta, "content", None)
+            thought = next((p for p in (_field(delta, n) for n in ("reasoning", "reasoning_content")) if p), None)
+            piece_ids = _field(choice, "token_ids")
+            piece_logprobs = getattr(getattr(choice, "logprobs", None), "content", None)
+            if finish is not None and (text or thought or piece_ids or piece_logprobs):
+                raise ModelError(f"{where}: a chunk of the streamed reply came after its finish_reason")
+            if isinstance(text, str):
+                content.append(text)
+            if isinstance(thought, str):
+                reasoning.append(thought)
+            ids.add(piece_ids)
+            entries.add(piece_logprobs)
+            finish = _finish(getattr(choice, "finish_reason", None), where) or finish
     if not seen:
         return None
     if not chosen:
@@ -229,8 +243,9 @@ def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], Bas
     chunk sends stays absent, for the reader's checks).
 
     Raises:
-        ModelError: a chunk is not JSON, is not a completion chunk, carries an ``error``, or
-            carries more or fewer log-probabilities than token ids.
+        ModelError: a chunk is not JSON, is not a completion chunk, carries an ``error``,
+            more or fewer log-probabilities than token ids, a ``finish_reason`` that is no
+            string, or more of the reply after one.
         the exception ``cut(why)`` makes: the stream ended before a chunk gave a
             ``finish_reason`` (cut).
     """
@@ -243,7 +258,7 @@ def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], Bas
             break
         try:
             data = json.loads(payload)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ModelError(f"{where}: a chunk of the streamed reply is not JSON ({e}): {payload[:200]!r}") from None
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(data, dict) or not isinstance(choices, list) and not data.get("error"):
@@ -258,14 +273,17 @@ def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], Bas
                 raise ModelError(f"{where}: a chunk's choice is not an object: {payload[:200]!r}")
             if choice.get("index", 0) != 0:
                 continue
+            if "finish_reason" in out and (choice.get("text") or choice.get("token_ids")):
+                raise ModelError(f"{where}: a chunk of the streamed reply came after its finish_reason")
             if isinstance(choice.get("text"), str):
                 text.append(choice["text"])
             ids.add(choice.get("token_ids"))
             piece = choice.get("logprobs")
             logprobs.add(piece.get("token_logprobs") if isinstance(piece, dict) else piece)
-            for key in ("finish_reason", "stop_reason"):
-                if choice.get(key) is not None:
-                    out[key] = choice[key]
+            if choice.get("stop_reason") is not None:
+                out["stop_reason"] = choice["stop_reason"]
+            if _finish(choice.get("finish_reason"), where) is not None:
+                out["finish_reason"] = choice["finish_reason"]
     if "finish_reason" not in out:
         raise cut("the stream ended before the reply did (no chunk gave a finish_reason)")
     _aligned(ids, logprobs, where)

@@ -242,7 +242,8 @@ class VLLMServerModel(ChatModel):
         )
 
         def once() -> dict[str, Any]:
-            answer = through(self.breaker, lambda: self._send(body, timeout), (httpx.TransportError,))
+            budget = timeout < self.timeout_s  # the question's time left, not the server's timeout
+            answer = through(self.breaker, lambda: self._send(body, timeout, budget), (httpx.TransportError,))
             if isinstance(answer, httpx.Response):
                 answer.raise_for_status()
                 return answer.json()
@@ -258,10 +259,12 @@ class VLLMServerModel(ChatModel):
                 f"{self.where}: the server does not answer after {self.max_attempts} attempts "
                 f"({type(e).__name__}: {e}); is it still running?"
             ) from e
+        except httpx.DecodingError as e:  # a Content-Encoding the body does not have
+            raise ModelError(f"{self.where}: the reply of /v1/completions does not decode ({e})") from e
         except ValueError as e:
             raise ModelError(f"{self.where}: the reply of /v1/completions is not JSON ({e})") from e
 
-    def _send(self, body: dict[str, Any], seconds: float) -> httpx.Response | dict[str, Any]:
+    def _send(self, body: dict[str, Any], seconds: float, budget: bool = False) -> httpx.Response | dict[str, Any]:
         """One streamed request of at most ``seconds`` (each read at most the read timeout): the
         reply put back together (:func:`~websailor.models.streaming.completion_reply`), or the
         read :class:`httpx.Response` of a refusal or of a reply that was not streamed.
@@ -269,6 +272,8 @@ class VLLMServerModel(ChatModel):
         Raises:
             httpx.TimeoutException: the read timeout passed with no byte, or the reply went on
                 past ``seconds``.
+            ModelError: ``budget`` (``seconds`` is the caller's time left) and it ran out
+                mid-reply: the caller's limit, which the server's circuit breaker does not count.
             httpx.TransportError: the connection failed or broke.
         """
         url = f"{self.base_url}/completions"
@@ -287,7 +292,12 @@ class VLLMServerModel(ChatModel):
             def cut(why: str) -> httpx.TransportError:
                 return httpx.RemoteProtocolError(why, request=r.request)
 
-            return completion_reply(sse_data(until(deadline, r.iter_bytes(), late)), self.where, cut)
+            try:
+                return completion_reply(sse_data(until(deadline, r.iter_bytes(), late)), self.where, cut)
+            except httpx.TimeoutException as e:
+                if budget and time.monotonic() >= deadline - 0.05:
+                    raise ModelError(f"{self.where}: the question's time ran out mid-reply ({seconds:.1f} s)") from e
+                raise
 
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
         turns = self.turns
