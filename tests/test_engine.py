@@ -38,7 +38,11 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     python, pids = write_fake_vllm(tmp_path)
     monkeypatch.setenv("WEBSAILOR_VLLM_PYTHON", str(python))
     monkeypatch.setenv("FAKE_VLLM_PIDS", str(pids))
-    return pids
+    yield pids
+    for line in pids.read_text().splitlines() if pids.exists() else []:  # a failed test's leftovers
+        for pid in map(int, line.split()[:2]):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _qa(path: Path) -> Path:
@@ -64,6 +68,27 @@ def _eval(args: list[str], env: dict, **kw) -> subprocess.Popen:
     )
 
 
+def _finished(proc: subprocess.Popen, timeout: float) -> str:
+    """The stderr of ``proc`` once it exits; killed when it has not within ``timeout`` seconds
+    (a loaded machine: the test fails, and no child of it runs on into the next test)."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"eval did not finish within {timeout:g} s:\n" + _stopped(proc)[-3000:])
+    return err.decode()
+
+
+def _stopped(proc: subprocess.Popen) -> str:
+    """Stop ``proc`` as a user would (SIGTERM: it stops the server it started), SIGKILL after a
+    minute; its stderr."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=60)[1].decode()
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1].decode()
+
+
 @pytest.mark.model
 def test_auto_starts_a_server_for_enough_rollouts_and_stops_it(
     fake_vllm: Path, smollm2_home: Path, vital_dir: Path, tmp_path: Path
@@ -71,17 +96,17 @@ def test_auto_starts_a_server_for_enough_rollouts_and_stops_it(
     qa, out = _qa(tmp_path / "qa.jsonl"), tmp_path / "eval"
     args = ["--bench", str(qa), "--out", str(out), "--rollouts", "3", "--corpus", str(vital_dir), "--max-calls", "2"]
     proc = _eval([*args, "--engine", "auto"], dict(os.environ))  # 6 x 3 = 18 rollouts: past the break-even
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    assert "starting a vLLM server for smollm2 (18 rollouts" in err.decode()
+    err = _finished(proc, 300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "starting a vLLM server for smollm2 (18 rollouts" in err
     assert len(fake_vllm.read_text().splitlines()) == 1 and _left_behind(fake_vllm) == []
     records = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(records) == 18 and {r["model"] for r in records} == {"smollm2"}  # not the server's port
     assert all(r["prediction"] == "Paris" for r in records)
     # a resumed run of more rollouts continues the same run, whichever engine serves it now
     proc = _eval([*args, "--rollouts", "4", "--engine", "local", "--max-tokens", "8"], dict(os.environ))
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0 and "holds trajectories of model" not in err.decode(), err.decode()[-3000:]
+    err = _finished(proc, 600)  # the local engine: minutes on two loaded cores
+    assert proc.returncode == 0 and "holds trajectories of model" not in err, err[-3000:]
     assert len((out / "trajectories.jsonl").read_text().splitlines()) == 24
 
 
@@ -98,7 +123,8 @@ def test_ctrl_c_stops_the_server_it_started(fake_vllm: Path, smollm2_home: Path,
     proc = _eval([*args, "--engine", "vllm", "--concurrency", "2"], env, preexec_fn=restore)
     deadline = time.monotonic() + 240
     while not (fake_vllm.exists() and (tmp_path / "eval").exists()):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-3000:]
+        if proc.poll() is not None or time.monotonic() > deadline:  # no child of this test runs on
+            pytest.fail("the server or the eval folder did not come: " + _stopped(proc)[-3000:])
         time.sleep(0.2)
     time.sleep(3)  # rollouts waiting on the server
     proc.send_signal(signal.SIGINT)
