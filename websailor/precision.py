@@ -79,8 +79,8 @@ class PrecisionChoice:
             return f"precision {name} ({self.how})"
         g = self.gflops
         return (
-            f"precision {name}: bf16 matmul {g['bf16']:.0f} GFLOPS against fp32 {g['fp32']:.0f} on this machine "
-            f"({g['bf16'] / g['fp32']:.2f}x, {self.how})"
+            f"precision {name}: bf16 matmul {g['bf16']:.3g} GFLOPS against fp32 {g['fp32']:.3g} on this machine "
+            f"({g['bf16'] / g['fp32']:.3g}x, {self.how})"
         )
 
 
