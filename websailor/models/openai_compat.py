@@ -54,7 +54,7 @@ from websailor.errors import ConfigError, ContextLengthError, ModelError
 from websailor.log import get_logger
 from websailor.models.base import ChatModel, Generation, Message, SamplingParams, check_tokens, cut_at_stop
 from websailor.models.endpoint import SKIP_CHECK_ENV, ServedModel, api_key, probe_models, skip_check, snippet
-from websailor.models.streaming import chat_reply, event_stream, read_timeout, request_timeout, until
+from websailor.models.streaming import chat_reply, event_stream, out_of_budget, read_timeout, request_timeout, until
 
 log = get_logger(__name__)
 
@@ -346,8 +346,8 @@ class OpenAIModel(ChatModel):
                     raise cut("the stream ended without a chunk")
                 return reply
         except openai.APITimeoutError as e:
-            if budget and time.monotonic() >= deadline - 0.05:
-                raise ModelError(f"{self.name}: the question's time ran out mid-reply ({seconds:.1f} s)") from e
+            if (spent := out_of_budget(self.name, seconds, budget, deadline)) is not None:
+                raise spent from e
             raise
 
     def _whole(self, body: bytes, content_type: str | None) -> Any:

@@ -89,6 +89,16 @@ def request_timeout(seconds: float, kind: type = httpx.Timeout, read: float | No
     return kind(each, connect=min(seconds, CONNECT_TIMEOUT_S), pool=seconds)
 
 
+def out_of_budget(where: str, seconds: float, budget: bool, deadline: float) -> ModelError | None:
+    """The error for a reply cut at ``deadline`` (``time.monotonic()``) because the caller's own
+    time ran out (``budget``: the ``seconds`` it was given are the question's time left, not the
+    server's timeout): the caller's limit, which the server's circuit breaker does not count.
+    ``None`` when the cut was the server's (a timeout before the deadline, or no budget)."""
+    if budget and time.monotonic() >= deadline - 0.05:
+        return ModelError(f"{where}: the question's time ran out mid-reply ({seconds:.1f} s)")
+    return None
+
+
 def event_stream(content_type: str | None) -> bool:
     """Whether a reply's ``Content-Type`` is server-sent events (a streamed reply)."""
     return (content_type or "").split(";")[0].strip().lower() == "text/event-stream"

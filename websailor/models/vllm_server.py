@@ -49,7 +49,15 @@ from websailor.models.base import (
     ids_before_stop,
 )
 from websailor.models.endpoint import api_key, probe_models, skip_check
-from websailor.models.streaming import completion_reply, event_stream, read_timeout, request_timeout, sse_data, until
+from websailor.models.streaming import (
+    completion_reply,
+    event_stream,
+    out_of_budget,
+    read_timeout,
+    request_timeout,
+    sse_data,
+    until,
+)
 from websailor.models.turns import TurnTemplate
 
 log = get_logger(__name__)
@@ -295,8 +303,8 @@ class VLLMServerModel(ChatModel):
             try:
                 return completion_reply(sse_data(until(deadline, r.iter_bytes(), late)), self.where, cut)
             except httpx.TimeoutException as e:
-                if budget and time.monotonic() >= deadline - 0.05:
-                    raise ModelError(f"{self.where}: the question's time ran out mid-reply ({seconds:.1f} s)") from e
+                if (spent := out_of_budget(self.where, seconds, budget, deadline)) is not None:
+                    raise spent from e
                 raise
 
     def _one(self, messages: list[Message], params: SamplingParams) -> Generation:
