@@ -45,6 +45,7 @@ from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import too_small, write_results  # noqa: E402
 
@@ -179,6 +180,31 @@ def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> No
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed with exit code {proc.returncode}; rerun the script to resume")
     rec["finished"] = True
+
+
+class Finished:
+    """``finished(stage)``: whether a stage's files say it is done (:func:`pipeline_status.stage_progress`;
+    for ``transfer_MODEL``, its summary after a run that ended), so that a resumed run neither
+    runs its command again nor starts a vLLM server for it (about 100 s each, on two cores)."""
+
+    def __init__(self, out: Path, settings: dict, results: dict) -> None:
+        self.out, self.settings, self.results = out, settings, results
+        self.said: set[str] = set()
+
+    def __call__(self, name: str) -> bool:
+        stages = self.results.get("stages") or {}
+        if name.startswith("transfer_"):
+            done = bool((stages.get(name) or {}).get("finished")) and (self.out / name / "summary.json").exists()
+        else:
+            from pipeline_status import stage_progress
+
+            # a copy: stage_progress adds the transfer stage's record, which is no stage of the script
+            row = stage_progress(self.out, self.settings, json.loads(json.dumps(self.results))).get(name)
+            done = row is not None and row["state"] == "done"
+        if done and name not in self.said:
+            self.said.add(name)
+            print(f"[{name}] done (its files say so): skipped", flush=True)
+        return done
 
 
 def missing_inputs(out: Path, wanted: tuple[str, ...]) -> list[str]:
@@ -631,7 +657,6 @@ def check_settings(out: Path, settings: dict) -> None:
 def status_command(argv: list[str]) -> int:
     """``status --out DIR``: each stage's state, progress, time spent and left, and the command
     that continues the run (:mod:`pipeline_status`)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pipeline_status import status
 
     defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
@@ -686,22 +711,24 @@ def main() -> None:
         *local,
     ]
 
+    finished = Finished(out, settings, results)
+
     def stage(name: str, args: list[str]) -> None:
-        if name in wanted:
+        if name in wanted and not finished(name):
             try:
                 run_stage(name, args, stages)
             finally:
                 results_path.write_text(json.dumps(results, indent=2))
 
     def stage_script(name: str, args: list[str]) -> None:
-        if name in wanted:
+        if name in wanted and not finished(name):
             try:
                 run_stage(name, args, stages, program=sys.executable)
             finally:
                 results_path.write_text(json.dumps(results, indent=2))
 
     def serve(name: str, model: str) -> contextlib.AbstractContextManager[str]:
-        if name not in wanted:
+        if name not in wanted or finished(name):  # no server for a stage that is done
             return contextlib.nullcontext(model)
         return served(model, engine, logs, name, a.max_model_len)
 
@@ -710,7 +737,7 @@ def main() -> None:
         ["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
         + ["--test-fraction", str(a.test_fraction), "--described-share", str(a.described_share), *obs],
     )
-    if "synth" in wanted:
+    if "synth" in wanted and not (out / "qa_stats.txt").exists():
         stats = subprocess.run([WS, "synth", "stats", str(qa)], check=True, capture_output=True, text=True).stdout
         (out / "qa_stats.txt").write_text(stats)
         print(stats)
@@ -798,19 +825,22 @@ def main() -> None:
         )
     models |= {name: f"hf:{path}" for name, (_, path) in rl_runs.items()}
     if "transfer" in wanted:
-        transfer(out, a, models, engine, agent, obs, stages, results, results_path)
+        transfer(out, a, models, engine, agent, obs, stages, results, results_path, finished)
 
     report(out, a, results, results_path, sanity, rl_runs)
 
 
-def transfer(out, a, models, engine, agent, obs, stages, results, results_path) -> None:
+def transfer(out, a, models, engine, agent, obs, stages, results, results_path, finished) -> None:
     """The hand-written questions (:data:`VITAL_QUESTIONS`) for every model that exists, and
-    the search baseline, whose figures go to ``results["transfer"]``."""
+    the search baseline, whose figures go to ``results["transfer"]``; a model whose questions
+    are done (``finished(f"transfer_{name}")``) is skipped."""
     baseline = search_baseline(VITAL_QUESTIONS)
     (out / "transfer_baseline.json").write_text(json.dumps(baseline, indent=2))
     bench = ["--bench", str(VITAL_QUESTIONS), "--rollouts", str(a.k)]
     for name in MODELS:
         if name != "base" and not (out / MODEL_DIRS[name] / "config.json").exists():
+            continue
+        if finished(f"transfer_{name}"):
             continue
         try:
             with served(models[name], engine, out / "logs", f"transfer_{name}", a.max_model_len) as spec:

@@ -121,8 +121,9 @@ def stage_progress(out: Path, settings: dict, results: dict) -> dict[str, dict[s
         else:
             total = min(test or limit, limit) * k
         done = _rollouts(out / folder / "trajectories.jsonl")
-        finished = bool((stages.get(name) or {}).get("finished")) or (
-            (out / folder / "summary.json").exists() and done >= total
+        # the summary is written when a run stops too: finished is a run that ended, or every rollout
+        finished = (out / folder / "summary.json").exists() and (
+            bool((stages.get(name) or {}).get("finished")) or done >= total
         )
         row(name, done, total, "rollouts", finished)
     for name, (folder, key) in RL_RUNS.items():

@@ -460,3 +460,50 @@ def test_grounded_refuses_bad_arguments_and_measures_where_it_began(tmp_path):
     assert g["answered"] == 54 and g["grounded"] == 0.7778 and g["checks"] == 111 and g["rejecting"] == 0.0
     table = module.markdown({"questions": "q.jsonl", "k": 4, "before": before, "wall_s": {"sft": 60.0}})
     assert "| before | 1.2 (0.0 to 3.8) | 5.0 | 77.8% of 54 |" in table and "sft 60" in table
+
+
+def test_a_resumed_run_skips_the_stages_its_files_say_are_done(pipeline, vital, tmp_path):
+    """A rerun runs no command and starts no vLLM server for a stage that is done (about 100 s
+    of server start each on two cores); a stage whose record says finished but whose files are
+    gone is not done."""
+    from tests.fakes import ScriptedModel
+    from websailor.agent.loop import Agent, AgentConfig
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.judge import load_judge
+    from websailor.questions import load_questions
+    from websailor.synth import SynthConfig, load_or_build, synthesize
+    from websailor.tools.local import build_local_tools
+
+    run = tmp_path / "ladder"
+    settings = {
+        key: str(v.resolve()) if isinstance(v, Path) else v
+        for key, v in vars(pipeline.build_parser().parse_args([])).items()
+    }
+    settings |= {"out": str(run), "layout": pipeline.LAYOUT}
+    (run / "sft_model").mkdir(parents=True)
+    (run / "settings.json").write_text(json.dumps(settings))
+    qa = run / "qa.jsonl"
+    synthesize(load_or_build(vital), qa, SynthConfig(n=4, seed=5, test_fraction=0.5, levels=(1,)), progress=False)
+    (run / "qa_stats.txt").write_text("stats")
+    (run / "traj_pool.jsonl").write_text("{}\n" * 2)
+    (run / "sft_trajectories.jsonl").write_text("{}\n" * 2)
+    (run / "sft_model" / "sft_summary.json").write_text("{}")
+    agent = Agent(ScriptedModel(lambda messages: "<answer>Nobody</answer>"), build_local_tools(vital), AgentConfig())
+    evaluate(
+        load_questions(str(qa), split="test"), agent, load_judge("em"), run / "eval_base", EvalConfig(), progress=False
+    )
+    record = {"wall_s": 1.0, "peak_rss_mb": 100.0, "runs": 1, "finished": True}
+    stages = {name: dict(record) for name in ("synth", "traj", "eval_base")}
+    (run / "results.json").write_text(json.dumps({"stages": stages}))
+    res = _run("--out", str(run), "--until", "eval_base")
+    assert res.returncode == 0, res.stderr
+    for name in ("synth", "traj", "sft", "eval_base"):
+        assert f"[{name}] done (its files say so): skipped" in res.stdout
+    assert "$ websailor" not in res.stdout and "starting a vLLM server" not in res.stdout
+    assert json.loads((run / "results.json").read_text())["eval"]["base"]["avg_at_k"] == 0.0
+    # the record says finished, the summary is gone: eval_base is not done
+    finished = pipeline.Finished(run, settings, json.loads((run / "results.json").read_text()))
+    assert finished("eval_base") and finished("sft") and not finished("eval_sft")
+    (run / "eval_base" / "summary.json").unlink()
+    assert not finished("eval_base")
+    assert not finished("transfer_base")
