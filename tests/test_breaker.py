@@ -339,3 +339,28 @@ def test_judge_limits_with_a_rule_judge_are_named_as_ignored(tmp_path: Path):
     res = CliRunner().invoke(app, ["score", str(missing), "--judge", "f1", "--judge-max-tokens", "64"])
     assert res.exit_code == 2  # the missing file, after the warning
     assert "--judge-max-tokens apply to an llm: judge; the f1 judge has no model: ignored" in res.stderr
+
+
+@pytest.mark.parametrize("backend", ["openai", "vllm"])
+def test_one_call_alone_declares_a_dead_server_down_with_the_default_retries(backend, request, monkeypatch):
+    """A dead server with one rollout at a time is declared down (exit 4), not a model error
+    ending that rollout (exit 3): a call's default tries reach the breaker's default threshold,
+    and its default back-offs (without jitter, the shortest) span the breaker's window."""
+    from websailor.breaker import DEFAULT_FAILURES, DEFAULT_MIN_DOWN_S
+    from websailor.models.base import SamplingParams
+    from websailor.models.endpoint import SKIP_CHECK_ENV
+    from websailor.models.openai_compat import OpenAIModel
+    from websailor.models.vllm_server import VLLMServerModel
+
+    if backend == "openai":
+        model = OpenAIModel("m", dead_url())
+    else:  # a server that was checked at start and has died since
+        monkeypatch.setenv(SKIP_CHECK_ENV, "1")
+        model = VLLMServerModel("m", dead_url(), tokenizer_dir=request.getfixturevalue("smollm2_path"))
+    assert model.max_attempts >= DEFAULT_FAILURES
+    waits = [min(model.backoff_s * 2**n, 10.0) for n in range(DEFAULT_FAILURES - 1)]
+    assert sum(waits) >= DEFAULT_MIN_DOWN_S, waits
+    model.backoff_s = 0.001  # the tries as they are, the waits short (the window is not under test here)
+    model.breaker = ServiceBreaker("model server", model.base_url, min_down_s=0)
+    with pytest.raises(ServiceDown, match=f"{DEFAULT_FAILURES} requests in a row failed"):
+        model.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=8))

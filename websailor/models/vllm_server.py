@@ -130,7 +130,11 @@ class VLLMServerModel(ChatModel):
             :data:`~websailor.models.streaming.READ_TIMEOUT_S` or ``$WEBSAILOR_READ_TIMEOUT``):
             completions are streamed, so a server that stops mid-reply is found after it.
         max_attempts: tries per call for transient failures (connection refused or reset,
-            HTTP 5xx); a server that stays down ends the call with :class:`ModelError`.
+            HTTP 5xx, timeouts); a server that stays down ends the call with :class:`ModelError`,
+            or, with a circuit breaker (:attr:`breaker`), with
+            :class:`~websailor.errors.ServiceDown`: the defaults (5 tries, back-offs of 1, 2, 4
+            and 8 s) reach the breaker's default threshold and window in one call, so a dead
+            server alone is declared down (exit 4) instead of ending a rollout in a model error.
         backoff_s: first back-off in seconds (doubles, with jitter, up to 10 s).
         tokenizer_dir: where to read the tokenizer (default: see the module docstring).
         label: how records name the model (``name``; default the spec ``vllm:MODEL@URL``). A
@@ -148,8 +152,8 @@ class VLLMServerModel(ChatModel):
         model: str,
         base_url: str,
         timeout_s: float = 600.0,
-        max_attempts: int = 4,
-        backoff_s: float = 0.5,
+        max_attempts: int = 5,
+        backoff_s: float = 1.0,
         tokenizer_dir: str | Path | None = None,
         label: str | None = None,
         read_timeout_s: float | None = None,

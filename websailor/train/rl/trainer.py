@@ -378,8 +378,10 @@ def _open_server(settings: RLSettings) -> tuple[Any, Any]:
             drop_failed=drop,
         )
     sync.check()
-    models = [load_model(spec, check=True) for spec in settings.rollout_servers]
-    for m in models:  # the pool handles a server that dies (on_server_loss), not a breaker
+    # the pool handles a server that dies (on_server_loss), not a breaker: shorter retries than
+    # the breaker's window (4 tries, back-offs of 0.5, 1 and 2 s), so a lost server is found sooner
+    models = [load_model(spec, check=True, max_attempts=4, backoff_s=0.5) for spec in settings.rollout_servers]
+    for m in models:
         m.breaker = None
     return ServerPool(models, sync.servers), sync
 
