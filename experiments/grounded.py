@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import claim_for_model, too_small, write_results  # noqa: E402
-from mini_pipeline import VITAL_QUESTIONS, WS, figures, publish, search_baseline, served  # noqa: E402
+from pipeline_common import VITAL_QUESTIONS, WS, figures, publish, search_baseline, served  # noqa: E402
 
 LADDER = ROOT / "experiments" / "results" / "ladder"
 BEFORE = ROOT / "experiments" / "results" / "transfer_opening" / "eval_question"

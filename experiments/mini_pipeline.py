@@ -39,20 +39,17 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "experiments"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import too_small, write_results  # noqa: E402
+from _common import too_small  # noqa: E402
+from pipeline_common import ROOT, VITAL_QUESTIONS, WS, search_baseline, served  # noqa: E402
+from pipeline_report import MODELS, report  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
-from websailor.train.rl_log import reward_gain  # noqa: E402
 
-WS = str(Path(sys.executable).with_name("websailor"))
 #: the stages in order; --until stops after one of them
 STAGES = (
     "synth",
@@ -102,10 +99,7 @@ NEEDS = {
     "eval_dupo": (("dupo_model/rl_summary.json", "dupo"), ("qa.jsonl", "synth")),
     "throughput": (("sft_model/sft_summary.json", "sft"), ("qa.jsonl", "synth")),
 }
-#: the hand-written questions of the transfer check (stage ``transfer``)
-VITAL_QUESTIONS = ROOT / "benchmarks" / "data" / "vital_questions.jsonl"
 #: the models of the test tables, in order, and the run directory of each trained one
-MODELS = ("base", "sft", "rl", "dupo")
 MODEL_DIRS = {"sft": "sft_model", "rl": "rl_model", "dupo": "dupo_model"}
 #: the settings a resumed run must keep (the others, such as --until, may change)
 IDENTITY = (
@@ -219,217 +213,6 @@ def missing_inputs(out: Path, wanted: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def model_dir(model: str) -> Path:
-    """The transformers directory of ``smollm2``, ``hf:DIR`` or a directory."""
-    if model == "smollm2":
-        from websailor.models.embedded import ensure_smollm2
-
-        return ensure_smollm2()
-    return Path(model.removeprefix("hf:"))
-
-
-@contextlib.contextmanager
-def served(model: str, engine: str, logs: Path, label: str, max_model_len: int) -> Iterator[str]:
-    """The model spec a stage's commands take: a vLLM server started for ``model`` and stopped
-    after the stage (``engine == "vllm"``), or ``model`` itself for the local engine."""
-    if engine != "vllm":
-        yield model
-        return
-    from websailor.models.vllm_launch import VLLMServer
-
-    logs.mkdir(parents=True, exist_ok=True)
-    server = VLLMServer(
-        model_dir(model), name=label, port=0, max_model_len=max_model_len, log_path=logs / f"{label}.log"
-    )
-    print(f"[{label}] starting a vLLM server for {model} (log {server.log_path})", flush=True)
-    server.start()
-    try:
-        server.wait_ready(progress=True)
-        print(f"[{label}] {server.spec} ready in {server.startup_s:.0f} s", flush=True)
-        yield server.spec
-    finally:
-        server.stop()
-
-
-def search_baseline(bench: Path, corpus: str | None = None) -> dict:
-    """The transfer check's baseline: a BM25 search of each question's own text over the corpus,
-    answering with the top result's title, graded by exact match (deterministic: one answer a
-    question). Returns ``{"questions", "correct", "accuracy", "answers": [...]}``."""
-    from websailor.corpus import Corpus
-    from websailor.judge import load_judge
-    from websailor.judge.base import Case
-    from websailor.questions import load_questions
-
-    items = load_questions(str(bench))
-    corpus_ = Corpus.open(corpus)
-    hits = corpus_.search([it.question for it in items], k=1)
-    titles = [h[0].title if h else None for h in hits]
-    grades = load_judge("em").grade([Case(it.question, t, it.gold) for it, t in zip(items, titles)])
-    answers = [
-        {"id": it.id, "question": it.question, "answer": str(it.gold.answer), "top_title": t, "correct": g.correct}
-        for it, t, g in zip(items, titles, grades)
-    ]
-    right = sum(bool(a["correct"]) for a in answers)
-    return {"questions": len(items), "correct": right, "accuracy": round(right / len(items), 4), "answers": answers}
-
-
-#: the run's files that --publish copies (globs under OUT): small outputs, never a model
-PUBLISHED = (
-    "settings.json",
-    "results.json",
-    "results.md",
-    "mini_pipeline.json",
-    "qa_stats.txt",
-    "compare_*.md",
-    "dupo_stream.jsonl",
-    "dupo_throughput.json",
-    "transfer_baseline.json",
-    "sft_model/sft_log.jsonl",
-    "sft_model/sft_summary.json",
-    "sft_model/sft_settings.json",
-    "eval_*/summary.json",
-    "eval_*/scores.jsonl",
-    "eval_*/report.md",
-    "eval_*/trajectories.jsonl",
-    "transfer_*/summary.json",
-    "transfer_*/scores.jsonl",
-    "transfer_*/trajectories.jsonl",
-    "*_model/rl_settings.json",
-    "*_model/rl_summary.json",
-    "*_model/rl_log.jsonl",
-    "*_model/rollouts.jsonl",
-    "*_model/*.png",
-    "rl_sanity*/rl_settings.json",
-    "rl_sanity*/rl_summary.json",
-    "rl_sanity*/rl_log.jsonl",
-    "rl_sanity*/rollouts.jsonl",
-    "rl_sanity*/*.png",
-    "sanity_qa.jsonl",
-    "qa.jsonl",
-)
-
-
-def machine_paths(out: Path) -> list[tuple[bytes, bytes]]:
-    """What :func:`publish` writes instead of this machine's paths: the run folder's (``OUT``,
-    wherever it lives), the checkout's (paths relative to it) and ``$WEBSAILOR_HOME``'s; longest
-    first, so a run folder inside the checkout reads ``OUT``."""
-    from websailor.config import websailor_home
-
-    pairs = [
-        (f"{out.resolve()}".encode(), b"OUT"),
-        (f"{ROOT}/".encode(), b""),
-        (f"{websailor_home().resolve()}".encode(), b"$WEBSAILOR_HOME"),
-    ]
-    return sorted(pairs, key=lambda p: -len(p[0]))
-
-
-def publish(out: Path, dest: Path, patterns: tuple[str, ...] = PUBLISHED) -> int:
-    """Copy the run's small outputs (``patterns``, globs under ``out``; :data:`PUBLISHED` for this
-    pipeline) from ``out`` to ``dest`` (same relative
-    paths; files of an earlier publish are replaced); returns the bytes written. No path of the
-    machine that ran the experiment is published (:func:`machine_paths`): the run folder reads
-    ``OUT``, paths under the checkout (the configs in the settings) are relative to it."""
-    total = 0
-    replace = machine_paths(out)
-    for pattern in patterns:
-        for src in sorted(out.glob(pattern)):
-            if not src.is_file() or "checkpoint" in src.as_posix():
-                continue
-            target = dest / src.relative_to(out)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            data = src.read_bytes()
-            if src.suffix != ".png":
-                for old, new in replace:
-                    data = data.replace(old, new)
-            target.write_bytes(data)
-            total += len(data)
-    return total
-
-
-def figures(eval_dir: Path) -> dict:
-    """The headline figures of an evaluation, overall and by level."""
-    s = json.loads((eval_dir / "summary.json").read_text())
-    keep = (
-        "questions",
-        "k",
-        "trajectories",
-        "ungraded",
-        "format_validity",
-        "avg_at_k",
-        "avg_at_k_ci95",
-        "pass_at_k",
-        "mean_tool_calls",
-        "terminations",
-        "total_wall_s",
-    )
-    out = {key: s.get(key) for key in keep}
-    out["by_level"] = s.get("by_level") or {}
-    return out
-
-
-def wrong_answers(qa: Path, eval_dir: Path, examples: int = 3) -> dict:
-    """What the wrong answers of an evaluation are: the share of graded, answered, wrong rollouts
-    whose answer is a hop's entity (the page a ``linked`` constraint names, e.g. "Maratha Empire"
-    for "which place is associated with Maratha Empire, initials I."), the share that is the title
-    of a page the rollout read (``visit``), the share whose rollout read the target's page and
-    still answered otherwise, and a few examples of the first. Returns ``{"answered_wrong",
-    "hop_entity", "hop_entity_share", "read_page", "read_page_share", "target_read",
-    "target_read_share", "examples": [...]}``."""
-    from websailor.eval.compare import load_scores
-    from websailor.eval.scoring import read_trajectories
-    from websailor.judge.em import normalize_answer
-    from websailor.synth.dataset import read_items
-
-    items = read_items(qa)
-    hops = {
-        str(it["id"]): {
-            normalize_answer(o)
-            for c in it.get("constraints") or []
-            if c["kind"] == "linked"
-            for o in c["params"].get("others") or [c["params"]["other"]]
-        }
-        for it in items
-    }
-    questions = {str(it["id"]): it for it in items}
-    rollouts = {(str(r["id"]), r["rollout"]): r for r in read_trajectories([eval_dir / "trajectories.jsonl"])}
-    read = {key: read_pages(r) for key, r in rollouts.items()}
-    wrong = [
-        (s.id, s.rollout, (rollouts.get((s.id, s.rollout)) or {}).get("prediction"))
-        for s in load_scores(eval_dir)
-        if s.correct is False
-    ]
-    wrong = [(i, n, p) for i, n, p in wrong if p]
-    hop = [(i, p) for i, _, p in wrong if normalize_answer(p) in hops.get(i, set())]
-    read_page = sum(normalize_answer(p) in {normalize_answer(t) for t in read[(i, n)].values()} for i, n, p in wrong)
-    target_read = sum(questions[i].get("target_url") in read[(i, n)] for i, n, _ in wrong)
-    shown = [
-        {"id": i, "question": questions[i]["question"], "answer": questions[i]["answer"], "said": p}
-        for i, p in hop[:examples]
-    ]
-    return {
-        "answered_wrong": len(wrong),
-        "hop_entity": len(hop),
-        "hop_entity_share": round(len(hop) / len(wrong), 3) if wrong else None,
-        "read_page": read_page,
-        "read_page_share": round(read_page / len(wrong), 3) if wrong else None,
-        "target_read": target_read,
-        "target_read_share": round(target_read / len(wrong), 3) if wrong else None,
-        "examples": shown,
-    }
-
-
-def read_pages(rollout: dict) -> dict[str, str]:
-    """The pages a rollout's ``visit`` calls read: ``{url: title}``, the title read from the
-    URL's last path segment (``.../wiki/Nicholas_I_of_Russia`` -> "Nicholas I of Russia")."""
-    pages = {}
-    for call in rollout.get("tool_calls") or []:
-        url = (call.get("arguments") or {}).get("url") if call.get("name") == "visit" else None
-        for u in [url] if isinstance(url, str) else url if isinstance(url, list) else []:
-            if isinstance(u, str):
-                pages[u] = unquote(u.rstrip("/").rsplit("/", 1)[-1]).replace("_", " ")
-    return pages
-
-
 def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) -> list[dict]:
     """Training items that the SFT model solved sometimes but not always in ``scores_dir``."""
     from websailor.eval.compare import load_scores
@@ -444,70 +227,6 @@ def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) ->
     random.Random(seed).shuffle(ids)
     by_id = {it["id"]: it for it in read_items(qa)}
     return [by_id[q] for q in ids[:limit]]
-
-
-def _row(name: str, f: dict, k: int | None = None) -> str:
-    lo, hi = f["avg_at_k_ci95"] or (None, None)
-    k = f.get("k", k)
-    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
-    return (
-        f"| {name} | {f['questions']} x {k} | {pct(f['format_validity'])}% | {pct(f['avg_at_k'])} "
-        f"({pct(lo)}-{pct(hi)}) | {pct(f['pass_at_k'])} | {f['mean_tool_calls']} | "
-        + ", ".join(f"{t} {c}" for t, c in (f["terminations"] or {}).items())
-        + " |"
-    )
-
-
-def tables(results: dict) -> str:
-    """The test tables, overall and by level, as Markdown."""
-    head = "| model | questions x k | format validity | Avg@k (95% CI) | Pass@k | mean tool calls | terminations |"
-    lines = [head, "|---|---|---|---|---|---|---|"]
-    models = [m for m in ("base", "sft", "rl", "dupo") if m in results.get("eval", {})]
-    lines += [_row(m, results["eval"][m]) for m in models]
-    levels = sorted({lv for m in models for lv in results["eval"][m]["by_level"]})
-    for lv in levels:
-        lines += ["", f"Level {lv}:", "", head, "|---|---|---|---|---|---|---|"]
-        lines += [
-            _row(m, results["eval"][m]["by_level"][lv], results["eval"][m]["k"])
-            for m in models
-            if lv in results["eval"][m]["by_level"]
-        ]
-    for m in models:
-        w = results["eval"][m].get("wrong_answers")
-        if w and w["answered_wrong"]:
-            lines += [
-                "",
-                f"{m}: of {w['answered_wrong']} wrong answers, {w['hop_entity']} name a hop's entity, not the target"
-                + f"; {w['read_page']} are the title of a page the rollout read; in {w['target_read']} the"
-                " rollout had read the target's page"
-                + "".join(f'; "{e["question"]}" -> {e["said"]} (gold {e["answer"]})' for e in w["examples"][:2]),
-            ]
-    transfer = results.get("transfer") or {}
-    if transfer:
-        lines += ["", "Transfer: the hand-written questions of benchmarks/data/vital_questions.jsonl:", "", head]
-        lines += ["|---|---|---|---|---|---|---|"] + [_row(m, f) for m, f in transfer.items()]
-        base = results.get("transfer_baseline")
-        if base:
-            lines += [
-                f"| search the question, answer the top title | {base['questions']} x 1 | - | "
-                f"{100 * base['accuracy']:.1f} | - | 1 | - |"
-            ]
-    for name, gain in (results.get("reward_gain") or {}).items():
-        if gain:
-            lo, hi = gain["diff_ci95"]
-            lines += [
-                "",
-                f"{name}: training reward {gain['first']:.3f} over the first {gain['window']} steps, "
-                f"{gain['last']:.3f} over the last {gain['window']} (difference {gain['diff']:+.3f}, "
-                f"95% CI {lo:+.3f} to {hi:+.3f}; {gain['steps']} steps)",
-            ]
-    for name, text in (results.get("compare") or {}).items():
-        lines += ["", f"### {name}", "", text]
-    stages = results.get("stages") or {}
-    if stages:
-        lines += ["", "| stage | wall time (s) | peak RSS (MB) |", "|---|---|---|"]
-        lines += [f"| {s} | {v['wall_s']} | {v['peak_rss_mb']} |" for s, v in stages.items()]
-    return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -851,50 +570,6 @@ def transfer(out, a, models, engine, agent, obs, stages, results, results_path, 
                 )
         finally:
             results_path.write_text(json.dumps(results, indent=2))
-
-
-def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, sanity: Path, rl_runs: dict) -> None:
-    """Gather every stage's figures into OUT/results.json and OUT/results.md (and publish)."""
-    results["eval"] = {m: figures(out / f"eval_{m}") for m in MODELS if (out / f"eval_{m}" / "summary.json").exists()}
-    for m, f in results["eval"].items():
-        f["wrong_answers"] = wrong_answers(out / "qa.jsonl", out / f"eval_{m}")
-    results["transfer"] = {
-        m: figures(out / f"transfer_{m}") for m in MODELS if (out / f"transfer_{m}" / "summary.json").exists()
-    }
-    if (out / "transfer_baseline.json").exists():
-        base = json.loads((out / "transfer_baseline.json").read_text())
-        results["transfer_baseline"] = {key: base[key] for key in ("questions", "correct", "accuracy")}
-    stream = out / "dupo_throughput.json"
-    if "throughput" in results.get("stages", {}) and stream.exists():
-        results["dupo_throughput"] = json.loads(stream.read_text())["figures"]
-    results["reward_gain"] = {
-        label: reward_gain(path / "rollouts.jsonl")
-        for label, path in (("sanity", sanity), *((m, d) for m, (_, d) in rl_runs.items()))
-        if path.exists()
-    }
-    compare = {}
-    for a_name, b_name in (("base", "sft"), ("sft", "rl"), ("sft", "dupo"), ("rl", "dupo")):
-        if a_name in results["eval"] and b_name in results["eval"]:
-            md = out / f"compare_{a_name}_{b_name}.md"
-            subprocess.run(
-                [WS, "compare", str(out / f"eval_{a_name}"), str(out / f"eval_{b_name}")]
-                + ["--name", a_name, "--name", b_name, "--out", str(md)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            compare[f"{a_name} -> {b_name}"] = md.read_text()
-    results["compare"] = compare
-    for path in (sanity, *(d for _, d in rl_runs.values())):
-        if (path / "rl_log.jsonl").exists():
-            subprocess.run([WS, "train", "plot", str(path)], check=True, stdout=subprocess.DEVNULL)
-    results_path.write_text(json.dumps(results, indent=2))
-    table = tables(results)
-    (out / "results.md").write_text(table)
-    print(table)
-    write_results("mini_pipeline", results, a, results_dir=out)  # the figures with the machine and the commit
-    if a.publish:
-        size = publish(out, a.publish)
-        print(f"published {size / 1e6:.1f} MB of {out} to {a.publish}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import claim_for_model, too_small, write_results  # noqa: E402
-from mini_pipeline import VITAL_QUESTIONS, WS, figures, publish, read_pages, search_baseline, served  # noqa: E402
+from pipeline_common import VITAL_QUESTIONS, WS, figures, publish, read_pages, search_baseline, served  # noqa: E402
 from rl_overfit import items, warm_start  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402

@@ -16,12 +16,22 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def pipeline():
-    spec = importlib.util.spec_from_file_location("mini_pipeline", SCRIPT)
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return _load(SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def common(pipeline):
+    """The pieces the experiment scripts share (experiments/pipeline_common.py)."""
+    return _load(SCRIPT.with_name("pipeline_common.py"))
 
 
 def test_missing_inputs_name_the_stage_that_makes_them(tmp_path):
@@ -108,20 +118,20 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     assert res.returncode != 0 and "is a file; the experiment writes a directory" in res.stderr
 
 
-def test_transfer_baseline_searches_the_question_text(pipeline, vital_dir, tmp_path):
+def test_transfer_baseline_searches_the_question_text(common, vital_dir, tmp_path):
     bench = tmp_path / "q.jsonl"
     rows = [
         {"id": "a", "question": "Who painted the Mona Lisa?", "answer": "Mona Lisa"},  # the top title is the painting
         {"id": "b", "question": "Who painted the Mona Lisa?", "answer": "Leonardo da Vinci"},
     ]
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    base = pipeline.search_baseline(bench, corpus=str(vital_dir))
+    base = common.search_baseline(bench, corpus=str(vital_dir))
     assert base["questions"] == 2 and base["correct"] == 1 and base["accuracy"] == 0.5
     assert [a["top_title"] for a in base["answers"]] == ["Mona Lisa", "Mona Lisa"]
     assert [a["correct"] for a in base["answers"]] == [True, False]
 
 
-def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
+def test_publish_copies_small_outputs_and_never_a_model(common, tmp_path):
     run, dest = tmp_path / "run", tmp_path / "pub"
     files = {
         "settings.json": "{}",
@@ -140,13 +150,13 @@ def test_publish_copies_small_outputs_and_never_a_model(pipeline, tmp_path):
     for rel, text in files.items():
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
         (run / rel).write_text(text)
-    config = pipeline.ROOT / "configs" / "rl" / "cpu_ladder.yaml"
+    config = common.ROOT / "configs" / "rl" / "cpu_ladder.yaml"
     # the run folder lives outside the checkout: its own path is published as OUT
     (run / "settings.json").write_text(json.dumps({"rl_config": str(config), "out": str(run.resolve())}))
     (run / "eval_sft" / "summary.json").write_text(json.dumps({"model": f"hf:{run.resolve()}/sft_model"}))
     files["settings.json"] = json.dumps({"rl_config": "configs/rl/cpu_ladder.yaml", "out": "OUT"})
     files["eval_sft/summary.json"] = json.dumps({"model": "hf:OUT/sft_model"})
-    size = pipeline.publish(run, dest)
+    size = common.publish(run, dest)
     assert json.loads((dest / "settings.json").read_text()) == {"rl_config": "configs/rl/cpu_ladder.yaml", "out": "OUT"}
     assert json.loads((dest / "eval_sft" / "summary.json").read_text()) == {"model": "hf:OUT/sft_model"}
     assert str(tmp_path).encode() not in b"".join(p.read_bytes() for p in dest.rglob("*") if p.is_file())
@@ -189,7 +199,7 @@ def test_wrong_answers_count_the_hops_entity(pipeline, vital, tmp_path):
     agent = Agent(ScriptedModel(reply), build_local_tools(vital), AgentConfig(max_calls=2))
     out = tmp_path / "eval"
     evaluate(load_questions(str(qa), split="all"), agent, load_judge("em"), out, EvalConfig(rollouts=2), progress=False)
-    w = pipeline.wrong_answers(qa, out)
+    w = _load(SCRIPT.with_name("pipeline_report.py")).wrong_answers(qa, out)
     assert (w["answered_wrong"], w["hop_entity"], w["hop_entity_share"]) == (4, 2, 0.5)
     assert (w["read_page"], w["target_read"], w["target_read_share"]) == (2, 2, 0.5)
     assert w["examples"][0] == {

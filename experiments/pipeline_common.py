@@ -1,0 +1,181 @@
+"""What the experiment scripts share (``mini_pipeline.py``, ``grounded.py``,
+``transfer_opening.py``): the vLLM server a stage samples on, the search baseline of the
+hand-written questions, an evaluation's headline figures, the pages a rollout read, and
+publishing a run's small outputs without this machine's paths."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the `websailor` command of the interpreter that runs the script
+WS = str(Path(sys.executable).with_name("websailor"))
+
+
+#: the hand-written questions of the transfer check (stage ``transfer``)
+VITAL_QUESTIONS = ROOT / "benchmarks" / "data" / "vital_questions.jsonl"
+
+
+def model_dir(model: str) -> Path:
+    """The transformers directory of ``smollm2``, ``hf:DIR`` or a directory."""
+    if model == "smollm2":
+        from websailor.models.embedded import ensure_smollm2
+
+        return ensure_smollm2()
+    return Path(model.removeprefix("hf:"))
+
+
+@contextlib.contextmanager
+def served(model: str, engine: str, logs: Path, label: str, max_model_len: int) -> Iterator[str]:
+    """The model spec a stage's commands take: a vLLM server started for ``model`` and stopped
+    after the stage (``engine == "vllm"``), or ``model`` itself for the local engine."""
+    if engine != "vllm":
+        yield model
+        return
+    from websailor.models.vllm_launch import VLLMServer
+
+    logs.mkdir(parents=True, exist_ok=True)
+    server = VLLMServer(
+        model_dir(model), name=label, port=0, max_model_len=max_model_len, log_path=logs / f"{label}.log"
+    )
+    print(f"[{label}] starting a vLLM server for {model} (log {server.log_path})", flush=True)
+    server.start()
+    try:
+        server.wait_ready(progress=True)
+        print(f"[{label}] {server.spec} ready in {server.startup_s:.0f} s", flush=True)
+        yield server.spec
+    finally:
+        server.stop()
+
+
+def search_baseline(bench: Path, corpus: str | None = None) -> dict:
+    """The transfer check's baseline: a BM25 search of each question's own text over the corpus,
+    answering with the top result's title, graded by exact match (deterministic: one answer a
+    question). Returns ``{"questions", "correct", "accuracy", "answers": [...]}``."""
+    from websailor.corpus import Corpus
+    from websailor.judge import load_judge
+    from websailor.judge.base import Case
+    from websailor.questions import load_questions
+
+    items = load_questions(str(bench))
+    corpus_ = Corpus.open(corpus)
+    hits = corpus_.search([it.question for it in items], k=1)
+    titles = [h[0].title if h else None for h in hits]
+    grades = load_judge("em").grade([Case(it.question, t, it.gold) for it, t in zip(items, titles)])
+    answers = [
+        {"id": it.id, "question": it.question, "answer": str(it.gold.answer), "top_title": t, "correct": g.correct}
+        for it, t, g in zip(items, titles, grades)
+    ]
+    right = sum(bool(a["correct"]) for a in answers)
+    return {"questions": len(items), "correct": right, "accuracy": round(right / len(items), 4), "answers": answers}
+
+
+#: the run's files that --publish copies (globs under OUT): small outputs, never a model
+PUBLISHED = (
+    "settings.json",
+    "results.json",
+    "results.md",
+    "mini_pipeline.json",
+    "qa_stats.txt",
+    "compare_*.md",
+    "dupo_stream.jsonl",
+    "dupo_throughput.json",
+    "transfer_baseline.json",
+    "sft_model/sft_log.jsonl",
+    "sft_model/sft_summary.json",
+    "sft_model/sft_settings.json",
+    "eval_*/summary.json",
+    "eval_*/scores.jsonl",
+    "eval_*/report.md",
+    "eval_*/trajectories.jsonl",
+    "transfer_*/summary.json",
+    "transfer_*/scores.jsonl",
+    "transfer_*/trajectories.jsonl",
+    "*_model/rl_settings.json",
+    "*_model/rl_summary.json",
+    "*_model/rl_log.jsonl",
+    "*_model/rollouts.jsonl",
+    "*_model/*.png",
+    "rl_sanity*/rl_settings.json",
+    "rl_sanity*/rl_summary.json",
+    "rl_sanity*/rl_log.jsonl",
+    "rl_sanity*/rollouts.jsonl",
+    "rl_sanity*/*.png",
+    "sanity_qa.jsonl",
+    "qa.jsonl",
+)
+
+
+def machine_paths(out: Path) -> list[tuple[bytes, bytes]]:
+    """What :func:`publish` writes instead of this machine's paths: the run folder's (``OUT``,
+    wherever it lives), the checkout's (paths relative to it) and ``$WEBSAILOR_HOME``'s; longest
+    first, so a run folder inside the checkout reads ``OUT``."""
+    from websailor.config import websailor_home
+
+    pairs = [
+        (f"{out.resolve()}".encode(), b"OUT"),
+        (f"{ROOT}/".encode(), b""),
+        (f"{websailor_home().resolve()}".encode(), b"$WEBSAILOR_HOME"),
+    ]
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def publish(out: Path, dest: Path, patterns: tuple[str, ...] = PUBLISHED) -> int:
+    """Copy the run's small outputs (``patterns``, globs under ``out``; :data:`PUBLISHED` for this
+    pipeline) from ``out`` to ``dest`` (same relative
+    paths; files of an earlier publish are replaced); returns the bytes written. No path of the
+    machine that ran the experiment is published (:func:`machine_paths`): the run folder reads
+    ``OUT``, paths under the checkout (the configs in the settings) are relative to it."""
+    total = 0
+    replace = machine_paths(out)
+    for pattern in patterns:
+        for src in sorted(out.glob(pattern)):
+            if not src.is_file() or "checkpoint" in src.as_posix():
+                continue
+            target = dest / src.relative_to(out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = src.read_bytes()
+            if src.suffix != ".png":
+                for old, new in replace:
+                    data = data.replace(old, new)
+            target.write_bytes(data)
+            total += len(data)
+    return total
+
+
+def figures(eval_dir: Path) -> dict:
+    """The headline figures of an evaluation, overall and by level."""
+    s = json.loads((eval_dir / "summary.json").read_text())
+    keep = (
+        "questions",
+        "k",
+        "trajectories",
+        "ungraded",
+        "format_validity",
+        "avg_at_k",
+        "avg_at_k_ci95",
+        "pass_at_k",
+        "mean_tool_calls",
+        "terminations",
+        "total_wall_s",
+    )
+    out = {key: s.get(key) for key in keep}
+    out["by_level"] = s.get("by_level") or {}
+    return out
+
+
+def read_pages(rollout: dict) -> dict[str, str]:
+    """The pages a rollout's ``visit`` calls read: ``{url: title}``, the title read from the
+    URL's last path segment (``.../wiki/Nicholas_I_of_Russia`` -> "Nicholas I of Russia")."""
+    pages = {}
+    for call in rollout.get("tool_calls") or []:
+        url = (call.get("arguments") or {}).get("url") if call.get("name") == "visit" else None
+        for u in [url] if isinstance(url, str) else url if isinstance(url, list) else []:
+            if isinstance(u, str):
+                pages[u] = unquote(u.rstrip("/").rsplit("/", 1)[-1]).replace("_", " ")
+    return pages
