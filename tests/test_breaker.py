@@ -96,6 +96,28 @@ def test_requests_that_each_waited_out_a_timeout_span_the_window_from_their_send
     assert not slow_then_restart.down
 
 
+def test_a_timeout_is_told_by_its_type_not_its_text():
+    """httpx's, the OpenAI client's and Python's timeouts are timeouts whatever they say; a
+    dropped connection whose message names a timeout is not (its row counts from the failure,
+    not from a sending long ago)."""
+    import httpx
+    import openai
+
+    from websailor.breaker import is_timeout
+
+    request = httpx.Request("POST", "http://m/v1/completions")
+    for timeout in (httpx.ReadTimeout(""), httpx.ConnectTimeout("x"), openai.APITimeoutError(request), TimeoutError()):
+        assert is_timeout(timeout), timeout
+    proxy = httpx.RemoteProtocolError("peer closed connection (upstream keepalive timeout)")
+    for other in (proxy, ConnectionResetError("timed out earlier, reset now"), "HTTP 504"):
+        assert not is_timeout(other), other
+    breaker = ServiceBreaker("model server", "http://m/v1", failures=3, min_down_s=10)
+    long_ago = time.time() - 30
+    for _ in range(3):  # dropped by a restart: the row starts now, within the window
+        breaker.failure(proxy, long_ago)
+    assert not breaker.down
+
+
 def test_thresholds_are_checked(monkeypatch):
     for bad in (0, -2, "x", "1.5"):
         with pytest.raises(ConfigError, match="--service-failures"):

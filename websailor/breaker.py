@@ -24,11 +24,14 @@ The web providers of the real-web tools have breakers of their own that reopen a
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
+
+import httpx
 
 from websailor.errors import ConfigError, ServiceDown
 from websailor.log import get_logger
@@ -150,7 +153,7 @@ class ServiceBreaker:
             if self._down is None:
                 self._in_a_row += 1
                 text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-                timed_out = "timeout" in text.lower() or "timed out" in text.lower()
+                timed_out = is_timeout(error)
                 if self._first_failure is None:
                     self._first_failure = time.time()
                     self._first_sent = sent if sent is not None and timed_out else self._first_failure
@@ -183,6 +186,21 @@ class ServiceBreaker:
             since=start,
             failures=self._in_a_row,
         )
+
+
+def is_timeout(error: BaseException | str) -> bool:
+    """Whether a failed attempt timed out, by the exception's type: Python's
+    :class:`TimeoutError` (``socket.timeout``), httpx's ``TimeoutException`` (connect, read,
+    write, pool) and the OpenAI client's ``APITimeoutError``; a string (an HTTP status) never.
+    Not by the text, which can name a timeout that did not happen (a proxy's "keepalive timeout"
+    in a dropped connection's message)."""
+    if isinstance(error, str):
+        return False
+    kinds: list[type] = [TimeoutError, httpx.TimeoutException]
+    openai = sys.modules.get("openai")  # not imported: no error of the OpenAI client can be here
+    if openai is not None:
+        kinds.append(openai.APITimeoutError)
+    return isinstance(error, tuple(kinds))
 
 
 def through(breaker: ServiceBreaker | None, send: Callable[[], T], transport: tuple[type[BaseException], ...]) -> T:
