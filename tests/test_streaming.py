@@ -269,7 +269,8 @@ def test_a_stream_cut_before_its_end_is_no_reply(smollm2_path: Path, monkeypatch
         ([([3, 4], ["-0.5", -0.5])], "not all finite numbers"),
         ([([3, 4], [5.0, 7.0])], "not all finite numbers of at most 0"),
         ([([1] * 20, [-0.1] * 20)], "20 token ids, more than max_tokens 8"),
-        ([([10**12], [-0.5])], "do not decode"),
+        ([([10**12], [-0.5])], "token id 1000000000000 is past the tokenizer's vocabulary"),
+        ([([3], [-0.5]), ([49152 + 7], [-0.5])], "token id 49159 is past the tokenizer's vocabulary .49152 ids"),
     ],
 )
 def test_vllm_token_ids_and_logprobs_are_checked_chunk_by_chunk_never_coerced(chunks, what, smollm2_path: Path):
