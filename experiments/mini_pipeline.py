@@ -382,194 +382,252 @@ def status_command(argv: list[str]) -> int:
     return status(argv, LAYOUT, layout_difference, defaults, _option)
 
 
+class Run:
+    """One run of the script over its folder: the arguments, the stages wanted, the records in
+    ``OUT/results.json`` (written after every stage), the rollout engine; runs a stage's command
+    unless its files say it is done, and starts a stage's vLLM server only for a stage it runs.
+
+    Raises:
+        SystemExit: (on construction) a folder of other settings or layout, an ``--only`` that
+            names no stage, or a wanted stage whose inputs no wanted stage makes.
+    """
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a, self.out = a, a.out
+        # paths as absolute ones, so that the same file written another way is the same setting
+        settings = {key: str(v.resolve()) if isinstance(v, Path) else v for key, v in vars(a).items()}
+        self.settings = settings | {"out": str(a.out), "layout": LAYOUT}
+        check_settings(self.out, self.settings)
+        self.wanted = wanted_stages(a)
+        missing = missing_inputs(self.out, self.wanted)
+        if missing:
+            raise SystemExit("\n".join(missing))
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "settings.json").write_text(json.dumps(self.settings, indent=2))
+        self.results_path = self.out / "results.json"
+        self.results = json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
+        self.stages = self.results.setdefault("stages", {})
+        self.results["settings"] = self.settings
+        self.engine = rollout_engine(a.engine)
+        self.finished = Finished(self.out, self.settings, self.results)
+        # the run's files
+        out = self.out
+        self.qa, self.pool, self.traj = out / "qa.jsonl", out / "traj_pool.jsonl", out / "sft_trajectories.jsonl"
+        self.rated = out / "eval_sft_train"  # the SFT model on training items: RL's --prefilter-from
+        self.sanity_qa, self.sanity = out / "sanity_qa.jsonl", out / "rl_sanity"
+        self.rl_runs = {"rl": ("v2", out / "rl_model"), "dupo": ("dupo", out / "dupo_model")}
+        self.models = {"base": a.model, **{name: f"hf:{out / d}" for name, d in MODEL_DIRS.items()}}
+
+    # -- the stages' shared arguments ------------------------------------------------------
+    @property
+    def obs(self) -> list[str]:
+        return ["--observations", self.a.observations]
+
+    @property
+    def local(self) -> list[str]:
+        """--engine local: the stages' own commands start no server either (the script starts them for vllm)."""
+        return ["--engine", "local"] if self.engine == "local" else []
+
+    @property
+    def agent(self) -> list[str]:
+        a = self.a
+        return ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
+
+    @property
+    def rl_common(self) -> list[str]:
+        a = self.a
+        return [
+            *["--config", str(a.rl_config)],
+            *["--group-size", str(a.group_size), "--batch", str(a.group_size), "--lr", str(a.rl_lr)],
+            *self.agent,
+            *self.obs,
+            *self.local,
+        ]
+
+    @property
+    def test_items(self) -> list[str]:
+        """The held-out items every model is evaluated on, ``--k`` rollouts each."""
+        a = self.a
+        return ["--bench", str(self.qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.k)]
+
+    def rollout_server(self, name: str, spec: str) -> list[str]:
+        """``--rollout-server SPEC`` for an RL stage that runs on a vLLM server."""
+        return ["--rollout-server", spec] if self.engine == "vllm" and name in self.wanted else []
+
+    # -- running ---------------------------------------------------------------------------
+    def save(self) -> None:
+        self.results_path.write_text(json.dumps(self.results, indent=2))
+
+    def stage(self, name: str, args: list[str], program: str = WS) -> None:
+        """Run stage ``name``'s command (``websailor ARGS``, or ``program ARGS``) when it is
+        wanted and not done; the records are written whatever happens."""
+        if name in self.wanted and not self.finished(name):
+            try:
+                run_stage(name, args, self.stages, program=program)
+            finally:
+                self.save()
+
+    def evaluate(self, name: str, model: str, items: list[str]) -> None:
+        """Stage ``name``: ``websailor eval`` of ``model`` on ``items`` into ``OUT/name`` (the
+        prefilter: ``OUT/eval_sft_train``), on a server of its own."""
+        folder = self.rated if name == "prefilter" else self.out / name
+        with self.serve(name, model) as spec:
+            self.stage(
+                name, ["eval", *items, "--model", spec, "--out", str(folder), *self.agent, *self.local, *self.obs]
+            )
+
+    def serve(self, name: str, model: str) -> contextlib.AbstractContextManager[str]:
+        """The model spec stage ``name`` samples from: a vLLM server for ``model`` while the
+        stage runs; ``model`` itself for a stage not run (not wanted, or done: no server)."""
+        if name not in self.wanted or self.finished(name):
+            return contextlib.nullcontext(model)
+        return served(model, self.engine, self.out / "logs", name, self.a.max_model_len)
+
+
+def wanted_stages(a: argparse.Namespace) -> tuple[str, ...]:
+    """The stages ``--until`` or ``--only`` ask for, in order.
+
+    Raises:
+        SystemExit: an ``--only`` that names no stage, or one that is not a stage.
+    """
+    if a.only is None:
+        return STAGES[: STAGES.index(a.until) + 1]
+    wanted = tuple(x.strip() for x in a.only.split(",") if x.strip())
+    if not wanted:
+        raise SystemExit(f"--only {a.only!r} names no stage; the stages are {', '.join(STAGES)}")
+    unknown = [x for x in wanted if x not in STAGES]
+    if unknown:
+        raise SystemExit(f"--only: no stage {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
+    return wanted
+
+
+def cold_start(run: Run) -> None:
+    """Synthesis, trajectories, SFT, and the base and SFT models on the test split."""
+    a, qa = run.a, run.qa
+    run.stage(
+        "synth",
+        ["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
+        + ["--test-fraction", str(a.test_fraction), "--described-share", str(a.described_share), *run.obs],
+    )
+    if "synth" in run.wanted and not (run.out / "qa_stats.txt").exists():
+        stats = subprocess.run([WS, "synth", "stats", str(qa)], check=True, capture_output=True, text=True).stdout
+        (run.out / "qa_stats.txt").write_text(stats)
+        print(stats)
+    run.stage(
+        "traj",
+        ["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train", "--out", str(run.pool)]
+        + ["--distractor-share", str(a.distractor_share), *run.obs]
+        + ["--question-query" if a.question_query else "--no-question-query"],
+    )
+    # --sft-items of the pool (0: all), --lookup-share of them lookups (grounded.py's recipe: 100, half)
+    run.stage(
+        "traj",
+        ["traj", "select", "--from", str(run.pool), "--out", str(run.traj), "--n", str(a.sft_items)]
+        + ["--lookup-share", str(a.lookup_share), "--seed", str(a.seed)],
+    )
+    sft = run.out / MODEL_DIRS["sft"]
+    run.stage(
+        "sft",
+        ["train", "sft", "--data", str(run.traj), "--out", str(sft), "--model", a.model, "--config", str(a.sft_config)],
+    )
+    for name in ("base", "sft"):
+        run.evaluate(f"eval_{name}", run.models[name], run.test_items)
+
+
+def rl_stages(run: Run) -> None:
+    """The prefilter, the overfitting check on a few moderate items, V2 and DUPO from the SFT
+    model (each then on the test split), and DUPO's throughput against dynamic sampling."""
+    a, sft = run.a, run.models["sft"]
+    train_items = ["--bench", str(run.qa), "--split", "train", "--limit", str(a.prefilter_limit)]
+    run.evaluate("prefilter", sft, [*train_items, "--rollouts", str(a.prefilter_k)])
+    if "sanity" in run.wanted and not run.sanity_qa.exists():
+        draw_sanity_items(run)
+    with run.serve("sanity", sft) as spec:
+        run.stage(
+            "sanity",
+            ["train", "rl", "--data", str(run.sanity_qa), "--split", "all", "--model", sft, "--out", str(run.sanity)]
+            + ["--max-steps", str(a.sanity_steps), *run.rl_common, *run.rollout_server("sanity", spec)]
+            + ["--group-size", str(a.sanity_group_size), "--batch", str(a.sanity_group_size)]
+            + ["--lr", str(a.sanity_lr)],
+        )
+    for name, (algo, path) in run.rl_runs.items():
+        with run.serve(name, sft) as spec:
+            run.stage(
+                name,
+                ["train", "rl", "--data", str(run.qa), "--split", "train", "--model", sft, "--out", str(path)]
+                + ["--algo", algo, "--prefilter-from", str(run.rated), "--max-steps", str(a.rl_steps)]
+                + [*run.rl_common, *run.rollout_server(name, spec)],
+            )
+        run.evaluate(f"eval_{name}", run.models[name], run.test_items)
+    # DUPO against dynamic sampling on one live stream of groups of the SFT model (training items)
+    with run.serve("throughput", sft) as spec:
+        run.stage(
+            "throughput",
+            [str(ROOT / "benchmarks" / "dupo_throughput.py"), "--model", spec, "--qa", str(run.qa)]
+            + ["--stream", str(run.out / "dupo_stream.jsonl"), "--groups", str(a.throughput_groups)]
+            + ["--group-size", str(a.group_size), "--batches", "3", "--max-groups", str(a.throughput_max_groups)]
+            + ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", a.observations]
+            + ["--results-dir", str(run.out)],
+            program=sys.executable,
+        )
+
+
+def draw_sanity_items(run: Run) -> None:
+    """``OUT/sanity_qa.jsonl``: ``--sanity-items`` moderate training items of the prefilter.
+
+    Raises:
+        SystemExit: the prefilter's rollouts cannot be read, or no item is moderate.
+    """
+    from websailor.errors import WebsailorError
+
+    a = run.a
+    try:
+        chosen = moderate_items(run.qa, run.rated, a.prefilter_k, a.sanity_items, a.seed)
+    except WebsailorError as e:
+        raise SystemExit(
+            f"[sanity] the prefilter's rollouts in {run.rated} cannot be read: {e}; rerun --only prefilter"
+        ) from None
+    if not chosen:
+        raise SystemExit(f"no training item in {run.rated} was solved sometimes but not always: no sanity check")
+    run.sanity_qa.write_text("".join(json.dumps(it) + "\n" for it in chosen))
+
+
+def transfer(run: Run) -> None:
+    """The hand-written questions (:data:`VITAL_QUESTIONS`) for every model that exists, and
+    the search baseline, whose figures go to ``results["transfer"]``; a model whose questions
+    are done is skipped."""
+    baseline = search_baseline(VITAL_QUESTIONS)
+    (run.out / "transfer_baseline.json").write_text(json.dumps(baseline, indent=2))
+    bench = ["--bench", str(VITAL_QUESTIONS), "--rollouts", str(run.a.k)]
+    for name in MODELS:
+        if name != "base" and not (run.out / MODEL_DIRS[name] / "config.json").exists():
+            continue
+        label = f"transfer_{name}"
+        if run.finished(label):
+            continue
+        try:
+            with served(run.models[name], run.engine, run.out / "logs", label, run.a.max_model_len) as spec:
+                run_stage(
+                    label,
+                    ["eval", *bench, "--model", spec, "--out", str(run.out / label), *run.agent, *run.local, *run.obs],
+                    run.stages,
+                )
+        finally:
+            run.save()
+
+
 def main() -> None:
     from websailor.signals import interrupt_on_termination
 
     if sys.argv[1:2] == ["status"]:
         sys.exit(status_command(sys.argv[2:]))
-
     interrupt_on_termination()  # a killed run stops the vLLM server of its stage
-    a = parse_args()
-    out = a.out
-    # paths as absolute ones, so that the same file written another way is the same setting
-    settings = {key: str(v.resolve()) if isinstance(v, Path) else v for key, v in vars(a).items()}
-    settings |= {"out": str(a.out), "layout": LAYOUT}
-    check_settings(out, settings)
-    wanted = STAGES[: STAGES.index(a.until) + 1]
-    if a.only is not None:
-        wanted = tuple(x.strip() for x in a.only.split(",") if x.strip())
-        if not wanted:
-            raise SystemExit(f"--only {a.only!r} names no stage; the stages are {', '.join(STAGES)}")
-        unknown = [x for x in wanted if x not in STAGES]
-        if unknown:
-            raise SystemExit(f"--only: no stage {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
-    missing = missing_inputs(out, wanted)
-    if missing:
-        raise SystemExit("\n".join(missing))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "settings.json").write_text(json.dumps(settings, indent=2))
-    results_path = out / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    stages = results.setdefault("stages", {})
-    results["settings"] = settings
-    engine = rollout_engine(a.engine)
-    logs = out / "logs"
-
-    qa, pool, traj, sft = out / "qa.jsonl", out / "traj_pool.jsonl", out / "sft_trajectories.jsonl", out / "sft_model"
-    obs = ["--observations", a.observations]
-    # --engine local: the stages' own commands must not start a server either (the script starts them for vllm)
-    local = ["--engine", "local"] if engine == "local" else []
-    agent = ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
-    agent += local
-    test = ["--bench", str(qa), "--split", "test", "--limit", str(a.eval_limit), "--rollouts", str(a.k)]
-    rl_common = [
-        *["--config", str(a.rl_config)],
-        *["--group-size", str(a.group_size), "--batch", str(a.group_size), "--lr", str(a.rl_lr)],
-        *["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)],
-        *obs,
-        *local,
-    ]
-
-    finished = Finished(out, settings, results)
-
-    def stage(name: str, args: list[str]) -> None:
-        if name in wanted and not finished(name):
-            try:
-                run_stage(name, args, stages)
-            finally:
-                results_path.write_text(json.dumps(results, indent=2))
-
-    def stage_script(name: str, args: list[str]) -> None:
-        if name in wanted and not finished(name):
-            try:
-                run_stage(name, args, stages, program=sys.executable)
-            finally:
-                results_path.write_text(json.dumps(results, indent=2))
-
-    def serve(name: str, model: str) -> contextlib.AbstractContextManager[str]:
-        if name not in wanted or finished(name):  # no server for a stage that is done
-            return contextlib.nullcontext(model)
-        return served(model, engine, logs, name, a.max_model_len)
-
-    stage(
-        "synth",
-        ["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
-        + ["--test-fraction", str(a.test_fraction), "--described-share", str(a.described_share), *obs],
-    )
-    if "synth" in wanted and not (out / "qa_stats.txt").exists():
-        stats = subprocess.run([WS, "synth", "stats", str(qa)], check=True, capture_output=True, text=True).stdout
-        (out / "qa_stats.txt").write_text(stats)
-        print(stats)
-    stage(
-        "traj",
-        ["traj", "build", "--source", "constructive", "--qa", str(qa), "--split", "train", "--out", str(pool)]
-        + ["--distractor-share", str(a.distractor_share), *obs]
-        + ["--question-query" if a.question_query else "--no-question-query"],
-    )
-    # --sft-items of the pool (0: all), --lookup-share of them lookups (grounded.py's recipe: 100, half)
-    stage(
-        "traj",
-        ["traj", "select", "--from", str(pool), "--out", str(traj), "--n", str(a.sft_items)]
-        + ["--lookup-share", str(a.lookup_share), "--seed", str(a.seed)],
-    )
-    stage(
-        "sft",
-        ["train", "sft", "--data", str(traj), "--out", str(sft), "--model", a.model, "--config", str(a.sft_config)],
-    )
-    models = {"base": a.model, "sft": f"hf:{sft}"}
-    for name in ("base", "sft"):
-        with serve(f"eval_{name}", models[name]) as spec:
-            stage(f"eval_{name}", ["eval", *test, "--model", spec, "--out", str(out / f"eval_{name}"), *agent, *obs])
-    # the SFT model on training items: the prefilter that RL reads with --prefilter-from
-    rated = out / "eval_sft_train"
-    train_items = ["--bench", str(qa), "--split", "train", "--limit", str(a.prefilter_limit)]
-    with serve("prefilter", models["sft"]) as spec:
-        stage(
-            "prefilter",
-            [
-                "eval",
-                *train_items,
-                "--rollouts",
-                str(a.prefilter_k),
-                "--model",
-                spec,
-                "--out",
-                str(rated),
-                *agent,
-                *obs,
-            ],
-        )
-    sanity_qa, sanity = out / "sanity_qa.jsonl", out / "rl_sanity"
-    if "sanity" in wanted and not sanity_qa.exists():
-        from websailor.errors import WebsailorError
-
-        try:
-            chosen = moderate_items(qa, rated, a.prefilter_k, a.sanity_items, a.seed)
-        except WebsailorError as e:
-            raise SystemExit(
-                f"[sanity] the prefilter's rollouts in {rated} cannot be read: {e}; rerun --only prefilter"
-            ) from None
-        if not chosen:
-            raise SystemExit(f"no training item in {rated} was solved sometimes but not always: no sanity check")
-        sanity_qa.write_text("".join(json.dumps(it) + "\n" for it in chosen))
-    with serve("sanity", models["sft"]) as spec:
-        server = ["--rollout-server", spec] if engine == "vllm" and "sanity" in wanted else []
-        stage(
-            "sanity",
-            ["train", "rl", "--data", str(sanity_qa), "--split", "all", "--model", models["sft"], "--out", str(sanity)]
-            + ["--max-steps", str(a.sanity_steps), *rl_common, *server]
-            + ["--group-size", str(a.sanity_group_size), "--batch", str(a.sanity_group_size)]
-            + ["--lr", str(a.sanity_lr)],
-        )
-    rl_runs = {"rl": ("v2", out / "rl_model"), "dupo": ("dupo", out / "dupo_model")}
-    for name, (algo, path) in rl_runs.items():
-        with serve(name, models["sft"]) as spec:
-            server = ["--rollout-server", spec] if engine == "vllm" and name in wanted else []
-            stage(
-                name,
-                ["train", "rl", "--data", str(qa), "--split", "train", "--model", models["sft"], "--out", str(path)]
-                + ["--algo", algo, "--prefilter-from", str(rated), "--max-steps", str(a.rl_steps), *rl_common, *server],
-            )
-        with serve(f"eval_{name}", f"hf:{path}") as spec:
-            stage(f"eval_{name}", ["eval", *test, "--model", spec, "--out", str(out / f"eval_{name}"), *agent, *obs])
-    # DUPO against dynamic sampling on one live stream of groups of the SFT model (training items)
-    with serve("throughput", models["sft"]) as spec:
-        stage_script(
-            "throughput",
-            [str(ROOT / "benchmarks" / "dupo_throughput.py"), "--model", spec, "--qa", str(qa)]
-            + ["--stream", str(out / "dupo_stream.jsonl"), "--groups", str(a.throughput_groups)]
-            + ["--group-size", str(a.group_size), "--batches", "3", "--max-groups", str(a.throughput_max_groups)]
-            + ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--observations", a.observations]
-            + ["--results-dir", str(out)],
-        )
-    models |= {name: f"hf:{path}" for name, (_, path) in rl_runs.items()}
-    if "transfer" in wanted:
-        transfer(out, a, models, engine, agent, obs, stages, results, results_path, finished)
-
-    report(out, a, results, results_path, sanity, rl_runs)
-
-
-def transfer(out, a, models, engine, agent, obs, stages, results, results_path, finished) -> None:
-    """The hand-written questions (:data:`VITAL_QUESTIONS`) for every model that exists, and
-    the search baseline, whose figures go to ``results["transfer"]``; a model whose questions
-    are done (``finished(f"transfer_{name}")``) is skipped."""
-    baseline = search_baseline(VITAL_QUESTIONS)
-    (out / "transfer_baseline.json").write_text(json.dumps(baseline, indent=2))
-    bench = ["--bench", str(VITAL_QUESTIONS), "--rollouts", str(a.k)]
-    for name in MODELS:
-        if name != "base" and not (out / MODEL_DIRS[name] / "config.json").exists():
-            continue
-        if finished(f"transfer_{name}"):
-            continue
-        try:
-            with served(models[name], engine, out / "logs", f"transfer_{name}", a.max_model_len) as spec:
-                run_stage(
-                    f"transfer_{name}",
-                    ["eval", *bench, "--model", spec, "--out", str(out / f"transfer_{name}"), *agent, *obs],
-                    stages,
-                )
-        finally:
-            results_path.write_text(json.dumps(results, indent=2))
+    run = Run(parse_args())
+    cold_start(run)
+    rl_stages(run)
+    if "transfer" in run.wanted:
+        transfer(run)
+    report(run.out, run.a, run.results, run.results_path, run.sanity, run.rl_runs)
 
 
 if __name__ == "__main__":

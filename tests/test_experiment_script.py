@@ -1,6 +1,7 @@
 """experiments/mini_pipeline.py refuses what it cannot resume before any work, and its
 in-process pieces (the transfer baseline, publishing) do what the docs say."""
 
+import contextlib
 import importlib.util
 import json
 import subprocess
@@ -517,3 +518,72 @@ def test_a_resumed_run_skips_the_stages_its_files_say_are_done(pipeline, vital, 
     (run / "eval_base" / "summary.json").unlink()
     assert not finished("eval_base")
     assert not finished("transfer_base")
+
+
+def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, monkeypatch, tmp_path):
+    """The commands a fresh run would run, recorded in place of running them: each stage once, in
+    order; every rollout stage on a vLLM server started for its own model (the SFT model's for
+    the prefilter, RL and the throughput stream; each RL model's for its evaluation); the RL
+    stages sample on that server and read the prefilter's ratings."""
+    run = tmp_path / "ladder"
+    ran, servers = [], []
+
+    def record(name, args, stages, program=pipeline.WS):
+        ran.append((name, args))
+        if name == "synth":
+            (run / "qa_stats.txt").write_text("")  # the script's stats of the items, once written
+        if name in pipeline.MODEL_DIRS:  # a training stage's model
+            (run / pipeline.MODEL_DIRS[name]).mkdir()
+            (run / pipeline.MODEL_DIRS[name] / "config.json").write_text("{}")
+        stages[name] = {"wall_s": 0.0, "peak_rss_mb": 0.0, "runs": 1, "finished": True}
+
+    @contextlib.contextmanager
+    def serve(model, engine, logs, label, max_model_len):
+        servers.append((label, model))
+        yield f"vllm:{label}@http://127.0.0.1:1/v1"
+
+    monkeypatch.setattr(pipeline, "run_stage", record)
+    monkeypatch.setattr(pipeline, "served", serve)
+    monkeypatch.setattr(pipeline, "search_baseline", lambda bench: {"questions": 20, "correct": 0, "accuracy": 0.0})
+    run.mkdir()
+    (run / "sanity_qa.jsonl").write_text("")  # the sanity items, drawn from the prefilter's ratings
+    monkeypatch.setattr(sys, "argv", ["mini_pipeline.py", "--out", str(run), "--engine", "vllm"])
+    pipeline.main()
+    names = [name for name, _ in ran]
+    assert names == ["synth", "traj", "traj", "sft", "eval_base", "eval_sft", "prefilter", "sanity", "rl", "eval_rl"] + [
+        "dupo",
+        "eval_dupo",
+        "throughput",
+        "transfer_base",
+        "transfer_sft",
+        "transfer_rl",
+        "transfer_dupo",
+    ]
+    sft = f"hf:{run / 'sft_model'}"
+    assert servers == [
+        ("eval_base", "smollm2"),
+        ("eval_sft", sft),
+        ("prefilter", sft),
+        ("sanity", sft),
+        ("rl", sft),
+        ("eval_rl", f"hf:{run / 'rl_model'}"),
+        ("dupo", sft),
+        ("eval_dupo", f"hf:{run / 'dupo_model'}"),
+        ("throughput", sft),
+        ("transfer_base", "smollm2"),
+        ("transfer_sft", sft),
+        ("transfer_rl", f"hf:{run / 'rl_model'}"),
+        ("transfer_dupo", f"hf:{run / 'dupo_model'}"),
+    ]
+    commands = dict(reversed(ran))  # the first command of a name (traj: build)
+    for name in ("eval_base", "eval_sft", "prefilter", "eval_rl", "eval_dupo", "transfer_base"):
+        args = commands[name]
+        assert args[0] == "eval" and args[args.index("--model") + 1] == f"vllm:{name}@http://127.0.0.1:1/v1"
+    for name, algo in (("rl", "v2"), ("dupo", "dupo")):
+        args = commands[name]
+        assert args[:2] == ["train", "rl"] and args[args.index("--algo") + 1] == algo
+        assert args[args.index("--rollout-server") + 1] == f"vllm:{name}@http://127.0.0.1:1/v1"
+        assert args[args.index("--prefilter-from") + 1] == str(run / "eval_sft_train")
+        assert args[args.index("--max-steps") + 1] == "40" and args[args.index("--model") + 1] == sft
+    assert commands["sanity"][commands["sanity"].index("--data") + 1] == str(run / "sanity_qa.jsonl")
+    assert commands["throughput"][0].endswith("dupo_throughput.py")
