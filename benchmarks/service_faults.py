@@ -22,12 +22,12 @@ their replies in six chunks). It is found by the read timeout of streamed replie
 (websailor.models.streaming; ``--read-timeout`` sets ``WEBSAILOR_READ_TIMEOUT`` for the
 evaluations, default 60 s): target under three read timeouts. The attempts under way each wait
 one out; with ``--concurrency 4`` below the breaker's threshold of 5 failures, the row is
-completed by a retry's timeout, so two read timeouts (with more rollouts at once than the
-threshold, one). Without streaming it took two request timeouts (1,200 s with the defaults).
+completed by a retry's timeout, so two read timeouts (``--concurrency 8``, more rollouts at once
+than the threshold: one; ``--victims`` picks the services to stop). Without streaming it took two request timeouts (1,200 s with the defaults).
 It has no baseline run (every rollout would wait out five attempts of a read timeout).
 
     python benchmarks/service_faults.py [--questions 20] [--k 2] [--kill-after 8] [--no-baseline]
-                                        [--read-timeout S]
+                                        [--read-timeout S] [--concurrency 4] [--victims NAME,...]
 
 Prints a table and writes benchmarks/results/service_faults.json; exits 1 when a run with the
 breaker misses a target. About 4 minutes with the breaker (2 of them the hung server at the
@@ -257,13 +257,15 @@ def _wait(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{url} did not answer within 60 s")
 
 
-def _eval_cmd(services: Services, bench: Path, out: Path, k: int, extra: tuple[str, ...] = ()) -> list[str]:
-    return [*_eval_args(services, bench, out, k), *extra]
+def _eval_cmd(
+    services: Services, bench: Path, out: Path, a: argparse.Namespace, extra: tuple[str, ...] = ()
+) -> list[str]:
+    return [*_eval_args(services, bench, out, a.k, a.concurrency), *extra]
 
 
-def _eval_args(services: Services, bench: Path, out: Path, k: int) -> list[str]:
+def _eval_args(services: Services, bench: Path, out: Path, k: int, concurrency: int = 4) -> list[str]:
     return [
-        *WS, "eval", "--bench", str(bench), "--out", str(out), "--rollouts", str(k), "--concurrency", "4",
+        *WS, "eval", "--bench", str(bench), "--out", str(out), "--rollouts", str(k), "--concurrency", str(concurrency),
         "--max-calls", "4", "--model", f"openai:policy@{services.url('model server')}/v1",
         "--judge", f"llm:openai:judge@{services.url('judge')}/v1", "--tools-url", services.url("tool server"),
     ]  # fmt: skip
@@ -291,7 +293,7 @@ def _disturbed(
     traj = out / "trajectories.jsonl"
     env = _home(out)
     verdicts = services.answered("judge")
-    proc = subprocess.Popen(_eval_cmd(services, bench, out, a.k, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(_eval_cmd(services, bench, out, a, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env=env)  # fmt: skip
     while proc.poll() is None:
         if victim == "judge":
@@ -312,9 +314,7 @@ def _disturbed(
     wrong = sum(graded[key] != base["grades"][key] for key in graded if graded[key] is not None)
     line = next((x for x in stderr.splitlines() if x.startswith("error:")), "")
     services.restart(victim)
-    rerun = subprocess.run(
-        _eval_cmd(services, bench, out, a.k, extra), capture_output=True, text=True, cwd=ROOT, env=env
-    )
+    rerun = subprocess.run(_eval_cmd(services, bench, out, a, extra), capture_output=True, text=True, cwd=ROOT, env=env)
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     return {
         "exit_status": proc.returncode,
@@ -344,10 +344,18 @@ def main() -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the runs without the breaker (minutes each)")
     p.add_argument("--read-timeout", type=float, default=None,
                    help=f"{READ_TIMEOUT_ENV} of the evaluations (default: unset, {READ_TIMEOUT_S:g} s)")  # fmt: skip
+    p.add_argument("--concurrency", type=int, default=4, help="rollouts at once (the breaker's threshold is 5)")
+    p.add_argument("--victims", default=",".join(VICTIMS), help=f"comma-separated, of: {', '.join(VICTIMS)}")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "service_faults", help="scratch folder (emptied)")
     a = p.parse_args()
     if not 1 <= a.questions <= len(FACTS) or a.k < 1 or not 1 <= a.kill_after < a.questions * a.k:
         raise SystemExit(f"--questions 1 to {len(FACTS)}, --k at least 1, --kill-after 1 to questions x k - 1")
+    if a.concurrency < 1:
+        raise SystemExit(f"--concurrency {a.concurrency}: give at least 1")
+    victims = tuple(v.strip() for v in a.victims.split(",") if v.strip())
+    unknown = [v for v in victims if v not in VICTIMS]
+    if not victims or unknown:
+        raise SystemExit(f"--victims {a.victims!r}: name one or more of {', '.join(VICTIMS)}")
     if a.read_timeout is not None:
         os.environ[READ_TIMEOUT_ENV] = str(a.read_timeout)
     read_s = read_timeout()  # the evaluations' (the environment's when not given)
@@ -362,7 +370,7 @@ def main() -> None:
             services.start(name)
         t0 = time.perf_counter()
         clean = a.work / "undisturbed"
-        r = subprocess.run(_eval_cmd(services, bench, clean, a.k), capture_output=True, text=True, cwd=ROOT,
+        r = subprocess.run(_eval_cmd(services, bench, clean, a), capture_output=True, text=True, cwd=ROOT,
                            env=_home(clean))  # fmt: skip
         if r.returncode != 0:
             raise SystemExit(f"the undisturbed evaluation failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -379,7 +387,7 @@ def main() -> None:
                 victim: _disturbed(
                     services, victim, bench, a.work / f"{run}_{victim.replace(' ', '_')}", a, base, extra
                 )
-                for victim in VICTIMS
+                for victim in victims
                 if run == "breaker" or victim not in HUNG  # without the breaker: 5 attempts x 60 s a rollout
             }
     finally:
@@ -403,12 +411,13 @@ def main() -> None:
         }  # fmt: skip
         print("seconds to exit without the breaker over with it:", figures["exit_time_ratio_no_breaker_over_breaker"])
     figures["read_timeout_s"] = read_s
-    figures["targets_s"] = targets = {v: 3 * read_s if v in HUNG else 30.0 for v in VICTIMS}
+    figures["concurrency"] = a.concurrency
+    figures["targets_s"] = targets = {v: 3 * read_s if v in HUNG else 30.0 for v in victims}
     write_results("service_faults", figures, a)
     ok = all(
         (f := figures["breaker"][v])["exit_status"] == 4 and f["seconds_from_kill_to_exit"] < targets[v]
         and f["kept_with_model_error"] == 0 and f["graded_wrong"] == 0 and f["rerun_equals_undisturbed"]
-        for v in VICTIMS
+        for v in victims
     )  # fmt: skip
     sys.exit(0 if ok else 1)
 
