@@ -193,16 +193,17 @@ def _plan(
             f"(websailor eval --bench DATA --split train --rollouts {settings.prefilter} --model MODEL --out "
             "EVAL_DIR) and pass --prefilter-from EVAL_DIR, or run the prefilter without the launcher"
         )
+    # the files named first: a missing one is refused before the model is fetched or converted
+    if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
+        prefilter_source(settings.prefilter_from)  # a missing --prefilter-from (a resumed run needs it no more)
+    if settings.rubric is not None:
+        from websailor.train.rl.report_reward import read_rubric
+
+        read_rubric(settings.rubric)  # an unusable rubric
     model_dir = resolve_model_dir(model)
     tokenizer = load_tokenizer(model_dir)
     TurnTemplate(tokenizer, model)  # refuses a template whose turns cannot be assembled exactly
     load_judge(settings.reward)  # a bad spec is refused before anything is written
-    if settings.rubric is not None:
-        from websailor.train.rl.report_reward import read_rubric
-
-        read_rubric(settings.rubric)  # so is an unusable rubric
-    if settings.prefilter_from and not (out / PREFILTER_FILE).exists():
-        prefilter_source(settings.prefilter_from)  # so is a missing --prefilter-from (a resumed run needs it no more)
     if settings.weight_transfer == "nccl" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             "weight_transfer nccl streams the weights with vLLM's NCCL code, and vLLM is not installed beside the "
