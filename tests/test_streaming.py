@@ -318,6 +318,21 @@ def test_a_chat_stream_without_the_first_choice_is_no_reply():
             model.chat(QUESTION, SamplingParams())
 
 
+def test_reply_content_that_is_no_text_is_refused_not_emptied():
+    """A chunk's content, or a whole reply's, that is neither text nor null (a number, a list):
+    refused with what it is, never read as an empty reply."""
+    chunks = [_chat_chunk(delta={"role": "assistant", "content": None}), _chat_chunk(delta={"content": 5}),
+              _chat_chunk(delta={"content": "x"}, finish_reason="stop"), b"data: [DONE]\n\n"]  # fmt: skip
+    with scripted([(c, 0) for c in chunks]) as url:
+        with pytest.raises(ModelError, match="a chunk's content is a int, not text"):
+            load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
+    whole = {"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
+             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ["P"]}}]}  # fmt: skip
+    with scripted([(json.dumps(whole).encode(), 0)], content_type="application/json") as url:
+        with pytest.raises(ModelError, match="the reply's content is a list, not text"):
+            load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
+
+
 def test_more_of_a_reply_after_its_finish_is_refused(smollm2_path: Path):
     """A chunk with content after the chunk that gave the finish reason: refused by both
     backends, never joined to the reply; a finish reason that is no string too."""

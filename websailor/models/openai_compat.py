@@ -515,7 +515,9 @@ class OpenAIModel(ChatModel):
         """The reply as the model wrote it: the content cut at the first stop string, after the
         thought a reasoning parser split off (``reasoning`` or ``reasoning_content``)."""
         message = choice.message
-        content = message.content if isinstance(message.content, str) else ""
+        if message.content is not None and not isinstance(message.content, str):
+            raise ModelError(f"{self.name}: the reply's content is a {type(message.content).__name__}, not text")
+        content = message.content or ""
         content, _ = cut_at_stop(content, stop)
         reasoning = None
         for field in ("reasoning", "reasoning_content"):

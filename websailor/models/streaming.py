@@ -202,8 +202,9 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
     ``choices`` is empty when no chunk carried the first choice; ``None`` when no chunk came.
 
     Raises:
-        ModelError: a chunk carries more or fewer log-probabilities than token ids, or a
-            ``finish_reason`` that is no string, or more of the reply after one.
+        ModelError: a chunk carries more or fewer log-probabilities than token ids, content
+            that is neither text nor ``None``, a ``finish_reason`` that is no string, or more
+            of the reply after one.
         the exception ``cut(why)`` makes: chunks came but none said why the reply ended (no
             ``finish_reason``: the stream was cut).
     """
@@ -228,6 +229,8 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
                 raise ModelError(f"{where}: a chunk of the streamed reply came after its finish_reason")
             if isinstance(text, str):
                 content.append(text)
+            elif text is not None:  # a chunk with no text says None; anything else is no reply text
+                raise ModelError(f"{where}: a chunk's content is a {type(text).__name__}, not text")
             if isinstance(thought, str):
                 reasoning.append(thought)
             ids.add(piece_ids)
