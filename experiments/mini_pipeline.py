@@ -177,18 +177,23 @@ def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> No
 
 
 class Finished:
-    """``finished(stage)``: whether a stage's files say it is done (:func:`pipeline_status.stage_progress`;
-    for ``transfer_MODEL``, its summary after a run that ended), so that a resumed run neither
-    runs its command again nor starts a vLLM server for it (about 100 s each, on two cores)."""
+    """``finished(stage)``: whether a stage's files say it is done (:func:`pipeline_status.stage_progress`:
+    an evaluation with every rollout in, none to run or grade again; an RL run of the steps
+    asked for; ``transfer_MODEL`` as an evaluation of the hand-written questions), so that a resumed
+    run neither runs its command again nor starts a vLLM server for it (about 100 s each, on two
+    cores). A stage in ``forced`` (named by ``--only``) is never done."""
 
-    def __init__(self, out: Path, settings: dict, results: dict) -> None:
-        self.out, self.settings, self.results = out, settings, results
+    def __init__(self, out: Path, settings: dict, results: dict, forced: tuple[str, ...] = ()) -> None:
+        self.out, self.settings, self.results, self.forced = out, settings, results, set(forced)
         self.said: set[str] = set()
 
     def __call__(self, name: str) -> bool:
-        stages = self.results.get("stages") or {}
+        if name in self.forced or (name.startswith("transfer_") and "transfer" in self.forced):
+            return False
         if name.startswith("transfer_"):
-            done = bool((stages.get(name) or {}).get("finished")) and (self.out / name / "summary.json").exists()
+            from pipeline_status import TRANSFER_QUESTIONS, evaluation_done
+
+            done = evaluation_done(self.out / name, TRANSFER_QUESTIONS * int(self.settings["k"]))[1]
         else:
             from pipeline_status import stage_progress
 
@@ -409,7 +414,8 @@ class Run:
         self.stages = self.results.setdefault("stages", {})
         self.results["settings"] = self.settings
         self.engine = rollout_engine(a.engine)
-        self.finished = Finished(self.out, self.settings, self.results)
+        # a stage named in --only runs (and gets its server) even when its files say done
+        self.finished = Finished(self.out, self.settings, self.results, forced=self.wanted if a.only else ())
         # the run's files
         out = self.out
         self.qa, self.pool, self.traj = out / "qa.jsonl", out / "traj_pool.jsonl", out / "sft_trajectories.jsonl"

@@ -56,9 +56,31 @@ def _records(path: Path) -> list[dict]:
     return out
 
 
-def _rollouts(path: Path) -> int:
-    """Distinct ``(id, rollout)`` pairs of a trajectories file."""
-    return len({(r.get("id"), r.get("rollout")) for r in _records(path)})
+def _finished_rollouts(path: Path) -> int:
+    """Distinct ``(id, rollout)`` pairs of a trajectories file whose latest record a resumed
+    ``websailor eval`` keeps (:func:`websailor.agent.runner.finished`: no model error, no
+    environment failure); the others it runs again."""
+    from websailor.agent.runner import finished
+
+    latest = {(r.get("id"), r.get("rollout")): r for r in _records(path)}
+    return sum(finished(r) for r in latest.values())
+
+
+def evaluation_done(folder: Path, total: int) -> tuple[int, bool]:
+    """The rollouts of the evaluation in ``folder`` a rerun would keep, and whether it is done:
+    nothing a rerun would do (its summary is written when a run stops too, and a rollout that
+    ended in a model error or an outage, or was left ungraded, is run or graded again)."""
+    done = _finished_rollouts(folder / "trajectories.jsonl")
+    summary = _json(folder / "summary.json")
+    return done, bool(summary) and done >= total and not summary.get("ungraded")
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _step_log(path: Path) -> tuple[int, float]:
@@ -120,26 +142,29 @@ def stage_progress(out: Path, settings: dict, results: dict) -> dict[str, dict[s
             total = min(train or limit, int(settings.get("prefilter_limit", 48))) * int(settings.get("prefilter_k", 8))
         else:
             total = min(test or limit, limit) * k
-        done = _rollouts(out / folder / "trajectories.jsonl")
-        # the summary is written when a run stops too: finished is a run that ended, or every rollout
-        finished = (out / folder / "summary.json").exists() and (
-            bool((stages.get(name) or {}).get("finished")) or done >= total
-        )
+        done, finished = evaluation_done(out / folder, total)
         row(name, done, total, "rollouts", finished)
     for name, (folder, key) in RL_RUNS.items():
         step, seconds = _step_log(out / folder / "rl_log.jsonl")
-        row(name, step, settings.get(key), "RL steps", (out / folder / "rl_summary.json").exists(), seconds)
+        trained = _json(out / folder / "rl_summary.json").get("steps")
+        # a finished run of fewer steps than asked (--rl-steps raised) is continued, not done
+        finished = isinstance(trained, int) and trained >= int(settings.get(key) or 0)
+        row(name, step, settings.get(key), "RL steps", finished, seconds)
     groups = _lines(out / "dupo_stream.jsonl")
+    measured = (_json(out / "dupo_throughput.json").get("context") or {}).get("args") or {}
+    asked = (settings.get("throughput_groups"), settings.get("throughput_max_groups"))
     row(
         "throughput",
         groups,
         settings.get("throughput_max_groups"),
         "groups (at most)",
-        "throughput" in stages and bool(stages["throughput"].get("finished")),
+        bool((stages.get("throughput") or {}).get("finished"))
+        and (measured.get("groups"), measured.get("max_groups")) == asked,
     )
     models = [m for m in ("base", "sft", "rl", "dupo") if (out / f"transfer_{m}").exists() or m in ("base", "sft")]
-    done = sum(_rollouts(out / f"transfer_{m}" / "trajectories.jsonl") for m in models)
-    finished = all((out / f"transfer_{m}" / "summary.json").exists() for m in ("base", "sft", "rl", "dupo"))
+    each = {m: evaluation_done(out / f"transfer_{m}", TRANSFER_QUESTIONS * k) for m in ("base", "sft", "rl", "dupo")}
+    done = sum(each[m][0] for m in models)
+    finished = all(ok for _, ok in each.values())
     spent = sum(float((stages.get(f"transfer_{m}") or {}).get("wall_s") or 0.0) for m in ("base", "sft", "rl", "dupo"))
     stages.setdefault("transfer", {"wall_s": spent})
     row("transfer", done, 4 * TRANSFER_QUESTIONS * k, "rollouts", finished)

@@ -394,7 +394,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     (run / "eval_base" / "trajectories.jsonl").write_text(
         "".join(json.dumps({"id": f"i{n}", "rollout": r}) + "\n" for n in range(3) for r in range(2))
     )
-    (run / "eval_base" / "summary.json").write_text("{}")
+    (run / "eval_base" / "summary.json").write_text(json.dumps({"questions": 3, "ungraded": 0}))
     stages = {
         "synth": {"wall_s": 5.0, "runs": 1, "finished": True},
         "traj": {"wall_s": 7.0, "runs": 1, "finished": True},
@@ -477,8 +477,9 @@ def test_a_resumed_run_skips_the_stages_its_files_say_are_done(
     pipeline, vital, vital_kg, tmp_path, monkeypatch, capsys
 ):
     """A rerun runs no command and starts no vLLM server for a stage that is done (about 100 s
-    of server start each on two cores); a stage whose record says finished but whose files are
-    gone is not done."""
+    of server start each on two cores), and runs every stage a rerun has work for: an evaluation
+    with a rollout to run again (a model error) or without its summary, an RL run of fewer steps
+    than now asked, a throughput stream of other sizes, and any stage named by --only."""
     from tests.fakes import ScriptedModel
     from websailor.agent.loop import Agent, AgentConfig
     from websailor.eval.harness import EvalConfig, evaluate
@@ -502,15 +503,20 @@ def test_a_resumed_run_skips_the_stages_its_files_say_are_done(
     (run / "sft_trajectories.jsonl").write_text("{}\n" * 2)
     (run / "sft_model" / "sft_summary.json").write_text("{}")
     agent = Agent(ScriptedModel(lambda messages: "<answer>Nobody</answer>"), build_local_tools(vital), AgentConfig())
-    evaluate(
-        load_questions(str(qa), split="test"), agent, load_judge("em"), run / "eval_base", EvalConfig(), progress=False
-    )
+    test_items = load_questions(str(qa), split="test")
+    evaluate(test_items, agent, load_judge("em"), run / "eval_base", EvalConfig(rollouts=4), progress=False)
     record = {"wall_s": 1.0, "peak_rss_mb": 100.0, "runs": 1, "finished": True}
     stages = {name: dict(record) for name in ("synth", "traj", "eval_base")}
     (run / "results.json").write_text(json.dumps({"stages": stages}))
     ran = []
+
+    @contextlib.contextmanager
+    def serve(model, engine, logs, label, max_model_len):
+        ran.append(f"server {label}")
+        yield "vllm:x@http://127.0.0.1:1/v1"
+
     monkeypatch.setattr(pipeline, "run_stage", lambda name, *args, **kwargs: ran.append(name))
-    monkeypatch.setattr(pipeline, "served", lambda model, engine, logs, label, *args: ran.append(f"server {label}"))
+    monkeypatch.setattr(pipeline, "served", serve)
     monkeypatch.setattr(sys, "argv", ["mini_pipeline.py", "--out", str(run), "--until", "eval_base"])
     pipeline.main()
     assert ran == []  # no command, no server
@@ -518,9 +524,25 @@ def test_a_resumed_run_skips_the_stages_its_files_say_are_done(
     for name in ("synth", "traj", "sft", "eval_base"):
         assert f"[{name}] done (its files say so): skipped" in printed
     assert json.loads((run / "results.json").read_text())["eval"]["base"]["avg_at_k"] == 0.0
-    # the record says finished, the summary is gone: eval_base is not done
-    finished = pipeline.Finished(run, settings, json.loads((run / "results.json").read_text()))
+    monkeypatch.setattr(sys, "argv", ["mini_pipeline.py", "--out", str(run), "--only", "eval_base"])
+    pipeline.main()
+    assert ran == ["server eval_base", "eval_base"]  # named by --only: it runs, done or not
+
+    results = json.loads((run / "results.json").read_text())
+    finished = pipeline.Finished(run, settings, results)
     assert finished("eval_base") and finished("sft") and not finished("eval_sft")
+    first = json.loads((run / "eval_base" / "trajectories.jsonl").read_text().splitlines()[0])
+    with (run / "eval_base" / "trajectories.jsonl").open("a") as fh:  # one rollout rerun, cut by an outage
+        fh.write(json.dumps(first | {"termination": "model_error"}) + "\n")
+    assert not finished("eval_base")
+    (run / "rl_model").mkdir()
+    (run / "rl_model" / "rl_summary.json").write_text(json.dumps({"steps": 40}))
+    assert finished("rl") and not pipeline.Finished(run, settings | {"rl_steps": 60}, results)("rl")
+    results["stages"]["throughput"] = dict(record)
+    sizes = {"groups": settings["throughput_groups"], "max_groups": settings["throughput_max_groups"]}
+    (run / "dupo_throughput.json").write_text(json.dumps({"context": {"args": sizes}}))
+    assert finished("throughput")
+    assert not pipeline.Finished(run, settings | {"throughput_groups": 9}, results)("throughput")
     (run / "eval_base" / "summary.json").unlink()
     assert not finished("eval_base")
     assert not finished("transfer_base")
