@@ -72,6 +72,7 @@ SCRIPT_OPTIONS = {
     "--rl-lr": "experiments/mini_pipeline.py",
     "--sanity-lr": "experiments/mini_pipeline.py",
     "--sft-items": "experiments/mini_pipeline.py",
+    "--rl-steps": "experiments/mini_pipeline.py",
     "--rl-items": "benchmarks/rl_overfit.py",
     "--flip-advantages": "benchmarks/rl_overfit.py",
     "--self-rollouts": "experiments/grounded.py",
