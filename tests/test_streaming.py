@@ -333,6 +333,19 @@ def test_reply_content_that_is_no_text_is_refused_not_emptied():
             load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
 
 
+def test_a_whole_reply_that_stalls_is_a_timeout_the_breaker_counts():
+    """A server that answers a streamed request with a whole JSON body and stops sending
+    mid-body: the read timeout ends it as the client's timeout (retried, counted by the breaker
+    as a timeout), not as a raw error of the client's HTTP library."""
+    with scripted([(b'{"choices": [', 3.0)], content_type="application/json") as url:
+        model = load_model(f"openai:fake@{url}", max_attempts=1, read_timeout_s=0.5)
+        t0 = time.perf_counter()
+        with pytest.raises(ModelError, match="timed out"):
+            model.chat(QUESTION, SamplingParams())
+        assert time.perf_counter() - t0 < 2.5  # the read timeout, not the stall
+    assert (model.breaker._in_a_row, model.breaker._timeouts) == (1, 1)
+
+
 def test_more_of_a_reply_after_its_finish_is_refused(smollm2_path: Path):
     """A chunk with content after the chunk that gave the finish reason: refused by both
     backends, never joined to the reply; a finish reason that is no string too."""

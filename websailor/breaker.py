@@ -191,7 +191,8 @@ class ServiceBreaker:
 def is_timeout(error: BaseException | str) -> bool:
     """Whether a failed attempt timed out, by the exception's type: Python's
     :class:`TimeoutError` (``socket.timeout``), httpx's ``TimeoutException`` (connect, read,
-    write, pool) and the OpenAI client's ``APITimeoutError``; a string (an HTTP status) never.
+    write, pool), the OpenAI client's ``APITimeoutError`` and its HTTP library's (httpx2)
+    ``TimeoutException``; a string (an HTTP status) never.
     Not by the text, which can name a timeout that did not happen (a proxy's "keepalive timeout"
     in a dropped connection's message)."""
     if isinstance(error, str):
@@ -199,7 +200,7 @@ def is_timeout(error: BaseException | str) -> bool:
     kinds: list[type] = [TimeoutError, httpx.TimeoutException]
     openai = sys.modules.get("openai")  # not imported: no error of the OpenAI client can be here
     if openai is not None:
-        kinds.append(openai.APITimeoutError)
+        kinds += [openai.APITimeoutError, sys.modules["httpx2"].TimeoutException]  # its HTTP library's too
     return isinstance(error, tuple(kinds))
 
 

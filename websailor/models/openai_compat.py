@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import httpx2  # the OpenAI client's HTTP library (openai 3.x)
 import openai
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
@@ -331,7 +332,15 @@ class OpenAIModel(ChatModel):
             with client.chat.completions.create(**kwargs) as stream:
                 response = stream.response
                 if not event_stream(response.headers.get("content-type")):
-                    return self._whole(response.read(), response.headers.get("content-type"))
+                    try:
+                        raw = response.read()
+                    except httpx2.TimeoutException as e:  # the client's own errors, as its other paths raise
+                        raise openai.APITimeoutError(request=response.request) from e
+                    except httpx2.TransportError as e:
+                        raise openai.APIConnectionError(
+                            message=f"the reply broke off: {e}", request=response.request
+                        ) from e
+                    return self._whole(raw, response.headers.get("content-type"))
 
                 def late() -> openai.APITimeoutError:
                     return openai.APITimeoutError(request=response.request)
