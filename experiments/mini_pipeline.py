@@ -128,6 +128,7 @@ IDENTITY = (
     "group_size",
     "rl_lr",
     "rl_config",
+    "rl_groups",
 )
 #: identity settings that only later stages read, and what those stages write: such a setting may
 #: change while none of it exists (a learning rate chosen after the overfitting check, say)
@@ -137,6 +138,7 @@ READ_LATER = {
     "sanity_lr": ("rl_sanity",),
     "group_size": ("rl_model", "dupo_model", "dupo_stream.jsonl"),
     "rl_lr": ("rl_model", "dupo_model"),
+    "rl_groups": ("rl_model", "dupo_model"),
     "rl_config": ("rl_sanity", "rl_model", "dupo_model"),
 }
 
@@ -299,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_ladder.yaml")
     p.add_argument("--rl-steps", type=int, default=40, help="RL steps of the main run (V2, and DUPO)")
+    p.add_argument(
+        "--rl-groups",
+        type=int,
+        default=2,
+        help="groups (items) a step of V2 and DUPO: a batch of --rl-groups x --group-size rollouts",
+    )
     p.add_argument("--throughput-groups", type=int, default=4, help="groups per batch of the DUPO throughput stage")
     p.add_argument("--throughput-max-groups", type=int, default=24, help="most groups the throughput stage samples")
     p.add_argument("--until", choices=STAGES, default=STAGES[-1], help="stop after this stage")
@@ -313,7 +321,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = build_parser().parse_args(argv)
     sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
     sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")
-    sizes += ("throughput_groups", "throughput_max_groups")
+    sizes += ("throughput_groups", "throughput_max_groups", "rl_groups")
     refusal = too_small(*((f"--{k.replace('_', '-')}", getattr(a, k), 1) for k in sizes))
     refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--sft-items", a.sft_items, 0))
     if refusal:
@@ -444,7 +452,7 @@ class Run:
         a = self.a
         return [
             *["--config", str(a.rl_config)],
-            *["--group-size", str(a.group_size), "--batch", str(a.group_size), "--lr", str(a.rl_lr)],
+            *["--group-size", str(a.group_size), "--batch", str(a.group_size * a.rl_groups), "--lr", str(a.rl_lr)],
             *self.agent,
             *self.obs,
             *self.local,

@@ -73,6 +73,7 @@ SCRIPT_OPTIONS = {
     "--sanity-lr": "experiments/mini_pipeline.py",
     "--sft-items": "experiments/mini_pipeline.py",
     "--rl-steps": "experiments/mini_pipeline.py",
+    "--rl-groups": "experiments/mini_pipeline.py",
     "--rl-items": "benchmarks/rl_overfit.py",
     "--flip-advantages": "benchmarks/rl_overfit.py",
     "--self-rollouts": "experiments/grounded.py",
