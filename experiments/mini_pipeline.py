@@ -178,6 +178,12 @@ def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> No
     rec["finished"] = True
 
 
+def stage_of(name: str) -> str:
+    """The stage (of :data:`STAGES`) a step belongs to: ``transfer`` for ``transfer_MODEL``, each
+    model's evaluation of the hand-written questions; the name itself otherwise."""
+    return "transfer" if name.startswith("transfer_") else name
+
+
 class Finished:
     """``finished(stage)``: whether a stage's files say it is done (:func:`pipeline_status.stage_progress`:
     an evaluation with every rollout in, none to run or grade again; an RL run of the steps
@@ -190,7 +196,7 @@ class Finished:
         self.said: set[str] = set()
 
     def __call__(self, name: str) -> bool:
-        if name in self.forced or (name.startswith("transfer_") and "transfer" in self.forced):
+        if stage_of(name) in self.forced:
             return False
         if name.startswith("transfer_"):
             from pipeline_status import TRANSFER_QUESTIONS, evaluation_done
@@ -466,7 +472,7 @@ class Run:
 
     def rollout_server(self, name: str, spec: str) -> list[str]:
         """``--rollout-server SPEC`` for an RL stage that runs on a vLLM server."""
-        return ["--rollout-server", spec] if self.engine == "vllm" and name in self.wanted else []
+        return ["--rollout-server", spec] if self.engine == "vllm" and stage_of(name) in self.wanted else []
 
     # -- running ---------------------------------------------------------------------------
     def save(self) -> None:
@@ -475,15 +481,15 @@ class Run:
     def stage(self, name: str, args: list[str], program: str = WS) -> None:
         """Run stage ``name``'s command (``websailor ARGS``, or ``program ARGS``) when it is
         wanted and not done; the records are written whatever happens."""
-        if name in self.wanted and not self.finished(name):
+        if stage_of(name) in self.wanted and not self.finished(name):
             try:
                 run_stage(name, args, self.stages, program=program)
             finally:
                 self.save()
 
     def evaluate(self, name: str, model: str, items: list[str]) -> None:
-        """Stage ``name``: ``websailor eval`` of ``model`` on ``items`` into ``OUT/name`` (the
-        prefilter: ``OUT/eval_sft_train``), on a server of its own."""
+        """Stage ``name`` (or a ``transfer_MODEL`` step): ``websailor eval`` of ``model`` on
+        ``items`` into ``OUT/name`` (the prefilter: ``OUT/eval_sft_train``), on a server of its own."""
         folder = self.rated if name == "prefilter" else self.out / name
         with self.serve(name, model) as spec:
             self.stage(
@@ -493,7 +499,7 @@ class Run:
     def serve(self, name: str, model: str) -> contextlib.AbstractContextManager[str]:
         """The model spec stage ``name`` samples from: a vLLM server for ``model`` while the
         stage runs; ``model`` itself for a stage not run (not wanted, or done: no server)."""
-        if name not in self.wanted or self.finished(name):
+        if stage_of(name) not in self.wanted or self.finished(name):
             return contextlib.nullcontext(model)
         return served(model, self.engine, self.out / "logs", name, self.a.max_model_len)
 
@@ -616,18 +622,7 @@ def transfer(run: Run) -> None:
     for name in MODELS:
         if name != "base" and not (run.out / MODEL_DIRS[name] / "config.json").exists():
             continue
-        label = f"transfer_{name}"
-        if run.finished(label):
-            continue
-        try:
-            with served(run.models[name], run.engine, run.out / "logs", label, run.a.max_model_len) as spec:
-                run_stage(
-                    label,
-                    ["eval", *bench, "--model", spec, "--out", str(run.out / label), *run.agent, *run.local, *run.obs],
-                    run.stages,
-                )
-        finally:
-            run.save()
+        run.evaluate(f"transfer_{name}", run.models[name], bench)
 
 
 def main() -> None:

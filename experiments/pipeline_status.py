@@ -268,7 +268,7 @@ def status(
     if not a.out.is_dir():
         print(f"{a.out} is not a folder", file=sys.stderr)
         return 2
-    results = _records_file(a.out / "results.json")
+    results = _json(a.out / "results.json")
     try:
         rows = stage_progress(a.out, settings, results)
     except (OSError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError, yaml.YAMLError) as e:
@@ -286,11 +286,3 @@ def status(
     else:
         print(format_status(a.out, rows, command), end="")
     return 0
-
-
-def _records_file(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
