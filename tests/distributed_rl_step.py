@@ -123,6 +123,9 @@ def main(model_dir: Path, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().clone() for k, v in net.state_dict().items()}, str(out / "model.safetensors"))
         (out / "logs.json").write_text(json.dumps({"logs": logs, "prompts": prompts, "world": world}))
+    from websailor.train.common import end_processes
+
+    end_processes()  # no process exits with gloo's threads running (SIGABRT at exit otherwise)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,9 @@ def train_sft_cmd(
         keep_checkpoints=keep_checkpoints,
     )
     s = train_sft(data, model, out, settings, report_to=report_to)
-    from websailor.train.common import is_main_process
+    from websailor.train.common import end_processes, is_main_process
+
+    end_processes()
 
     if not is_main_process():  # under a launcher, one process reports
         return
@@ -301,7 +303,9 @@ def train_rl_cmd(
         report_to=report_to,
         engine=engine.value,
     )
-    from websailor.train.common import is_main_process
+    from websailor.train.common import end_processes, is_main_process
+
+    end_processes()
 
     if not is_main_process():
         return

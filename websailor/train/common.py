@@ -121,6 +121,20 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def end_processes() -> None:
+    """After a successful run under a launcher: wait for every process, then destroy the
+    process group, so that no process exits while gloo's (or NCCL's) threads still run; one
+    that does dies with SIGABRT ("terminate called without an active exception") and the
+    launcher reports the whole run failed. A no-op outside a launcher. Called only on success:
+    after a failure in one process the others may be inside a collective, and a barrier would
+    hang."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def resolve_model_dir(spec: str) -> Path:
     """The local directory behind a model spec: ``smollm2`` (embedded) or ``hf:DIR``.
 
