@@ -333,6 +333,27 @@ def test_reply_content_that_is_no_text_is_refused_not_emptied():
             load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
 
 
+def test_token_ids_sent_in_only_some_chunks_are_refused_not_trained_on(smollm2_path: Path):
+    """A server that sends token ids with some chunks of reply text and not others (chat or
+    completions): the ids would not be the text, so the reply is refused with the chunk; a chunk
+    with ids and no text (a piece of a character held back) is fine."""
+    chunks = [_chat_chunk(delta={"role": "assistant", "content": ""}),
+              _chat_chunk(delta={"content": "Pa"}, token_ids=[3]), _chat_chunk(delta={"content": ""}, token_ids=[7]),
+              _chat_chunk(delta={"content": "ris"}), _chat_chunk(delta={}, finish_reason="stop"), b"data: [DONE]\n\n"]  # fmt: skip
+    with scripted([(c, 0) for c in chunks]) as url:
+        with pytest.raises(ModelError, match="chunk 4 of the streamed reply carries text but no token ids"):
+            load_model(f"openai:fake@{url}", max_attempts=1).chat(QUESTION, SamplingParams())
+    gap = [_completion_chunk([3], [-0.5]), _completion_chunk(None, None).replace(b'"text": ""', b'"text": "ris"')]
+    pieces = [*gap, _completion_chunk([], [], "stop"), b"data: [DONE]\n\n"]
+    with scripted([(c, 0) for c in pieces]) as url:
+        with pytest.raises(ModelError, match="chunk 2 of the streamed reply carries text but no token ids"):
+            _vllm(url, smollm2_path).chat(QUESTION, SamplingParams(max_tokens=8))
+    held = [_completion_chunk([3], [-0.5]), _completion_chunk([4], [-0.25]).replace(b'"text": ""', b'"text": "Pa"')]
+    with scripted([(c, 0) for c in [*held, _completion_chunk([], [], "stop"), b"data: [DONE]\n\n"]]) as url:
+        g = _vllm(url, smollm2_path).chat(QUESTION, SamplingParams(max_tokens=8))
+    assert g.token_ids == [3, 4]  # the text is decoded from the ids
+
+
 def test_a_whole_reply_that_stalls_is_a_timeout_the_breaker_counts():
     """A server that answers a streamed request with a whole JSON body and stops sending
     mid-body: the read timeout ends it as the client's timeout (retried, counted by the breaker

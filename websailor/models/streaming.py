@@ -150,8 +150,11 @@ class _Pieces:
         self.seen = False
         self.bad: Any = None
         self.sizes: list[int] = []  # each chunk's count (0 where a chunk sent none)
+        self.gap: int | None = None  # the first chunk with reply text but no piece
 
-    def add(self, piece: Any) -> None:
+    def add(self, piece: Any, text: bool = False) -> None:
+        if piece is None and text and self.gap is None:
+            self.gap = len(self.sizes)
         if piece is not None:
             self.seen = True
             if isinstance(piece, list):
@@ -168,7 +171,14 @@ class _Pieces:
 
 
 def _aligned(ids: _Pieces, logprobs: _Pieces, where: str) -> None:
-    """Each chunk carries as many log-probabilities as token ids (when the reply has both)."""
+    """Each chunk carries as many log-probabilities as token ids (when the reply has both), and
+    when some chunks carry token ids, every chunk with reply text does: the ids of a reply whose
+    chunks sent them only now and then are not its text, and a trainer would learn wrong tokens."""
+    if ids.seen and ids.bad is None and ids.gap is not None:  # a bad piece: the reader names it
+        raise ModelError(
+            f"{where}: chunk {ids.gap + 1} of the streamed reply carries text but no token ids, though other "
+            "chunks carry them: the reply's token ids would not be its text"
+        )
     if ids.seen and logprobs.seen and ids.bad is None and logprobs.bad is None and ids.sizes != logprobs.sizes:
         at = next(i for i, (a, b) in enumerate(zip(ids.sizes, logprobs.sizes, strict=True)) if a != b)
         raise ModelError(
@@ -202,8 +212,8 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
     ``choices`` is empty when no chunk carried the first choice; ``None`` when no chunk came.
 
     Raises:
-        ModelError: a chunk carries more or fewer log-probabilities than token ids, content
-            that is neither text nor ``None``, a ``finish_reason`` that is no string, or more
+        ModelError: a chunk carries more or fewer log-probabilities than token ids, reply text
+            but no token ids while others carry them, content that is neither text nor ``None``, a ``finish_reason`` that is no string, or more
             of the reply after one.
         the exception ``cut(why)`` makes: chunks came but none said why the reply ended (no
             ``finish_reason``: the stream was cut).
@@ -233,7 +243,7 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
                 raise ModelError(f"{where}: a chunk's content is a {type(text).__name__}, not text")
             if isinstance(thought, str):
                 reasoning.append(thought)
-            ids.add(piece_ids)
+            ids.add(piece_ids, bool(text or thought))
             entries.add(piece_logprobs)
             finish = _finish(getattr(choice, "finish_reason", None), where) or finish
     if not seen:
@@ -257,7 +267,8 @@ def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], Bas
 
     Raises:
         ModelError: a chunk is not JSON, is not a completion chunk, carries an ``error``,
-            more or fewer log-probabilities than token ids, a ``finish_reason`` that is no
+            more or fewer log-probabilities than token ids, text but no token ids while
+            others carry them, a ``finish_reason`` that is no
             string, or more of the reply after one.
         the exception ``cut(why)`` makes: the stream ended before a chunk gave a
             ``finish_reason`` (cut).
@@ -290,7 +301,7 @@ def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], Bas
                 raise ModelError(f"{where}: a chunk of the streamed reply came after its finish_reason")
             if isinstance(choice.get("text"), str):
                 text.append(choice["text"])
-            ids.add(choice.get("token_ids"))
+            ids.add(choice.get("token_ids"), bool(choice.get("text")))
             piece = choice.get("logprobs")
             logprobs.add(piece.get("token_logprobs") if isinstance(piece, dict) else piece)
             if choice.get("stop_reason") is not None:
