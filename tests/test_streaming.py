@@ -269,8 +269,8 @@ def test_a_stream_cut_before_its_end_is_no_reply(smollm2_path: Path, monkeypatch
         ([([3, 4], ["-0.5", -0.5])], "not all finite numbers"),
         ([([3, 4], [5.0, 7.0])], "not all finite numbers of at most 0"),
         ([([1] * 20, [-0.1] * 20)], "20 token ids, more than max_tokens 8"),
-        ([([10**12], [-0.5])], "token id 1000000000000 is past the tokenizer's vocabulary"),
-        ([([3], [-0.5]), ([49152 + 7], [-0.5])], "token id 49159 is past the tokenizer's vocabulary .49152 ids"),
+        ([([10**12], [-0.5])], "token id 1000000000000 is past the model's vocabulary"),
+        ([([3], [-0.5]), ([49152 + 7], [-0.5])], "token id 49159 is past the model's vocabulary .49152 ids"),
     ],
 )
 def test_vllm_token_ids_and_logprobs_are_checked_chunk_by_chunk_never_coerced(chunks, what, smollm2_path: Path):
@@ -281,6 +281,31 @@ def test_vllm_token_ids_and_logprobs_are_checked_chunk_by_chunk_never_coerced(ch
         with pytest.raises(ModelError, match=what) as err:
             chat.chat(QUESTION, SamplingParams(max_tokens=8))
     assert str(err.value).startswith(chat.where)
+
+
+def test_an_id_in_the_models_padded_rows_is_kept_one_past_them_refused(smollm2_path: Path, tmp_path: Path):
+    """A model whose embedding has rows past the tokenizer's ids (Qwen: 151,936 for about
+    151,669): vLLM samples from every row, so such an id is a reply token (no text), which the
+    next turn's assembly and the trainer take; an id past the rows is still refused."""
+    import shutil
+
+    padded = tmp_path / "padded"
+    shutil.copytree(smollm2_path, padded, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    config = json.loads((padded / "config.json").read_text())
+    (padded / "config.json").write_text(json.dumps({**config, "vocab_size": 49152 + 64}))
+    tok = load_tokenizer(smollm2_path)
+    ids = [*tok("Paris", add_special_tokens=False)["input_ids"], 49152 + 7]
+    with scripted([(_completion_chunk(ids, [-0.5] * len(ids), "stop"), 0), (b"data: [DONE]\n\n", 0)]) as url:
+        chat = _vllm(url, padded)
+        g = chat.chat(QUESTION, SamplingParams(max_tokens=8))
+        assert g.token_ids == ids and g.text == "Paris"
+        turn = {"role": "assistant", "content": g.text, "token_ids": g.token_ids}
+        conv = chat.turns.conversation([*QUESTION, turn, {"role": "user", "content": "Sure?"}])
+        assert [t for t, m in zip(conv.ids, conv.mask) if m][: len(ids)] == ids
+    past = [ids[0], 49152 + 64]
+    with scripted([(_completion_chunk(past, [-0.5] * 2, "stop"), 0), (b"data: [DONE]\n\n", 0)]) as url:
+        with pytest.raises(ModelError, match="token id 49216 is past the model's vocabulary .49216 ids"):
+            _vllm(url, padded).chat(QUESTION, SamplingParams(max_tokens=8))
 
 
 @pytest.mark.parametrize("payload", [b"[1, 2]", b"null", b'{"choices": "abc"}', b'{"choices": [7]}', b"{oops"])

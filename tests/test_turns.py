@@ -99,7 +99,7 @@ def test_sampled_ids_are_used_as_they_are(tokenizer):
     model = [t for t, m in zip(conv.ids, conv.mask) if m]
     assert model == odd and conv.retokenized == 0 and conv.ids[-1] == tokenizer.eos_token_id
     assert turns.conversation(msgs, sampled=False).retokenized == 1
-    with pytest.raises(ValueError, match="token_ids must be ids of this tokenizer"):
+    with pytest.raises(ValueError, match="token_ids must be ids of this model"):
         turns.conversation([*msgs[:2], {**msgs[2], "token_ids": [10**9]}])
 
 

@@ -59,6 +59,24 @@ class ConversationTokens:
     retokenized: int = 0
 
 
+def model_vocab(tokenizer: Any) -> int:
+    """The token ids a model may sample and train on: the tokenizer's, or the embedding's rows
+    when the ``config.json`` beside the tokenizer (``tokenizer.name_or_path``) states more (a
+    vocabulary padded past the tokenizer: Qwen's 151,936 rows for about 151,669 ids). A server
+    that samples from every row (vLLM does) may return such an id; it decodes to no text and
+    the model has its row."""
+    import json
+
+    size = len(tokenizer)
+    config = os.path.join(str(getattr(tokenizer, "name_or_path", "") or ""), "config.json")
+    try:
+        with open(config, encoding="utf-8") as f:
+            rows = json.load(f).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return size
+    return max(size, rows) if isinstance(rows, int) and not isinstance(rows, bool) else size
+
+
 class TurnTemplate:
     """The per-turn pieces of a tokenizer's chat template.
 
@@ -100,7 +118,7 @@ class TurnTemplate:
         if why:
             raise TemplateSplitError(f"{name}: the chat template cannot be split into per-turn pieces ({why})")
         self.eos_ids = _eos_ids(tokenizer)
-        self.vocab_size = len(tokenizer)
+        self.vocab_size = model_vocab(tokenizer)
         # what ends an assistant turn in text: common to the close and the glue, e.g. "<|im_end|>"
         self.end_marker = os.path.commonprefix(
             [self.close_text(), self.glue_text([{"role": "user", "content": _MARK_USER}])]
@@ -177,7 +195,7 @@ class TurnTemplate:
                     isinstance(t, int) and 0 <= t < self.vocab_size for t in exact
                 ):
                     raise ValueError(
-                        f"assistant turn {out.turns + 1}: token_ids must be ids of this tokenizer "
+                        f"assistant turn {out.turns + 1}: token_ids must be ids of this model "
                         f"(ints from 0 to {self.vocab_size - 1})"
                     )
                 ids = list(exact)

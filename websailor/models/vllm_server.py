@@ -353,7 +353,7 @@ class VLLMServerModel(ChatModel):
         past = next((i for i in ids if i >= turns.vocab_size), None)
         if past is not None:  # it would decode to nothing here, and no later turn or update could use it
             raise ModelError(
-                f"{self.where}: the reply's token id {past} is past the tokenizer's vocabulary ({turns.vocab_size} "
+                f"{self.where}: the reply's token id {past} is past the model's vocabulary ({turns.vocab_size} "
                 "ids): does the server serve the model whose tokenizer this is?"
             )
         finish = choice.get("finish_reason") or "stop"

@@ -60,7 +60,8 @@ def rollout_tokens(traj: Trajectory, tokenizer: Any, template: TurnTemplate | No
 
     Raises:
         ValueError: the conversation does not start with system and user messages, a turn's
-            recorded ``token_ids`` are not ids of this tokenizer, or the rollout was summarized
+            recorded ``token_ids`` are not ids of this model
+            (:func:`~websailor.models.turns.model_vocab`), or the rollout was summarized
             (:mod:`websailor.agent.summarize`): its turns are several sequences, which
             token-exact RL does not train (docs/reports.md).
         TemplateSplitError: the template cannot be split into per-turn pieces.
