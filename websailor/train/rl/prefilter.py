@@ -180,38 +180,14 @@ def prefilter_from_file(
     """
     import hashlib
 
-    from websailor.eval.scoring import case_key, read_trajectories, score_trajectories, ungraded_reason
+    from websailor.eval.scoring import read_trajectories
 
     traj_path, scores_path = prefilter_source(source)
     records = read_trajectories([traj_path])
     by_id = {it.id: it for it in items}
-    foreign = sorted({str(r["id"]) for r in records if str(r["id"]) not in by_id})
-    changed = sorted(
-        {str(r["id"]) for r in records if str(r["id"]) in by_id and r["question"] != by_id[str(r["id"])].question}
-    )
-    if foreign or changed:
-        detail = []
-        if foreign:
-            detail.append(f"{len(foreign)} item ids are not in the training data (e.g. {foreign[0]!r})")
-        if changed:
-            detail.append(f"{len(changed)} ids ask another question than the training data's (e.g. {changed[0]!r})")
-        raise ConfigError(
-            f"--prefilter-from {traj_path} holds rollouts of another question set: {'; '.join(detail)} "
-            f"({len({str(r['id']) for r in records})} items in the file, {len(items)} in --data): rate these items "
-            "(websailor eval on the same file, with --split train: eval rates the test split unless told "
-            "otherwise) or use --prefilter K"
-        )
+    _check_question_set(records, by_id, traj_path)
     records = [{**r, "answer": by_id[str(r["id"])].gold.to_dict()} for r in records]  # grade against --data's gold
-    stored = _stored_grades(scores_path, judge.name)
-    reuse = {}
-    for r in records:
-        s = stored.get((str(r["id"]), r["rollout"]))
-        if s is not None and s.key == case_key(r) and ungraded_reason(r, max_env_failures) is None:
-            reuse[(str(r["id"]), r["rollout"])] = s.correct
-    todo = [r for r in records if (str(r["id"]), r["rollout"]) not in reuse]
-    fresh = score_trajectories(todo, judge, progress=False, max_env_failures=max_env_failures) if todo else []
-    grades = dict(reuse)
-    grades.update({(s.id, s.rollout): s.correct for s in fresh})
+    grades, reused = _grade(records, scores_path, judge, max_env_failures)
     marks: dict[str, list[tuple[int, bool]]] = {it.id: [] for it in items}
     for (qid, rollout), correct in grades.items():
         if correct is not None:
@@ -226,21 +202,7 @@ def prefilter_from_file(
     for r in records:
         per_item[str(r["id"])] = per_item.get(str(r["id"]), 0) + 1
     need = k or max(per_item.values())
-    counts = {"kept": 0, "too_easy": 0, "too_hard": 0, "ungraded": 0, "short": 0, "unrated": 0}
-    kept = []
-    for it in items:
-        if it.id not in per_item:
-            counts["unrated"] += 1
-            continue
-        got = sorted(marks[it.id])
-        if len(got) < need:
-            counts["short"] += 1
-            continue
-        v = band_verdict(sum(c for _, c in got[:need]), need, band)
-        counts[v] += 1
-        if v == "kept":
-            kept.append(it)
-    counts["ungraded"] = counts["short"] + counts["unrated"]
+    kept, counts = _verdicts(items, marks, per_item, need, band)
     head = {
         "from": str(source),
         "source": str(traj_path),
@@ -250,7 +212,7 @@ def prefilter_from_file(
         **counts,
         "rollouts": len(records),
         "graded": graded,
-        "reused_grades": len(reuse),
+        "reused_grades": reused,
     }
     if counts["short"]:
         logger.warning(
@@ -284,6 +246,77 @@ def prefilter_from_file(
             "other rollouts, or train without a prefilter"
         )
     return kept, head
+
+
+def _check_question_set(records: list[dict], by_id: dict[str, Question], traj_path: Path) -> None:
+    """Refuse rollouts of another question set: ids not among ``by_id``, or the same id asking
+    another question.
+
+    Raises:
+        ConfigError: with both counts and an example of each.
+    """
+    foreign = sorted({str(r["id"]) for r in records if str(r["id"]) not in by_id})
+    changed = sorted(
+        {str(r["id"]) for r in records if str(r["id"]) in by_id and r["question"] != by_id[str(r["id"])].question}
+    )
+    if not (foreign or changed):
+        return
+    detail = []
+    if foreign:
+        detail.append(f"{len(foreign)} item ids are not in the training data (e.g. {foreign[0]!r})")
+    if changed:
+        detail.append(f"{len(changed)} ids ask another question than the training data's (e.g. {changed[0]!r})")
+    raise ConfigError(
+        f"--prefilter-from {traj_path} holds rollouts of another question set: {'; '.join(detail)} "
+        f"({len({str(r['id']) for r in records})} items in the file, {len(by_id)} in --data): rate these items "
+        "(websailor eval on the same file, with --split train: eval rates the test split unless told "
+        "otherwise) or use --prefilter K"
+    )
+
+
+def _grade(
+    records: list[dict], scores_path: Path | None, judge: Any, max_env_failures: int
+) -> tuple[dict[tuple[str, int], bool | None], int]:
+    """The grade of each rollout, ``{(id, rollout): correct}`` (``None``: ungraded), and how many
+    came from the eval's ``scores.jsonl`` (same judge, same question, prediction and gold)
+    instead of the judge."""
+    from websailor.eval.scoring import case_key, score_trajectories, ungraded_reason
+
+    stored = _stored_grades(scores_path, judge.name)
+    grades: dict[tuple[str, int], bool | None] = {}
+    for r in records:
+        s = stored.get((str(r["id"]), r["rollout"]))
+        if s is not None and s.key == case_key(r) and ungraded_reason(r, max_env_failures) is None:
+            grades[(str(r["id"]), r["rollout"])] = s.correct
+    reused = len(grades)
+    todo = [r for r in records if (str(r["id"]), r["rollout"]) not in grades]
+    fresh = score_trajectories(todo, judge, progress=False, max_env_failures=max_env_failures) if todo else []
+    grades.update({(s.id, s.rollout): s.correct for s in fresh})
+    return grades, reused
+
+
+def _verdicts(
+    items: list[Question], marks: dict[str, list[tuple[int, bool]]], per_item: dict[str, int], need: int, band: str
+) -> tuple[list[Question], dict[str, int]]:
+    """The kept items and the counts ``kept``, ``too_easy``, ``too_hard``, ``short`` (fewer than
+    ``need`` graded rollouts), ``unrated`` (no rollout) and ``ungraded`` (the last two together);
+    an item's first ``need`` graded rollouts (lowest indices) decide."""
+    counts = {"kept": 0, "too_easy": 0, "too_hard": 0, "ungraded": 0, "short": 0, "unrated": 0}
+    kept = []
+    for it in items:
+        if it.id not in per_item:
+            counts["unrated"] += 1
+            continue
+        got = sorted(marks[it.id])
+        if len(got) < need:
+            counts["short"] += 1
+            continue
+        v = band_verdict(sum(c for _, c in got[:need]), need, band)
+        counts[v] += 1
+        if v == "kept":
+            kept.append(it)
+    counts["ungraded"] = counts["short"] + counts["unrated"]
+    return kept, counts
 
 
 def check_prefilter_record(path: Path, saved: dict, settings: RLSettings) -> None:
