@@ -163,10 +163,8 @@ def train_sft(
             holding another run.
         InputFormatError: bad or empty trajectory data (:func:`load_sft_data`).
     """
-    import torch
     from datasets import Dataset
     from transformers import AutoConfig
-    from trl import SFTConfig
 
     from websailor.precision import choose_precision
     from websailor.train.sft_data import load_sft_data
@@ -208,31 +206,7 @@ def train_sft(
         (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         # the steps after the checkpoint are trained again: their lines go, and come back once
         trim_jsonl(out / LOG_FILE, checkpoint_step(resume) if resume else 0)
-    args = SFTConfig(
-        output_dir=str(out / "checkpoints"),
-        learning_rate=settings.learning_rate,
-        warmup_steps=settings.warmup_ratio,  # a float below 1 is a share of the steps
-        lr_scheduler_type=settings.lr_scheduler,
-        weight_decay=settings.weight_decay,
-        per_device_train_batch_size=settings.micro_batch_size,
-        gradient_accumulation_steps=accumulation,
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps or -1,
-        max_length=None,  # over-long trajectories were dropped, never cut
-        bf16=bf16,
-        gradient_checkpointing=None,  # the deprecated alias; TRL's default would turn it on
-        activation_checkpointing=settings.gradient_checkpointing,
-        activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
-        save_strategy="steps",
-        save_steps=settings.save_steps,
-        save_total_limit=settings.keep_checkpoints,
-        logging_steps=settings.logging_steps,
-        report_to=reporters or "none",
-        seed=settings.seed,
-        disable_tqdm=not progress,
-        dataset_num_proc=None,
-        use_cpu=not torch.cuda.is_available(),
-    )
+    args = _sft_config(settings, out, accumulation, bf16, reporters, progress)
     with tensorboard_dir(out / "tensorboard", reporters):
         trainer = AgentSFTTrainer(
             model=net,
@@ -243,16 +217,7 @@ def train_sft(
             callbacks=[step_log_callback(out)],
         )
     t0 = time.perf_counter()
-    if resume is not None and checkpoint_is_final(resume):  # killed after its last step: nothing left to train
-        from transformers import TrainerState
-
-        logger.info("%s is the run's last step: its model is written without training further", resume.name)
-        trainer._load_from_checkpoint(str(resume))
-        trainer.state = TrainerState.load_from_json(str(resume / "trainer_state.json"))
-        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-        train_loss = sum(losses) / len(losses) if losses else None
-    else:
-        train_loss = trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss
+    train_loss = _train(trainer, resume)
     seconds = time.perf_counter() - t0
 
     save_model(trainer, out, model_dir, settings.lora)
@@ -282,3 +247,52 @@ def train_sft(
     if trainer.is_world_process_zero():
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
+
+
+def _sft_config(
+    settings: SFTSettings, out: Path, accumulation: int, bf16: bool, reporters: list[str], progress: bool
+) -> Any:
+    """TRL's ``SFTConfig`` for ``settings``: checkpoints under ``out/checkpoints``, the step's
+    batch as ``accumulation`` micro-batches per process."""
+    import torch
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(out / "checkpoints"),
+        learning_rate=settings.learning_rate,
+        warmup_steps=settings.warmup_ratio,  # a float below 1 is a share of the steps
+        lr_scheduler_type=settings.lr_scheduler,
+        weight_decay=settings.weight_decay,
+        per_device_train_batch_size=settings.micro_batch_size,
+        gradient_accumulation_steps=accumulation,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps or -1,
+        max_length=None,  # over-long trajectories were dropped, never cut
+        bf16=bf16,
+        gradient_checkpointing=None,  # the deprecated alias; TRL's default would turn it on
+        activation_checkpointing=settings.gradient_checkpointing,
+        activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS) if settings.gradient_checkpointing else None,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=settings.keep_checkpoints,
+        logging_steps=settings.logging_steps,
+        report_to=reporters or "none",
+        seed=settings.seed,
+        disable_tqdm=not progress,
+        dataset_num_proc=None,
+        use_cpu=not torch.cuda.is_available(),
+    )
+
+
+def _train(trainer: Any, resume: Path | None) -> float | None:
+    """Train from ``resume`` (or from the start); the mean loss over the session's steps. A
+    checkpoint of the run's last step (killed after it) is loaded, not trained further."""
+    if resume is not None and checkpoint_is_final(resume):
+        from transformers import TrainerState
+
+        logger.info("%s is the run's last step: its model is written without training further", resume.name)
+        trainer._load_from_checkpoint(str(resume))
+        trainer.state = TrainerState.load_from_json(str(resume / "trainer_state.json"))
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        return sum(losses) / len(losses) if losses else None
+    return trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss
