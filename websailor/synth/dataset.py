@@ -277,17 +277,13 @@ def _described_share(item: dict) -> float | None:
     return None if any(c.get("kind") == "described" for c in item["constraints"]) else 0.0
 
 
-def _synthesize(
-    kg: KnowledgeGraph,
-    out: Path,
-    fh: TextIO,
-    items: list[dict],
-    cfg: SynthConfig,
-    progress: bool,
-    llm: ChatModel | None,
-    difficulty: DifficultyFilter | None,
-    replay: PathReplayer | None = None,
-) -> Counter:
+def _check_resumable(out: Path, items: list[dict], cfg: SynthConfig) -> None:
+    """Refuse to continue ``out`` (holding ``items``) under other early settings: another seed,
+    test fraction, described share or level schedule would mix two streams in one file.
+
+    Raises:
+        InvalidArgumentError: naming the setting, the file's value and the option to pass.
+    """
     seeds = sorted({it["seed"] for it in items} - {cfg.seed})
     if seeds:
         raise InvalidArgumentError(
@@ -315,34 +311,111 @@ def _synthesize(
                 f"{it.get('level', DEFAULT_LEVEL)}; --level {format_levels(cfg.levels)} puts level {cfg.level_of(j)} "
                 f"there; the file's items are at levels {had}); pass the same --level to continue it, or use another --out"
             )
-    # balancing counts, per level
-    topo: dict[int, Counter] = {level: Counter() for level in LEVELS}
-    count: Counter = Counter()
-    cycles: Counter = Counter()
-    masks: Counter = Counter()
-    for it in items:
-        level = it.get("level", DEFAULT_LEVEL)
-        topo[level][it["topology_hash"]] += 1
-        count[level] += 1
-        cycles[level] += it["has_cycle"]
-        masks[level] += has_name_mask(it)
-    keys = {item_key(it) for it in items} | {question_key(it["question"]) for it in items}
+
+
+class _Balance:
+    """The accepted items' counts per level (topologies, cycles, name masks) and keys, which
+    refuse a candidate that is a duplicate or would tip a level's balance."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.topo: dict[int, Counter] = {level: Counter() for level in LEVELS}
+        self.count: Counter = Counter()
+        self.cycles: Counter = Counter()
+        self.masks: Counter = Counter()
+        self.keys: set[str] = set()
+        for it in items:
+            self.add(it)
+
+    def add(self, item: dict) -> None:
+        level = item.get("level", DEFAULT_LEVEL)
+        self.topo[level][item["topology_hash"]] += 1
+        self.count[level] += 1
+        self.cycles[level] += item["has_cycle"]
+        self.masks[level] += has_name_mask(item)
+        self.keys.update((item_key(item), question_key(item["question"])))
+
+    def refusal(self, item: dict, level: int, cfg: SynthConfig) -> str | None:
+        """Why ``item`` (a candidate at ``level``) is refused: ``duplicate``, ``mask_cap``,
+        ``topology_cap`` or ``need_cycle``; ``None`` when it is welcome."""
+        spec, have = LEVELS[level], self.count[level]
+        if item_key(item) in self.keys or question_key(item["question"]) in self.keys:
+            return "duplicate"
+        if (
+            spec.max_mask_share < 1.0
+            and has_name_mask(item)
+            and (self.masks[level] + 1) / (have + 1) > spec.max_mask_share
+        ):
+            return "mask_cap"
+        if have >= cfg.warmup:
+            if (
+                spec.topology_cap
+                and (self.topo[level][item["topology_hash"]] + 1) / (have + 1) > cfg.max_topology_share
+            ):
+                return "topology_cap"
+            if spec.cycle_share and not item["has_cycle"] and self.cycles[level] / have < cfg.min_cycle_share:
+                return "need_cycle"
+        return None
+
+
+class _Writer:
+    """The LLM that rewrites template questions, given up after ``cfg.max_llm_failures`` model
+    errors in a row (the rest of the run keeps template questions)."""
+
+    def __init__(self, llm: ChatModel | None, kg: KnowledgeGraph, cfg: SynthConfig) -> None:
+        self.llm, self.kg, self.cfg = llm, kg, cfg
+        self.failures = 0  # rewrite failures in a row
+
+    def render(self, item: dict, reasons: Counter) -> dict:
+        """Rewrite ``item["question"]`` in place when there is a model; the rendering record."""
+        if self.llm is None:
+            return {"mode": "template"}
+        item["question"], rendering = write_question(self.llm, self.kg, item)
+        reasons[f"rendered_{rendering['mode']}"] += 1
+        if rendering["mode"] == "template":
+            reasons[f"writer_{rendering['reason']}"] += 1
+        if rendering["mode"] == "template" and rendering["reason"] == "model_error":
+            self.failures += 1
+            logger.warning("LLM rewrite failed, kept the template question: %s", rendering["reason"])
+            if self.failures >= self.cfg.max_llm_failures:
+                logger.warning(
+                    "the rewrite model failed %d times in a row: the rest of this run keeps the "
+                    "template questions (rerun with --llm into another file once it works)",
+                    self.failures,
+                )
+                self.llm = None
+        else:
+            self.failures = 0
+        return rendering
+
+
+def _synthesize(
+    kg: KnowledgeGraph,
+    out: Path,
+    fh: TextIO,
+    items: list[dict],
+    cfg: SynthConfig,
+    progress: bool,
+    llm: ChatModel | None,
+    difficulty: DifficultyFilter | None,
+    replay: PathReplayer | None = None,
+) -> Counter:
+    _check_resumable(out, items, cfg)
+    balance = _Balance(items)
+    writer = _Writer(llm, kg, cfg)
     reasons: Counter = Counter()
     since_last: Counter = Counter()  # rejections since the last accepted item
     attempt = max((it.get("attempt", -1) for it in items), default=-1) + 1
     misses = 0
-    llm_failures = 0  # rewrite failures in a row
     with tqdm(total=cfg.n, initial=min(len(items), cfg.n), desc="items", unit="item", disable=not progress) as bar:
         while len(items) < cfg.n:
             level = cfg.level_of(len(items))
-            spec = LEVELS[level]
             if misses >= cfg.max_attempts_per_item:
                 logger.warning(
                     "stopping at %d items (%s): the last %d candidates were all rejected (%s); they were for item %d, "
                     "at level %d of --level %s, and the graph gives no more items at level %d that pass under these "
                     "settings",
                     len(items),
-                    ", ".join(f"{n} at level {lv}" for lv, n in sorted(count.items())) or "none yet",
+                    ", ".join(f"{n} at level {lv}" for lv, n in sorted(balance.count.items())) or "none yet",
                     misses,
                     dict(reasons),
                     len(items) + 1,
@@ -354,21 +427,8 @@ def _synthesize(
             rng = random.Random(f"{cfg.seed}/{attempt}")
             item, why = build_item(kg, rng, cfg.item_config(level))
             attempt += 1
-            if item is not None and (item_key(item) in keys or question_key(item["question"]) in keys):
-                item, why = None, "duplicate"
-            have = count[level]
-            if (
-                item is not None
-                and spec.max_mask_share < 1.0
-                and has_name_mask(item)
-                and (masks[level] + 1) / (have + 1) > spec.max_mask_share
-            ):
-                item, why = None, "mask_cap"
-            if item is not None and have >= cfg.warmup:
-                if spec.topology_cap and (topo[level][item["topology_hash"]] + 1) / (have + 1) > cfg.max_topology_share:
-                    item, why = None, "topology_cap"
-                elif spec.cycle_share and not item["has_cycle"] and cycles[level] / have < cfg.min_cycle_share:
-                    item, why = None, "need_cycle"
+            if item is not None and (refused := balance.refusal(item, level, cfg)) is not None:
+                item, why = None, refused
             if item is not None and replay is not None:
                 reached, detail = replay(item)
                 if not reached:
@@ -383,25 +443,7 @@ def _synthesize(
                 since_last[why] += 1
                 misses += 1
                 continue
-            rendering = {"mode": "template"}
-            if llm is not None:
-                item["question"], rendering = write_question(llm, kg, item)
-                reasons[f"rendered_{rendering['mode']}"] += 1
-                if rendering["mode"] == "template":
-                    reasons[f"writer_{rendering['reason']}"] += 1
-                if rendering["mode"] == "template" and rendering["reason"] == "model_error":
-                    llm_failures += 1
-                    logger.warning("LLM rewrite failed, kept the template question: %s", rendering["reason"])
-                    if llm_failures >= cfg.max_llm_failures:
-                        logger.warning(
-                            "the rewrite model failed %d times in a row: the rest of this run keeps the "
-                            "template questions (rerun with --llm into another file once it works)",
-                            llm_failures,
-                        )
-                        llm = None
-                else:
-                    llm_failures = 0
-            item["rendering"] = rendering
+            item["rendering"] = writer.render(item, reasons)
             item_id = f"sf-{cfg.seed}-{attempt - 1}"
             item = {
                 "id": item_id,
@@ -429,11 +471,7 @@ def _synthesize(
             fh.flush()
             os.fsync(fh.fileno())
             items.append(item)
-            keys.update((item_key(item), question_key(item["question"])))
-            topo[level][item["topology_hash"]] += 1
-            count[level] += 1
-            cycles[level] += item["has_cycle"]
-            masks[level] += has_name_mask(item)
+            balance.add(item)
             bar.update(1)
     return reasons
 
