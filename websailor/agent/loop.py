@@ -153,22 +153,7 @@ class Agent:
         t0 = time.perf_counter()
         seed = self.seed_for(id, rollout)
         question = clean_text(question)
-        traj = Trajectory(
-            id=id,
-            rollout=rollout,
-            question=question,
-            answer=answer,
-            model=self.model.name,
-            env=self.env,
-            env_settings=dict(self.env_settings),
-            seed=seed,
-            version=__version__,
-            task=cfg.task,
-        )
-        traj.messages = [
-            {"role": "system", "content": system_prompt(self.tools.values(), task=cfg.task)},
-            {"role": "user", "content": question},
-        ]
+        traj = self._start(question, id, rollout, answer, seed)
         if cfg.task == "report" and cfg.max_tokens_per_turn is None:
             turn_tokens = max(turn_tokens, REPORT_TURN_TOKENS)
         limit = min(cfg.max_context_tokens, self.model.max_context)
@@ -197,26 +182,9 @@ class Agent:
                 max_tokens=min(turn_tokens, limit - context),
                 timeout_s=timeout_s - (time.perf_counter() - t0),
             )
-            tm = time.perf_counter()
-            try:
-                gen = self.model.chat(traj.messages, params)
-            except ContextLengthError as e:  # the server refused a conversation longer than its context
-                traj.termination, traj.error = "context", str(e)
+            gen = self._call_model(traj, params, lambda: time.perf_counter() - t0 >= timeout_s)
+            if gen is None:
                 break
-            except ModelError as e:
-                # the question's time ran out in a failed request: the policy's timeout, unless the
-                # model never answered this rollout at all (a server that hangs says nothing
-                # about the policy: the rollout is a model error, never graded, rerun on resume)
-                timed_out = time.perf_counter() - t0 >= timeout_s and traj.num_model_calls > 0
-                traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)
-                break
-            except ServiceDown:  # the model server was declared down: the run stops, this rollout is not kept
-                raise
-            except Exception as e:  # a backend bug must not stop the batch
-                traj.termination, traj.error = "model_error", f"{type(e).__name__}: {e}"
-                break
-            finally:
-                traj.timings["model_s"] += time.perf_counter() - tm
             traj.num_model_calls += 1
             traj.tokens["prompt"] += gen.prompt_tokens
             traj.tokens["completion"] += gen.completion_tokens
@@ -258,6 +226,54 @@ class Agent:
             traj.report = parse_report(traj.prediction, visited_urls(traj.tool_calls)).to_dict()
         traj.timings["total_s"] = time.perf_counter() - t0
         return traj
+
+    def _start(self, question: str, id: str, rollout: int, answer: object, seed: int) -> Trajectory:
+        """A new trajectory of ``question``: the system prompt (with the tools) and the question."""
+        traj = Trajectory(
+            id=id,
+            rollout=rollout,
+            question=question,
+            answer=answer,
+            model=self.model.name,
+            env=self.env,
+            env_settings=dict(self.env_settings),
+            seed=seed,
+            version=__version__,
+            task=self.config.task,
+        )
+        traj.messages = [
+            {"role": "system", "content": system_prompt(self.tools.values(), task=self.config.task)},
+            {"role": "user", "content": question},
+        ]
+        return traj
+
+    def _call_model(
+        self, traj: Trajectory, params: SamplingParams, out_of_time: Callable[[], bool]
+    ) -> Generation | None:
+        """The model's next turn, or ``None`` with ``traj.termination`` and ``traj.error`` set
+        when the call failed (``out_of_time()``: whether the question's time has run out).
+
+        Raises:
+            ServiceDown: the model server was declared down (the rollout is not kept).
+        """
+        tm = time.perf_counter()
+        try:
+            return self.model.chat(traj.messages, params)
+        except ContextLengthError as e:  # the server refused a conversation longer than its context
+            traj.termination, traj.error = "context", str(e)
+        except ModelError as e:
+            # the question's time ran out in a failed request: the policy's timeout, unless the
+            # model never answered this rollout at all (a server that hangs says nothing
+            # about the policy: the rollout is a model error, never graded, rerun on resume)
+            timed_out = out_of_time() and traj.num_model_calls > 0
+            traj.termination, traj.error = ("timeout" if timed_out else "model_error"), str(e)
+        except ServiceDown:  # the model server was declared down: the run stops, this rollout is not kept
+            raise
+        except Exception as e:  # a backend bug must not stop the batch
+            traj.termination, traj.error = "model_error", f"{type(e).__name__}: {e}"
+        finally:
+            traj.timings["model_s"] += time.perf_counter() - tm
+        return None
 
     def _summarize(
         self, traj: Trajectory, seed: int, context: int, limit: int, turn_tokens: int, time_left_s: float
