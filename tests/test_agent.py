@@ -417,3 +417,16 @@ def test_no_tools_baseline_asks_only_for_an_answer():
     t = Agent(model, [], env="none").run("Which river flows through Cairo?")
     assert t.termination == "answer" and t.prediction == "Nile" and t.num_tool_calls == 0
     assert "There are no tools here" in t.messages[3]["content"] and "<tools>" not in t.messages[0]["content"]
+
+
+def test_a_backend_that_returns_no_generation_ends_the_rollout_as_a_model_error():
+    """A model whose chat returns something else than a Generation (a backend bug): the rollout
+    ends as a model error naming what came back, never silently without a termination."""
+
+    class Broken(ScriptedModel):
+        def generate(self, conversations, params):
+            return [None for _ in conversations]
+
+    traj = Agent(Broken(["unused"]), []).run("What?")
+    assert traj.termination == "model_error" and traj.num_model_calls == 0
+    assert traj.error == "TypeError: the model's chat returned a NoneType, not a Generation"

@@ -258,7 +258,10 @@ class Agent:
         """
         tm = time.perf_counter()
         try:
-            return self.model.chat(traj.messages, params)
+            gen = self.model.chat(traj.messages, params)
+            if not isinstance(gen, Generation):  # a backend that breaks its contract: no silent end
+                raise TypeError(f"the model's chat returned a {type(gen).__name__}, not a Generation")
+            return gen
         except ContextLengthError as e:  # the server refused a conversation longer than its context
             traj.termination, traj.error = "context", str(e)
         except ModelError as e:
