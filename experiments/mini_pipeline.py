@@ -453,12 +453,13 @@ class Run:
         a = self.a
         return ["--max-calls", str(a.max_calls), "--max-tokens", str(a.max_tokens), "--concurrency", str(a.concurrency)]
 
-    @property
-    def rl_common(self) -> list[str]:
+    def rl_common(self, group_size: int, batch: int, lr: float) -> list[str]:
+        """The options every ``train rl`` of the run shares, with a step of ``batch`` rollouts in
+        groups of ``group_size`` at learning rate ``lr``."""
         a = self.a
         return [
             *["--config", str(a.rl_config)],
-            *["--group-size", str(a.group_size), "--batch", str(a.group_size * a.rl_groups), "--lr", str(a.rl_lr)],
+            *["--group-size", str(group_size), "--batch", str(batch), "--lr", str(lr)],
             *self.agent,
             *self.obs,
             *self.local,
@@ -566,9 +567,12 @@ def rl_stages(run: Run) -> None:
         run.stage(
             "sanity",
             ["train", "rl", "--data", str(run.sanity_qa), "--split", "all", "--model", sft, "--out", str(run.sanity)]
-            + ["--max-steps", str(a.sanity_steps), *run.rl_common, *run.rollout_server("sanity", spec)]
-            + ["--group-size", str(a.sanity_group_size), "--batch", str(a.sanity_group_size)]
-            + ["--lr", str(a.sanity_lr)],
+            + [
+                "--max-steps",
+                str(a.sanity_steps),
+                *run.rl_common(a.sanity_group_size, a.sanity_group_size, a.sanity_lr),
+            ]
+            + run.rollout_server("sanity", spec),
         )
     for name, (algo, path) in run.rl_runs.items():
         with run.serve(name, sft) as spec:
@@ -576,7 +580,8 @@ def rl_stages(run: Run) -> None:
                 name,
                 ["train", "rl", "--data", str(run.qa), "--split", "train", "--model", sft, "--out", str(path)]
                 + ["--algo", algo, "--prefilter-from", str(run.rated), "--max-steps", str(a.rl_steps)]
-                + [*run.rl_common, *run.rollout_server(name, spec)],
+                + run.rl_common(a.group_size, a.group_size * a.rl_groups, a.rl_lr)
+                + run.rollout_server(name, spec),
             )
         run.evaluate(f"eval_{name}", run.models[name], run.test_items)
     # DUPO against dynamic sampling on one live stream of groups of the SFT model (training items)

@@ -607,5 +607,11 @@ def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, 
         assert args[args.index("--prefilter-from") + 1] == str(run / "eval_sft_train")
         assert args[args.index("--max-steps") + 1] == "40" and args[args.index("--model") + 1] == sft
         assert (args[args.index("--group-size") + 1], args[args.index("--batch") + 1]) == ("8", "16")  # 2 items a step
-    assert commands["sanity"][commands["sanity"].index("--data") + 1] == str(run / "sanity_qa.jsonl")
+    sanity = commands["sanity"]
+    assert sanity[sanity.index("--data") + 1] == str(run / "sanity_qa.jsonl")
+    assert [sanity[i + 1] for i, x in enumerate(sanity) if x in ("--group-size", "--batch", "--lr")] == [
+        "8",
+        "8",
+        "3e-05",
+    ]
     assert commands["throughput"][0].endswith("dupo_throughput.py")
