@@ -47,25 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import too_small  # noqa: E402
 from pipeline_common import ROOT, VITAL_QUESTIONS, WS, search_baseline, served  # noqa: E402
 from pipeline_report import MODELS, report  # noqa: E402
+from pipeline_status import STAGES  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
 
-#: the stages in order; --until stops after one of them
-STAGES = (
-    "synth",
-    "traj",
-    "sft",
-    "eval_base",
-    "eval_sft",
-    "prefilter",
-    "sanity",
-    "rl",
-    "eval_rl",
-    "dupo",
-    "eval_dupo",
-    "throughput",
-    "transfer",
-)
 #: the run directory's layout; directories of an earlier layout are refused (:data:`LAYOUT_CHANGES`)
 LAYOUT = 5
 #: what each layout changed (a run folder of an earlier one is refused, naming the change)

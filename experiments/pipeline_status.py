@@ -18,6 +18,22 @@ from typing import Any
 
 import yaml
 
+#: the stages in order; --until stops after one of them
+STAGES = (
+    "synth",
+    "traj",
+    "sft",
+    "eval_base",
+    "eval_sft",
+    "prefilter",
+    "sanity",
+    "rl",
+    "eval_rl",
+    "dupo",
+    "eval_dupo",
+    "throughput",
+    "transfer",
+)
 #: stages measured in rollouts, and where their trajectories are
 EVALS = {
     "eval_base": "eval_base",
@@ -168,7 +184,7 @@ def stage_progress(out: Path, settings: dict, results: dict) -> dict[str, dict[s
     spent = sum(float((stages.get(f"transfer_{m}") or {}).get("wall_s") or 0.0) for m in ("base", "sft", "rl", "dupo"))
     stages.setdefault("transfer", {"wall_s": spent})
     row("transfer", done, 4 * TRANSFER_QUESTIONS * k, "rollouts", finished)
-    return rows
+    return {name: rows[name] for name in STAGES}  # the pipeline's order: the first not done runs next
 
 
 def estimate_left(rows: dict[str, dict[str, Any]]) -> None:

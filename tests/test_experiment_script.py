@@ -404,6 +404,8 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     res = _run("status", "--out", str(run))
     assert res.returncode == 0, res.stderr
     rows = {line.split()[0]: line for line in res.stdout.splitlines()[3:] if line and not line.startswith(" ")}
+    stages_in_order = "synth traj sft eval_base eval_sft prefilter sanity rl eval_rl dupo eval_dupo throughput transfer"
+    assert [name for name in rows if name not in ("spent", "next:")] == stages_in_order.split()  # the run's order
     assert "done" in rows["synth"] and "10 of 10 items" in rows["synth"]
     assert "done" in rows["traj"] and "7 of 7 train items" in rows["traj"]  # built, then drawn
     assert "partial" in rows["sft"] and "2 of 4 steps" in rows["sft"]  # 7 trajectories, batch 2, one epoch
