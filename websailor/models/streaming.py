@@ -213,8 +213,8 @@ def chat_reply(chunks: Iterable[Any], where: str, cut: Callable[[str], BaseExcep
 
     Raises:
         ModelError: a chunk carries more or fewer log-probabilities than token ids, reply text
-            but no token ids while others carry them, content that is neither text nor ``None``, a ``finish_reason`` that is no string, or more
-            of the reply after one.
+            but no token ids while others carry them, content that is neither text nor
+            ``None``, a ``finish_reason`` that is no string, or more of the reply after one.
         the exception ``cut(why)`` makes: chunks came but none said why the reply ended (no
             ``finish_reason``: the stream was cut).
     """
@@ -268,8 +268,8 @@ def completion_reply(events: Iterable[str], where: str, cut: Callable[[str], Bas
     Raises:
         ModelError: a chunk is not JSON, is not a completion chunk, carries an ``error``,
             more or fewer log-probabilities than token ids, text but no token ids while
-            others carry them, a ``finish_reason`` that is no
-            string, or more of the reply after one.
+            others carry them, a ``finish_reason`` that is no string, or more of the reply
+            after one.
         the exception ``cut(why)`` makes: the stream ended before a chunk gave a
             ``finish_reason`` (cut).
     """
