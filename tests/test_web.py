@@ -14,8 +14,10 @@ from fakes import provider_environ
 from websailor.errors import ConfigError
 from websailor.tools.environment import EnvSpec, open_environment
 from websailor.tools.web import build_web_tools, load_web_settings
-from websailor.tools.web.executor import CircuitBreaker, Failure, HttpReply, ProviderFailure, parse_retry_after
+from websailor.tools.web.executor import CircuitBreaker
+from websailor.tools.web.failures import Failure, ProviderFailure
 from websailor.tools.web.fault_server import FaultPlan, FaultServer
+from websailor.tools.web.http_call import HttpReply, parse_retry_after
 from websailor.tools.web.providers import clean_markdown, normalize_query, normalize_url
 
 FAST = {

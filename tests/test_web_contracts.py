@@ -16,14 +16,8 @@ import yaml
 from fakes import provider_environ
 
 from websailor.tools.web import build_web_tools, load_web_settings
-from websailor.tools.web.executor import (
-    CANCELLED,
-    Failure,
-    Outcome,
-    ProviderFailure,
-    ToolExecutor,
-    ToolPolicy,
-)
+from websailor.tools.web.executor import ToolExecutor, ToolPolicy
+from websailor.tools.web.failures import CANCELLED, Failure, Outcome, ProviderFailure
 from websailor.tools.web.fault_server import FaultPlan, FaultServer, bot_refusal
 from websailor.tools.web.providers import (
     SEARXNG_HEADERS,

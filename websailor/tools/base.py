@@ -32,7 +32,7 @@ ERROR_KINDS = (INVALID_ARGUMENTS, UNKNOWN_TOOL, TOOL_ERROR, TOOL_SERVER, FORMAT_
 #: model when a call's observation was degraded. The execution layer's provider fault kinds
 #: (``timeout``, ``server_error``, ``rate_limited``, ``connection``, ``truncated``,
 #: ``bad_response``, ``auth``, ``unusable``, ``upstream_unavailable``, ``provider_error``,
-#: ``circuit_open``, ``cancelled``) come from :mod:`websailor.tools.web.executor`; these come
+#: ``circuit_open``, ``cancelled``) come from :mod:`websailor.tools.web.failures`; these come
 #: from the tool server's client.
 TOOL_SERVER_UNREACHABLE = "tool_server_unreachable"  # nothing answered, or a timeout/reset after the retries
 TOOL_SERVER_ERROR = "tool_server_error"  # the server answered an HTTP error (5xx, or a 4xx for a valid call)

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import email.utils
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -43,68 +42,19 @@ from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from websailor.log import get_logger
-from websailor.tools.documents.charset import charset_of, decode_text
 from websailor.tools.metrics import ToolMetrics
 from websailor.tools.web.cache import ResultCache, cache_key
-
-logger = get_logger(__name__)
-
-#: Failure kinds worth another attempt at the same provider.
-RETRYABLE = frozenset({"timeout", "rate_limited", "server_error", "connection", "truncated", "bad_response"})
-#: The provider cannot serve for the rest of the run (out of credit, a refused key, the JSON
-#: format turned off): not retried, and the executor skips the provider from then on.
-UNUSABLE = "unusable"
-#: The provider answered, but every engine behind it failed (SearXNG's ``unresponsive_engines``).
-UPSTREAM_UNAVAILABLE = "upstream_unavailable"
-#: The provider was skipped because its circuit breaker is open.
-CIRCUIT_OPEN = "circuit_open"
-#: The executor was closed while the operation was in flight.
-CANCELLED = "cancelled"
-#: The reader service fetched the target, and the target answered an error (Jina Reader's
-#: ``Warning: Target URL returned error 404``): the target's failure, not the reader's.
-TARGET_ERROR = "target_error"
-#: Failure kinds that say the provider itself (or the environment around it) is unwell: they
-#: count towards its circuit breaker and, from a provider that is not per-target, make a failed
-#: operation an environment failure (:attr:`Outcome.env_failure`).
-PROVIDER_FAULTS = RETRYABLE | {"auth", "provider_error", UNUSABLE, UPSTREAM_UNAVAILABLE, CIRCUIT_OPEN, CANCELLED}
-#: Failure kinds that say the target the model chose cannot be read (a dead link, a refused or
-#: private address, a redirect loop, an empty, unparsable or too large document): never an
-#: environment failure.
-TARGET_FAILURES = frozenset(
-    {"client_error", "redirect_loop", "empty", "too_large", "blocked", "unparsable", TARGET_ERROR}
+from websailor.tools.web.failures import (
+    CIRCUIT_OPEN,
+    PROVIDER_FAULTS,
+    UNUSABLE,
+    Failure,
+    Outcome,
+    ProviderFailure,
+    cancelled_failure,
 )
 
-
-class ProviderFailure(Exception):
-    """One failed attempt at a provider.
-
-    Attributes:
-        kind: ``timeout``, ``rate_limited``, ``server_error``, ``connection``, ``truncated``,
-            ``bad_response`` (retryable), or ``auth``, ``unusable`` (the provider cannot serve
-            for the rest of the run), ``upstream_unavailable`` (the provider's own engines all
-            failed), ``client_error``, ``target_error`` (the reader's target answered an
-            error), ``redirect_loop``, ``empty``, ``too_large``, ``blocked`` (a private
-            address), ``unparsable``, ``provider_error`` (the provider's code raised) (not).
-        detail: what happened, for the observation and the log.
-        retry_after: seconds the provider asked to wait (HTTP ``Retry-After``), if any.
-        status: the HTTP status of an error answer, if the failure is one.
-        message: the start of an error answer's body (at most 2,000 characters), for
-            providers that read the reason from it (Serper's ``"Not enough credits"``).
-    """
-
-    def __init__(
-        self, kind: str, detail: str, retry_after: float | None = None, status: int | None = None, message: str = ""
-    ) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-        self.retry_after = retry_after
-        self.status = status
-        self.message = message
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in RETRYABLE
+logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,136 +103,6 @@ class Provider(Protocol):
     def __call__(self, client: httpx.AsyncClient, request: dict[str, Any], policy: ToolPolicy) -> Awaitable[Any]: ...
 
 
-@dataclass
-class HttpReply:
-    """A response read with a size cap: ``body`` holds at most ``max_bytes`` bytes."""
-
-    status: int
-    headers: httpx.Headers
-    body: bytes
-    truncated: bool
-    url: str
-
-    def text(self) -> str:
-        """The body as text (:func:`~websailor.tools.documents.charset.decode_text`: a byte-order mark,
-        valid UTF-8, the declared charset, a detected CJK encoding, else Windows-1252)."""
-        return decode_text(self.body, charset_of(self.headers.get("content-type")))
-
-    def json(self) -> Any:
-        """The body as JSON.
-
-        Raises:
-            ProviderFailure: ``truncated`` when the body was cut, ``bad_response`` when it is
-                not JSON.
-        """
-        import json
-
-        if self.truncated:
-            raise ProviderFailure("truncated", f"JSON body longer than the {len(self.body)}-byte limit")
-        try:
-            return json.loads(self.text())  # JSON is UTF-8, but a BOM or Latin-1 bytes are read too
-        except (ValueError, RecursionError) as e:
-            raise ProviderFailure("bad_response", f"invalid JSON ({str(e)[:80]})") from None
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: a number of seconds or an HTTP date; ``None`` if absent or bad."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-#: Most bytes of an error answer read for its reason (Serper and Jina say it in the body).
-ERROR_BODY_BYTES = 4096
-
-
-async def _error_message(resp: httpx.Response) -> str:
-    """The start of an error answer's body as text (at most :data:`ERROR_BODY_BYTES`); empty
-    when it cannot be read."""
-    body = bytearray()
-    try:
-        async for chunk in resp.aiter_bytes():
-            body += chunk
-            if len(body) >= ERROR_BODY_BYTES:
-                break
-    except httpx.HTTPError:
-        pass
-    return decode_text(bytes(body[:ERROR_BODY_BYTES]), charset_of(resp.headers.get("content-type")))[:2000]
-
-
-async def http_request(
-    client: httpx.AsyncClient,
-    method: str,
-    url: str,
-    max_bytes: int,
-    check_peer: Callable[[tuple | None], None] | None = None,
-    target: bool = False,
-    **kwargs: Any,
-) -> HttpReply:
-    """Send one request and read at most ``max_bytes`` of the body. ``check_peer``, if given,
-    sees the server's ``(address, port)`` before the body is read, and may raise
-    :class:`ProviderFailure` to refuse it. ``target``: the URL is a page the agent asked for
-    (a direct fetch), so 401, 402 and 403 are the site refusing access (``client_error``), not
-    a provider's key.
-
-    Error answers carry their status and the start of their body
-    (:attr:`ProviderFailure.status`, :attr:`ProviderFailure.message`), so that a provider can
-    read the reason and classify it again.
-
-    Raises:
-        ProviderFailure: ``rate_limited`` (429, with ``Retry-After``), ``server_error`` (5xx),
-            ``auth`` (401, 403), ``client_error`` (other 4xx), ``redirect_loop`` (too many
-            redirects), ``timeout``, ``truncated`` (the connection closed mid-body),
-            ``connection`` (any other transport error).
-    """
-    try:
-        async with client.stream(method, url, **kwargs) as resp:
-            if check_peer is not None:
-                stream = resp.extensions.get("network_stream")
-                check_peer(stream.get_extra_info("server_addr") if stream is not None else None)
-            code = resp.status_code
-            if code >= 400:
-                message = await _error_message(resp)
-                if code == 429:
-                    retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                    raise ProviderFailure("rate_limited", "HTTP 429", retry_after, code, message)
-                if code >= 500:
-                    raise ProviderFailure("server_error", f"HTTP {code}", status=code, message=message)
-                if code in (401, 402, 403) and target:
-                    raise ProviderFailure(
-                        "client_error", f"HTTP {code} (the site refuses access)", status=code, message=message
-                    )
-                if code in (401, 403):
-                    raise ProviderFailure("auth", f"HTTP {code} (check the API key)", status=code, message=message)
-                gone = " (not found)" if code in (404, 410) else ""
-                raise ProviderFailure("client_error", f"HTTP {code}{gone}", status=code, message=message)
-            body = bytearray()
-            truncated = False
-            async for chunk in resp.aiter_bytes():
-                body += chunk
-                if len(body) > max_bytes:
-                    del body[max_bytes:]
-                    truncated = True
-                    break
-            return HttpReply(code, resp.headers, bytes(body), truncated, str(resp.url))
-    except httpx.TooManyRedirects:
-        raise ProviderFailure("redirect_loop", "too many redirects") from None
-    except httpx.TimeoutException as e:
-        raise ProviderFailure("timeout", type(e).__name__) from None
-    except (httpx.RemoteProtocolError, httpx.ReadError) as e:
-        raise ProviderFailure("truncated", f"connection closed mid-response ({type(e).__name__})") from None
-    except httpx.HTTPError as e:
-        raise ProviderFailure("connection", f"{type(e).__name__}: {str(e)[:120]}") from None
-
-
 class CircuitBreaker:
     """Closed, open or half-open state of one provider of one tool.
 
@@ -325,69 +145,6 @@ class CircuitBreaker:
         self.failures += 1
         if self.trial or self.failures >= self.threshold:
             self.opened_at, self.trial = time.monotonic(), False
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why one provider did not give an operation its result.
-
-    Attributes:
-        provider: the provider's name (``executor`` when the executor itself was closed).
-        kind: a :class:`ProviderFailure` kind, ``circuit_open`` or ``unusable`` for a skipped
-            provider, ``cancelled`` for a closed executor.
-        description: the clause shown to the model (``"server_error, HTTP 500"``).
-        per_target: the provider is a direct fetch, whose failures belong to the target site.
-    """
-
-    provider: str
-    kind: str
-    description: str
-    per_target: bool = False
-
-
-def cancelled_failure() -> Failure:
-    """The failure of an operation cut short by :meth:`ToolExecutor.close`."""
-    return Failure("executor", CANCELLED, "cancelled: the tool environment was closed")
-
-
-@dataclass
-class Outcome:
-    """The result of one operation: ``value`` from ``provider`` (or the cache), or the
-    ``failures`` of every provider tried (:class:`Failure`, in order)."""
-
-    value: Any = None
-    provider: str | None = None
-    cached: bool = False
-    failures: list[Failure] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.provider is not None
-
-    def failure_text(self) -> str:
-        """Why the operation failed, one clause per provider (for the observation)."""
-        return "; ".join(f"{f.provider}: {f.description}" for f in self.failures) or "no provider is configured"
-
-    @property
-    def env_failure(self) -> str | None:
-        """The kind of environment failure that degraded this operation, or ``None``.
-
-        A degraded operation (every provider failed) is an environment failure when no
-        provider reported a failure of the target (:data:`TARGET_FAILURES`: a dead link, an
-        error page, a private address, ...) and at least one provider that is not per-target
-        (a search API, the reader service) reported a provider fault (:data:`PROVIDER_FAULTS`);
-        the kind is the first such fault's. A closed executor is always one (``cancelled``).
-        So Jina down and the site answering 404 is a dead link (the model's choice), Jina down
-        and the site timing out is the environment, and a direct fetch alone never is.
-        """
-        if self.ok:
-            return None
-        if any(f.kind == CANCELLED for f in self.failures):
-            return CANCELLED
-        if any(f.kind in TARGET_FAILURES for f in self.failures):
-            return None
-        faults = [f.kind for f in self.failures if not f.per_target and f.kind in PROVIDER_FAULTS]
-        return faults[0] if faults else None
 
 
 class ToolExecutor:

@@ -1,5 +1,5 @@
 """Web providers: each turns one normalized request into a JSON-ready result or raises
-:class:`~websailor.tools.web.executor.ProviderFailure`.
+:class:`~websailor.tools.web.failures.ProviderFailure`.
 
 - search: the Serper API (Google results, as the released Tongyi DeepResearch code) and a
   SearXNG instance's JSON API as the backup;
@@ -19,15 +19,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from websailor.tools.web.executor import (
-    TARGET_ERROR,
-    UNUSABLE,
-    UPSTREAM_UNAVAILABLE,
-    HttpReply,
-    ProviderFailure,
-    ToolPolicy,
-    http_request,
-)
+from websailor.tools.web.executor import ToolPolicy
+from websailor.tools.web.failures import TARGET_ERROR, UNUSABLE, UPSTREAM_UNAVAILABLE, ProviderFailure
+from websailor.tools.web.http_call import HttpReply, http_request
 
 
 def normalize_query(query: str) -> str:

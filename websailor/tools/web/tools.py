@@ -21,7 +21,8 @@ from websailor.tools.metrics import ToolMetrics
 from websailor.tools.search import BLOCK_SEPARATOR, BaseSearchTool, format_search_results, search_description
 from websailor.tools.visit import MAX_ECHO_CHARS, BaseVisitTool, format_visit
 from websailor.tools.web.cache import ResultCache
-from websailor.tools.web.executor import CANCELLED, Outcome, Provider, ToolExecutor
+from websailor.tools.web.executor import Provider, ToolExecutor
+from websailor.tools.web.failures import CANCELLED, Outcome
 from websailor.tools.web.providers import (
     DirectFetch,
     JinaReader,
