@@ -31,9 +31,7 @@ from __future__ import annotations
 import os
 import platform
 import secrets
-import selectors
 import shutil
-import signal
 import site
 import subprocess
 import sys
@@ -43,9 +41,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from websailor.errors import ConfigError, InvalidArgumentError
+from websailor.errors import ConfigError
 from websailor.log import get_logger
+from websailor.sandbox.limits import SandboxLimits, SandboxResult
 from websailor.sandbox.seccomp import sandbox_filter
+from websailor.sandbox.supervise import collect_output, kill_group, limit_reason
 
 log = get_logger(__name__)
 
@@ -94,67 +94,6 @@ except OSError as e:
     sys.stderr.write("websailor sandbox: setting up the limits failed: %s\n" % e)
     os._exit(125)
 """
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of one sandboxed run.
-
-    Attributes:
-        cpu_s: CPU seconds per process (``RLIMIT_CPU``; SIGXCPU then SIGKILL one second later).
-        wall_s: wall-clock seconds for the whole run; the sandbox is killed after that.
-        memory_mb: address space per process in MiB (``RLIMIT_AS``; allocations past it raise
-            ``MemoryError``).
-        processes: tasks (processes and threads) the sandbox may hold at once (``RLIMIT_NPROC``;
-            the launcher and bubblewrap's init count too).
-        output_bytes: stdout plus stderr bytes kept; past that the sandbox is killed.
-        file_mb: largest file the code may write, in MiB (``RLIMIT_FSIZE``).
-        disk_mb: size of the working directory, a memory-backed tmpfs inside the sandbox, in
-            MiB (all files together; nothing the code writes reaches the host's disk).
-
-    Raises:
-        InvalidArgumentError: a limit is not positive.
-    """
-
-    cpu_s: float = 10
-    wall_s: float = 20
-    memory_mb: int = 1024
-    processes: int = 32
-    output_bytes: int = 100_000
-    file_mb: int = 64
-    disk_mb: int = 256
-
-    def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "memory_mb", "processes", "output_bytes", "file_mb", "disk_mb"):
-            if not getattr(self, name) > 0:
-                raise InvalidArgumentError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
-
-
-@dataclass
-class SandboxResult:
-    """What one run produced.
-
-    Attributes:
-        stdout: what the code printed (decoded as UTF-8, bad bytes replaced), at most
-            ``output_bytes`` bytes together with ``stderr``.
-        stderr: its standard error, tracebacks included.
-        exit_code: exit status; ``128 + N`` when signal ``N`` ended it; ``None`` when the host
-            killed it (wall clock, output limit).
-        timed_out: the wall-clock limit was reached.
-        truncated: the output passed ``output_bytes`` and was cut there.
-        killed: which limit ended the run, if one did: ``"wall-clock timeout"``,
-            ``"output limit"``, ``"cpu time limit"``, ``"memory"`` (``MemoryError`` or a
-            SIGKILL not explained by the CPU limit), ``"file size limit"``.
-        seconds: wall-clock duration of the run in seconds.
-    """
-
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    timed_out: bool = False
-    truncated: bool = False
-    killed: str | None = None
-    seconds: float = 0.0
 
 
 class SandboxUnavailableError(ConfigError):
@@ -472,94 +411,6 @@ def _command(
     return prefix + launcher, env
 
 
-# ----------------------------------------------------------------------------- running
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _exited(pid: int) -> bool:
-    """Whether ``pid`` has exited, without reaping it (so its process group stays reserved)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _collect(proc: subprocess.Popen, limits: SandboxLimits, deadline: float) -> tuple[bytes, bytes, str | None]:
-    """Read stdout and stderr until both close, the process exits, the deadline passes or the
-    output passes ``output_bytes``. Returns (stdout, stderr, why the host killed it or None)."""
-    assert proc.stdout is not None and proc.stderr is not None
-    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    total = 0
-    reason: str | None = None
-    sel = selectors.DefaultSelector()
-    for fd in chunks:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    try:
-        pidfd: int | None = os.pidfd_open(proc.pid)
-        sel.register(pidfd, selectors.EVENT_READ)
-    except (AttributeError, OSError):
-        pidfd = None
-    open_pipes = set(chunks)
-    exited = False
-    try:
-        while open_pipes or not exited:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                reason = "wall-clock timeout"
-                break
-            if pidfd is None and not exited and _exited(proc.pid):
-                exited = True
-                _kill_group(proc.pid)  # stragglers that still hold the pipes (unsafe mode)
-            for key, _ in sel.select(remaining if pidfd is not None else min(remaining, 0.05)):
-                if key.fd == pidfd:
-                    sel.unregister(pidfd)
-                    exited = True
-                    _kill_group(proc.pid)
-                    continue
-                try:
-                    data = os.read(key.fd, 65536)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(key.fd)
-                    open_pipes.discard(key.fd)
-                    continue
-                room = limits.output_bytes - total
-                chunks[key.fd].append(data[:room])
-                total += min(len(data), room)
-                if len(data) > room:
-                    reason = "output limit"
-                    break
-            if reason:
-                break
-    finally:
-        sel.close()
-        if pidfd is not None:
-            os.close(pidfd)
-    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()]), reason
-
-
-def _limit_reason(signum: int | None, cpu_used: float, stderr: str, limits: SandboxLimits) -> str | None:
-    """Which resource limit ended a run that the host did not kill, if any."""
-    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu_used >= limits.cpu_s - 0.5):
-        return "cpu time limit"
-    if signum == signal.SIGXFSZ:
-        return "file size limit"
-    if signum == signal.SIGKILL:
-        return "memory"
-    last = stderr.rstrip().rsplit("\n", 1)[-1]
-    if last.startswith("MemoryError"):
-        return "memory"
-    return None
-
-
 def _remove_tree(path: str) -> None:
     """Delete the run's host directory, however deep and whatever its modes (unsafe mode lets
     the code write there): ``chmod -R`` (which never follows symbolic links) then ``rm -rf``
@@ -628,9 +479,9 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
             pass_fds=(seccomp_fd,) if seccomp_fd is not None else (),
         )
         try:
-            out, err, reason = _collect(proc, limits, start + limits.wall_s)
+            out, err, reason = collect_output(proc, limits, start + limits.wall_s)
         finally:
-            _kill_group(proc.pid)  # not reaped yet, so the group id cannot have been reused
+            kill_group(proc.pid)  # not reaped yet, so the group id cannot have been reused
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             for stream in (proc.stdout, proc.stderr):
@@ -655,7 +506,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), allow_unsafe:
     signum = exit_code - 128 if exit_code > 128 else None  # bubblewrap reports signal N as 128 + N
     if exit_code == SETUP_FAILED and stderr.startswith("websailor sandbox:"):
         raise SandboxUnavailableError(stderr.strip())
-    killed = _limit_reason(signum, usage.ru_utime + usage.ru_stime, stderr, limits)
+    killed = limit_reason(signum, usage.ru_utime + usage.ru_stime, stderr, limits)
     return SandboxResult(stdout, stderr, exit_code, killed=killed, seconds=seconds)
 
 

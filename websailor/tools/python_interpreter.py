@@ -91,7 +91,7 @@ class PythonInterpreterTool(Tool):
     """Run Python code in the sandbox; the observation is what it printed.
 
     Args:
-        limits: resource limits of each run (see :class:`~websailor.sandbox.bubblewrap.SandboxLimits`).
+        limits: resource limits of each run (see :class:`~websailor.sandbox.limits.SandboxLimits`).
         allow_unsafe: without a working bubblewrap, run the code with resource limits only
             (``WEBSAILOR_UNSAFE_PYTHON=1`` does the same).
         max_observation_chars: longer observations are cut in the middle, with a note.
