@@ -9,6 +9,7 @@ One module per concern:
 - :mod:`~websailor.train.rl.rollouts`: the ``rollout_func``: rollouts, grades, advantages, token ids;
 - :mod:`~websailor.train.rl.sync`: the policy's weights pushed to a vLLM rollout server every step;
 - :mod:`~websailor.train.rl.resume`: a run's identity, log trimming, resuming;
+- :mod:`~websailor.train.rl.plan`: what a run settles before it trains (model, items, identity);
 - :mod:`~websailor.train.rl.trainer`: the trainer wiring and :func:`train_rl`.
 
 The output directory holds a plain transformers model (``--model hf:DIR`` in ``run`` and
