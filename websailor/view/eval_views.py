@@ -15,17 +15,17 @@ so no run path or question id can be read as another):
 A query parameter with a bad value (``page=abc``, ``outcome=best``) gets the error page naming it.
 
 Trajectories are read through :mod:`websailor.view.pages` (a cached index by byte offset, with
-the library's record checks); grades line by line with the checks of :func:`websailor.eval.scoring.read_scores` (into compact
-:class:`Grade` records); a comparison through :mod:`websailor.eval.compare`.
+the library's record checks); grades through :mod:`websailor.view.grades` (line by line, with
+the checks of :func:`websailor.eval.scoring.read_scores`); a comparison through
+:mod:`websailor.eval.compare`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -33,12 +33,11 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.errors import InvalidArgumentError
 from websailor.eval.grounding import describe_figures, describe_grounding, record_grounding
-from websailor.eval.scoring import score_record
-from websailor.jsonio import JsonlStream
 from websailor.view.context import HEADLINE_MAX_BYTES, ViewContext, bad_query, context, query_int, run_url
 from websailor.view.discover import find_runs, run_file
+from websailor.view.grades import NO_GRADES, OUTCOMES, Grade, Grades, grades_of, outcome
 from websailor.view.pages import (
     WAIT_S,
     FileIndex,
@@ -46,7 +45,6 @@ from websailor.view.pages import (
     Row,
     file_index,
     page_of,
-    read_in_background,
     read_row,
 )
 from websailor.view.report_views import ScoreFiles, report_view, score_files
@@ -54,106 +52,10 @@ from websailor.view.summary_views import conversation, failed_summaries, summary
 
 router = APIRouter()
 
-#: The cell outcomes, in the order the legend lists them.
-OUTCOMES = ("correct", "wrong", "no_answer", "model_error", "ungraded")
 #: Seconds a question or compare view waits for a whole file to be indexed.
 FULL_WAIT_S = 120.0
 #: A thought longer than this many lines (or characters) is shown collapsed.
 THOUGHT_LINES, THOUGHT_CHARS = 4, 400
-
-# -- grades ------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Grade:
-    """What the viewer keeps of a :class:`~websailor.eval.scoring.Score` (a compact copy: a
-    100,000-rollout scores file stays small)."""
-
-    judge: str
-    correct: bool | None
-    score: float | None
-    extracted: str | None
-    reasoning: str | None
-    confidence: float | None
-    error: str | None
-    ungraded_for: str | None
-
-
-@dataclass
-class Grades:
-    """The grades of one ``scores.jsonl`` by ``(id, rollout)`` (the latest of each), read in a
-    background thread: ``complete`` is set when all are read, ``error`` says why reading
-    stopped."""
-
-    path: Path
-    size: int
-    mtime: float
-    by_key: dict[tuple[str, int], Grade] = field(default_factory=dict)
-    complete: threading.Event = field(default_factory=threading.Event)
-    error: InputFormatError | None = None
-
-    def get(self, key: tuple[str, int]) -> Grade | None:
-        return self.by_key.get(key)
-
-
-_NO_GRADES = Grades(Path(), 0, 0.0)
-_NO_GRADES.complete.set()
-_GRADES: dict[Path, Grades] = {}
-_GRADES_LOCK = threading.Lock()
-
-
-def _read_grades(g: Grades) -> None:
-    """Fill ``g`` from its file, line by line: each line checked as
-    :func:`websailor.eval.scoring.read_scores` checks it (:func:`websailor.eval.scoring.score_record`),
-    streamed by :class:`websailor.jsonio.JsonlStream` rather than read whole, for the memory of
-    large files."""
-
-    def fill() -> None:
-        for _, lineno, rec in JsonlStream(g.path, "a score record").records():
-            s = score_record(g.path, lineno, rec)
-            g.by_key[(s.id, s.rollout)] = Grade(
-                s.judge, s.correct, s.score, s.extracted, s.reasoning, s.confidence, s.error, s.ungraded_for
-            )
-
-    read_in_background(g, fill)
-
-
-def grades_of(run: Path, wait_s: float = WAIT_S) -> Grades:
-    """The grades of an eval folder's ``scores.jsonl`` (none without one), cached per (size,
-    mtime); waits up to ``wait_s`` for them to be read, then returns those read so far.
-
-    Raises:
-        InputFormatError: a line that is not a score record.
-    """
-    path = run_file(run, "scores.jsonl")
-    if not path.is_file():
-        return _NO_GRADES
-    st = path.stat()
-    with _GRADES_LOCK:
-        g = _GRADES.get(path)
-        if g is None or (g.complete.is_set() and (g.size, g.mtime) != (st.st_size, st.st_mtime)):
-            g = _GRADES[path] = Grades(path, st.st_size, st.st_mtime)
-            threading.Thread(target=_read_grades, args=(g,), name=f"grades {run.name}", daemon=True).start()
-    g.complete.wait(wait_s)
-    if g.error is not None:
-        raise g.error
-    return g
-
-
-def outcome(row: Row, score: Grade | None) -> str:
-    """The cell class of a rollout: from its grade when it has one (``correct``, ``wrong``,
-    ``no_answer`` for a wrong rollout without a final answer, ``model_error`` or ``ungraded``),
-    else from its termination (``model_error``, ``no_answer`` or ``ungraded``)."""
-    if score is not None:
-        if score.correct is True:
-            return "correct"
-        if score.correct is False:
-            return "no_answer" if row.prediction is None else "wrong"
-        return "model_error" if score.ungraded_for == "model_error" else "ungraded"
-    if row.termination == "model_error":
-        return "model_error"
-    return "no_answer" if row.prediction is None else "ungraded"
-
 
 # -- the table ---------------------------------------------------------------------------------
 
@@ -291,7 +193,7 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     if kind == "eval":
         grades_of(path, 0)  # both read at once: the page waits wait_s in all, not twice
     index = file_index(traj, wait_s)
-    grades = grades_of(path, max(0.0, deadline - time.monotonic())) if kind == "eval" else _NO_GRADES
+    grades = grades_of(path, max(0.0, deadline - time.monotonic())) if kind == "eval" else NO_GRADES
     scores = score_files(path) if kind == "eval" else ScoreFiles()
     f = Filters.of(request)
     summary = summary_of(index, grades)
@@ -561,7 +463,7 @@ def _question(ctx: ViewContext, request: Request, kind: str, rel: str, qid: str)
     index = file_index(traj)
     q = _find(index, qid)
     only = query_int(request, "rollout", minimum=0)
-    grades = grades_of(path, FULL_WAIT_S) if kind == "eval" else _NO_GRADES
+    grades = grades_of(path, FULL_WAIT_S) if kind == "eval" else NO_GRADES
     scores = score_files(path) if kind == "eval" and path.is_dir() else ScoreFiles()
     rollouts = _rollouts_of(index, q, grades, only, scores=scores)
     return ctx.page(
