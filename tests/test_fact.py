@@ -14,15 +14,14 @@ from fakes import FakeOpenAIServer
 
 from websailor.corpus.urls import title_to_url
 from websailor.eval.fact import (
-    FactJudge,
     FactResult,
     PairCheck,
     UnusableReference,
     check_report,
     fact_summary,
     page_from_result,
-    parse_fact_verdict,
 )
+from websailor.eval.fact_judge import FactJudge, parse_fact_verdict
 from websailor.models import load_model
 from websailor.tools.base import Tool, ToolResult
 from websailor.tools.environment import EnvSpec, open_environment

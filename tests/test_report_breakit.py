@@ -388,7 +388,7 @@ def test_a_report_or_a_cited_page_cannot_close_its_block_in_the_judges_prompt():
     """RACE's ``<report_N>`` blocks and FACT's ``<statement>``/``<page>`` blocks: tags written
     in another case or with spaces inside the text are defused too, and the page's URL cannot
     end its attribute."""
-    from websailor.eval.fact import FactJudge
+    from websailor.eval.fact_judge import FactJudge
 
     seen: list[str] = []
 

@@ -29,7 +29,8 @@ from typing import Any
 from tqdm import tqdm
 
 from websailor.errors import InputFormatError
-from websailor.eval.fact import FactJudge, FactResult, check_report, fact_summary
+from websailor.eval.fact import FactResult, check_report, fact_summary
+from websailor.eval.fact_judge import FactJudge
 from websailor.eval.race import RaceScore, race_score, race_summary
 from websailor.eval.race_rubric import Rubric, derive_criteria
 from websailor.eval.report_tasks import ReportTask
