@@ -287,40 +287,84 @@ def constructive_trajectory(
             fewer search results than the item was synthesized with).
         InvalidArgumentError: ``distractor`` without ``kg``.
     """
-    steps = item.get("procedure") or []
-    if not steps:
+    if not item.get("procedure"):
         raise InputFormatError(f"item {item.get('id')!r} has no solution procedure to replay")
     if distractor and kg is None:
         raise InvalidArgumentError("a distractor trajectory needs the knowledge graph (kg)")
-    answer, question = item["answer"], item["question"]
-    target_url = item.get("target_url") or ""
-    goal = f"what links this page to the entity asked about: {question}"
-    # the answer's page: the last visit of its URL (every procedure ends there today); the
-    # distractor and the check come just before it, and any later steps after it
-    last = max(
-        (i for i, s in enumerate(steps) if s.get("action") == "visit" and s.get("url") == target_url), default=None
-    )
-    before = steps if last is None else steps[:last]
-    checks = check_order(item) if verify and target_url else []
-    # the opening search also queries the question's text (when it can: see _asks_question)
-    opening = _asks_question(item, question_query)
+    c = _Construction(item, tools, rollout, kg, distractor, verify, question_query)
+    if c.checks:
+        traj, ok = c.build(check=True)
+        if ok:
+            return traj
+        why = traj.construction_notes
+    else:
+        why = {"unverified": "no_checkable_constraint"} if verify else {}
+    traj, _ = c.build(check=False)
+    traj.construction_notes = {**why, **(traj.construction_notes or {})}
+    return traj
 
-    def build(check: bool) -> tuple[Trajectory, bool]:
-        r = _Replay(item, tools, rollout)
-        r.opening_clue = steps[0]["query"] if opening else None
-        for i, step in enumerate(before):
+
+class _Construction:
+    """One item's constructive trajectory being built (see :func:`constructive_trajectory`):
+    the path up to the answer's page and a distractor (:meth:`_approach`), then the check on
+    the answer's page (:meth:`_verified`) or today's replay of it (:meth:`_replayed`)."""
+
+    def __init__(
+        self,
+        item: dict,
+        tools: Mapping[str, Tool],
+        rollout: int,
+        kg: Any,
+        distractor: bool,
+        verify: bool,
+        question_query: bool,
+    ) -> None:
+        self.item, self.tools, self.rollout, self.kg = item, tools, rollout, kg
+        self.distractor, self.question_query = distractor, question_query
+        self.steps: list[dict] = item["procedure"]
+        self.answer, self.question = item["answer"], item["question"]
+        self.target_url = item.get("target_url") or ""
+        self.goal = f"what links this page to the entity asked about: {self.question}"
+        # the answer's page: the last visit of its URL (every procedure ends there today); the
+        # distractor and the check come just before it, and any later steps after it
+        self.last = max(
+            (i for i, s in enumerate(self.steps) if s.get("action") == "visit" and s.get("url") == self.target_url),
+            default=None,
+        )
+        self.before = self.steps if self.last is None else self.steps[: self.last]
+        self.checks = check_order(item) if verify and self.target_url else []
+        # the opening search also queries the question's text (when it can: see _asks_question)
+        self.opening = _asks_question(item, question_query)
+
+    def build(self, check: bool) -> tuple[Trajectory, bool]:
+        """The trajectory, with the check on the answer's page (``check``) or without; the
+        flag is false when the check found nothing to confirm (the trajectory then only
+        carries its notes)."""
+        r, notes, rejected, lead = self._approach()
+        if check:
+            return self._verified(r, notes, rejected, lead)
+        return self._replayed(r, notes, rejected, lead), True
+
+    def _approach(self) -> tuple[_Replay, dict, tuple[str, Check] | None, str]:
+        """Replay the path up to the answer's page and meet the distractor: the replay, the
+        notes so far, the rejected candidate (``None``: none) and the thought that leads to the
+        answer's page."""
+        item, steps, answer, question = self.item, self.steps, self.answer, self.question
+        r = _Replay(item, self.tools, self.rollout)
+        r.opening_clue = steps[0]["query"] if self.opening else None
+        for i, step in enumerate(self.before):
             obs = r.step(
-                _thought(step, i, answer, opening and i == 0, r.observations, question),
-                *_step_call(item, step, i, goal, opening and i == 0),
+                _thought(step, i, answer, self.opening and i == 0, r.observations, question),
+                *_step_call(item, step, i, self.goal, self.opening and i == 0),
             )
-            if i == 0 and last is not None and r.question_lists(target_url):
+            if i == 0 and self.last is not None and r.question_lists(self.target_url):
                 break  # the short path: the question's own search lists the answer, the hops are skipped
             _check_shown(item, steps, i, obs)
-        notes: dict = {"opening": "question" if question_query else "clue"}
-        rejected = _meet_distractor(r, item, kg, tools, goal) if distractor else None
-        if distractor and isinstance(rejected, str):
+        notes: dict = {"opening": "question" if self.question_query else "clue"}
+        rejected = _meet_distractor(r, item, self.kg, self.tools, self.goal) if self.distractor else None
+        if self.distractor and isinstance(rejected, str):
             notes["no_distractor"], rejected = rejected, None
-        why = why_this_page(target_url, r.observations, question, from_question=r.question_lists(target_url))
+        why = why_this_page(self.target_url, r.observations, question, from_question=r.question_lists(self.target_url))
         lead = why or f"The clues point to {answer}."
         if rejected:
             node, failed = rejected
@@ -328,78 +372,77 @@ def constructive_trajectory(
             lead = f"{rejected_words(node, failed)} " + (
                 f"Another candidate: {why}" if why else f"Another candidate, {answer}, fits the clues."
             )
+        return r, notes, rejected, lead
+
+    def _check_goal(self, c: dict) -> dict:
+        return {
+            "url": self.target_url,
+            "goal": f"check that {statement(c, self.answer)}; the question: {self.question}",
+        }
+
+    def _verified(self, r: _Replay, notes: dict, rejected: Any, lead: str) -> tuple[Trajectory, bool]:
+        """Open the answer's page to check the first constraint it shows, then the steps after
+        it and the answer naming every constraint confirmed; ``(notes only, False)`` when the
+        page confirms none."""
+        item, answer, checks, target_url = self.item, self.answer, self.checks, self.target_url
         kind = "distractor" if rejected else "direct"
-        if check:
-            # the constraint the check is about: the first whose visit (its goal names it) shows it
-            earlier = "\n".join(r.observations)
-
-            def check_goal(c: dict) -> dict:
-                return {"url": target_url, "goal": f"check that {statement(c, answer)}; the question: {question}"}
-
-            first = next(
-                (
-                    c
-                    for c in checks
-                    if confirmed(c, execute_tool(tools, "visit", check_goal(c)).observation, target_url, earlier)
-                ),
-                None,
+        # the constraint the check is about: the first whose visit (its goal names it) shows it
+        earlier = "\n".join(r.observations)
+        first = next(
+            (
+                c
+                for c in checks
+                if confirmed(c, execute_tool(self.tools, "visit", self._check_goal(c)).observation, target_url, earlier)
+            ),
+            None,
+        )
+        shown_ = []
+        if first is not None:
+            obs = r.step(
+                f'{lead} Before answering I check on its own page that "{statement(first, "it")}".',
+                "visit",
+                self._check_goal(first),
             )
-            shown_ = []
-            if first is not None:
-                obs = r.step(
-                    f'{lead} Before answering I check on its own page that "{statement(first, "it")}".',
-                    "visit",
-                    check_goal(first),
-                )
-                shown_ = [(c, s) for c in checks if (s := confirmed(c, obs, target_url, earlier))]
-                shown_.sort(key=lambda cs: cs[0] is not first)  # the one it set out to check first
-            if not shown_:
-                values = [c for c in checks if c["kind"] != "linked"]
-                return r.finish(
-                    "", kind, {"unverified": "evidence_not_shown" if values else "links_not_on_page"}
-                ), False
-            rest = [] if last is None else steps[last + 1 :]
-            for i, step in enumerate(rest, len(before) + 1):
-                r.step(
-                    _thought(step, i, answer, False, r.observations, question), *_step_call(item, step, i, goal)
-                )  # i > 0
-            urls = {n["title"]: n.get("url") for n in (item.get("subgraph") or {}).get("nodes") or []}
-            hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
-            hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
-            hops = [h for h in hops if r.visited(urls.get(h, ""))]  # only pages it read led it there
-            via = ""
-            if hops:
-                pages = hops[0] if len(hops) == 1 else ", ".join(hops[:-1]) + " and " + hops[-1]
-                via = f" The page{'s' if len(hops) > 1 else ''} of {pages} led me to it."
-            notes["checked"] = [c["phrase"] for c, _ in shown_]
-            thought = accepted(answer, answer_checks(item, shown_), via)
-            return r.finish(thought, "distractor" if rejected else "verified", notes), True
-        # today's replay of the answer's page (read for the question) and the generic conclusion
-        for i, step in enumerate(steps[len(before) :], len(before)):
-            t = _thought(step, i, answer, False, r.observations, question)  # the answer's page: a visit
+            shown_ = [(c, s) for c in checks if (s := confirmed(c, obs, target_url, earlier))]
+            shown_.sort(key=lambda cs: cs[0] is not first)  # the one it set out to check first
+        if not shown_:
+            values = [c for c in checks if c["kind"] != "linked"]
+            return r.finish("", kind, {"unverified": "evidence_not_shown" if values else "links_not_on_page"}), False
+        rest = [] if self.last is None else self.steps[self.last + 1 :]
+        for i, step in enumerate(rest, len(self.before) + 1):
+            r.step(
+                _thought(step, i, answer, False, r.observations, self.question), *_step_call(item, step, i, self.goal)
+            )  # i > 0
+        urls = {n["title"]: n.get("url") for n in (item.get("subgraph") or {}).get("nodes") or []}
+        hops = [c["params"]["other"] for c in item.get("constraints") or [] if c["kind"] == "linked"]
+        hops = [h for h in hops if not any(c.get("params", {}).get("other") == h for c, _ in shown_)]
+        hops = [h for h in hops if r.visited(urls.get(h, ""))]  # only pages it read led it there
+        via = ""
+        if hops:
+            pages = hops[0] if len(hops) == 1 else ", ".join(hops[:-1]) + " and " + hops[-1]
+            via = f" The page{'s' if len(hops) > 1 else ''} of {pages} led me to it."
+        notes["checked"] = [c["phrase"] for c, _ in shown_]
+        thought = accepted(answer, answer_checks(item, shown_), via)
+        return r.finish(thought, "distractor" if rejected else "verified", notes), True
+
+    def _replayed(self, r: _Replay, notes: dict, rejected: Any, lead: str) -> Trajectory:
+        """Today's replay of the answer's page (read for the question) and the generic
+        conclusion (the constraints that name it, if any)."""
+        item, answer, before = self.item, self.answer, self.before
+        for i, step in enumerate(self.steps[len(before) :], len(before)):
+            t = _thought(step, i, answer, False, r.observations, self.question)  # the answer's page: a visit
             if rejected and i == len(before):
                 t = f"{lead} I open its page to check the remaining conditions."
-            r.step(t, *_step_call(item, step, i, goal))
+            r.step(t, *_step_call(item, step, i, self.goal))
         names = [name_check(c, answer) for c in item.get("constraints") or [] if c["kind"] == "name"]
         conclusion = (
             accepted(answer, names)
             if names
             else f"The clues led me to {answer}; its page shows none of the conditions to check, so I answer {answer}."
         )
-        if rejected and last is None:  # no page of the answer to open: the rejection goes here
+        if rejected and self.last is None:  # no page of the answer to open: the rejection goes here
             conclusion = f"{lead} {conclusion}"
-        return r.finish(conclusion, kind, notes), True
-
-    if checks:
-        traj, ok = build(check=True)
-        if ok:
-            return traj
-        why = traj.construction_notes
-    else:
-        why = {"unverified": "no_checkable_constraint"} if verify else {}
-    traj, _ = build(check=False)
-    traj.construction_notes = {**why, **(traj.construction_notes or {})}
-    return traj
+        return r.finish(conclusion, "distractor" if rejected else "direct", notes)
 
 
 def _meet_distractor(r: _Replay, item: dict, kg: Any, tools: Mapping[str, Tool], goal: str) -> tuple[str, Check] | str:
