@@ -1,6 +1,6 @@
 """A judge's usable replies in SQLite, so that the same question asked again costs no call:
 what RACE's scoring and derivation (:mod:`websailor.eval.race`) and FACT's verdicts
-(:mod:`websailor.eval.fact`) keep between runs."""
+(:mod:`websailor.eval.fact_judge`) keep between runs."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ class Filters:
         range is clamped by the table).
 
         Raises:
-            RequestValidationError: an ``outcome`` that is not one of :data:`OUTCOMES`, or a
+            RequestValidationError: an ``outcome`` that is not one of :data:`~websailor.view.grades.OUTCOMES`, or a
                 ``min_calls``, ``max_calls`` or ``page`` that is not a whole number (tool-call
                 counts: not negative).
         """

@@ -12,8 +12,9 @@ Every provider operation (one search query, one page fetch) goes through
    timeout; retryable failures (timeouts, HTTP 429 honouring ``Retry-After``, 5xx, dropped
    connections, truncated or unparsable bodies) are retried with exponential back-off and
    jitter (tenacity); a provider that still fails hands over to the next one (failover);
-4. when every provider failed, an :class:`Outcome` that says why, provider by provider
-   (:class:`Failure`), and whether the environment is to blame (:attr:`Outcome.env_failure`);
+4. when every provider failed, an :class:`~websailor.tools.web.failures.Outcome` that says why,
+   provider by provider (:class:`~websailor.tools.web.failures.Failure`), and whether the
+   environment is to blame (:attr:`~websailor.tools.web.failures.Outcome.env_failure`);
    the tools turn it into an observation for the model (graceful degradation), never an
    exception.
 
@@ -92,10 +93,10 @@ class Provider(Protocol):
     """One back end of a tool (Serper, SearXNG, the Jina Reader, a direct fetch).
 
     ``await provider(client, request, policy)`` returns a result or raises
-    :class:`ProviderFailure` (any other exception is classified by the executor). Optional
-    class attributes: ``cacheable`` (default true: the result is JSON-serializable and may be
-    cached) and ``per_target`` (default false; true for a direct fetch, whose failures belong to
-    each target site, so it has no circuit breaker).
+    :class:`~websailor.tools.web.failures.ProviderFailure` (any other exception is classified by
+    the executor). Optional class attributes: ``cacheable`` (default true: the result is
+    JSON-serializable and may be cached) and ``per_target`` (default false; true for a direct
+    fetch, whose failures belong to each target site, so it has no circuit breaker).
     """
 
     name: str

@@ -85,7 +85,7 @@ class Failure:
 
 
 def cancelled_failure() -> Failure:
-    """The failure of an operation cut short by :meth:`ToolExecutor.close`."""
+    """The failure of an operation cut short by :meth:`~websailor.tools.web.executor.ToolExecutor.close`."""
     return Failure("executor", CANCELLED, "cancelled: the tool environment was closed")
 
 
