@@ -143,9 +143,12 @@ def test_rl_killed_mid_run_resumes_with_each_step_logged_once(tiny: Path, vital_
     cfg["corpus"] = str(vital_dir)
     _kill_after(cfg, out / "rl_log.jsonl", 3)
     assert not (out / "rl_summary.json").exists()
+    # concurrency only schedules the rollouts: a resumed run may take another
+    cfg["settings"] = {**values, "concurrency": 1}
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cfg)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "rl_summary.json").read_text())
+    assert summary["settings"]["concurrency"] == 1
     assert summary["steps"] == 6
     log = [json.loads(x) for x in (out / "rl_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]

@@ -19,9 +19,11 @@ SUMMARY_FILE = "rl_summary.json"
 LOG_FILE = "rl_log.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 PREFILTER_FILE = "prefilter.json"
-#: settings that may change between a run and its continuation (not part of a run's identity)
+#: settings that may change between a run and its continuation (not part of a run's identity);
+#: ``concurrency`` schedules rollouts whose sampling seeds come from their numbers, not from it
 CONTINUABLE = (
     "max_steps",
+    "concurrency",
     "rollout_server",
     "sync_timeout_s",
     "sync_dir",
