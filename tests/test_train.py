@@ -241,12 +241,8 @@ def test_constructive_trajectories_check_the_candidate_and_reject_distractors(vi
     from collections import Counter
 
     from websailor.synth.constraints import Constraint
-    from websailor.train.constructive import (
-        CONSTRUCTIONS,
-        construction_counts,
-        format_construction_counts,
-        wants_distractor,
-    )
+    from websailor.train.constructive import CONSTRUCTIONS, wants_distractor
+    from websailor.train.traj_stats import construction_counts, format_construction_counts
 
     kg, items, out = kinds_build
     by_id = {str(it["id"]): it for it in items}
@@ -374,7 +370,7 @@ def test_distractor_share_is_checked(vital: Corpus, tmp_path):
     assert rec["construction"] in ("direct", "verified")
     old = {k: v for k, v in rec.items() if k not in ("construction", "construction_notes")}
     assert Trajectory.from_dict(old).construction is None
-    from websailor.train.constructive import construction_counts
+    from websailor.train.traj_stats import construction_counts
 
     (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
     assert construction_counts(tmp_path / "old.jsonl")["unrecorded"] == 1

@@ -188,7 +188,8 @@ def traj_build(
     from websailor.jsonio import read_appended_jsonl
     from websailor.synth.dataset import read_items
     from websailor.tools.local import build_local_tools
-    from websailor.train.constructive import build_constructive, construction_counts, format_construction_counts
+    from websailor.train.constructive import build_constructive
+    from websailor.train.traj_stats import construction_counts, format_construction_counts
 
     if not qa.is_file():
         fail(f"--source constructive needs --qa QA.jsonl (an existing file), got {qa}")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -596,40 +595,3 @@ def check_distractor_share(share: float) -> None:
     """Raise :class:`InvalidArgumentError` unless ``share`` is in [0, 1]."""
     if not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
         raise InvalidArgumentError(f"distractor_share must be in [0, 1], got {share!r}")
-
-
-def construction_counts(path: Path) -> Counter:
-    """The kinds of the trajectories in ``path`` (``direct``, ``verified``, ``distractor``, and
-    ``unrecorded`` for records without one), plus ``unverified:REASON`` and
-    ``no_distractor:REASON`` counts from their notes. An unfinished last line is skipped.
-
-    Raises:
-        InputFormatError: a line is not a trajectory record.
-    """
-    from websailor.jsonio import read_appended_jsonl
-
-    counts: Counter = Counter()
-    for line, rec in read_appended_jsonl(Path(path), "a trajectory record"):
-        kind, notes = rec.get("construction") or "unrecorded", rec.get("construction_notes") or {}
-        if not isinstance(kind, str) or not isinstance(notes, dict):
-            raise InputFormatError(f"{path} line {line}: construction or construction_notes of the wrong type")
-        counts[kind] += 1
-        for key in ("unverified", "no_distractor"):
-            if notes.get(key):
-                counts[f"{key}:{notes[key]}"] += 1
-    return counts
-
-
-def format_construction_counts(counts: Counter) -> str:
-    """One line per fact: the share of each kind, then why items could not be verified and why
-    a drawn distractor was not found (``counts`` from :func:`construction_counts`)."""
-    total = sum(counts[k] for k in (*CONSTRUCTIONS, "unrecorded"))
-    if not total:
-        return "no trajectories"
-    kinds = [k for k in (*CONSTRUCTIONS, "unrecorded") if k in CONSTRUCTIONS or counts[k]]
-    lines = ["kinds: " + ", ".join(f"{k} {counts[k]} ({counts[k] / total:.0%})" for k in kinds)]
-    for key, what in (("unverified", "not verified"), ("no_distractor", "drawn for a distractor, none met")):
-        why = sorted((k.split(":", 1)[1], n) for k, n in counts.items() if k.startswith(key + ":"))
-        if why:
-            lines.append(f"{what}: {sum(n for _, n in why)} (" + ", ".join(f"{r} {n}" for r, n in why) + ")")
-    return "\n".join(lines)

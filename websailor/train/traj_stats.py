@@ -1,5 +1,6 @@
 """What a trajectory file teaches (``websailor traj stats``): whether its choices are grounded,
-whether its checks can fail, and how many of its items are lookups (issue 38).
+whether its checks can fail, and how many of its items are lookups (issue 38); and the kinds of
+a constructive file (:func:`construction_counts`, printed by ``traj build``).
 
 Every figure is read from the trajectories' messages by the same functions that measure an
 agent's rollouts (:mod:`websailor.eval.grounding`), so a file of any source (constructive,
@@ -28,6 +29,7 @@ from websailor.judge.em import normalize_answer
 from websailor.judge.gold import Gold
 from websailor.text import fold_space
 from websailor.tools.observation_parse import bare_title, search_results
+from websailor.train.constructive import CONSTRUCTIONS
 
 
 def question_search_lists(messages: list[dict], question: str, gold: Gold | None) -> bool | None:
@@ -154,4 +156,39 @@ def format_stats(s: dict[str, Any]) -> str:
         f"answers grounded: {_pct(s['answers_grounded'], s['answered'])}",
         f"lookups (the question's own search lists the answer's page): {_pct(s['lookups'], s['lookup_known'])}",
     ]
+    return "\n".join(lines)
+
+
+def construction_counts(path: Path) -> Counter:
+    """The kinds of the trajectories in ``path`` (``direct``, ``verified``, ``distractor``, and
+    ``unrecorded`` for records without one), plus ``unverified:REASON`` and
+    ``no_distractor:REASON`` counts from their notes. An unfinished last line is skipped.
+
+    Raises:
+        InputFormatError: a line is not a trajectory record.
+    """
+    counts: Counter = Counter()
+    for line, rec in read_appended_jsonl(Path(path), "a trajectory record"):
+        kind, notes = rec.get("construction") or "unrecorded", rec.get("construction_notes") or {}
+        if not isinstance(kind, str) or not isinstance(notes, dict):
+            raise InputFormatError(f"{path} line {line}: construction or construction_notes of the wrong type")
+        counts[kind] += 1
+        for key in ("unverified", "no_distractor"):
+            if notes.get(key):
+                counts[f"{key}:{notes[key]}"] += 1
+    return counts
+
+
+def format_construction_counts(counts: Counter) -> str:
+    """One line per fact: the share of each kind, then why items could not be verified and why
+    a drawn distractor was not found (``counts`` from :func:`construction_counts`)."""
+    total = sum(counts[k] for k in (*CONSTRUCTIONS, "unrecorded"))
+    if not total:
+        return "no trajectories"
+    kinds = [k for k in (*CONSTRUCTIONS, "unrecorded") if k in CONSTRUCTIONS or counts[k]]
+    lines = ["kinds: " + ", ".join(f"{k} {counts[k]} ({counts[k] / total:.0%})" for k in kinds)]
+    for key, what in (("unverified", "not verified"), ("no_distractor", "drawn for a distractor, none met")):
+        why = sorted((k.split(":", 1)[1], n) for k, n in counts.items() if k.startswith(key + ":"))
+        if why:
+            lines.append(f"{what}: {sum(n for _, n in why)} (" + ", ".join(f"{r} {n}" for r, n in why) + ")")
     return "\n".join(lines)
