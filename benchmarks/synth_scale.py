@@ -64,7 +64,8 @@ cfg = json.loads(sys.argv[1])
 sys.path.insert(0, cfg["bench_dir"])
 from synth_scale import rss_mb, load_networkx
 from websailor.synth.graph import KnowledgeGraph
-from websailor.synth.items import ItemConfig, build_item
+from websailor.synth.items import build_item
+from websailor.synth.levels import ItemConfig
 folder = Path(cfg["tmp"]) / "graph"
 before = rss_mb()
 t = time.perf_counter()

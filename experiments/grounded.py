@@ -169,7 +169,7 @@ def pool_items(a: argparse.Namespace) -> Path:
     ``--described-share`` of them state the answer's own description."""
     from websailor.corpus import Corpus
     from websailor.synth import SynthConfig, load_or_build, read_items, synthesize
-    from websailor.synth.items import ItemConfig
+    from websailor.synth.levels import ItemConfig
     from websailor.tools.environment import COMPACT_OBSERVATIONS
     from websailor.tools.local import build_local_tools
 

@@ -433,7 +433,7 @@ def test_solution_procedures_replay_through_the_real_tools(kg: KnowledgeGraph, v
 
 # -- the difficulty ladder ------------------------------------------------------------------------
 from websailor.synth.dataset import parse_levels  # noqa: E402
-from websailor.synth.items import ATTRIBUTE_OPS, ItemConfig  # noqa: E402
+from websailor.synth.levels import ATTRIBUTE_OPS, ItemConfig  # noqa: E402
 from websailor.synth.replay import PathReplayer, replay_procedure  # noqa: E402
 
 

@@ -411,7 +411,7 @@ def test_when_the_questions_own_search_lists_the_answer_the_trajectory_takes_the
     answer's page, the trajectory opens no hop page; it picks the answer from that list (or first
     a result ranked above it, rejected) and never says that no result fits. When the list does
     not show the answer, it says so and follows the clue."""
-    from websailor.synth.items import ItemConfig
+    from websailor.synth.levels import ItemConfig
     from websailor.train.constructive import constructive_trajectory
 
     kg = load_or_build(vital)

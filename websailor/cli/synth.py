@@ -122,7 +122,7 @@ def synth(
     if have >= n:
         print(f"{out} already holds {have} items (--n {n}): nothing to do")
         return
-    from websailor.synth.items import ItemConfig
+    from websailor.synth.levels import ItemConfig
 
     item = ItemConfig(level=levels[0], described_p=described_share)
     cfg = SynthConfig(n=n, seed=seed, test_fraction=test_fraction, levels=levels, item=item)

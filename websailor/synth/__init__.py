@@ -17,7 +17,8 @@ from websailor.synth.constraints import Constraint, candidates, is_leak_free, is
 from websailor.synth.dataset import SynthConfig, dataset_report, parse_levels, read_items, synthesize
 from websailor.synth.difficulty import DifficultyConfig, DifficultyFilter
 from websailor.synth.graph import KnowledgeGraph, build_knowledge_graph, load_or_build
-from websailor.synth.items import LEVELS, ItemConfig, Level, aliases_of, build_item
+from websailor.synth.items import aliases_of, build_item
+from websailor.synth.levels import LEVELS, ItemConfig, Level
 from websailor.synth.phrasing import render, type_word
 from websailor.synth.replay import PathReplayer, replay_procedure
 from websailor.synth.sampling import has_cycle, sample_subgraph, structural_roles, topology_hash

@@ -34,7 +34,8 @@ from websailor.jsonio import Unfinished, appending, read_appended_jsonl, read_js
 from websailor.log import get_logger
 from websailor.synth.graph import KnowledgeGraph
 from websailor.synth.item_schema import shape_error
-from websailor.synth.items import ATTRIBUTE_OPS, DEFAULT_LEVEL, LEVELS, ItemConfig, build_item, check_level
+from websailor.synth.items import build_item
+from websailor.synth.levels import ATTRIBUTE_OPS, DEFAULT_LEVEL, LEVELS, ItemConfig, check_level
 from websailor.synth.replay import PathReplayer
 from websailor.synth.wording import has_name_mask, wording_report
 from websailor.synth.writer import write_question
@@ -86,7 +87,7 @@ class SynthConfig:
     """Dataset-level settings: no topology above a quarter of the items, at least 40% with a cycle
     (the balance targets of the synthesis; docs/synthesis.md), at the levels where they apply.
 
-    ``levels``: the difficulty levels of the items (:data:`websailor.synth.items.LEVELS`), one
+    ``levels``: the difficulty levels of the items (:data:`websailor.synth.levels.LEVELS`), one
     or several (a ladder: item ``j`` is at ``levels[j % len(levels)]``); default: ``item``'s
     level, 4 without one. ``item``: the item knobs, used for items at its level; other levels
     take their defaults.

@@ -32,7 +32,7 @@ from fastapi.responses import HTMLResponse, Response
 from websailor.errors import InvalidArgumentError
 from websailor.jsonio import Unfinished
 from websailor.synth.dataset import dataset_report, read_items_and_tail
-from websailor.synth.items import DEFAULT_LEVEL
+from websailor.synth.levels import DEFAULT_LEVEL
 from websailor.view.context import context, query_int, run_url
 
 router = APIRouter()
