@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import write_results  # noqa: E402
 
-from websailor.train.rl_log import reward_gain  # noqa: E402
+from websailor.train.rl_log import item_reward_gain, reward_gain  # noqa: E402
 
 #: the models of the ladder, in the order the tables list them
 MODELS = ("base", "sft", "rl", "dupo")
@@ -129,6 +129,15 @@ def tables(results: dict) -> str:
                 f"{gain['last']:.3f} over the last {gain['window']} (difference {gain['diff']:+.3f}, "
                 f"95% CI {lo:+.3f} to {hi:+.3f}; {gain['steps']} steps)",
             ]
+        paired = (results.get("item_reward_gain") or {}).get(name)
+        if paired:
+            lo, hi = paired["diff_ci95"]
+            lines += [
+                f"{name}, item by item: the {paired['items']} items visited twice or more, "
+                f"{paired['first']:.3f} at their first visit, {paired['last']:.3f} at their last "
+                f"(difference {paired['diff']:+.3f}, 95% CI {lo:+.3f} to {hi:+.3f}; "
+                f"{paired['up']} up, {paired['down']} down, {paired['same']} unchanged)",
+            ]
     for name, text in (results.get("compare") or {}).items():
         lines += ["", f"### {name}", "", text]
     stages = results.get("stages") or {}
@@ -152,10 +161,10 @@ def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, 
     stream = out / "dupo_throughput.json"
     if "throughput" in results.get("stages", {}) and stream.exists():
         results["dupo_throughput"] = json.loads(stream.read_text())["figures"]
-    results["reward_gain"] = {
-        label: reward_gain(path / "rollouts.jsonl")
-        for label, path in (("sanity", sanity), *((m, d) for m, (_, d) in rl_runs.items()))
-        if path.exists()
+    runs = (("sanity", sanity), *((m, d) for m, (_, d) in rl_runs.items()))
+    results["reward_gain"] = {label: reward_gain(path / "rollouts.jsonl") for label, path in runs if path.exists()}
+    results["item_reward_gain"] = {
+        label: item_reward_gain(path / "rollouts.jsonl") for label, path in runs if path.exists()
     }
     compare = {}
     for a_name, b_name in (("base", "sft"), ("sft", "rl"), ("sft", "dupo"), ("rl", "dupo")):

@@ -617,3 +617,22 @@ def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, 
         "3e-05",
     ]
     assert commands["throughput"][0].endswith("dupo_throughput.py")
+
+
+def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_path, monkeypatch):
+    """results.md says both readings of an RL run's training reward, computed from its rollouts."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its helpers, as when it runs as a script
+    report = _load(SCRIPT.with_name("pipeline_report.py"))
+    path = tmp_path / "rollouts.jsonl"
+    rows = [
+        {"step": s, "id": item, "reward": r}
+        for s, item, r in [(1, "a", 0.0), (2, "b", 1.0), (3, "a", 1.0), (4, "b", 1.0)]
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gains = {"reward_gain": {"rl": report.reward_gain(path)}, "item_reward_gain": {"rl": report.item_reward_gain(path)}}
+    text = report.tables(gains)
+    assert "rl: training reward 0.500 over the first 2 steps, 1.000 over the last 2 (difference +0.500" in text
+    assert (
+        "rl, item by item: the 2 items visited twice or more, 0.500 at their first visit, 1.000 at their last" in text
+    )
+    assert "(difference +0.500, 95% CI +0.000 to +1.000; 1 up, 0 down, 1 unchanged)" in text

@@ -812,6 +812,30 @@ def test_reward_gain_bootstraps_last_against_first_window(tmp_path):
     assert reward_gain(tmp_path / "none.jsonl") is None and reward_gain(write([[1.0]])) is None
 
 
+def test_item_reward_gain_pairs_each_item_with_itself(tmp_path):
+    """Easy items drawn early and hard ones late: the windows see a fall, while every item
+    rose between its visits, which the item-paired gain shows."""
+    from websailor.train.rl_log import item_reward_gain, reward_gain
+
+    rows = []
+    plan = [("easy1", 0.5), ("easy2", 0.5), ("hard1", 0.0), ("hard2", 0.0)]  # first visits, steps 1-4
+    plan += [("easy1", 0.75), ("easy2", 0.75), ("hard1", 0.25), ("hard2", 0.25)]  # second visits, steps 5-8
+    for step, (item, rate) in enumerate(plan, 1):
+        rows += [{"step": step, "id": item, "reward": float(k < rate * 4)} for k in range(4)]
+    rows.append({"step": 8, "id": "hard2", "reward": None})  # ungraded: left out
+    rows.append({"step": 1, "id": "once", "reward": 1.0})  # visited once: no pair
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    g = item_reward_gain(path)
+    assert (g["items"], g["visits"], g["up"], g["down"], g["same"]) == (4, 8, 4, 0, 0)
+    assert (g["first"], g["last"], g["diff"]) == (0.25, 0.5, 0.25)
+    assert 0 < g["diff_ci95"][0] <= 0.25 <= g["diff_ci95"][1]
+    assert reward_gain(path, window=2)["diff"] < 0  # the windows mistake the draw for a fall
+    assert item_reward_gain(tmp_path / "none.jsonl") is None
+    path.write_text(json.dumps({"step": 1, "id": "a", "reward": 1.0}) + "\n")
+    assert item_reward_gain(path) is None
+
+
 def test_forward_passes_skip_the_batch_padding(smollm2_path: Path, tmp_path: Path):
     """Each micro-batch's forward sees only its own tokens, and its log-probabilities and
     entropies on the completion equal those of the row run alone; padding positions are 0."""
