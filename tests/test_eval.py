@@ -384,6 +384,7 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
 
     from websailor.agent import Agent, AgentConfig
     from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.models.base import SamplingParams
     from websailor.questions import Question
     from websailor.tools.local import build_local_tools
 
@@ -433,6 +434,26 @@ def test_evaluate_runs_grades_and_reports(vital, tmp_path: Path):
     assert "Format validity: 80.0% of 10 assistant turns" in report
     traj = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])
     assert traj["answer"]["answer"] in ("Nile", "Leonardo da Vinci")  # the gold travels with aliases
+    # each rollout records how it sampled, and the report says it
+    turn = agent.model.turn_tokens
+    assert traj["sampling"] == {
+        "temperature": 0.85,
+        "top_p": 0.95,
+        "presence_penalty": 1.1,
+        "max_calls": 4,
+        "max_tokens_per_turn": turn,
+        "max_context_tokens": 128_000,
+    }
+    assert summary["sampling"] == [{**traj["sampling"], "rollouts": 4}]
+    assert f"- sampling: temperature 0.85, top-p 0.95, presence penalty 1.1, at most 4 calls of {turn} tokens" in report
+    # a third rollout at another temperature into the same folder: the report says the settings are mixed
+    hot = AgentConfig(max_calls=4, sampling=SamplingParams(temperature=1.0, top_p=1.0))
+    agent = Agent(ScriptedModel(reply), build_local_tools(vital), hot)
+    summary = evaluate(items, agent, load_judge("em"), out, EvalConfig(rollouts=3), bench="tiny", progress=False)
+    assert [(e["temperature"], e["rollouts"]) for e in summary["sampling"]] == [(0.85, 4), (1.0, 2)]
+    report = (out / "report.md").read_text()
+    assert "- sampling (MIXED: the rollouts were sampled with different settings): temperature 0.85" in report
+    assert "(4 of 6 rollouts); temperature 1.0, top-p 1.0" in report
 
 
 def test_report_states_ungraded_and_leaves_them_out():

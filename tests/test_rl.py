@@ -691,6 +691,27 @@ def test_prefilter_from_an_eval_output_keeps_the_moderate_items(tmp_path: Path):
     assert rec["unrated"] == 1 and [it.id for it in kept] == ["mid"]
 
 
+def test_prefilter_from_rollouts_of_another_sampler_says_so(tmp_path: Path, caplog):
+    """An eval samples at the paper's evaluation settings; RL at its own: the rating is used,
+    with one warning naming both."""
+    from websailor.judge import load_judge
+    from websailor.train.rl import prefilter_from_file
+
+    items = _graded_eval(tmp_path / "eval")
+    rl = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0}
+    with caplog.at_level("WARNING", logger="websailor.train.rl.prefilter"):
+        kept, _ = prefilter_from_file(items, tmp_path / "eval", load_judge("em"), sampling=rl)
+    assert [it.id for it in kept] == ["mid"]
+    said = [r.getMessage() for r in caplog.records if "sampled with" in r.getMessage()]
+    assert len(said) == 1 and "temperature 0.85, top p 0.95, presence penalty 1.1" in said[0]
+    assert "this run samples with temperature 1.0, top p 1.0, presence penalty 0.0" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="websailor.train.rl.prefilter"):
+        same = {"temperature": 0.85, "top_p": 0.95, "presence_penalty": 1.1}
+        prefilter_from_file(items, tmp_path / "eval", load_judge("em"), sampling=same)
+    assert not [r for r in caplog.records if "sampled with" in r.getMessage()]
+
+
 def test_prefilter_from_another_question_set_or_ungraded_rollouts_is_refused(tmp_path: Path):
     from websailor.judge import load_judge
     from websailor.train.rl import prefilter_from_file

@@ -6,6 +6,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from websailor import __version__
 from websailor.agent.parse import Action, parse_turn
@@ -157,6 +158,7 @@ class Agent:
         if cfg.task == "report" and cfg.max_tokens_per_turn is None:
             turn_tokens = max(turn_tokens, REPORT_TURN_TOKENS)
         limit = min(cfg.max_context_tokens, self.model.max_context)
+        traj.sampling = self._sampling_record(turn_tokens, limit)
         nudge_at = limit * cfg.answer_nudge_tokens // cfg.max_context_tokens
         summarize_at = None if cfg.summarize_at is None else int(limit * cfg.summarize_at)
         nudged = False
@@ -226,6 +228,19 @@ class Agent:
             traj.report = parse_report(traj.prediction, visited_urls(traj.tool_calls)).to_dict()
         traj.timings["total_s"] = time.perf_counter() - t0
         return traj
+
+    def _sampling_record(self, turn_tokens: int, limit: int) -> dict[str, Any]:
+        """What the trajectory records of its sampling and budgets (:attr:`Trajectory.sampling`):
+        the config's sampling, its call budget, and the turn and context budgets in effect."""
+        s = self.config.sampling
+        return {
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "presence_penalty": s.presence_penalty,
+            "max_calls": self.config.max_calls,
+            "max_tokens_per_turn": turn_tokens,
+            "max_context_tokens": limit,
+        }
 
     def _start(self, question: str, id: str, rollout: int, answer: object, seed: int) -> Trajectory:
         """A new trajectory of ``question``: the system prompt (with the tools) and the question."""

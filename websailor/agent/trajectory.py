@@ -116,6 +116,10 @@ class Trajectory:
     #: visited and the phrase it fails), ``no_distractor`` (why a drawn distractor was not found).
     construction_notes: dict[str, Any] | None = None
     env_settings: dict[str, int] = field(default_factory=dict)
+    #: The agent's sampling and budgets: ``temperature``, ``top_p``, ``presence_penalty``,
+    #: ``max_calls``, ``max_tokens_per_turn`` (the budget the turns had), ``max_context_tokens``
+    #: (the context limit they had); ``{}`` in older records and other sources.
+    sampling: dict[str, Any] = field(default_factory=dict)
     level: int | None = None
     #: :func:`env_failure_summary` of :attr:`tool_calls`: the tool calls whose observation an
     #: environment failure degraded; ``{}`` when the environment held.
@@ -131,7 +135,8 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record; ``env_settings`` (the observation settings that are not the paper's,
-        e.g. ``{"search_results": 5}``) only when there are any, ``level`` (the question's
+        e.g. ``{"search_results": 5}``) only when there are any, ``sampling`` only when the
+        agent recorded it, ``level`` (the question's
         difficulty level, see :func:`websailor.questions.question_level`) only when known,
         ``env_failures`` only when the environment failed a call; a tool call's
         ``env_failures`` only when it has any; ``task`` only when not ``qa``, ``report`` only
@@ -139,6 +144,8 @@ class Trajectory:
         out = asdict(self)
         if not out["env_settings"]:
             del out["env_settings"]
+        if not out["sampling"]:
+            del out["sampling"]
         if out["level"] is None:
             del out["level"]
         if not out["env_failures"]:

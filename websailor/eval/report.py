@@ -100,7 +100,9 @@ def summarize(
     ``env_failures`` (:func:`environment_figures`, with the allowance ``max_env_failures`` when
     given) when the environment failed any tool call, ``by_level`` (:func:`by_level`) when the
     questions have levels, ``env_settings`` (the distinct observation settings that were not
-    the paper's) when there are any, ``summarized_rollouts`` (rollouts that summarized their
+    the paper's) when there are any, ``sampling`` (the distinct sampling settings and budgets
+    the rollouts recorded, each with its count of rollouts, most common first) when they
+    recorded any, ``summarized_rollouts`` (rollouts that summarized their
     context, and the summaries written) when any did.
 
     Raises:
@@ -166,6 +168,9 @@ def summarize(
     settings = [dict(t) for t in sorted({tuple(sorted(s.env_settings.items())) for s in scores if s.env_settings})]
     if settings:
         out["env_settings"] = settings
+    sampled = Counter(tuple(s.sampling.items()) for s in scores if s.sampling)
+    if sampled:
+        out["sampling"] = [{**dict(t), "rollouts": n} for t, n in sampled.most_common()]
     grounding = grounding_figures([s.grounding for s in scores])
     if grounding:
         out["grounding"] = grounding
@@ -208,6 +213,8 @@ def to_markdown(s: dict) -> str:
         lines[9:9] = ["Figures by level of the questions:", "", *_level_table(s["by_level"], s["k"])]
     if s.get("env_failures"):
         lines.insert(3, _env_failures_line(s["env_failures"]))
+    if s.get("sampling"):
+        lines.insert(3, _sampling_line(s["sampling"]))
     if s.get("env_settings"):
         from websailor.tools.environment import OPTIONS
 
@@ -238,6 +245,23 @@ def _ungraded_text(s: dict) -> str:
 def _n(count: int, noun: str) -> str:
     """``1 rollout``, ``2 rollouts``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _sampling_line(sampling: list[dict]) -> str:
+    """The report's line on how the rollouts sampled: each distinct setting (``summary["sampling"]``)
+    as temperature, top-p, presence penalty and budgets, with its share when there are several."""
+    total = sum(e["rollouts"] for e in sampling)
+
+    def shown(e: dict) -> str:
+        text = (
+            f"temperature {e.get('temperature')}, top-p {e.get('top_p')}, presence penalty "
+            f"{e.get('presence_penalty')}, at most {e.get('max_calls')} calls of {e.get('max_tokens_per_turn')} "
+            f"tokens in {e.get('max_context_tokens')} tokens of context"
+        )
+        return text if len(sampling) == 1 else f"{text} ({e['rollouts']} of {total} rollouts)"
+
+    mixed = "" if len(sampling) == 1 else " (MIXED: the rollouts were sampled with different settings)"
+    return f"- sampling{mixed}: " + "; ".join(shown(e) for e in sampling)
 
 
 def _env_failures_line(env: dict) -> str:

@@ -57,6 +57,7 @@ class Score:
     valid_turns: int = 0  # assistant turns that parse into a tool call or an answer (format validity)
     level: int | None = None  # the question's difficulty level, when the trajectory records one
     env_settings: dict = field(default_factory=dict)  # the observation settings that were not the paper's
+    sampling: dict = field(default_factory=dict)  # the record's sampling and budgets ({}: not recorded)
     env_failures: dict = field(default_factory=dict)  # the record's env_failures ({} when the environment held)
     ungraded_for: str | None = None  # model_error, environment or judge, when correct is None
     summaries: int = 0  # context summaries the rollout made (websailor.agent.summarize)
@@ -341,23 +342,25 @@ def score_trajectories(
                     fh.flush()
                     os.fsync(fh.fileno())
                 bar.update(len(part))
-    # the level and the observation settings are the record's, also for a grade made before they were recorded
+    # the level and the settings are the record's, also for a grade made before they were recorded
     return [replace(done[(str(r["id"]), r["rollout"])], **_context(r)) for r in records]
 
 
 def _context(rec: dict) -> dict:
-    """The ``level``, ``env_settings``, ``env_failures``, ``summaries`` (how many context
+    """The ``level``, ``env_settings``, ``sampling``, ``env_failures``, ``summaries`` (how many context
     summaries were written) and ``grounding`` (:func:`websailor.eval.grounding.rollout_grounding`;
     ``{}`` for a report task) of a trajectory record, as a :class:`Score` holds them."""
     from websailor.eval.grounding import record_grounding
 
     level = rec.get("level")
     settings = rec.get("env_settings")
+    sampling = rec.get("sampling")
     failures = rec.get("env_failures")
     summaries = rec.get("summaries")
     return {
         "level": level if isinstance(level, int) and not isinstance(level, bool) else None,
         "env_settings": dict(settings) if isinstance(settings, dict) else {},
+        "sampling": dict(sampling) if isinstance(sampling, dict) else {},
         "env_failures": dict(failures) if isinstance(failures, dict) else {},
         "summaries": sum(isinstance(x, dict) and bool(x.get("text")) for x in summaries)
         if isinstance(summaries, list)

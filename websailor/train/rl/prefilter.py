@@ -144,6 +144,27 @@ def _stored_grades(scores: Path | None, judge_name: str) -> dict[tuple[str, int]
     return out
 
 
+def _warn_other_sampling(records: list[dict], sampling: dict[str, float], traj_path: Path) -> None:
+    """One warning when rollouts of ``records`` recorded other sampling values than ``sampling``
+    (records from before the sampling was recorded say nothing and are passed over)."""
+    seen = {
+        tuple((key, r["sampling"].get(key)) for key in sampling) for r in records if isinstance(r.get("sampling"), dict)
+    }
+    other = [dict(s) for s in seen if dict(s) != dict(sampling)]
+    if other:
+
+        def shown(s: dict) -> str:
+            return ", ".join(f"{key.replace('_', ' ')} {s[key]}" for key in sampling)
+
+        logger.warning(
+            "--prefilter-from %s: its rollouts sampled with %s; this run samples with %s: an item's rate there "
+            "is not its rate under this run's sampler, so the moderate band is judged at other settings",
+            traj_path,
+            "; ".join(shown(s) for s in other),
+            shown(sampling),
+        )
+
+
 def prefilter_from_file(
     items: list[Question],
     source: str | Path,
@@ -152,6 +173,7 @@ def prefilter_from_file(
     band: str = DEFAULT_BAND,
     record: Path | None = None,
     max_env_failures: int = 0,
+    sampling: dict[str, float] | None = None,
 ) -> tuple[list[Question], dict[str, Any]]:
     """Keep the moderate items of ``items`` as rated by rollouts that already exist (an
     ``eval`` output or an earlier prefilter's rollouts) instead of sampling again.
@@ -164,7 +186,10 @@ def prefilter_from_file(
     not counted. An item needs ``k`` graded rollouts (0: as many as the file holds
     for any item; more than ``k``: the lowest rollout indices count); one with fewer is
     ``short`` and not kept, and so is an item of ``items`` the file has no rollout of
-    (``unrated``). ``band``: :func:`parse_band`.
+    (``unrated``). ``band``: :func:`parse_band`. ``sampling``: the training rollouts' own
+    (``temperature``, ``top_p``, ``presence_penalty``); rollouts that recorded other values
+    (an ``eval`` samples at the paper's evaluation settings by default) get one warning, since
+    an item's rate there is not its rate under the training sampler.
 
     Returns:
         The kept items and the record written to ``record`` (without the kept ids): ``from``
@@ -186,6 +211,8 @@ def prefilter_from_file(
     records = read_trajectories([traj_path])
     by_id = {it.id: it for it in items}
     _check_question_set(records, by_id, traj_path)
+    if sampling:
+        _warn_other_sampling(records, sampling, traj_path)
     records = [{**r, "answer": by_id[str(r["id"])].gold.to_dict()} for r in records]  # grade against --data's gold
     grades, reused = _grade(records, scores_path, judge, max_env_failures)
     marks: dict[str, list[tuple[int, bool]]] = {it.id: [] for it in items}
