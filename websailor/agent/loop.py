@@ -232,11 +232,8 @@ class Agent:
     def _sampling_record(self, turn_tokens: int, limit: int) -> dict[str, Any]:
         """What the trajectory records of its sampling and budgets (:attr:`Trajectory.sampling`):
         the config's sampling, its call budget, and the turn and context budgets in effect."""
-        s = self.config.sampling
         return {
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "presence_penalty": s.presence_penalty,
+            **self.config.sampling.distribution(),
             "max_calls": self.config.max_calls,
             "max_tokens_per_turn": turn_tokens,
             "max_context_tokens": limit,

@@ -32,6 +32,12 @@ class SamplingParams:
     seed: int | None = None
     timeout_s: float | None = None  # wall-clock budget for this call, retries included (HTTP backends)
 
+    def distribution(self) -> dict[str, float]:
+        """The settings that shape the distribution sampled from: ``temperature``, ``top_p``,
+        ``presence_penalty`` (what a trajectory records of its sampler and what the RL
+        prefilter compares; budgets, stops and seeds left out)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "presence_penalty": self.presence_penalty}
+
 
 @dataclass
 class Generation:

@@ -181,7 +181,6 @@ def choose_items(run: RunPlan, judge: Any, tools: dict, env_name: str, policy: s
         run.items = [it for it in run.items if it.id in kept_ids]
         run.prefilter_counts = {k: v for k, v in saved.items() if k != "kept_ids"}
     elif settings.prefilter_from:
-        sampler = build_agent_config(settings).sampling  # the training rollouts' own
         run.items, run.prefilter_counts = prefilter_from_file(
             run.items,
             settings.prefilter_from,
@@ -190,7 +189,7 @@ def choose_items(run: RunPlan, judge: Any, tools: dict, env_name: str, policy: s
             settings.prefilter_band,
             record=out / PREFILTER_FILE,
             max_env_failures=settings.max_env_failures,
-            sampling={k: getattr(sampler, k) for k in ("temperature", "top_p", "presence_penalty")},
+            sampling=build_agent_config(settings).sampling.distribution(),  # the training rollouts' own
         )
     else:
         start = Agent(load_model(policy), tools, build_agent_config(settings), env=env_name)
