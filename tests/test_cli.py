@@ -332,6 +332,35 @@ def test_eval_and_score(nq_sample: NQSample, tmp_path: Path):
     assert res.exit_code == 2 and "summary.json" in res.stderr
 
 
+def test_eval_samples_with_the_sampler_given(nq_sample: NQSample, tmp_path: Path):
+    """--temperature, --top-p and --presence-penalty reach the server and the records (RL's
+    sampler here, against the paper's evaluation defaults); out-of-range values are refused."""
+    from fakes import FakeOpenAIServer
+
+    out = tmp_path / "ev"
+    with FakeOpenAIServer(lambda m: f"<answer>{nq_sample.first_answer}</answer>") as srv:
+        args = ["eval", "--bench", str(nq_sample.path), "--limit", "2", "--model", f"openai:m@{srv.url}"]
+        args += ["--env", "none", "--rollouts", "1", "--out", str(out)]
+        res = run(*args, "--temperature", "1", "--top-p", "1", "--presence-penalty", "0")
+        assert res.exit_code == 0, res.output
+        assert {(b["temperature"], b["top_p"], b["presence_penalty"]) for b in srv.bodies} == {(1.0, 1.0, 0.0)}
+    sampling = json.loads((out / "summary.json").read_text())["sampling"]
+    assert [(e["temperature"], e["top_p"], e["presence_penalty"], e["rollouts"]) for e in sampling] == [
+        (1.0, 1.0, 0.0, 2)
+    ]
+    assert "temperature 1.0, top-p 1.0, presence penalty 0.0" in (out / "report.md").read_text()
+
+    for option, value, says in [
+        ("--top-p", "0", "--top-p"),
+        ("--top-p", "1.5", "--top-p"),
+        ("--presence-penalty", "3", "--presence-penalty"),
+        ("--presence-penalty", "nan", "--presence-penalty"),
+    ]:
+        res = run("eval", "--bench", str(nq_sample.path), "--out", str(tmp_path / "bad"), option, value)
+        assert res.exit_code == 2 and says in res.output, (option, value, res.output)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_score_without_task_report_on_report_trajectories_says_to_add_it(tmp_path: Path):
     from fakes import ScriptedModel
 

@@ -705,6 +705,7 @@ def test_prefilter_from_rollouts_of_another_sampler_says_so(tmp_path: Path, capl
     said = [r.getMessage() for r in caplog.records if "sampled with" in r.getMessage()]
     assert len(said) == 1 and "temperature 0.85, top p 0.95, presence penalty 1.1" in said[0]
     assert "this run samples with temperature 1.0, top p 1.0, presence penalty 0.0" in said[0]
+    assert "eval --temperature 1 --top-p 1 --presence-penalty 0)" in said[0]
     caplog.clear()
     with caplog.at_level("WARNING", logger="websailor.train.rl.prefilter"):
         same = {"temperature": 0.85, "top_p": 0.95, "presence_penalty": 1.1}

@@ -107,6 +107,18 @@ TimeoutOpt = Annotated[
     typer.Option(min=1, help="Wall-clock seconds per question (default: the model's, 1800 local; paper: 9000)."),
 ]
 TemperatureOpt = Annotated[float, typer.Option(min=0, help="Sampling temperature.")]
+TopPOpt = Annotated[
+    float,
+    typer.Option(min=0, max=1, help="Top-p, above 0: sample from the likeliest tokens whose mass reaches P (1: all)."),
+]
+PresencePenaltyOpt = Annotated[
+    float,
+    typer.Option(
+        min=-2,
+        max=2,
+        help="Presence penalty (-2 to 2; applied by vLLM and HTTP backends, not by the local transformers ones).",
+    ),
+]
 SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id and rollout index).")]
 
 
@@ -485,16 +497,28 @@ def agent_config(
     seed: int,
     task: str = "qa",
     summarize_at: float | None = None,
+    top_p: float = 0.95,
+    presence_penalty: float = 1.1,
 ) -> Any:
     """The :class:`~websailor.agent.AgentConfig` of the agent options (finite numbers only;
     ``None``: the model's own budget). ``summarize_at``: ``None`` takes the task's default
-    (:data:`~websailor.agent.loop.REPORT_SUMMARIZE_AT` on reports, never on QA), 0 never."""
+    (:data:`~websailor.agent.loop.REPORT_SUMMARIZE_AT` on reports, never on QA), 0 never.
+    ``temperature``, ``top_p`` and ``presence_penalty`` default to the paper's evaluation
+    sampler (0.85, 0.95, 1.1); RL samples at 1.0, 1.0 and 0."""
     from websailor.agent import AgentConfig
     from websailor.agent.loop import REPORT_SUMMARIZE_AT
     from websailor.models import SamplingParams
 
     task = getattr(task, "value", task)
-    check_finite(temperature=temperature, timeout=timeout, summarize_at=summarize_at)
+    check_finite(
+        temperature=temperature,
+        top_p=top_p,
+        presence_penalty=presence_penalty,
+        timeout=timeout,
+        summarize_at=summarize_at,
+    )
+    if top_p <= 0:
+        fail("--top-p must be above 0 (1 samples from every token)")
     if summarize_at is None:
         summarize_at = REPORT_SUMMARIZE_AT if task == "report" else None
     return AgentConfig(
@@ -502,7 +526,7 @@ def agent_config(
         max_tokens_per_turn=max_tokens,
         timeout_s=timeout,
         seed=seed,
-        sampling=SamplingParams(temperature=temperature),
+        sampling=SamplingParams(temperature=temperature, top_p=top_p, presence_penalty=presence_penalty),
         task=task,
         summarize_at=summarize_at or None,
     )

@@ -17,6 +17,7 @@ from websailor.cli.common import (
     MaxEnvFailuresOpt,
     MaxTokensOpt,
     ModelOpt,
+    PresencePenaltyOpt,
     SeedOpt,
     Split,
     SummarizeAtOpt,
@@ -24,6 +25,7 @@ from websailor.cli.common import (
     TaskOpt,
     TemperatureOpt,
     TimeoutOpt,
+    TopPOpt,
     agent_config,
     check_output_path,
     env_options,
@@ -67,6 +69,8 @@ def eval_cmd(
     max_tokens: MaxTokensOpt = None,
     timeout: TimeoutOpt = None,
     temperature: TemperatureOpt = 0.85,
+    top_p: TopPOpt = 0.95,
+    presence_penalty: PresencePenaltyOpt = 1.1,
     seed: SeedOpt = 0,
     max_env_failures: MaxEnvFailuresOpt = 0,
     task: TaskOpt = Task.qa,
@@ -87,7 +91,9 @@ def eval_cmd(
     from websailor.models import check_endpoint
     from websailor.questions import load_questions
 
-    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed, task.value, summarize_at)
+    cfg = agent_config(
+        max_calls, max_tokens, timeout, temperature, seed, task.value, summarize_at, top_p, presence_penalty
+    )
     if out.exists() and not out.is_dir():
         fail(f"--out {out} is a file; eval writes a directory")
     if task is Task.report:

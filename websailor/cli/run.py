@@ -16,12 +16,14 @@ from websailor.cli.common import (
     MaxEnvFailuresOpt,
     MaxTokensOpt,
     ModelOpt,
+    PresencePenaltyOpt,
     SeedOpt,
     SummarizeAtOpt,
     Task,
     TaskOpt,
     TemperatureOpt,
     TimeoutOpt,
+    TopPOpt,
     agent_config,
     check_output_path,
     env_options,
@@ -84,6 +86,8 @@ def run(
     max_tokens: MaxTokensOpt = None,
     timeout: TimeoutOpt = None,
     temperature: TemperatureOpt = 0.85,
+    top_p: TopPOpt = 0.95,
+    presence_penalty: PresencePenaltyOpt = 1.1,
     seed: SeedOpt = 0,
     model: ModelOpt = "smollm2",
     engine: EngineOpt = Engine.auto,
@@ -109,7 +113,9 @@ def run(
         fail("the question is empty")
     if questions is not None and out is None:
         fail("--questions needs --out TRAJ.jsonl")
-    cfg = agent_config(max_calls, max_tokens, timeout, temperature, seed, task.value, summarize_at)
+    cfg = agent_config(
+        max_calls, max_tokens, timeout, temperature, seed, task.value, summarize_at, top_p, presence_penalty
+    )
     items = None
     if questions is not None:  # every layout eval reads; all items of a synth file
         items = load_questions(questions, resolve_split(questions, None, "all"), require_answer=False)

@@ -158,10 +158,12 @@ def _warn_other_sampling(records: list[dict], sampling: dict[str, float], traj_p
 
         logger.warning(
             "--prefilter-from %s: its rollouts sampled with %s; this run samples with %s: an item's rate there "
-            "is not its rate under this run's sampler, so the moderate band is judged at other settings",
+            "is not its rate under this run's sampler, so the moderate band is judged at other settings (rate "
+            "them at this run's with eval %s)",
             traj_path,
             "; ".join(shown(s) for s in other),
             shown(sampling),
+            " ".join(f"--{key.replace('_', '-')} {sampling[key]:g}" for key in sampling),
         )
 
 
