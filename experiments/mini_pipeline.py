@@ -44,24 +44,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import too_small  # noqa: E402
 from pipeline_common import ROOT, VITAL_QUESTIONS, WS, search_baseline, served  # noqa: E402
 from pipeline_report import MODELS, report  # noqa: E402
+from pipeline_settings import LAYOUT, build_parser, check_settings, layout_difference, option_text, parse_args  # noqa: E402
 from pipeline_status import STAGES  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
 
-#: the run directory's layout; directories of an earlier layout are refused (:data:`LAYOUT_CHANGES`)
-LAYOUT = 5
-#: what each layout changed (a run folder of an earlier one is refused, naming the change)
-LAYOUT_CHANGES = {
-    2: "trajectories that open with the question's own words, rollouts on vLLM, a prefilter at k = 8",
-    3: "SFT and RL run folders that resume at step granularity (run format 2: an SFT step log, RL "
-    "checkpoints after every step), the loss-position LM head and the measured precision",
-    4: "questions that also describe their answer (--described-share, 0.5 by default) and grounded "
-    "trajectories (every page opened has its reason in what was read before; checks that can reject)",
-    5: "SFT on trajectories drawn from a pool with a share of lookups (--sft-items, --lookup-share; traj_pool.jsonl)",
-}
 #: what each stage reads, and the stage that makes it
 NEEDS = {
     "traj": (("qa.jsonl", "synth"),),
@@ -86,46 +75,6 @@ NEEDS = {
 }
 #: the models of the test tables, in order, and the run directory of each trained one
 MODEL_DIRS = {"sft": "sft_model", "rl": "rl_model", "dupo": "dupo_model"}
-#: the settings a resumed run must keep (the others, such as --until, may change)
-IDENTITY = (
-    "items",
-    "levels",
-    "test_fraction",
-    "seed",
-    "observations",
-    "distractor_share",
-    "described_share",
-    "sft_config",
-    "model",
-    "k",
-    "eval_limit",
-    "max_calls",
-    "max_tokens",
-    "concurrency",
-    "prefilter_limit",
-    "prefilter_k",
-    "question_query",
-    "sft_items",
-    "lookup_share",
-    "sanity_items",
-    "sanity_group_size",
-    "sanity_lr",
-    "group_size",
-    "rl_lr",
-    "rl_config",
-    "rl_groups",
-)
-#: identity settings that only later stages read, and what those stages write: such a setting may
-#: change while none of it exists (a learning rate chosen after the overfitting check, say)
-READ_LATER = {
-    "sanity_items": ("sanity_qa.jsonl", "rl_sanity"),
-    "sanity_group_size": ("rl_sanity",),
-    "sanity_lr": ("rl_sanity",),
-    "group_size": ("rl_model", "dupo_model", "dupo_stream.jsonl"),
-    "rl_lr": ("rl_model", "dupo_model"),
-    "rl_groups": ("rl_model", "dupo_model"),
-    "rl_config": ("rl_sanity", "rl_model", "dupo_model"),
-}
 
 
 #: Seconds a stopped stage gets to end its step and clean up (stop its server) before SIGKILL.
@@ -227,163 +176,13 @@ def moderate_items(qa: Path, scores_dir: Path, k: int, limit: int, seed: int) ->
     return [by_id[q] for q in ids[:limit]]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The script's options (``status`` has its own: :mod:`pipeline_status`)."""
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="`python experiments/mini_pipeline.py status --out DIR` prints where a run stands, the time left "
-        "and the command that continues it.",
-    )
-    p.add_argument("--out", type=Path, default=Path("runs/ladder"))
-    p.add_argument("--items", type=int, default=600, help="items to synthesize (train + test)")
-    p.add_argument("--levels", default="1-2", help="difficulty levels of the ladder (synth --level)")
-    p.add_argument("--test-fraction", type=float, default=0.15)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--observations", default="compact", help="observation setting of SFT data, RL and eval")
-    p.add_argument("--distractor-share", type=float, default=0.3)
-    p.add_argument(
-        "--described-share",
-        type=float,
-        default=0.5,
-        help="share of items whose question also states the answer's own description (synth --described-share)",
-    )
-    p.add_argument(
-        "--question-query",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="constructive trajectories open with a search of the question's own text (traj build --question-query)",
-    )
-    p.add_argument(
-        "--sft-items",
-        type=int,
-        default=0,
-        help="trajectories SFT trains on, drawn from the training items' pool (default 0: all of them, and "
-        "--lookup-share is unused; grounded.py's recipe: 100)",
-    )
-    p.add_argument(
-        "--lookup-share",
-        type=float,
-        default=0.5,
-        help="share of the SFT trajectories whose question search lists the answer (traj select; default 0.5)",
-    )
-    p.add_argument("--sft-config", type=Path, default=ROOT / "configs" / "sft" / "cpu_ladder.yaml")
-    p.add_argument("--model", default="smollm2", help="the base model")
-    p.add_argument("--engine", choices=("auto", "vllm", "local"), default="auto", help="where rollouts are sampled")
-    p.add_argument("--max-model-len", type=int, default=8192, help="the vLLM server's context (tokens)")
-    p.add_argument("--k", type=int, default=4, help="rollouts per test item")
-    p.add_argument("--eval-limit", type=int, default=60, help="test items evaluated")
-    p.add_argument("--max-calls", type=int, default=6)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--prefilter-limit", type=int, default=48, help="training items the SFT model is rated on")
-    p.add_argument("--prefilter-k", type=int, default=8, help="rollouts per training item of the prefilter")
-    p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
-    p.add_argument("--sanity-steps", type=int, default=16)
-    p.add_argument("--sanity-group-size", type=int, default=8, help="rollouts per group (and per step) of the check")
-    p.add_argument(
-        "--sanity-lr",
-        type=float,
-        default=3e-5,
-        help="learning rate of the check (1e-5 moved too little: experiments.md)",
-    )
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument(
-        "--rl-lr", type=float, default=3e-5, help="learning rate of V2 and DUPO (the check's: experiments.md)"
-    )
-    p.add_argument("--rl-config", type=Path, default=ROOT / "configs" / "rl" / "cpu_ladder.yaml")
-    p.add_argument("--rl-steps", type=int, default=40, help="RL steps of the main run (V2, and DUPO)")
-    p.add_argument(
-        "--rl-groups",
-        type=int,
-        default=2,
-        help="groups (items) a step of V2 and DUPO: a batch of --rl-groups x --group-size rollouts",
-    )
-    p.add_argument("--throughput-groups", type=int, default=4, help="groups per batch of the DUPO throughput stage")
-    p.add_argument("--throughput-max-groups", type=int, default=24, help="most groups the throughput stage samples")
-    p.add_argument("--until", choices=STAGES, default=STAGES[-1], help="stop after this stage")
-    p.add_argument("--only", help="run only these stages (comma-separated; their inputs must exist)")
-    p.add_argument("--publish", type=Path, help="copy the run's small outputs to this folder at the end")
-    return p
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The run's options; a size below its least, a share outside [0, 1] or a test fraction
-    outside [0, 1) is refused in one line before any work."""
-    a = build_parser().parse_args(argv)
-    sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
-    sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")
-    sizes += ("throughput_groups", "throughput_max_groups", "rl_groups")
-    refusal = too_small(*((f"--{k.replace('_', '-')}", getattr(a, k), 1) for k in sizes))
-    refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--sft-items", a.sft_items, 0))
-    if refusal:
-        raise SystemExit(refusal)
-    if not 0.0 <= a.test_fraction < 1.0:
-        raise SystemExit(f"--test-fraction must be in [0, 1), got {a.test_fraction}")
-    shares = (("--distractor-share", a.distractor_share), ("--described-share", a.described_share))
-    for flag, share in (*shares, ("--lookup-share", a.lookup_share)):
-        if not 0.0 <= share <= 1.0:
-            raise SystemExit(f"{flag} must be in [0, 1], got {share}")
-    return a
-
-
-def _option(key: str, value: object) -> str:
-    """How ``--key value`` reads on the command line (a flag for a boolean)."""
-    flag = key.replace("_", "-")
-    if isinstance(value, bool):
-        return f"--{flag}" if value else f"--no-{flag}"
-    return f"--{flag} {value}"
-
-
-def layout_difference(layout: object) -> str:
-    """What a run folder of ``layout`` is, against this script's :data:`LAYOUT`, in words."""
-    if isinstance(layout, int) and not isinstance(layout, bool) and layout < LAYOUT:
-        since = "; ".join(LAYOUT_CHANGES[n] for n in range(layout + 1, LAYOUT + 1) if n in LAYOUT_CHANGES)
-        return f"an earlier version of this script (layout {layout}, now {LAYOUT}: since then {since})"
-    return f"an unknown layout ({layout!r}; this script writes layout {LAYOUT})"
-
-
-def check_settings(out: Path, settings: dict) -> None:
-    """Refuse, in one line, an ``--out`` that is a file, a run directory whose ``settings.json``
-    cannot be read, one of another layout, or one with other identity settings (:data:`IDENTITY`;
-    those of :data:`READ_LATER` only once a stage that reads them has written something)."""
-    if out.exists() and not out.is_dir():
-        raise SystemExit(f"--out {out} is a file; the experiment writes a directory")
-    saved_path = out / "settings.json"
-    if not saved_path.exists():
-        return
-    try:
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"{saved_path} cannot be read ({type(e).__name__}: {e}); use another --out") from None
-    if not isinstance(saved, dict):
-        raise SystemExit(f"{saved_path} is a JSON {type(saved).__name__}, not the settings object; use another --out")
-    layout = saved.get("layout", 1)
-    if layout != LAYOUT:
-        raise SystemExit(
-            f"{out} holds a run of {layout_difference(layout)}; start it again under another --out (or delete it)"
-        )
-    changed = [
-        key
-        for key in IDENTITY
-        if key in saved
-        and saved[key] != settings[key]
-        and (key not in READ_LATER or any((out / made).exists() for made in READ_LATER[key]))
-    ]
-    if changed:
-        raise SystemExit(
-            f"{out} holds a run with other settings: "
-            + ", ".join(f"{_option(key, saved[key])} (now {_option(key, settings[key])})" for key in changed)
-            + "; use the same settings to resume it, or another --out"
-        )
-
-
 def status_command(argv: list[str]) -> int:
     """``status --out DIR``: each stage's state, progress, time spent and left, and the command
     that continues the run (:mod:`pipeline_status`)."""
     from pipeline_status import status
 
     defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
-    return status(argv, LAYOUT, layout_difference, defaults, _option)
+    return status(argv, LAYOUT, layout_difference, defaults, option_text)
 
 
 class Run:

@@ -30,6 +30,12 @@ def pipeline():
 
 
 @pytest.fixture(scope="module")
+def settings(pipeline):
+    """The script's options, layout and identity settings (experiments/pipeline_settings.py)."""
+    return sys.modules["pipeline_settings"]
+
+
+@pytest.fixture(scope="module")
 def common(pipeline):
     """The pieces the experiment scripts share (experiments/pipeline_common.py)."""
     return _load(SCRIPT.with_name("pipeline_common.py"))
@@ -269,17 +275,17 @@ def test_transfer_opening_counts_where_the_first_search_comes_from(tmp_path):
     assert module.words("The Nobel prize, of 1903") == {"nobel", "prize", "1903"}
 
 
-def test_a_setting_of_a_stage_not_yet_run_may_change(pipeline, tmp_path):
+def test_a_setting_of_a_stage_not_yet_run_may_change(settings, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "settings.json").write_text(json.dumps({"layout": pipeline.LAYOUT, "items": 400, "rl_lr": 1e-5}))
-    now = {"items": 400, "rl_lr": 3e-5} | {key: None for key in pipeline.IDENTITY if key not in ("items", "rl_lr")}
-    pipeline.check_settings(run, now)  # V2 and DUPO have not started: the new learning rate is taken
+    (run / "settings.json").write_text(json.dumps({"layout": settings.LAYOUT, "items": 400, "rl_lr": 1e-5}))
+    now = {"items": 400, "rl_lr": 3e-5} | {key: None for key in settings.IDENTITY if key not in ("items", "rl_lr")}
+    settings.check_settings(run, now)  # V2 and DUPO have not started: the new learning rate is taken
     (run / "dupo_model").mkdir()  # once one of them has written something, it is the run's
     with pytest.raises(SystemExit, match=r"--rl-lr 1e-05 \(now --rl-lr 3e-05\)"):
-        pipeline.check_settings(run, now)
+        settings.check_settings(run, now)
     with pytest.raises(SystemExit, match=r"--items 400 \(now --items 600\)"):  # an early stage's: always
-        pipeline.check_settings(run, now | {"items": 600, "rl_lr": 1e-5})
+        settings.check_settings(run, now | {"items": 600, "rl_lr": 1e-5})
 
 
 def test_rl_overfit_refuses_halves_that_visit_items_unequally(tmp_path):
