@@ -157,7 +157,7 @@ def test_a_qa_item_of_the_wrong_shape_names_its_line_and_field(tmp_path: Path):
 
 
 def test_a_page_that_breaks_is_an_error_page_and_the_export_goes_on(tmp_path: Path, monkeypatch):
-    from websailor.view import rl_views
+    from websailor.view import sft_views
 
     sft = tmp_path / "sft"
     sft.mkdir()
@@ -166,7 +166,7 @@ def test_a_page_that_breaks_is_an_error_page_and_the_export_goes_on(tmp_path: Pa
     def broken(run, summary):
         raise TypeError("unsupported operand")
 
-    monkeypatch.setattr(rl_views, "_sft_losses", broken)
+    monkeypatch.setattr(sft_views, "_sft_losses", broken)
     r = TestClient(create_view_app(tmp_path), raise_server_exceptions=False).get("/sft/sft")
     assert r.status_code == 500 and "This page cannot be shown (TypeError: unsupported operand)" in r.text
     assert export_site(tmp_path, tmp_path.parent / (tmp_path.name + "-site")) == 2

@@ -15,7 +15,7 @@ from websailor.agent.loop import Agent, AgentConfig
 from websailor.judge import Gold
 from websailor.questions import Question
 from websailor.view import create_view_app
-from websailor.view.rl_views import script_json
+from websailor.view.context import script_json
 
 ITEMS = [
     Question("paris", f"Which city is the capital of France? {XSS}", Gold.parse("Paris")),

@@ -1,6 +1,6 @@
 """The viewer's FastAPI app: the runs index (``GET /``, and ``GET /api/runs`` as JSON), shared
 page chrome and error pages; each kind of run has its views in its own module
-(:mod:`websailor.view.eval_views`, :mod:`websailor.view.rl_views`,
+(:mod:`websailor.view.eval_views`, :mod:`websailor.view.rl_views`, :mod:`websailor.view.sft_views`,
 :mod:`websailor.view.synth_views`).
 
 URLs (:func:`websailor.view.context.run_url`): a run's page is ``/KIND/PATH`` (``/KIND`` for the viewed path itself),
@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from websailor.errors import InputFormatError, InvalidArgumentError
-from websailor.view import eval_views, rl_views, synth_views
+from websailor.view import eval_views, rl_views, sft_views, synth_views
 from websailor.view.context import (
     HEADLINE_MAX_BYTES,
     HERE,
@@ -231,6 +231,6 @@ def create_view_app(root: str | Path, allowed_hosts: list[str] | None = None) ->
     def api_runs() -> Response:
         return JSONResponse(finite(runs()))
 
-    for module in (eval_views, rl_views, synth_views):
+    for module in (eval_views, rl_views, sft_views, synth_views):
         app.include_router(module.router)
     return app

@@ -1,7 +1,9 @@
 """What every viewer page shares: the :class:`ViewContext` (viewed root, templates), run URLs,
-query-parameter parsing and the small formatting helpers. The app (:mod:`websailor.view.app`)
-and each kind of run's views (:mod:`websailor.view.eval_views`, :mod:`websailor.view.rl_views`,
-:mod:`websailor.view.synth_views`) import it; it imports none of them."""
+query-parameter parsing, a run's folder and JSON files, data for the charts, and the small
+formatting helpers. The app (:mod:`websailor.view.app`) and each kind of run's views
+(:mod:`websailor.view.eval_views`, :mod:`websailor.view.rl_views`,
+:mod:`websailor.view.sft_views`, :mod:`websailor.view.synth_views`) import it; it imports none
+of them."""
 
 from __future__ import annotations
 
@@ -18,8 +20,11 @@ import jinja2
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
-from websailor.view.discover import resolve
+from websailor.errors import InputFormatError, InvalidArgumentError
+from websailor.jsonio import loads_object
+from websailor.view.discover import folder_kind, resolve
 
 HERE = Path(__file__).parent
 #: Largest file a page reads for a run's figures (its summary, its step log; a bigger one gets a
@@ -146,3 +151,43 @@ def relative(message: str, root: Path) -> str:
         return re.sub(lead + here + end, lambda m: real.name, message)
     message = re.sub(lead + here + "/", "", message)
     return re.sub(lead + here + end, ".", message)
+
+
+def script_json(value: Any) -> Markup:
+    """``value`` as JSON to put inside ``<script type="application/json">``: ASCII only, with
+    ``<``, ``>`` and ``&`` written as ``\\u003c``... so no ``</script>`` or ``<!--`` in the data
+    can end the element (``JSON.parse`` reads them back unchanged)."""
+    text = json.dumps(finite(value), ensure_ascii=True, allow_nan=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text)  # noqa: S704 - every character that HTML would read is escaped above
+
+
+def number(v: Any) -> float | None:
+    """``v`` as a float when it is a number (not a bool), else ``None``."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def run_folder(ctx: ViewContext, rel: str, kind: str = "rl") -> Path:
+    """The folder of the ``kind`` run (``rl`` or ``sft``) at ``rel``.
+
+    Raises:
+        InvalidArgumentError: not such a run (the 404 page).
+    """
+    path = ctx.path(rel)
+    if not path.is_dir() or folder_kind(path) != kind:
+        raise InvalidArgumentError(f"{rel!r} is not {'an RL' if kind == 'rl' else 'an SFT'} run folder")
+    return path
+
+
+def json_file(path: Path) -> dict | None:
+    """A run's JSON file (settings, summary), ``None`` when absent.
+
+    Raises:
+        InputFormatError: the file is not a JSON object.
+    """
+    if not path.is_file():
+        return None
+    try:
+        return loads_object(path.read_text(encoding="utf-8-sig"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputFormatError(f"{path}: {e}") from None

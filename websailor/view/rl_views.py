@@ -1,4 +1,4 @@
-"""Views of ``train rl`` and ``train sft`` runs.
+"""Views of ``train rl`` runs (``train sft`` runs: :mod:`websailor.view.sft_views`).
 
 The run's path is the whole URL path after ``/rl/`` (``/rl`` for the root itself); the step or
 rollout shown is in the query string, so no run path can be read as a step or a rollout.
@@ -13,7 +13,6 @@ rollout shown is in the query string, so no run path can be read as a step or a 
   loss (better ones green, worse ones red), linking to
 - ``GET /rl/{rel}?step=N&group=G&rollout=R``: one rollout's steps (thought, tool call,
   observation, final answer). "step N · group G · rollout R" is how every page names a rollout.
-- ``GET /sft/{rel}``: an SFT run's summary, loss curve and memory settings.
 
 ``rollouts.jsonl`` grows by a batch per step and can reach gigabytes, so it is not held in
 memory: :class:`RolloutIndex` streams it with :class:`websailor.jsonio.JsonlStream` (the rules
@@ -33,22 +32,31 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from markupsafe import Markup
 
 from websailor.agent.parse import parse_turn
 from websailor.agent.trajectory import env_failed_calls
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import JsonlStream, LineTooLongError, end_signature, loads_object, only_grew
 from websailor.train.rl_log import LOG_FILE, StepLog, read_step_log
-from websailor.view.context import ViewContext, bad_query, context, finite, plural, query_int, relative, run_url
-from websailor.view.discover import folder_kind, run_file
+from websailor.view.context import (
+    bad_query,
+    context,
+    finite,
+    json_file,
+    number,
+    plural,
+    query_int,
+    relative,
+    run_folder,
+    run_url,
+    script_json,
+)
+from websailor.view.discover import run_file
 
 router = APIRouter()
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 SETTINGS_FILE = "rl_settings.json"
-SFT_SUMMARY = "sft_summary.json"
-SFT_SETTINGS = "sft_settings.json"
 
 #: curves of the RL page, in panel order: ``(step log name, title)``; ``groups/env_failed`` is
 #: drawn only when the log has it
@@ -71,42 +79,17 @@ ROLLOUT_FIELDS = ("step", "id", "rollout", "question", "messages", "reward", "ad
 MAX_PROBLEMS = 20
 
 
-def script_json(value: Any) -> Markup:
-    """``value`` as JSON to put inside ``<script type="application/json">``: ASCII only, with
-    ``<``, ``>`` and ``&`` written as ``\\u003c``... so no ``</script>`` or ``<!--`` in the data
-    can end the element (``JSON.parse`` reads them back unchanged)."""
-    text = json.dumps(finite(value), ensure_ascii=True, allow_nan=False)
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return Markup(text)  # noqa: S704 - every character that HTML would read is escaped above
-
-
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def log_curves(records: list[dict]) -> dict[str, Any]:
     """The page's curve data from step records: ``{"steps": N, "last_step": s, "curves": [{key,
     title, points: [[step, value], ...]}]}`` (values that are not finite numbers are left out;
     an optional curve with no points is not listed)."""
     curves = []
     for key, title in CURVES:
-        points = [[r["step"], v] for r in records if (v := _number(r.get(key))) is not None]
+        points = [[r["step"], v] for r in records if (v := number(r.get(key))) is not None]
         if key in OPTIONAL_CURVES and not points:
             continue
         curves.append({"key": key, "title": title, "points": points})
     return {"steps": len(records), "last_step": records[-1]["step"] if records else None, "curves": curves}
-
-
-def _run_dir(ctx: ViewContext, rel: str, kind: str = "rl") -> Path:
-    """The folder of the ``kind`` run (``rl`` or ``sft``) at ``rel``.
-
-    Raises:
-        InvalidArgumentError: not such a run (the 404 page).
-    """
-    path = ctx.path(rel)
-    if not path.is_dir() or folder_kind(path) != kind:
-        raise InvalidArgumentError(f"{rel!r} is not {'an RL' if kind == 'rl' else 'an SFT'} run folder")
-    return path
 
 
 def _read_log(run: Path) -> StepLog:
@@ -182,8 +165,8 @@ def _row(path: Path, line: int, offset: int, rec: dict) -> RolloutRow:
         prediction=rec.get("prediction") if isinstance(rec.get("prediction"), str) else None,
         gold=_gold_text(rec.get("answer"))[:500],
         correct=rec.get("correct") if isinstance(rec.get("correct"), bool) else None,
-        reward=_number(rec["reward"]),
-        advantage=_number(rec["advantage"]),
+        reward=number(rec["reward"]),
+        advantage=number(rec["advantage"]),
         in_loss=rec["in_loss"] is True,
         termination=str(rec.get("termination", "")),
         tool_calls=rec.get("num_tool_calls") if isinstance(rec.get("num_tool_calls"), int) else 0,
@@ -384,7 +367,7 @@ def step_groups(run: Path, index: RolloutIndex, step: int) -> list[list[RolloutR
 
 # -- routes -------------------------------------------------------------------------------------
 def _api_log(request: Request, rel: str) -> Response:
-    run = _run_dir(context(request), rel)
+    run = run_folder(context(request), rel)
     try:
         log = _read_log(run)
     except InputFormatError as e:
@@ -444,7 +427,7 @@ def rl_run(rel: str, request: Request) -> Response:
 def _step(request: Request, rel: str, n: int) -> Response:
     """The groups of step ``n``."""
     ctx = context(request)
-    run = _run_dir(ctx, rel)
+    run = run_folder(ctx, rel)
     index = rollout_index(run)
     recorded = [s for s, _ in index.steps()]
     if n not in recorded:  # a step not written yet, or never: the 404 page says which steps there are
@@ -490,7 +473,7 @@ def _rollout(request: Request, rel: str, step: int, group: int, rollout: int) ->
         InvalidArgumentError: the step has no such group, or the group no such rollout.
     """
     ctx = context(request)
-    run = _run_dir(ctx, rel)
+    run = run_folder(ctx, rel)
     index = rollout_index(run)
     groups = step_groups(run, index, step)
     if group > len(groups):
@@ -517,13 +500,13 @@ def _rollout(request: Request, rel: str, step: int, group: int, rollout: int) ->
 def _run(request: Request, rel: str) -> Response:
     """The run's curves and its steps."""
     ctx = context(request)
-    run = _run_dir(ctx, rel)
+    run = run_folder(ctx, rel)
     log = _read_log(run)
     data = log_curves(log.records)
     index = rollout_index(run)
     data["rollout_steps"] = index.steps()
     try:  # the curves do not need the settings: a bad settings file is said, not fatal
-        settings, settings_error = _json_file(run_file(run, SETTINGS_FILE)), None
+        settings, settings_error = json_file(run_file(run, SETTINGS_FILE)), None
     except (InputFormatError, InvalidArgumentError) as e:
         settings, settings_error = None, str(e)
     return ctx.page(
@@ -537,75 +520,4 @@ def _run(request: Request, rel: str) -> Response:
         problems=index.problems,
         settings=settings,
         unfinished=_unfinished(log),
-    )
-
-
-def _json_file(path: Path) -> dict | None:
-    """A run's JSON file (settings, summary), ``None`` when absent.
-
-    Raises:
-        InputFormatError: the file is not a JSON object.
-    """
-    if not path.is_file():
-        return None
-    try:
-        return loads_object(path.read_text(encoding="utf-8-sig"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputFormatError(f"{path}: {e}") from None
-
-
-def _mapping(summary: dict | None, key: str) -> dict:
-    """``summary[key]`` when it is an object, else nothing (a hand-edited summary)."""
-    value = (summary or {}).get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _sft_losses(run: Path, summary: dict | None) -> list[list[float]]:
-    """``[[step, loss]]`` from the summary's ``loss_history``, or while the run trains, from the
-    newest checkpoint's ``trainer_state.json``."""
-    history = (summary or {}).get("loss_history")
-    if history is None:
-        states = sorted(run.glob("checkpoints/*/trainer_state.json"), key=lambda p: p.stat().st_mtime)
-        state = _json_file(run_file(run, str(states[-1].relative_to(run)))) if states else None
-        history = (state or {}).get("log_history")
-    points = []
-    for h in history if isinstance(history, list) else []:
-        if isinstance(h, dict) and _number(h.get("step")) is not None and _number(h.get("loss")) is not None:
-            points.append([h["step"], h["loss"]])
-    return points
-
-
-@router.get("/sft", response_class=HTMLResponse)
-def sft_root(request: Request) -> Response:
-    """The SFT run that is the root itself."""
-    return sft_run(".", request)
-
-
-@router.get("/sft/{rel:path}", response_class=HTMLResponse)
-def sft_run(rel: str, request: Request) -> Response:
-    """An SFT run: its summary (or settings while it trains), loss curve and memory settings."""
-    ctx = context(request)
-    rel = rel.rstrip("/") or "."
-    run = _run_dir(ctx, rel, "sft")
-    summary = _json_file(run_file(run, SFT_SUMMARY))
-    settings = (summary or {}).get("settings") or _json_file(run_file(run, SFT_SETTINGS))
-    losses = _sft_losses(run, summary)
-    data = {"curves": [{"key": "loss", "title": "training loss", "points": losses}]}
-    scalars = {
-        k: v for k, v in (summary or {}).items() if k not in ("settings", "memory", "loss_history", "counts", "data")
-    }
-    return ctx.page(
-        "sft_run.html",
-        title=f"SFT run {rel}",
-        rel=rel,
-        summary=summary,
-        scalars=scalars,
-        settings=settings if isinstance(settings, dict) else {},
-        memory=_mapping(summary, "memory"),
-        counts=_mapping(summary, "counts"),
-        data_files=[d for d in (summary or {}).get("data") or [] if isinstance(d, (str, dict))]
-        if isinstance((summary or {}).get("data"), list)
-        else [],
-        data=script_json(data),
-        has_losses=bool(losses),
     )
