@@ -46,7 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipeline_common import ROOT, VITAL_QUESTIONS, WS, search_baseline, served  # noqa: E402
 from pipeline_report import MODELS, report  # noqa: E402
-from pipeline_settings import LAYOUT, build_parser, check_settings, layout_difference, option_text, parse_args  # noqa: E402
+from pipeline_settings import (  # noqa: E402
+    LAYOUT,
+    build_parser,
+    check_settings,
+    layout_difference,
+    option_text,
+    parse_args,
+    with_config_digests,
+)
 from pipeline_status import STAGES  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
@@ -199,7 +207,7 @@ class Run:
         self.a, self.out = a, a.out
         # paths as absolute ones, so that the same file written another way is the same setting
         settings = {key: str(v.resolve()) if isinstance(v, Path) else v for key, v in vars(a).items()}
-        self.settings = settings | {"out": str(a.out), "layout": LAYOUT}
+        self.settings = with_config_digests(settings) | {"out": str(a.out), "layout": LAYOUT}
         check_settings(self.out, self.settings)
         self.wanted = wanted_stages(a)
         missing = missing_inputs(self.out, self.wanted)

@@ -17,6 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 WS = str(Path(sys.executable).with_name("websailor"))
 
 
+def file_digest(path: str | Path) -> str | None:
+    """The sha256 of the file at ``path`` (hex), ``None`` when it cannot be read."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 #: the hand-written questions of the transfer check (stage ``transfer``)
 VITAL_QUESTIONS = ROOT / "benchmarks" / "data" / "vital_questions.jsonl"
 

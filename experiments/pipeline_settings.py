@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from _common import too_small  # noqa: E402
-from pipeline_common import ROOT  # noqa: E402
+from pipeline_common import ROOT, file_digest  # noqa: E402
 from pipeline_status import STAGES  # noqa: E402
 
 DESCRIPTION = (
@@ -60,6 +60,10 @@ IDENTITY = (
     "rl_config",
     "rl_groups",
 )
+#: settings that name a config file: its contents are the setting (``KEY_sha256`` in the run's
+#: settings), so the same file under another path, as in a checkout laid anew elsewhere, is the
+#: same setting, and an edited file at the same path is not
+CONFIG_FILES = ("sft_config", "rl_config")
 #: identity settings that only later stages read, and what those stages write: such a setting may
 #: change while none of it exists (a learning rate chosen after the overfitting check, say)
 READ_LATER = {
@@ -188,10 +192,35 @@ def layout_difference(layout: object) -> str:
     return f"an unknown layout ({layout!r}; this script writes layout {LAYOUT})"
 
 
+def with_config_digests(settings: dict) -> dict:
+    """``settings`` with ``KEY_sha256`` of each config file of :data:`CONFIG_FILES` (``None``
+    for a file that cannot be read)."""
+    return settings | {f"{key}_sha256": file_digest(settings[key]) for key in CONFIG_FILES if key in settings}
+
+
+def _same(key: str, saved: dict, settings: dict) -> bool:
+    """Whether ``key`` has the same value in the saved and the new settings: a config file's by
+    its contents where both runs recorded them (settings saved before the digests: by path)."""
+    digest = f"{key}_sha256"
+    if key in CONFIG_FILES and saved.get(digest) and settings.get(digest):
+        return saved[digest] == settings[digest]
+    return saved[key] == settings[key]
+
+
+def _difference(key: str, saved: dict, settings: dict) -> str:
+    """How ``key`` changed, in words (a config file at the same path: its contents changed)."""
+    text = f"{option_text(key, saved[key])} (now {option_text(key, settings[key])}"
+    if key in CONFIG_FILES and saved[key] == settings[key]:
+        digest = f"{key}_sha256"
+        text += f", its contents changed: sha256 {str(saved.get(digest))[:12]}, now {str(settings.get(digest))[:12]}"
+    return text + ")"
+
+
 def check_settings(out: Path, settings: dict) -> None:
     """Refuse, in one line, an ``--out`` that is a file, a run directory whose ``settings.json``
     cannot be read, one of another layout, or one with other identity settings (:data:`IDENTITY`;
-    those of :data:`READ_LATER` only once a stage that reads them has written something)."""
+    those of :data:`READ_LATER` only once a stage that reads them has written something; a
+    config file of :data:`CONFIG_FILES` by its contents)."""
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--out {out} is a file; the experiment writes a directory")
     saved_path = out / "settings.json"
@@ -212,12 +241,12 @@ def check_settings(out: Path, settings: dict) -> None:
         key
         for key in IDENTITY
         if key in saved
-        and saved[key] != settings[key]
+        and not _same(key, saved, settings)
         and (key not in READ_LATER or any((out / made).exists() for made in READ_LATER[key]))
     ]
     if changed:
         raise SystemExit(
             f"{out} holds a run with other settings: "
-            + ", ".join(f"{option_text(key, saved[key])} (now {option_text(key, settings[key])})" for key in changed)
+            + ", ".join(_difference(key, saved, settings) for key in changed)
             + "; use the same settings to resume it, or another --out"
         )

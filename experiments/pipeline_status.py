@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pipeline_common import file_digest
 
 #: the stages in order; --until stops after one of them
 STAGES = (
@@ -209,12 +210,16 @@ def estimate_left(rows: dict[str, dict[str, Any]]) -> None:
 
 def continue_command(settings: dict, defaults: dict[str, Any], option: Callable[[str, Any], str]) -> str:
     """The command that continues the run: the script with ``--out`` and every setting that
-    differs from its default (``option(key, value)`` spells one)."""
+    differs from its default (``option(key, value)`` spells one; a file whose contents the run
+    recorded, ``KEY_sha256``, is left out when the default file has those contents)."""
     parts = ["python", "experiments/mini_pipeline.py", "--out", shlex.quote(str(settings.get("out", "")))]
     for key, default in defaults.items():
         if key in ("out", "publish", "only") or key not in settings:
             continue
         value = settings[key]
+        digest = settings.get(f"{key}_sha256")
+        if isinstance(default, Path) and digest and digest == file_digest(default):
+            continue  # the same contents as the default file (another checkout's path)
         if str(value) != str(default.resolve() if isinstance(default, Path) else default):
             parts.append(option(key, value))
     return " ".join(parts)

@@ -288,6 +288,46 @@ def test_a_setting_of_a_stage_not_yet_run_may_change(settings, tmp_path):
         settings.check_settings(run, now | {"items": 600, "rl_lr": 1e-5})
 
 
+def test_a_config_file_is_the_same_setting_by_its_contents(settings, tmp_path):
+    """A checkout laid anew at another path keeps its run: the config file is compared by its
+    contents; an edited file at the same path is refused, and settings saved before the digests
+    still compare by path."""
+    import pipeline_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rl_model").mkdir()  # RL has started: rl_config is the run's
+    old, new = tmp_path / "old" / "rl.yaml", tmp_path / "new" / "rl.yaml"
+    for path in (old, new):
+        path.parent.mkdir()
+        path.write_text("epsilon_high: 0.28\n")
+    base = {key: None for key in settings.IDENTITY} | {"layout": settings.LAYOUT}
+    saved = settings.with_config_digests(base | {"sft_config": str(old), "rl_config": str(old)})
+    (run / "settings.json").write_text(json.dumps(saved))
+    moved = settings.with_config_digests(base | {"sft_config": str(new), "rl_config": str(new)})
+    assert moved["rl_config_sha256"] == saved["rl_config_sha256"] and len(moved["rl_config_sha256"]) == 64
+    settings.check_settings(run, moved)  # the same contents under another path
+    new.write_text("epsilon_high: 0.2\n")
+    with pytest.raises(SystemExit, match=r"--rl-config \S+new/rl.yaml\)"):
+        settings.check_settings(run, settings.with_config_digests(moved))  # another path, other contents
+    old.write_text("epsilon_high: 0.2\n")
+    with pytest.raises(SystemExit, match=r"its contents changed: sha256 [0-9a-f]{12}, now [0-9a-f]{12}"):
+        settings.check_settings(run, settings.with_config_digests(saved))  # the same path, edited
+    (run / "settings.json").write_text(json.dumps(base | {"sft_config": str(old), "rl_config": str(old)}))
+    with pytest.raises(SystemExit, match=r"--sft-config \S+old/rl.yaml \(now --sft-config \S+new/rl.yaml\)"):
+        settings.check_settings(run, moved)  # saved before the digests: by path
+    # the command that continues names a config only when its contents are not the default's
+    default = settings.ROOT / "configs" / "rl" / "cpu_ladder.yaml"
+    copy = tmp_path / "copy.yaml"
+    copy.write_bytes(default.read_bytes())
+    ran = settings.with_config_digests({"out": str(run), "rl_config": str(copy)})
+    option = settings.option_text
+    assert "--rl-config" not in pipeline_status.continue_command(ran, {"rl_config": default}, option)
+    copy.write_text("lr: 1.0\n")
+    ran = settings.with_config_digests(ran)
+    assert f"--rl-config {copy}" in pipeline_status.continue_command(ran, {"rl_config": default}, option)
+
+
 def test_rl_overfit_refuses_halves_that_visit_items_unequally(tmp_path):
     script = SCRIPT.parents[1] / "benchmarks" / "rl_overfit.py"
     for args, message in (
