@@ -90,6 +90,20 @@ def test_the_run_page_carries_the_curves_and_the_steps(rl_run: Path):
     assert "<script>alert" not in html
 
 
+def test_the_call_limit_and_engine_difference_curves_are_drawn_when_logged():
+    from websailor.view.rl_views import log_curves
+
+    logged = [
+        {"step": 1, "reward/mean": 0.5, "termination/answer": 1.0},
+        {"step": 2, "reward/mean": 0.25, "termination/max_calls": 0.25, "sampling/sampling_logp_difference/mean": 0.01},
+    ]
+    curves = {c["key"]: c["points"] for c in log_curves(logged)["curves"]}
+    assert curves["termination/max_calls"] == [[2, 0.25]]
+    assert curves["sampling/sampling_logp_difference/mean"] == [[2, 0.01]]
+    curves = {c["key"] for c in log_curves(logged[:1])["curves"]}
+    assert "reward/mean" in curves and "termination/max_calls" not in curves and "groups/env_failed" not in curves
+
+
 def test_script_json_cannot_end_its_script_element():
     text = str(script_json({"q": "</script><script>alert(1)</script>", "b": "<!-- & >"}))
     assert "<" not in text and ">" not in text and "&" not in text

@@ -58,8 +58,7 @@ router = APIRouter()
 ROLLOUTS_FILE = "rollouts.jsonl"
 SETTINGS_FILE = "rl_settings.json"
 
-#: curves of the RL page, in panel order: ``(step log name, title)``; ``groups/env_failed`` is
-#: drawn only when the log has it
+#: curves of the RL page, in panel order: ``(step log name, title)``
 CURVES: tuple[tuple[str, str], ...] = (
     ("reward/mean", "mean reward"),
     ("reward/accuracy", "accuracy"),
@@ -70,9 +69,13 @@ CURVES: tuple[tuple[str, str], ...] = (
     ("rollouts/response_tokens", "model tokens per rollout"),
     ("rollouts/tool_calls", "tool calls per rollout"),
     ("time/step_s", "seconds per step"),
+    ("termination/max_calls", "rollouts ended at the call limit (share)"),
+    ("sampling/sampling_logp_difference/mean", "engine log-prob difference (mean)"),
     ("groups/env_failed", "groups with environment failures"),
 )
-OPTIONAL_CURVES = frozenset({"groups/env_failed"})
+#: curves drawn only when the log has them (a termination is logged once a rollout ended so; the
+#: engine difference once rollouts carry the engine's log-probabilities)
+OPTIONAL_CURVES = frozenset({"groups/env_failed", "termination/max_calls", "sampling/sampling_logp_difference/mean"})
 #: fields a rollout record must have (``websailor.train.rl.rollouts`` writes them)
 ROLLOUT_FIELDS = ("step", "id", "rollout", "question", "messages", "reward", "advantage", "in_loss")
 #: most problems (bad lines) of a rollouts file kept for the page
