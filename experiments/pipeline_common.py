@@ -159,7 +159,9 @@ def publish(out: Path, dest: Path, patterns: tuple[str, ...] = PUBLISHED) -> int
 
 
 def figures(eval_dir: Path) -> dict:
-    """The headline figures of an evaluation, overall and by level."""
+    """The headline figures of an evaluation, overall and by level, and its grounding (the share
+    of answered rollouts whose answer was read before it was given, and the answer page's
+    listed, visited and picked shares: :mod:`websailor.eval.grounding`)."""
     s = json.loads((eval_dir / "summary.json").read_text())
     keep = (
         "questions",
@@ -173,6 +175,7 @@ def figures(eval_dir: Path) -> dict:
         "mean_tool_calls",
         "terminations",
         "total_wall_s",
+        "grounding",
     )
     out = {key: s.get(key) for key in keep}
     out["by_level"] = s.get("by_level") or {}

@@ -86,6 +86,20 @@ def _row(name: str, f: dict, k: int | None = None) -> str:
     )
 
 
+def grounding_text(model: str, g: dict) -> str:
+    """``model``'s grounded-answer share (of its answered rollouts) and the answer page's
+    listed and picked shares, in words."""
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    return (
+        f"{model} {pct(g.get('grounded'))} of {g.get('answered')} answers (answer's page listed in "
+        f"{pct(g.get('listed'))} of rollouts, picked in {pct(g.get('picked'))})"
+    )
+
+
+#: the pairs of models the compare tables set side by side
+PAIRS = (("base", "sft"), ("sft", "rl"), ("sft", "dupo"), ("rl", "dupo"))
+
+
 def tables(results: dict) -> str:
     """The test tables, overall and by level, as Markdown."""
     head = "| model | questions x k | format validity | Avg@k (95% CI) | Pass@k | mean tool calls | terminations |"
@@ -120,6 +134,9 @@ def tables(results: dict) -> str:
                 f"| search the question, answer the top title | {base['questions']} x 1 | - | "
                 f"{100 * base['accuracy']:.1f} | - | 1 | - |"
             ]
+        grounded = [grounding_text(m, f.get("grounding")) for m, f in transfer.items() if f.get("grounding")]
+        if grounded:
+            lines += ["", "Grounded answers on the hand-written questions: " + "; ".join(grounded)]
     for name, gain in (results.get("reward_gain") or {}).items():
         if gain:
             lo, hi = gain["diff_ci95"]
@@ -147,6 +164,26 @@ def tables(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_tables(out: Path, results: dict) -> dict[str, str]:
+    """``websailor compare`` of each pair of :data:`PAIRS` that both ran, on the test split
+    (``eval_*``, written to ``compare_A_B.md``) and on the hand-written questions
+    (``transfer_*``, to ``compare_transfer_A_B.md``): ``{"A -> B" or "A -> B, hand-written": the
+    table}``."""
+    compare = {}
+    for prefix, label in (("eval", ""), ("transfer", ", hand-written")):
+        for a_name, b_name in PAIRS:
+            if a_name in results.get(prefix, {}) and b_name in results.get(prefix, {}):
+                md = out / f"compare_{'' if prefix == 'eval' else prefix + '_'}{a_name}_{b_name}.md"
+                subprocess.run(
+                    [WS, "compare", str(out / f"{prefix}_{a_name}"), str(out / f"{prefix}_{b_name}")]
+                    + ["--name", a_name, "--name", b_name, "--out", str(md)],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                compare[f"{a_name} -> {b_name}{label}"] = md.read_text()
+    return compare
+
+
 def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, sanity: Path, rl_runs: dict) -> None:
     """Gather every stage's figures into OUT/results.json and OUT/results.md (and publish)."""
     results["eval"] = {m: figures(out / f"eval_{m}") for m in MODELS if (out / f"eval_{m}" / "summary.json").exists()}
@@ -166,18 +203,7 @@ def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, 
     results["item_reward_gain"] = {
         label: item_reward_gain(path / "rollouts.jsonl") for label, path in runs if path.exists()
     }
-    compare = {}
-    for a_name, b_name in (("base", "sft"), ("sft", "rl"), ("sft", "dupo"), ("rl", "dupo")):
-        if a_name in results["eval"] and b_name in results["eval"]:
-            md = out / f"compare_{a_name}_{b_name}.md"
-            subprocess.run(
-                [WS, "compare", str(out / f"eval_{a_name}"), str(out / f"eval_{b_name}")]
-                + ["--name", a_name, "--name", b_name, "--out", str(md)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            compare[f"{a_name} -> {b_name}"] = md.read_text()
-    results["compare"] = compare
+    results["compare"] = compare_tables(out, results)
     for path in (sanity, *(d for _, d in rl_runs.values())):
         if (path / "rl_log.jsonl").exists():
             subprocess.run([WS, "train", "plot", str(path)], check=True, stdout=subprocess.DEVNULL)

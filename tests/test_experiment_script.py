@@ -682,3 +682,48 @@ def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_pa
         "rl, item by item: the 2 items visited twice or more, 0.500 at their first visit, 1.000 at their last" in text
     )
     assert "(difference +0.500, 95% CI +0.000 to +1.000; 1 up, 0 down, 1 unchanged)" in text
+
+
+def test_compare_tables_on_the_test_split_and_the_hand_written_questions(tmp_path, monkeypatch):
+    """Each pair that both ran gets a paired table on the test split and on the hand-written
+    questions; the grounded-answer share of each model's hand-written answers is stated."""
+    from fakes import ScriptedModel
+
+    from websailor.agent import Agent
+    from websailor.eval.harness import EvalConfig, evaluate
+    from websailor.judge import Gold, load_judge
+    from websailor.questions import Question
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    report = _load(SCRIPT.with_name("pipeline_report.py"))
+    common = _load(SCRIPT.with_name("pipeline_common.py"))
+    rivers = {"Cairo": "Nile", "Vienna": "Danube", "Paris": "Seine", "Rome": "Tiber"}
+    items = [
+        Question(f"q{i}", f"Which river flows through {c}?", Gold.parse(r)) for i, (c, r) in enumerate(rivers.items())
+    ]
+
+    def policy(right: set[str]):
+        def reply(messages):
+            q = next(m["content"] for m in messages if m["role"] == "user")
+            city = next(c for c in rivers if c in q)
+            return f"<answer>{rivers[city] if city in right else 'Amazon'}</answer>"
+
+        return reply
+
+    results: dict = {"eval": {}, "transfer": {}}
+    for prefix in ("eval", "transfer"):
+        for model, right in (("sft", {"Cairo"}), ("rl", set(rivers)), ("base", set())):
+            agent = Agent(ScriptedModel(policy(right)), [], env="none")
+            evaluate(
+                items, agent, load_judge("em"), tmp_path / f"{prefix}_{model}", EvalConfig(rollouts=2), progress=False
+            )
+            results[prefix][model] = common.figures(tmp_path / f"{prefix}_{model}")
+    del results["transfer"]["base"]  # a pair runs only where both models did
+    compare = report.compare_tables(tmp_path, results)
+    assert list(compare) == ["base -> sft", "sft -> rl", "sft -> rl, hand-written"]
+    assert (tmp_path / "compare_transfer_sft_rl.md").read_text() == compare["sft -> rl, hand-written"]
+    assert "rl is better than sft" in compare["sft -> rl, hand-written"]
+    g = results["transfer"]["rl"]["grounding"]
+    assert g["answered"] == 8 and g["grounded"] == 0.0  # no tool read the answer: every answer is from memory
+    text = report.tables(results)
+    assert "Grounded answers on the hand-written questions: sft 0.0% of 8 answers" in text
