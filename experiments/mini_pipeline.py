@@ -284,10 +284,22 @@ class Run:
         """Stage ``name`` (or a ``transfer_MODEL`` step): ``websailor eval`` of ``model`` on
         ``items`` into ``OUT/name`` (the prefilter: ``OUT/eval_sft_train``), on a server of its own."""
         folder = self.rated if name == "prefilter" else self.out / name
+        sampler = self.rl_sampler() if name == "prefilter" and self.a.prefilter_sampler == "rl" else []
         with self.serve(name, model) as spec:
             self.stage(
-                name, ["eval", *items, "--model", spec, "--out", str(folder), *self.agent, *self.local, *self.obs]
+                name,
+                ["eval", *items, "--model", spec, "--out", str(folder), *self.agent, *self.local, *self.obs, *sampler],
             )
+
+    def rl_sampler(self) -> list[str]:
+        """``eval``'s options that sample as the RL runs do (``--rl-config``'s temperature and
+        top-p, no presence penalty: the sampler of
+        :func:`websailor.train.rl.settings.build_agent_config`)."""
+        from websailor.train.rl import load_settings
+        from websailor.train.rl.settings import build_agent_config
+
+        sampler = build_agent_config(load_settings(self.a.rl_config)).sampling.distribution()
+        return [x for key, value in sampler.items() for x in (f"--{key.replace('_', '-')}", str(value))]
 
     def serve(self, name: str, model: str) -> contextlib.AbstractContextManager[str]:
         """The model spec stage ``name`` samples from: a vLLM server for ``model`` while the

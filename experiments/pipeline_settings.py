@@ -49,6 +49,7 @@ IDENTITY = (
     "concurrency",
     "prefilter_limit",
     "prefilter_k",
+    "prefilter_sampler",
     "question_query",
     "sft_items",
     "lookup_share",
@@ -67,6 +68,7 @@ CONFIG_FILES = ("sft_config", "rl_config")
 #: identity settings that only later stages read, and what those stages write: such a setting may
 #: change while none of it exists (a learning rate chosen after the overfitting check, say)
 READ_LATER = {
+    "prefilter_sampler": ("eval_sft_train",),
     "sanity_items": ("sanity_qa.jsonl", "rl_sanity"),
     "sanity_group_size": ("rl_sanity",),
     "sanity_lr": ("rl_sanity",),
@@ -127,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--prefilter-limit", type=int, default=48, help="training items the SFT model is rated on")
     p.add_argument("--prefilter-k", type=int, default=8, help="rollouts per training item of the prefilter")
+    p.add_argument(
+        "--prefilter-sampler",
+        choices=("eval", "rl"),
+        default="eval",
+        help="how the prefilter samples: eval, the paper's evaluation sampler (temperature 0.85, top-p 0.95, "
+        "presence penalty 1.1; every run before this option), or rl, the RL runs' own (--rl-config's "
+        "temperature and top-p, no presence penalty), so the moderate band is rated as RL will sample",
+    )
     p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
     p.add_argument("--sanity-steps", type=int, default=16)
     p.add_argument("--sanity-group-size", type=int, default=8, help="rollouts per group (and per step) of the check")

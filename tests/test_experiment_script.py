@@ -663,6 +663,19 @@ def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, 
         "3e-05",
     ]
     assert commands["throughput"][0].endswith("dupo_throughput.py")
+    assert "--temperature" not in commands["prefilter"]  # the paper's evaluation sampler, eval's default
+    # --prefilter-sampler rl: the prefilter samples as the RL runs will (a fresh folder: an identity setting)
+    run, ran[:] = tmp_path / "rl_sampler", []
+    run.mkdir()
+    (run / "sanity_qa.jsonl").write_text("")
+    monkeypatch.setattr(sys, "argv", ["mini_pipeline.py", "--out", str(run), "--engine", "vllm"])
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--prefilter-sampler", "rl", "--until", "prefilter"])
+    pipeline.main()
+    prefilter = dict(ran)["prefilter"]
+    assert prefilter[prefilter.index("--temperature") :] == ["--temperature", "1.0", "--top-p", "1.0"] + [
+        "--presence-penalty",
+        "0.0",
+    ]
 
 
 def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_path, monkeypatch):
