@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import write_results  # noqa: E402
 
-from websailor.train.rl_log import item_reward_gain, reward_gain  # noqa: E402
+from websailor.train.rl_log import item_reward_gain, reward_gain, tool_use_shift  # noqa: E402
 
 #: the models of the ladder, in the order the tables list them
 MODELS = ("base", "sft", "rl", "dupo")
@@ -96,6 +96,21 @@ def grounding_text(model: str, g: dict) -> str:
     )
 
 
+def tool_use_text(name: str, shift: dict) -> str:
+    """An RL run's :func:`~websailor.train.rl_log.tool_use_shift`, in words."""
+
+    def window(w: dict) -> str:
+        reward = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+        return (
+            f"{w['tool_calls']:.2f} tool calls a rollout ({w['repeated_calls']:.2f} repeating an earlier one), "
+            f"{100 * w['max_calls_share']:.1f}% ended at the call limit, reward {reward(w['reward_with_repeats'])} "
+            f"with a repeated call and {reward(w['reward_without_repeats'])} without"
+        )
+
+    n = shift["window"]
+    return f"{name}, tool use: first {n} steps {window(shift['first'])}; last {n} steps {window(shift['last'])}"
+
+
 #: the pairs of models the compare tables set side by side
 PAIRS = (("base", "sft"), ("sft", "rl"), ("sft", "dupo"), ("rl", "dupo"))
 
@@ -155,6 +170,9 @@ def tables(results: dict) -> str:
                 f"(difference {paired['diff']:+.3f}, 95% CI {lo:+.3f} to {hi:+.3f}; "
                 f"{paired['up']} up, {paired['down']} down, {paired['same']} unchanged)",
             ]
+    for name, shift in (results.get("tool_use") or {}).items():
+        if shift:
+            lines += ["", tool_use_text(name, shift)]
     for name, text in (results.get("compare") or {}).items():
         lines += ["", f"### {name}", "", text]
     stages = results.get("stages") or {}
@@ -203,6 +221,7 @@ def report(out: Path, a: argparse.Namespace, results: dict, results_path: Path, 
     results["item_reward_gain"] = {
         label: item_reward_gain(path / "rollouts.jsonl") for label, path in runs if path.exists()
     }
+    results["tool_use"] = {label: tool_use_shift(path / "rollouts.jsonl") for label, path in runs if path.exists()}
     results["compare"] = compare_tables(out, results)
     for path in (sanity, *(d for _, d in rl_runs.values())):
         if (path / "rl_log.jsonl").exists():

@@ -195,6 +195,29 @@ def test_search_visit_answer_records_everything(tools):
     assert rec["id"] == "q1" and rec["rollout"] == 2 and rec["env"] == "local"
 
 
+def test_a_call_that_repeats_an_earlier_one_is_counted(tools):
+    """A visit of a page already read counts as repeated whatever its goal; another page, another
+    query or the same query as another tool's does not (from the run, and from its record)."""
+    from websailor.agent.trajectory import repeated_tool_calls
+
+    mona = "https://en.wikipedia.org/wiki/Mona_Lisa"
+    model = ScriptedModel(
+        [
+            call("search", query=["Mona Lisa painter"]),
+            call("visit", url=mona, goal="who painted it"),
+            call("visit", url=mona, goal="when it was painted"),  # the same page again
+            call("search", query=["Mona Lisa painter"]),  # the same search again
+            call("search", query=["Mona Lisa museum"]),
+            call("visit", url="https://en.wikipedia.org/wiki/Louvre", goal="who painted it"),
+            "<answer>Leonardo da Vinci</answer>",
+        ]
+    )
+    t = Agent(model, tools).run("Who painted the Mona Lisa?")
+    assert t.num_tool_calls == 6 and repeated_tool_calls(t.tool_calls) == 2
+    assert repeated_tool_calls(json.loads(json.dumps(t.to_dict()))["tool_calls"]) == 2
+    assert repeated_tool_calls([]) == 0
+
+
 def test_bad_calls_become_observations_and_count(tools):
     model = ScriptedModel([call("browse", url="x"), call("search"), "<answer>x</answer>"])
     t = Agent(model, tools).run("q")

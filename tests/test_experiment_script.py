@@ -695,6 +695,29 @@ def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_pa
         "rl, item by item: the 2 items visited twice or more, 0.500 at their first visit, 1.000 at their last" in text
     )
     assert "(difference +0.500, 95% CI +0.000 to +1.000; 1 up, 0 down, 1 unchanged)" in text
+    # tool use by window: the calls, the repeats among them, the call-limit share, reward with and without
+    visit = {"name": "visit", "arguments": {"url": "https://en.wikipedia.org/wiki/Nile"}}
+    looped = {
+        "tool_calls": [visit, {**visit, "arguments": {**visit["arguments"], "goal": "g"}}],
+        "termination": "max_calls",
+    }
+    answered = [{**r, "tool_calls": [visit], "termination": "answer"} for r in rows[:2]]
+    rows = answered + [{**r, **looped, "reward": 0.0} for r in rows[2:]]  # cut by the call limit: no answer
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shift = report.tool_use_shift(path)
+    assert shift["first"] == {
+        "rollouts": 2,
+        "tool_calls": 1.0,
+        "repeated_calls": 0.0,
+        "max_calls_share": 0.0,
+        "reward_with_repeats": None,
+        "reward_without_repeats": 0.5,
+    }
+    assert shift["last"]["repeated_calls"] == 1.0 and shift["last"]["max_calls_share"] == 1.0
+    assert shift["last"]["reward_with_repeats"] == 0.0 and shift["last"]["reward_without_repeats"] is None
+    text = report.tables({"tool_use": {"rl": shift}})
+    assert "rl, tool use: first 2 steps 1.00 tool calls a rollout (0.00 repeating an earlier one), 0.0% ended" in text
+    assert "last 2 steps 2.00 tool calls a rollout (1.00 repeating an earlier one), 100.0% ended at the call" in text
 
 
 def test_compare_tables_on_the_test_split_and_the_hand_written_questions(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 
 from tests.fakes import ScriptedModel, call
 from websailor.agent.loop import Agent, AgentConfig
+from websailor.agent.trajectory import repeated_tool_calls
 from websailor.errors import ConfigError, InputFormatError, ModelError
 from websailor.judge.base import Grade
 from websailor.judge.gold import Gold
@@ -370,6 +371,9 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 4 and {r["step"] for r in rollouts} == {1, 2}
+    for rec in log:  # the repeated calls the step log states are those of the step's rollouts
+        step = [repeated_tool_calls(r["tool_calls"]) for r in rollouts if r["step"] == rec["step"]]
+        assert rec["rollouts/repeated_calls"] == pytest.approx(sum(step) / len(step))
     assert {r["question"] for r in rollouts} <= {
         "Which city is the capital of France?",
         "Which river flows through Paris?",

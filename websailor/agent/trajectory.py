@@ -12,6 +12,7 @@ message also records its ``finish_reason`` and, when the backend returned them, 
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -50,6 +51,26 @@ def env_failure_summary(calls: list[ToolCallRecord]) -> dict[str, Any]:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def repeated_tool_calls(calls: list[ToolCallRecord] | list[dict[str, Any]]) -> int:
+    """How many of ``calls`` (a rollout's tool calls, in order; records or their dicts) repeat
+    an earlier one: the same tool with the same arguments, ``goal`` set aside (a visit's goal
+    only says what to look for on the same page). A policy that loops on a page it has read
+    spends its call budget without new evidence."""
+    seen: set[str] = set()
+    repeats = 0
+    for call in calls:
+        name, args = (
+            (call.name, call.arguments)
+            if isinstance(call, ToolCallRecord)
+            else (call.get("name"), call.get("arguments"))
+        )
+        args = {k: v for k, v in args.items() if k != "goal"} if isinstance(args, dict) else args
+        key = json.dumps([name, args], sort_keys=True, default=str)
+        repeats += key in seen
+        seen.add(key)
+    return repeats
 
 
 def env_failed_calls(record: dict[str, Any]) -> int:

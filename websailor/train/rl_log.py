@@ -9,7 +9,9 @@ Figures per step (names as logged):
   ``groups/env_failed`` (groups with a rollout whose environment failed: skipped, no reward)
   and ``rollouts/env_failed`` (such rollouts).
 - ``rollouts/tool_calls``, ``rollouts/model_calls``, ``rollouts/response_tokens``,
-  ``rollouts/in_loss_share``, ``termination/<reason>`` (shares of the batch).
+  ``rollouts/in_loss_share``, ``termination/<reason>`` (shares of the batch);
+  ``rollouts/repeated_calls``: tool calls per rollout that repeat one of its earlier calls
+  (:func:`websailor.agent.trajectory.repeated_tool_calls`).
 - ``entropy``, ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,
   ``loss``, ``grad_norm``, ``learning_rate``: from the trainer.
 - ``time/rollout_s`` (of which ``time/generation_s`` and ``time/tools_s``), ``time/update_s``,
@@ -291,4 +293,69 @@ def item_reward_gain(rollouts_path: str | Path, resamples: int = 2000, seed: int
         "up": int((diffs > 0).sum()),
         "down": int((diffs < 0).sum()),
         "same": int((diffs == 0).sum()),
+    }
+
+
+def tool_use_shift(rollouts_path: str | Path, window: int = 10) -> dict | None:
+    """How an RL run's tool use moved: over the rollouts of the first and of the last ``window``
+    steps (halved when the run has fewer than ``2 * window`` steps), the mean tool calls per
+    rollout, those that repeat an earlier call of the rollout
+    (:func:`websailor.agent.trajectory.repeated_tool_calls`), the share of rollouts that ended
+    at the call limit, and the mean reward of the rollouts with a repeated call and of those
+    without (what the advantages reinforced: repeats that paid early are learned even when they
+    later run rollouts out of calls).
+
+    Args:
+        rollouts_path: an RL run's ``rollouts.jsonl`` (records with ``step``, ``tool_calls``,
+            ``termination`` and ``reward``).
+
+    Returns:
+        ``{"steps", "window", "first": {...}, "last": {...}}``, each window ``{"rollouts",
+        "tool_calls", "repeated_calls", "max_calls_share", "reward_with_repeats",
+        "reward_without_repeats"}`` (a reward ``None`` where no rollout of the kind has one);
+        ``None`` when the file is missing or has fewer than two steps.
+
+    Raises:
+        InputFormatError: a line is not a rollout record.
+    """
+    from websailor.agent.trajectory import repeated_tool_calls
+    from websailor.jsonio import read_appended_jsonl
+
+    path = Path(rollouts_path)
+    if not path.is_file():
+        return None
+    by_step: dict[int, list[dict]] = {}
+    for _, rec in read_appended_jsonl(path, "a rollout record"):
+        calls = rec.get("tool_calls") or []
+        by_step.setdefault(int(rec["step"]), []).append(
+            {
+                "calls": len(calls),
+                "repeats": repeated_tool_calls(calls),
+                "cut": rec.get("termination") == "max_calls",
+                "reward": rec.get("reward"),
+            }
+        )
+    steps = sorted(by_step)
+    if len(steps) < 2:
+        return None
+    n = min(window, len(steps) // 2)
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 4) if values else None
+
+    def figures(rows: list[dict]) -> dict:
+        return {
+            "rollouts": len(rows),
+            "tool_calls": mean([r["calls"] for r in rows]),
+            "repeated_calls": mean([r["repeats"] for r in rows]),
+            "max_calls_share": mean([float(r["cut"]) for r in rows]),
+            "reward_with_repeats": mean([r["reward"] for r in rows if r["repeats"] and r["reward"] is not None]),
+            "reward_without_repeats": mean([r["reward"] for r in rows if not r["repeats"] and r["reward"] is not None]),
+        }
+
+    return {
+        "steps": len(steps),
+        "window": n,
+        "first": figures([r for s in steps[:n] for r in by_step[s]]),
+        "last": figures([r for s in steps[-n:] for r in by_step[s]]),
     }

@@ -70,12 +70,16 @@ CURVES: tuple[tuple[str, str], ...] = (
     ("rollouts/tool_calls", "tool calls per rollout"),
     ("time/step_s", "seconds per step"),
     ("termination/max_calls", "rollouts ended at the call limit (share)"),
+    ("rollouts/repeated_calls", "repeated tool calls per rollout"),
     ("sampling/sampling_logp_difference/mean", "engine log-prob difference (mean)"),
     ("groups/env_failed", "groups with environment failures"),
 )
 #: curves drawn only when the log has them (a termination is logged once a rollout ended so; the
-#: engine difference once rollouts carry the engine's log-probabilities)
-OPTIONAL_CURVES = frozenset({"groups/env_failed", "termination/max_calls", "sampling/sampling_logp_difference/mean"})
+#: engine difference once rollouts carry the engine's log-probabilities; repeated calls by runs
+#: since they were logged)
+OPTIONAL_CURVES = frozenset(
+    {"groups/env_failed", "termination/max_calls", "rollouts/repeated_calls", "sampling/sampling_logp_difference/mean"}
+)
 #: fields a rollout record must have (``websailor.train.rl.rollouts`` writes them)
 ROLLOUT_FIELDS = ("step", "id", "rollout", "question", "messages", "reward", "advantage", "in_loss")
 #: most problems (bad lines) of a rollouts file kept for the page

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from websailor.agent.loop import Agent, AgentConfig
-from websailor.agent.trajectory import Trajectory
+from websailor.agent.trajectory import Trajectory, repeated_tool_calls
 from websailor.errors import ModelError, ServiceDown
 from websailor.judge.base import Case, Judge
 from websailor.log import get_logger
@@ -484,6 +484,7 @@ class AgentRollouts:
             "rollouts/env_failed": float(sum(env_failed)),
             "rollouts/in_loss_share": sum(used) / n,
             "rollouts/tool_calls": sum(row["tool_calls"] for row in rows) / n,
+            "rollouts/repeated_calls": sum(row["repeated_calls"] for row in rows) / n,
             "rollouts/model_calls": sum(row["model_calls"] for row in rows) / n,
             "rollouts/response_tokens": sum(row["model_tokens"] for row in rows) / n,
             "tokens/retokenized_share": sum(row["retokenized"] for row in rows) / max(1, turns),
@@ -529,6 +530,7 @@ def _figures(
             "model_s": t.timings["model_s"],
             "tools_s": t.timings["tools_s"],
             "tool_calls": t.num_tool_calls,
+            "repeated_calls": repeated_tool_calls(t.tool_calls),
             "model_calls": t.num_model_calls,
             "correct": c,
             "reward": r,
