@@ -74,6 +74,9 @@ SCRIPT_OPTIONS = {
     "--sft-items": "experiments/mini_pipeline.py",
     "--rl-steps": "experiments/mini_pipeline.py",
     "--rl-groups": "experiments/mini_pipeline.py",
+    "--prefilter-sampler": "experiments/mini_pipeline.py",
+    "--sft-config": "experiments/mini_pipeline.py",
+    "--rl-config": "experiments/mini_pipeline.py",
     "--rl-items": "benchmarks/rl_overfit.py",
     "--flip-advantages": "benchmarks/rl_overfit.py",
     "--self-rollouts": "experiments/grounded.py",
@@ -254,6 +257,18 @@ def script_of(words: list[str]) -> tuple[Path | str | None, int]:
     return None, 0
 
 
+def script_source(script: Path) -> str:
+    """A script's text with that of the modules beside it that it imports (a script's options
+    may be declared in a helper module of its folder, as mini_pipeline.py's are)."""
+    text = script.read_text(encoding="utf-8")
+    helpers = set(re.findall(r"^(?:from|import) (\w+)", text, re.MULTILINE))
+    return text + "".join(
+        (script.parent / f"{h}.py").read_text(encoding="utf-8")
+        for h in sorted(helpers)
+        if (script.parent / f"{h}.py").is_file()
+    )
+
+
 def check_command_line(text: str, where: str) -> tuple[list[str], int, int]:
     """Errors, websailor invocations and options checked on one command line."""
     words = QUOTED.sub("ARG", text).split()
@@ -266,7 +281,7 @@ def check_command_line(text: str, where: str) -> tuple[list[str], int, int]:
         return [], 0, 0
     if isinstance(script, str):
         return [f"{where}: {script} does not exist"], 0, 0
-    source = script.read_text(encoding="utf-8")
+    source = script_source(script)
     errors, checked = [], 0
     for w in words[start:]:
         if w in SHELL_STOPS:
@@ -294,7 +309,7 @@ def check_commands(page: Page) -> tuple[list[str], int, int]:
         for name in OPTION.findall(span):
             options += 1
             if name in SCRIPT_OPTIONS:
-                source = (ROOT / SCRIPT_OPTIONS[name]).read_text(encoding="utf-8")
+                source = script_source(ROOT / SCRIPT_OPTIONS[name])
                 if f'"{name}"' not in source:
                     errors.append(f"{page.name}:{n}: {SCRIPT_OPTIONS[name]} has no option {name}")
             elif name not in all_options():
