@@ -135,9 +135,9 @@ def _scripted_group(vital, outcomes: list[str]):
     return out
 
 
-def _rollouts(tmp_path: Path, algo: str, judge, group_size: int = 4) -> AgentRollouts:
+def _rollouts(tmp_path: Path, algo: str, judge, group_size: int = 4, **settings_kw) -> AgentRollouts:
     item = Question("q1", "Which city is the capital of France?", Gold.parse("Paris"))
-    settings = RolloutSettings(group_size, algo, AgentConfig(max_calls=4), concurrency=1)
+    settings = RolloutSettings(group_size, algo, AgentConfig(max_calls=4), concurrency=1, **settings_kw)
     return AgentRollouts({item.question: item}, {}, judge, settings, tmp_path / "rollouts.jsonl")
 
 
@@ -159,6 +159,23 @@ def test_v2_batch_masks_excluded_rollouts_and_passes_advantages(tmp_path: Path, 
     records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert [r["in_loss"] for r in records] == [True, True, False, True]
     assert [r["reward"] for r in records] == [1.0, 0.0, 0.0, 1.0] and records[0]["step"] == 1
+
+
+def test_v2_with_unanswered_negatives_kept_trains_on_the_cut_rollout(tmp_path: Path, vital, smollm2_path: Path):
+    """unanswered_negatives keep: the rollout cut by the budget enters the loss with its negative
+    advantage, as a wrong answer does; the advantages are the same."""
+    tok = load_tokenizer(smollm2_path)
+    ro = _rollouts(tmp_path, "v2", _Judge(), exclude_unanswered=False)
+    item = next(iter(ro.items.values()))
+    out = ro.batch([item] * 4, _scripted_group(vital, ["right", "wrong", "cut", "right"]), step=0, tokenizer=tok)
+    assert out["advantage"] == pytest.approx([1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3])
+    assert sum(out["env_mask"][2]) > 0 and ro.last["rollouts/in_loss_share"] == 1.0
+    records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["in_loss"] for r in records] == [True, True, True, True]
+    assert plan_batch([1.0, 0.0], ["answer", "max_calls"], 2, "v2", random.Random(0), False).in_loss == [True, True]
+    assert plan_batch([1.0, 0.0], ["answer", "max_calls"], 2, "v2", random.Random(0)).in_loss == [True, False]
+    with pytest.raises(ConfigError, match="unanswered_negatives keep: only V2 leaves rollouts out of the loss"):
+        load_settings(None, algo="dupo", unanswered_negatives="keep")
 
 
 def test_dupo_batch_duplicates_the_group_with_spread(tmp_path: Path, vital, smollm2_path: Path):
@@ -386,6 +403,13 @@ def test_trl_end_to_end_logs_saves_and_resumes(tiny_rl, vital_dir: Path):
         train_rl(
             qa, f"hf:{tiny}", out, settings.model_copy(update={"learning_rate": 1e-3}), env=EnvSpec(corpus=vital_dir)
         )
+    # a setting added since runs began is left out of the record at the value they had, and is
+    # part of it at another (a run's V2 loss rule cannot change on resume)
+    saved = json.loads((out / "rl_settings.json").read_text())
+    assert "unanswered_negatives" not in saved and "max_staleness" not in saved
+    with pytest.raises(ConfigError, match="holds an RL run with other unanswered_negatives"):
+        keep = settings.model_copy(update={"unanswered_negatives": "keep"})
+        train_rl(qa, f"hf:{tiny}", out, keep, env=EnvSpec(corpus=vital_dir))
     # a larger --max-steps continues the finished run from its last checkpoint
     more = train_rl(
         qa,

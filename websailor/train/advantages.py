@@ -73,13 +73,24 @@ def group_normalized_advantages(
     return out
 
 
-def v2_loss_mask(advantages: Sequence[float | None], terminations: Sequence[str]) -> list[bool]:
-    """Which rollouts enter the V2 loss: not those whose reward is missing, and not those that
-    never reached an answer (:data:`NO_ANSWER`) while carrying a negative advantage (a rollout
-    cut by the budget is not evidence that its reasoning was wrong)."""
+def v2_loss_mask(
+    advantages: Sequence[float | None], terminations: Sequence[str], exclude_unanswered: bool = True
+) -> list[bool]:
+    """Which rollouts enter the V2 loss: not those whose reward is missing, and (with
+    ``exclude_unanswered``, the paper's rule) not those that never reached an answer
+    (:data:`NO_ANSWER`) while carrying a negative advantage (a rollout cut by the budget is not
+    evidence that its reasoning was wrong). Without it, such rollouts enter the loss, and what
+    ran them out of budget is pushed down as any wrong answer is.
+
+    Raises:
+        ValueError: the two sequences differ in length.
+    """
     if len(advantages) != len(terminations):
         raise ValueError(f"{len(advantages)} advantages but {len(terminations)} terminations")
-    return [a is not None and not (a < 0 and t in NO_ANSWER) for a, t in zip(advantages, terminations)]
+    return [
+        a is not None and not (exclude_unanswered and a < 0 and t in NO_ANSWER)
+        for a, t in zip(advantages, terminations)
+    ]
 
 
 def has_spread(group: Sequence[float | None]) -> bool:
@@ -110,12 +121,18 @@ class BatchPlan:
 
 
 def plan_batch(
-    rewards: Sequence[float | None], terminations: Sequence[str], group_size: int, algo: str, rng: random.Random
+    rewards: Sequence[float | None],
+    terminations: Sequence[str],
+    group_size: int,
+    algo: str,
+    rng: random.Random,
+    exclude_unanswered: bool = True,
 ) -> BatchPlan:
     """Turn one batch of group rewards into slots, advantages and loss membership.
 
     - ``v2``: every rollout keeps its slot; leave-one-out advantages; :func:`v2_loss_mask`
-      leaves out skipped groups and negative rollouts that never reached an answer.
+      leaves out skipped groups and (``exclude_unanswered``) negative rollouts that never
+      reached an answer.
     - ``dupo``: :func:`dupo_fill` refills zero-spread and skipped groups with copies of groups
       that have spread, then group-normalized advantages; a batch with no spread at all
       trains on nothing.
@@ -131,7 +148,7 @@ def plan_batch(
     n = len(rewards)
     if algo == "v2":
         adv = leave_one_out_advantages(rewards, group_size)
-        keep = v2_loss_mask(adv, terminations)
+        keep = v2_loss_mask(adv, terminations, exclude_unanswered)
         return BatchPlan(list(range(n)), [a or 0.0 for a in adv], keep, zero, skipped)
     if algo != "dupo":
         raise ValueError(f"unknown RL algorithm {algo!r}; use v2 or dupo")

@@ -22,6 +22,7 @@ from websailor.train.rl.prefilter import (
 )
 from websailor.train.rl.resume import check_enough, data_digest, holds_other_run
 from websailor.train.rl.settings import (
+    ADDED_SETTINGS,
     CONTINUABLE,
     PREFILTER_FILE,
     SETTINGS_FILE,
@@ -141,8 +142,8 @@ def plan_run(
         "model": model,
         "data_sha256": data_digest(data_path, items),
         "split": split,
-        # an on-policy run's identity is the one it had before max_staleness existed (its folders resume)
-        **settings.model_dump(exclude={"max_staleness"} if settings.max_staleness == 0 else None),
+        # at the value older runs had, a setting added since is not part of the identity (their folders resume)
+        **settings.model_dump(exclude={k for k, v in ADDED_SETTINGS.items() if getattr(settings, k) == v}),
         FORMAT_KEY: RUN_FORMAT,
     }
     record.update(env.record())  # nothing for the default local environment: older runs keep their record

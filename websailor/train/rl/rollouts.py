@@ -58,7 +58,9 @@ class RolloutSettings:
     the batch: ``stop`` the step, or ``continue`` (rerun it on the servers that still answer,
     dropping the one that does not; :mod:`websailor.train.rl.servers`). ``max_staleness``: with
     rollout servers, K >= 1 samples the next batch while the current one trains
-    (:mod:`websailor.train.rl.ahead`); 0 keeps every batch on-policy.
+    (:mod:`websailor.train.rl.ahead`); 0 keeps every batch on-policy. ``exclude_unanswered``:
+    V2 leaves out of the loss the rollouts that never answered and carry a negative advantage
+    (:func:`websailor.train.advantages.v2_loss_mask`).
 
     ``skip_zero_advantage``: a rollout left out of the loss, or whose advantage is exactly 0,
     has no gradient; its completion is replaced by one masked token so the update does not
@@ -75,6 +77,7 @@ class RolloutSettings:
     max_env_failures: int = 0
     on_server_loss: str = "stop"
     max_staleness: int = 0
+    exclude_unanswered: bool = True
 
 
 class AgentRollouts:
@@ -352,7 +355,7 @@ class AgentRollouts:
         rewards = [reward(t, v, s.algo) for t, v in zip(trajs, verdicts)]
         # a report's score counts as correct when at least as good as the reference (0.5)
         correct = [v if v is None or isinstance(v, bool) else v >= 0.5 for v in verdicts]
-        plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng)
+        plan = plan_batch(rewards, [t.termination for t in trajs], s.group_size, s.algo, self.rng, s.exclude_unanswered)
         template = TurnTemplate(tokenizer, trajs[0].model if trajs else "policy")
         tokens = [rollout_tokens(t, tokenizer, template) for t in trajs]
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": [], "advantage": []}

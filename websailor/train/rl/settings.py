@@ -32,6 +32,9 @@ CONTINUABLE = (
     "weight_transfer",
     "keep_checkpoints",
 )
+#: settings added after runs had begun, with the value those runs had: a setting at that value
+#: is left out of a run's identity record, so the folders of those runs resume
+ADDED_SETTINGS: dict[str, Any] = {"max_staleness": 0, "unanswered_negatives": "exclude"}
 #: the moderate band of WebSailor's filter: solved sometimes but not always
 DEFAULT_BAND = "0<c<k"
 
@@ -144,6 +147,12 @@ class RLSettings(TrainSettings):
             (one batch is sampled ahead, so at most 1 is realized;
             :mod:`websailor.train.rl.ahead`). 0, the default: every batch on-policy. A config
             may also write it as ``async: {max_staleness: K}``.
+        unanswered_negatives: V2's rollouts that never answered (cut by the call, context or time
+            budget) and carry a negative advantage: ``exclude`` them from the loss (the paper's
+            rule, WebSailor-V2 Sec. 5: a rollout cut by the budget is no evidence that its
+            reasoning was wrong; the default) or ``keep`` them, so that what runs rollouts out
+            of budget is pushed down like a wrong answer (with a small budget the rule can shield
+            a habit of repeated calls: docs/experiments.md). V2 only.
         sync_dir: the folder the weight sync writes the policy's weights to (default: shared
             memory, ``/dev/shm``, which only servers on this machine read); a shared
             filesystem's path when the servers run elsewhere.
@@ -195,6 +204,7 @@ class RLSettings(TrainSettings):
     rollout_server: list[str] | None = None
     on_server_loss: Literal["stop", "continue"] = "stop"
     max_staleness: int = Field(0, ge=0, strict=True)
+    unanswered_negatives: Literal["exclude", "keep"] = "exclude"
     weight_transfer: Literal["file", "nccl"] = "file"
     sync_dir: str | None = None
     server_sync_dir: str | None = None
@@ -263,6 +273,10 @@ class RLSettings(TrainSettings):
             raise ValueError(
                 f"batch_size {self.batch_size} is not a multiple of group_size {self.group_size}: "
                 "a batch holds whole groups"
+            )
+        if self.unanswered_negatives == "keep" and self.algo != "v2":
+            raise ValueError(
+                "unanswered_negatives keep: only V2 leaves rollouts out of the loss; DUPO keeps every one (drop the setting)"
             )
         if self.micro_batch_size > self.batch_size:
             raise ValueError(
