@@ -274,7 +274,7 @@ class Run:
     def stage(self, name: str, args: list[str], program: str = WS) -> None:
         """Run stage ``name``'s command (``websailor ARGS``, or ``program ARGS``) when it is
         wanted and not done; the records are written whatever happens."""
-        if stage_of(name) in self.wanted and not self.finished(name):
+        if self.runs(name):
             try:
                 run_stage(name, args, self.stages, program=program)
             finally:
@@ -284,7 +284,8 @@ class Run:
         """Stage ``name`` (or a ``transfer_MODEL`` step): ``websailor eval`` of ``model`` on
         ``items`` into ``OUT/name`` (the prefilter: ``OUT/eval_sft_train``), on a server of its own."""
         folder = self.rated if name == "prefilter" else self.out / name
-        sampler = self.rl_sampler() if name == "prefilter" and self.a.prefilter_sampler == "rl" else []
+        rl_sampler = name == "prefilter" and self.a.prefilter_sampler == "rl" and self.runs(name)
+        sampler = self.rl_sampler() if rl_sampler else []
         with self.serve(name, model) as spec:
             self.stage(
                 name,
@@ -301,10 +302,14 @@ class Run:
         sampler = build_agent_config(load_settings(self.a.rl_config)).sampling.distribution()
         return [x for key, value in sampler.items() for x in (f"--{key.replace('_', '-')}", str(value))]
 
+    def runs(self, name: str) -> bool:
+        """Whether stage ``name`` runs now: wanted, and its files do not say it is done."""
+        return stage_of(name) in self.wanted and not self.finished(name)
+
     def serve(self, name: str, model: str) -> contextlib.AbstractContextManager[str]:
         """The model spec stage ``name`` samples from: a vLLM server for ``model`` while the
         stage runs; ``model`` itself for a stage not run (not wanted, or done: no server)."""
-        if stage_of(name) not in self.wanted or self.finished(name):
+        if not self.runs(name):
             return contextlib.nullcontext(model)
         return served(model, self.engine, self.out / "logs", name, self.a.max_model_len)
 

@@ -87,12 +87,12 @@ def _row(name: str, f: dict, k: int | None = None) -> str:
 
 
 def grounding_text(model: str, g: dict) -> str:
-    """``model``'s grounded-answer share (of its answered rollouts) and the answer page's
-    listed and picked shares, in words."""
+    """``model``'s grounded-answer share (of its answered rollouts), the share of rollouts whose
+    search listed the answer's page, and of those the share that picked it, in words."""
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     return (
         f"{model} {pct(g.get('grounded'))} of {g.get('answered')} answers (answer's page listed in "
-        f"{pct(g.get('listed'))} of rollouts, picked in {pct(g.get('picked'))})"
+        f"{pct(g.get('listed'))} of rollouts, picked in {pct(g.get('picked'))} of those)"
     )
 
 

@@ -61,6 +61,9 @@ IDENTITY = (
     "rl_config",
     "rl_groups",
 )
+#: identity settings added to this layout after runs of it began, with the value those runs had
+#: (a settings.json without one is read with it)
+ADDED = {"prefilter_sampler": "eval"}
 #: settings that name a config file: its contents are the setting (``KEY_sha256`` in the run's
 #: settings), so the same file under another path, as in a checkout laid anew elsewhere, is the
 #: same setting, and an edited file at the same path is not
@@ -226,11 +229,21 @@ def _difference(key: str, saved: dict, settings: dict) -> str:
     return text + ")"
 
 
+def read_by(key: str, saved: dict) -> tuple[str, ...]:
+    """What the stages that read the later setting ``key`` write (:data:`READ_LATER`); the RL
+    config is also read by a prefilter that samples at RL's sampler (``--prefilter-sampler rl``)."""
+    made = READ_LATER[key]
+    if key == "rl_config" and saved.get("prefilter_sampler") == "rl":
+        made = (*made, "eval_sft_train")
+    return made
+
+
 def check_settings(out: Path, settings: dict) -> None:
     """Refuse, in one line, an ``--out`` that is a file, a run directory whose ``settings.json``
     cannot be read, one of another layout, or one with other identity settings (:data:`IDENTITY`;
     those of :data:`READ_LATER` only once a stage that reads them has written something; a
-    config file of :data:`CONFIG_FILES` by its contents)."""
+    config file of :data:`CONFIG_FILES` by its contents; a setting of :data:`ADDED` missing from
+    the saved settings has the value the run had)."""
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--out {out} is a file; the experiment writes a directory")
     saved_path = out / "settings.json"
@@ -247,12 +260,13 @@ def check_settings(out: Path, settings: dict) -> None:
         raise SystemExit(
             f"{out} holds a run of {layout_difference(layout)}; start it again under another --out (or delete it)"
         )
+    saved = ADDED | saved
     changed = [
         key
         for key in IDENTITY
         if key in saved
         and not _same(key, saved, settings)
-        and (key not in READ_LATER or any((out / made).exists() for made in READ_LATER[key]))
+        and (key not in READ_LATER or any((out / made).exists() for made in read_by(key, saved)))
     ]
     if changed:
         raise SystemExit(

@@ -328,6 +328,27 @@ def test_a_config_file_is_the_same_setting_by_its_contents(settings, tmp_path):
     assert f"--rl-config {copy}" in pipeline_status.continue_command(ran, {"rl_config": default}, option)
 
 
+def test_the_prefilter_sampler_of_a_run_is_kept(settings, tmp_path):
+    """A run saved before --prefilter-sampler existed sampled its prefilter at the evaluation
+    sampler: once the prefilter has written, rl is refused; a prefilter at the RL sampler makes
+    --rl-config the run's from then on."""
+    run = tmp_path / "run"
+    run.mkdir()
+    base = {key: None for key in settings.IDENTITY} | {"layout": settings.LAYOUT}
+    older = {k: v for k, v in base.items() if k != "prefilter_sampler"}
+    (run / "settings.json").write_text(json.dumps(older))
+    settings.check_settings(run, base | {"prefilter_sampler": "rl"})  # the prefilter has not run: it may change
+    (run / "eval_sft_train").mkdir()
+    with pytest.raises(SystemExit, match=r"--prefilter-sampler eval \(now --prefilter-sampler rl\)"):
+        settings.check_settings(run, base | {"prefilter_sampler": "rl"})
+    settings.check_settings(run, base | {"prefilter_sampler": "eval"})
+    (run / "settings.json").write_text(json.dumps(base | {"prefilter_sampler": "rl", "rl_config": "a.yaml"}))
+    with pytest.raises(SystemExit, match=r"--rl-config a.yaml \(now --rl-config b.yaml\)"):
+        settings.check_settings(run, base | {"prefilter_sampler": "rl", "rl_config": "b.yaml"})
+    (run / "settings.json").write_text(json.dumps(base | {"prefilter_sampler": "eval", "rl_config": "a.yaml"}))
+    settings.check_settings(run, base | {"prefilter_sampler": "eval", "rl_config": "b.yaml"})  # RL has not begun
+
+
 def test_rl_overfit_refuses_halves_that_visit_items_unequally(tmp_path):
     script = SCRIPT.parents[1] / "benchmarks" / "rl_overfit.py"
     for args, message in (
@@ -718,6 +739,12 @@ def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_pa
     text = report.tables({"tool_use": {"rl": shift}})
     assert "rl, tool use: first 2 steps 1.00 tool calls a rollout (0.00 repeating an earlier one), 0.0% ended" in text
     assert "last 2 steps 2.00 tool calls a rollout (1.00 repeating an earlier one), 100.0% ended at the call" in text
+    from websailor.errors import InputFormatError
+
+    for bad, says in (({"reward": 1.0}, "integer step"), ({"step": 1, "tool_calls": ["visit"]}, "not an object")):
+        path.write_text(json.dumps(rows[0]) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(InputFormatError, match=f"rollouts.jsonl line 2: .*{says}"):
+            report.tool_use_shift(path)
 
 
 def test_compare_tables_on_the_test_split_and_the_hand_written_questions(tmp_path, monkeypatch):

@@ -174,8 +174,10 @@ def test_v2_with_unanswered_negatives_kept_trains_on_the_cut_rollout(tmp_path: P
     assert [r["in_loss"] for r in records] == [True, True, True, True]
     assert plan_batch([1.0, 0.0], ["answer", "max_calls"], 2, "v2", random.Random(0), False).in_loss == [True, True]
     assert plan_batch([1.0, 0.0], ["answer", "max_calls"], 2, "v2", random.Random(0)).in_loss == [True, False]
-    with pytest.raises(ConfigError, match="unanswered_negatives keep: only V2 leaves rollouts out of the loss"):
-        load_settings(None, algo="dupo", unanswered_negatives="keep")
+    # DUPO leaves nothing out whatever the setting says, so one config serves both algorithms
+    for rule in (True, False):
+        dupo = plan_batch([1.0, 0.0], ["answer", "max_calls"], 2, "dupo", random.Random(0), rule)
+        assert dupo.in_loss == [True, True]
 
 
 def test_dupo_batch_duplicates_the_group_with_spread(tmp_path: Path, vital, smollm2_path: Path):

@@ -94,13 +94,19 @@ def test_the_call_limit_and_engine_difference_curves_are_drawn_when_logged():
     from websailor.view.rl_views import log_curves
 
     logged = [
-        {"step": 1, "reward/mean": 0.5, "termination/answer": 1.0},
+        {"step": 1, "reward/mean": 0.5, "termination/answer": 1.0},  # no rollout hit the limit: not logged
         {"step": 2, "reward/mean": 0.25, "termination/max_calls": 0.25, "sampling/sampling_logp_difference/mean": 0.01},
+        {
+            "step": 3,
+            "termination/answer": 1.0,
+            "rollouts/in_loss_share": 0.0,
+            "sampling/sampling_logp_difference/mean": 0,
+        },
     ]
     curves = {c["key"]: c["points"] for c in log_curves(logged)["curves"]}
-    assert curves["termination/max_calls"] == [[2, 0.25]]
-    assert curves["sampling/sampling_logp_difference/mean"] == [[2, 0.01]]
-    curves = {c["key"] for c in log_curves(logged[:1])["curves"]}
+    assert curves["termination/max_calls"] == [[1, 0.0], [2, 0.25], [3, 0.0]]
+    assert curves["sampling/sampling_logp_difference/mean"] == [[2, 0.01]]  # step 3 trained on nothing
+    curves = {c["key"] for c in log_curves([{"step": 1, "reward/mean": 0.5}])["curves"]}  # a log without them
     assert "reward/mean" in curves and "termination/max_calls" not in curves and "groups/env_failed" not in curves
 
 

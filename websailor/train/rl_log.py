@@ -316,7 +316,8 @@ def tool_use_shift(rollouts_path: str | Path, window: int = 10) -> dict | None:
         ``None`` when the file is missing or has fewer than two steps.
 
     Raises:
-        InputFormatError: a line is not a rollout record.
+        InputFormatError: a line is not a rollout record (an object with an integer ``step`` and
+            a list of tool-call objects).
     """
     from websailor.agent.trajectory import repeated_tool_calls
     from websailor.jsonio import read_appended_jsonl
@@ -325,9 +326,16 @@ def tool_use_shift(rollouts_path: str | Path, window: int = 10) -> dict | None:
     if not path.is_file():
         return None
     by_step: dict[int, list[dict]] = {}
-    for _, rec in read_appended_jsonl(path, "a rollout record"):
+    for lineno, rec in read_appended_jsonl(path, "a rollout record"):
         calls = rec.get("tool_calls") or []
-        by_step.setdefault(int(rec["step"]), []).append(
+        step = rec.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or not isinstance(calls, list):
+            raise InputFormatError(
+                f"{path} line {lineno}: a rollout record has an integer step and a list of tool calls"
+            )
+        if not all(isinstance(c, dict) for c in calls):
+            raise InputFormatError(f"{path} line {lineno}: a tool call of a rollout record is not an object")
+        by_step.setdefault(step, []).append(
             {
                 "calls": len(calls),
                 "repeats": repeated_tool_calls(calls),

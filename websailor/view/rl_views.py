@@ -86,13 +86,25 @@ ROLLOUT_FIELDS = ("step", "id", "rollout", "question", "messages", "reward", "ad
 MAX_PROBLEMS = 20
 
 
+def _curve_value(record: dict, key: str) -> float | None:
+    """``record[key]`` as a curve point: a ``termination/`` share the step did not log is 0 (a
+    step logs only the terminations that occurred); the engine difference of a step that
+    trained on nothing is no point (TRL logs 0 over no tokens)."""
+    if key.startswith("termination/") and key not in record and any(k.startswith("termination/") for k in record):
+        return 0.0
+    if key.startswith("sampling/") and record.get("rollouts/in_loss_share") == 0:
+        return None
+    return number(record.get(key))
+
+
 def log_curves(records: list[dict]) -> dict[str, Any]:
     """The page's curve data from step records: ``{"steps": N, "last_step": s, "curves": [{key,
-    title, points: [[step, value], ...]}]}`` (values that are not finite numbers are left out;
-    an optional curve with no points is not listed)."""
+    title, points: [[step, value], ...]}]}`` (values that are not finite numbers are left out, a
+    termination a step did not log is 0: :func:`_curve_value`; an optional curve with no points
+    is not listed)."""
     curves = []
     for key, title in CURVES:
-        points = [[r["step"], v] for r in records if (v := number(r.get(key))) is not None]
+        points = [[r["step"], v] for r in records if (v := _curve_value(r, key)) is not None]
         if key in OPTIONAL_CURVES and not points:
             continue
         curves.append({"key": key, "title": title, "points": points})

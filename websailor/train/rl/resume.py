@@ -81,6 +81,7 @@ PREFILTER_NEUTRAL = frozenset(
         "epsilon_low",
         "epsilon_high",
         "skip_zero_advantage",
+        "unanswered_negatives",
         "epochs",
         "importance_sampling",
         "importance_sampling_cap",

@@ -152,7 +152,8 @@ class RLSettings(TrainSettings):
             rule, WebSailor-V2 Sec. 5: a rollout cut by the budget is no evidence that its
             reasoning was wrong; the default) or ``keep`` them, so that what runs rollouts out
             of budget is pushed down like a wrong answer (with a small budget the rule can shield
-            a habit of repeated calls: docs/experiments.md). V2 only.
+            a habit of repeated calls: docs/experiments.md). V2 only: DUPO leaves no rollout
+            out, so one config can serve both algorithms.
         sync_dir: the folder the weight sync writes the policy's weights to (default: shared
             memory, ``/dev/shm``, which only servers on this machine read); a shared
             filesystem's path when the servers run elsewhere.
@@ -273,10 +274,6 @@ class RLSettings(TrainSettings):
             raise ValueError(
                 f"batch_size {self.batch_size} is not a multiple of group_size {self.group_size}: "
                 "a batch holds whole groups"
-            )
-        if self.unanswered_negatives == "keep" and self.algo != "v2":
-            raise ValueError(
-                "unanswered_negatives keep: only V2 leaves rollouts out of the loss; DUPO keeps every one (drop the setting)"
             )
         if self.micro_batch_size > self.batch_size:
             raise ValueError(

@@ -418,7 +418,7 @@ def _train(run: RunPlan, net: Any, judge: Any, tool_env: Any, server: Any, sync:
             max_env_failures=settings.max_env_failures,
             on_server_loss=settings.on_server_loss,
             max_staleness=settings.max_staleness,
-            exclude_unanswered=settings.unanswered_negatives == "exclude",
+            exclude_unanswered=settings.unanswered_negatives == "exclude",  # V2's rule; DUPO has none
         ),
         out / ROLLOUTS_FILE,
         env=tool_env.name,
