@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline_common import ROOT, VITAL_QUESTIONS, WS, search_baseline, served  # noqa: E402
 from pipeline_report import MODELS, report  # noqa: E402
 from pipeline_settings import (  # noqa: E402
+    ADDED,
     LAYOUT,
     build_parser,
     check_settings,
@@ -190,7 +191,7 @@ def status_command(argv: list[str]) -> int:
     from pipeline_status import status
 
     defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
-    return status(argv, LAYOUT, layout_difference, defaults, option_text)
+    return status(argv, LAYOUT, layout_difference, defaults, option_text, ADDED)
 
 
 class Run:

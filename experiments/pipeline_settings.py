@@ -135,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefilter-sampler",
         choices=("eval", "rl"),
-        default="eval",
-        help="how the prefilter samples: eval, the paper's evaluation sampler (temperature 0.85, top-p 0.95, "
-        "presence penalty 1.1; every run before this option), or rl, the RL runs' own (--rl-config's "
-        "temperature and top-p, no presence penalty), so the moderate band is rated as RL will sample",
+        default="rl",
+        help="how the prefilter samples: rl (the default), the RL runs' own (--rl-config's temperature and "
+        "top-p, no presence penalty), so the moderate band is rated as RL will sample; or eval, the paper's "
+        "evaluation sampler (temperature 0.85, top-p 0.95, presence penalty 1.1; every run before this option, "
+        "and the default until 2026-12-06)",
     )
     p.add_argument("--sanity-items", type=int, default=8, help="moderate items of the overfitting check (at most)")
     p.add_argument("--sanity-steps", type=int, default=16)

@@ -258,9 +258,12 @@ def status(
     layout_difference: Callable[[object], str],
     defaults: dict[str, Any],
     option: Callable[[str, Any], str],
+    added: dict[str, Any],
 ) -> int:
     """The ``status`` command: print the table for ``--out DIR`` (``--json`` for the rows);
-    returns the exit code (2: not an experiment folder, or one of another layout)."""
+    returns the exit code (2: not an experiment folder, or one of another layout). ``added``: the
+    value a setting added since had in runs saved without it (the continue command names it where
+    the default is now another)."""
     import argparse
     import sys
 
@@ -301,7 +304,7 @@ def status(
         return 2
     estimate_left(rows)
     settings["out"] = str(a.out)  # the folder as it is now, wherever it was made
-    command = continue_command(settings, defaults, option)
+    command = continue_command(added | settings, defaults, option)
     if a.json:
         print(json.dumps({"out": str(a.out), "stages": rows, "continue": command}, indent=2))
     else:

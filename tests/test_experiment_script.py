@@ -485,8 +485,15 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     command = res.stdout.strip().splitlines()[-1].strip()
     assert command.startswith(f"python experiments/mini_pipeline.py --out {run}")
     assert "--items 10" in command and "--k 2" in command and "--rl-steps 20" in command and "--seed" not in command
+    assert "--prefilter-sampler" not in command  # the default (rl)
     data = json.loads(_run("status", "--out", str(run), "--json").stdout)
     assert data["stages"]["sft"]["done"] == 2 and data["stages"]["sft"]["left_s"] == 20.0
+    # a run saved before --prefilter-sampler sampled at eval: the command says so (the default is now rl)
+    older = {k: v for k, v in settings.items() if k != "prefilter_sampler"}
+    (run / "settings.json").write_text(json.dumps(older))
+    command = json.loads(_run("status", "--out", str(run), "--json").stdout)["continue"]
+    assert "--prefilter-sampler eval" in command, command
+    (run / "settings.json").write_text(json.dumps(settings))
     # a folder that is not an experiment, and one of another layout
     res = _run("status", "--out", str(tmp_path))
     assert res.returncode == 2 and "is not a ladder experiment folder (no settings.json)" in res.stderr
@@ -684,19 +691,19 @@ def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, 
         "3e-05",
     ]
     assert commands["throughput"][0].endswith("dupo_throughput.py")
-    assert "--temperature" not in commands["prefilter"]  # the paper's evaluation sampler, eval's default
-    # --prefilter-sampler rl: the prefilter samples as the RL runs will (a fresh folder: an identity setting)
-    run, ran[:] = tmp_path / "rl_sampler", []
-    run.mkdir()
-    (run / "sanity_qa.jsonl").write_text("")
-    monkeypatch.setattr(sys, "argv", ["mini_pipeline.py", "--out", str(run), "--engine", "vllm"])
-    monkeypatch.setattr(sys, "argv", [*sys.argv, "--prefilter-sampler", "rl", "--until", "prefilter"])
-    pipeline.main()
-    prefilter = dict(ran)["prefilter"]
+    prefilter = commands["prefilter"]  # by default at the RL runs' sampler (--rl-config's)
     assert prefilter[prefilter.index("--temperature") :] == ["--temperature", "1.0", "--top-p", "1.0"] + [
         "--presence-penalty",
         "0.0",
     ]
+    # --prefilter-sampler eval: the paper's evaluation sampler, eval's default (a fresh folder: an identity setting)
+    run, ran[:] = tmp_path / "eval_sampler", []
+    run.mkdir()
+    (run / "sanity_qa.jsonl").write_text("")
+    monkeypatch.setattr(sys, "argv", ["mini_pipeline.py", "--out", str(run), "--engine", "vllm"])
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--prefilter-sampler", "eval", "--until", "prefilter"])
+    pipeline.main()
+    assert "--temperature" not in dict(ran)["prefilter"]
 
 
 def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_path, monkeypatch):
