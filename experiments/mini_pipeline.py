@@ -297,11 +297,11 @@ class Run:
         """``eval``'s options that sample as the RL runs do (``--rl-config``'s temperature and
         top-p, no presence penalty: the sampler of
         :func:`websailor.train.rl.settings.build_agent_config`)."""
+        from websailor.models.base import sampling_options
         from websailor.train.rl import load_settings
         from websailor.train.rl.settings import build_agent_config
 
-        sampler = build_agent_config(load_settings(self.a.rl_config)).sampling.distribution()
-        return [x for key, value in sampler.items() for x in (f"--{key.replace('_', '-')}", str(value))]
+        return sampling_options(build_agent_config(load_settings(self.a.rl_config)).sampling.distribution())
 
     def runs(self, name: str) -> bool:
         """Whether stage ``name`` runs now: wanted, and its files do not say it is done."""

@@ -692,9 +692,9 @@ def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, 
     ]
     assert commands["throughput"][0].endswith("dupo_throughput.py")
     prefilter = commands["prefilter"]  # by default at the RL runs' sampler (--rl-config's)
-    assert prefilter[prefilter.index("--temperature") :] == ["--temperature", "1.0", "--top-p", "1.0"] + [
+    assert prefilter[prefilter.index("--temperature") :] == ["--temperature", "1", "--top-p", "1"] + [
         "--presence-penalty",
-        "0.0",
+        "0",
     ]
     # --prefilter-sampler eval: the paper's evaluation sampler, eval's default (a fresh folder: an identity setting)
     run, ran[:] = tmp_path / "eval_sampler", []

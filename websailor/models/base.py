@@ -39,6 +39,14 @@ class SamplingParams:
         return {"temperature": self.temperature, "top_p": self.top_p, "presence_penalty": self.presence_penalty}
 
 
+def sampling_options(distribution: dict[str, float]) -> list[str]:
+    """The ``websailor eval`` / ``run`` options that sample from ``distribution`` (the keys of
+    :meth:`SamplingParams.distribution`), e.g. ``["--temperature", "1", "--top-p", "1",
+    "--presence-penalty", "0"]``: one spelling for the RL prefilter's warning and the ladder
+    script's prefilter command."""
+    return [x for key, value in distribution.items() for x in (f"--{key.replace('_', '-')}", f"{value:g}")]
+
+
 @dataclass
 class Generation:
     """One reply: ``text`` (cut before any stop string), token counts of the prompt as the

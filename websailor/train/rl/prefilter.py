@@ -10,6 +10,7 @@ from typing import Any
 
 from websailor.errors import ConfigError, InputFormatError
 from websailor.log import get_logger
+from websailor.models.base import sampling_options
 from websailor.questions import Question
 from websailor.train.rl.settings import DEFAULT_BAND, RLSettings, band_verdict
 
@@ -163,7 +164,7 @@ def _warn_other_sampling(records: list[dict], sampling: dict[str, float], traj_p
             traj_path,
             "; ".join(shown(s) for s in other),
             shown(sampling),
-            " ".join(f"--{key.replace('_', '-')} {sampling[key]:g}" for key in sampling),
+            " ".join(sampling_options(sampling)),
         )
 
 
