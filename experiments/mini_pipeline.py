@@ -194,6 +194,26 @@ def status_command(argv: list[str]) -> int:
     return status(argv, LAYOUT, layout_difference, defaults, option_text, ADDED)
 
 
+def read_results(path: Path) -> dict:
+    """The run's records (``OUT/results.json``: each stage's wall time and memory), empty for a
+    new run.
+
+    Raises:
+        SystemExit: a file that is not a JSON object with a ``stages`` object (one line).
+    """
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(
+            f"{path} cannot be read ({type(e).__name__}: {e}): move it aside to start its records anew"
+        ) from None
+    if not isinstance(results, dict) or not isinstance(results.get("stages", {}), dict):
+        raise SystemExit(f"{path} is not the run's records (a JSON object with a stages object): move it aside")
+    return results
+
+
 class Run:
     """One run of the script over its folder: the arguments, the stages wanted, the records in
     ``OUT/results.json`` (written after every stage), the rollout engine; runs a stage's command
@@ -214,10 +234,10 @@ class Run:
         missing = missing_inputs(self.out, self.wanted)
         if missing:
             raise SystemExit("\n".join(missing))
+        self.results_path = self.out / "results.json"
+        self.results = read_results(self.results_path)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "settings.json").write_text(json.dumps(self.settings, indent=2))
-        self.results_path = self.out / "results.json"
-        self.results = json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
         self.stages = self.results.setdefault("stages", {})
         self.results["settings"] = self.settings
         self.engine = rollout_engine(a.engine)

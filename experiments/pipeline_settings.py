@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -31,6 +32,8 @@ LAYOUT_CHANGES = {
     "trajectories (every page opened has its reason in what was read before; checks that can reject)",
     5: "SFT on trajectories drawn from a pool with a share of lookups (--sft-items, --lookup-share; traj_pool.jsonl)",
 }
+#: what the first stage (synth) writes: until it exists, a run's settings bind nothing
+FIRST_OUTPUT = "qa.jsonl"
 #: the settings a resumed run must keep (the others, such as --until, may change)
 IDENTITY = (
     "items",
@@ -94,7 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", default="1-2", help="difficulty levels of the ladder (synth --level)")
     p.add_argument("--test-fraction", type=float, default=0.15)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--observations", default="compact", help="observation setting of SFT data, RL and eval")
+    p.add_argument(
+        "--observations",
+        choices=("compact", "paper"),
+        default="compact",
+        help="observation setting of SFT data, RL and eval",
+    )
     p.add_argument("--distractor-share", type=float, default=0.3)
     p.add_argument(
         "--described-share",
@@ -171,23 +179,71 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The run's options; a size below its least, a share outside [0, 1] or a test fraction
-    outside [0, 1) is refused in one line before any work."""
+    """The run's options, every one a later stage reads checked before any work: a size below
+    its least (a group below 2 rollouts has no baseline), a share outside [0, 1], a test fraction
+    outside (0, 1), a learning rate that is not a positive number, levels that ``synth`` would
+    refuse, a config file that is missing or that its stage would refuse, and an ``--out`` or
+    ``--publish`` that cannot be a folder are refused in one line."""
     a = build_parser().parse_args(argv)
     sizes = ("items", "k", "eval_limit", "max_calls", "concurrency", "prefilter_limit", "prefilter_k")
-    sizes += ("sanity_items", "sanity_steps", "sanity_group_size", "group_size", "rl_steps", "max_model_len")
+    sizes += ("sanity_items", "sanity_steps", "rl_steps", "max_model_len")
     sizes += ("throughput_groups", "throughput_max_groups", "rl_groups")
     refusal = too_small(*((f"--{k.replace('_', '-')}", getattr(a, k), 1) for k in sizes))
+    refusal = refusal or too_small(("--group-size", a.group_size, 2), ("--sanity-group-size", a.sanity_group_size, 2))
     refusal = refusal or too_small(("--max-tokens", a.max_tokens, 16), ("--sft-items", a.sft_items, 0))
     if refusal:
         raise SystemExit(refusal)
-    if not 0.0 <= a.test_fraction < 1.0:
-        raise SystemExit(f"--test-fraction must be in [0, 1), got {a.test_fraction}")
+    if not 0.0 < a.test_fraction < 1.0:
+        raise SystemExit(
+            f"--test-fraction must be in (0, 1): the test split is what the models are compared on; got {a.test_fraction}"
+        )
     shares = (("--distractor-share", a.distractor_share), ("--described-share", a.described_share))
     for flag, share in (*shares, ("--lookup-share", a.lookup_share)):
         if not 0.0 <= share <= 1.0:
             raise SystemExit(f"{flag} must be in [0, 1], got {share}")
+    for flag, lr in (("--sanity-lr", a.sanity_lr), ("--rl-lr", a.rl_lr)):
+        if not (math.isfinite(lr) and lr > 0):
+            raise SystemExit(f"{flag} must be a positive number, got {lr}")
+    from websailor.synth.dataset import parse_levels
+
+    try:
+        parse_levels(a.levels)
+    except ValueError as e:
+        raise SystemExit(str(e).replace("--level ", "--levels ")) from None
+    _check_configs(a)
+    for flag, folder in (("--out", a.out), ("--publish", a.publish)):
+        if folder is not None:
+            _check_folder(flag, folder)
+    if a.publish is not None and a.publish.resolve() == a.out.resolve():
+        raise SystemExit(f"--publish {a.publish} is the run folder itself: give another folder")
     return a
+
+
+def _check_configs(a: argparse.Namespace) -> None:
+    """Refuse, in one line, an ``--sft-config`` or ``--rl-config`` that is not a readable file
+    or that ``train sft`` / ``train rl`` would refuse (so a bad RL config fails now, not hours
+    later at the prefilter)."""
+    from websailor.errors import ConfigError
+    from websailor.train.rl import load_settings as rl_settings
+    from websailor.train.sft import load_settings as sft_settings
+
+    for flag, path, load in (("--sft-config", a.sft_config, sft_settings), ("--rl-config", a.rl_config, rl_settings)):
+        if not path.is_file():
+            raise SystemExit(f"{flag} {path}: no such file")
+        try:
+            load(path)
+        except ConfigError as e:
+            raise SystemExit(f"{flag} {path} is refused: {e}") from None
+
+
+def _check_folder(flag: str, folder: Path) -> None:
+    """Refuse, in one line, a ``folder`` that is a file or lies under one."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is a file" if path == folder else f"lies under {path}, a file"
+                raise SystemExit(f"{flag} {folder} {where}; give a folder")
+            return
 
 
 def option_text(key: str, value: object) -> str:
@@ -241,7 +297,9 @@ def read_by(key: str, saved: dict) -> tuple[str, ...]:
 
 def check_settings(out: Path, settings: dict) -> None:
     """Refuse, in one line, an ``--out`` that is a file, a run directory whose ``settings.json``
-    cannot be read, one of another layout, or one with other identity settings (:data:`IDENTITY`;
+    cannot be read, one of another layout, or one with other identity settings once the first
+    stage has written (:data:`FIRST_OUTPUT`: a first stage that failed on a bad setting leaves
+    nothing to keep, so the corrected command runs; :data:`IDENTITY`;
     those of :data:`READ_LATER` only once a stage that reads them has written something; a
     config file of :data:`CONFIG_FILES` by its contents; a setting of :data:`ADDED` missing from
     the saved settings has the value the run had)."""
@@ -255,12 +313,15 @@ def check_settings(out: Path, settings: dict) -> None:
     except (OSError, ValueError) as e:
         raise SystemExit(f"{saved_path} cannot be read ({type(e).__name__}: {e}); use another --out") from None
     if not isinstance(saved, dict):
-        raise SystemExit(f"{saved_path} is a JSON {type(saved).__name__}, not the settings object; use another --out")
+        kind = "null" if saved is None else type(saved).__name__
+        raise SystemExit(f"{saved_path} is a JSON {kind}, not the settings object; use another --out")
     layout = saved.get("layout", 1)
     if layout != LAYOUT:
         raise SystemExit(
             f"{out} holds a run of {layout_difference(layout)}; start it again under another --out (or delete it)"
         )
+    if not (out / FIRST_OUTPUT).exists():
+        return  # no stage has written anything: nothing depends on the saved settings yet
     saved = ADDED | saved
     changed = [
         key

@@ -214,7 +214,7 @@ def continue_command(settings: dict, defaults: dict[str, Any], option: Callable[
     recorded, ``KEY_sha256``, is left out when the default file has those contents)."""
     parts = ["python", "experiments/mini_pipeline.py", "--out", shlex.quote(str(settings.get("out", "")))]
     for key, default in defaults.items():
-        if key in ("out", "publish", "only") or key not in settings:
+        if key in ("out", "publish", "only", "until") or key not in settings:
             continue
         value = settings[key]
         digest = settings.get(f"{key}_sha256")
@@ -226,7 +226,7 @@ def continue_command(settings: dict, defaults: dict[str, Any], option: Callable[
 
 
 def _seconds(s: float | None) -> str:
-    if s is None:
+    if s is None or not math.isfinite(s):
         return "?"
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -293,8 +293,13 @@ def status(
         print(f"{a.out} is not a folder", file=sys.stderr)
         return 2
     results = _json(a.out / "results.json")
+    settings["out"] = str(a.out)  # the folder as it is now, wherever it was made
     try:
         rows = stage_progress(a.out, settings, results)
+        estimate_left(rows)
+        command = continue_command(added | settings, defaults, option)
+        text = json.dumps({"out": str(a.out), "stages": rows, "continue": command}, indent=2, allow_nan=False)
+        text = text + "\n" if a.json else format_status(a.out, rows, command)
     except (OSError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError, yaml.YAMLError) as e:
         print(
             f"{a.out} holds damaged experiment records ({type(e).__name__}: {e}): check settings.json, results.json "
@@ -302,11 +307,5 @@ def status(
             file=sys.stderr,
         )
         return 2
-    estimate_left(rows)
-    settings["out"] = str(a.out)  # the folder as it is now, wherever it was made
-    command = continue_command(added | settings, defaults, option)
-    if a.json:
-        print(json.dumps({"out": str(a.out), "stages": rows, "continue": command}, indent=2))
-    else:
-        print(format_status(a.out, rows, command), end="")
+    print(text, end="")
     return 0

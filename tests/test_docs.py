@@ -69,6 +69,7 @@ SCRIPT_OPTIONS = {
     "--engine": "experiments/mini_pipeline.py",
     "--publish": "experiments/mini_pipeline.py",
     "--only": "experiments/mini_pipeline.py",
+    "--until": "experiments/mini_pipeline.py",
     "--rl-lr": "experiments/mini_pipeline.py",
     "--sanity-lr": "experiments/mini_pipeline.py",
     "--sft-items": "experiments/mini_pipeline.py",

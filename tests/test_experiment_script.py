@@ -66,11 +66,31 @@ def test_missing_inputs_name_the_stage_that_makes_them(tmp_path):
 
 
 def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
+    """Every setting a later stage reads is checked before the first stage runs: a bad one
+    must not cost the hours of the stages before the one that reads it."""
+    (tmp_path / "afile").write_text("x")
+    bad_rl = tmp_path / "rl.yaml"
+    bad_rl.write_text("unanswered_negatives: maybe\n")
     for args, says in (
         (["--rl-steps", "-3"], "--rl-steps -3: give at least 1"),
-        (["--group-size", "0"], "--group-size 0: give at least 1"),
+        (["--group-size", "1"], "--group-size 1: give at least 2"),
+        (["--sanity-group-size", "1"], "--sanity-group-size 1: give at least 2"),
         (["--max-tokens", "8"], "--max-tokens 8: give at least 16"),
-        (["--test-fraction", "1"], "--test-fraction must be in [0, 1), got 1.0"),
+        (["--test-fraction", "1"], "--test-fraction must be in (0, 1)"),
+        (["--test-fraction", "0"], "--test-fraction must be in (0, 1)"),
+        (["--rl-lr", "-1"], "--rl-lr must be a positive number, got -1.0"),
+        (["--sanity-lr", "nan"], "--sanity-lr must be a positive number, got nan"),
+        (["--levels", "9"], "--levels must be 1, 2, 3 or 4"),
+        (["--levels", "abc"], "--levels takes a level 1 to 4"),
+        (["--observations", "verbose"], "invalid choice: 'verbose'"),
+        (["--rl-config", str(tmp_path / "none.yaml")], f"--rl-config {tmp_path / 'none.yaml'}: no such file"),
+        (
+            ["--rl-config", str(bad_rl)],
+            "is refused: RL settings: unanswered_negatives: Input should be 'exclude' or 'keep'",
+        ),
+        (["--sft-config", str(tmp_path)], f"--sft-config {tmp_path}: no such file"),
+        (["--publish", str(tmp_path / "afile")], "--publish " + str(tmp_path / "afile") + " is a file; give a folder"),
+        (["--publish", str(tmp_path / "run")], "is the run folder itself"),
         (["--distractor-share", "nan"], "--distractor-share must be in [0, 1], got nan"),
         (["--described-share", "1.5"], "--described-share must be in [0, 1], got 1.5"),
         (["--lookup-share", "-0.1"], "--lookup-share must be in [0, 1], got -0.1"),
@@ -79,6 +99,8 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
         res = _run("--out", str(tmp_path / "run"), *args)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
     assert not (tmp_path / "run").exists()
+    res = _run("--out", str(tmp_path / "afile" / "run"))
+    assert res.returncode != 0 and f"lies under {tmp_path / 'afile'}, a file; give a folder" in res.stderr
 
 
 def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
@@ -100,6 +122,16 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     new = tmp_path / "new"
     new.mkdir()
     (new / "settings.json").write_text(json.dumps({"layout": 5, "items": 600, "seed": 42}))
+    # the first stage has written nothing (it failed on a bad setting): the records are read first
+    (new / "results.json").write_text("{garbage")
+    res = _run("--out", str(new), "--items", "300", "--until", "synth")
+    assert res.returncode != 0 and "results.json cannot be read (JSONDecodeError" in res.stderr
+    assert "Traceback" not in res.stderr
+    (new / "results.json").write_text("[1]")
+    res = _run("--out", str(new), "--items", "300", "--until", "synth")
+    assert res.returncode != 0 and "is not the run's records" in res.stderr and "Traceback" not in res.stderr
+    (new / "results.json").unlink()
+    (new / "qa.jsonl").write_text("")  # once it has, the settings are the run's
     res = _run("--out", str(new), "--items", "300", "--until", "synth")
     assert res.returncode != 0 and "--items 600 (now --items 300)" in res.stderr
     (new / "settings.json").write_text(json.dumps({"layout": 5, "question_query": False}))
@@ -114,6 +146,7 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     for text, message in (
         ('{"layout": 5,', "cannot be read (JSONDecodeError"),
         ("[1, 2]", "is a JSON list, not the settings object"),
+        ("null", "is a JSON null, not the settings object"),
         ('{"layout": 6}', "an unknown layout (6; this script writes layout 5)"),
         ('{"layout": "5"}', "an unknown layout ('5'"),
     ):
@@ -122,7 +155,7 @@ def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
         assert res.returncode != 0 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
     (tmp_path / "afile").write_text("x")
     res = _run("--out", str(tmp_path / "afile"), "--only", "traj")
-    assert res.returncode != 0 and "is a file; the experiment writes a directory" in res.stderr
+    assert res.returncode != 0 and "afile is a file; give a folder" in res.stderr
 
 
 def test_transfer_baseline_searches_the_question_text(common, vital_dir, tmp_path):
@@ -280,6 +313,8 @@ def test_a_setting_of_a_stage_not_yet_run_may_change(settings, tmp_path):
     run.mkdir()
     (run / "settings.json").write_text(json.dumps({"layout": settings.LAYOUT, "items": 400, "rl_lr": 1e-5}))
     now = {"items": 400, "rl_lr": 3e-5} | {key: None for key in settings.IDENTITY if key not in ("items", "rl_lr")}
+    settings.check_settings(run, now | {"items": 600})  # no stage has written: every setting may change
+    (run / settings.FIRST_OUTPUT).write_text("")
     settings.check_settings(run, now)  # V2 and DUPO have not started: the new learning rate is taken
     (run / "dupo_model").mkdir()  # once one of them has written something, it is the run's
     with pytest.raises(SystemExit, match=r"--rl-lr 1e-05 \(now --rl-lr 3e-05\)"):
@@ -296,6 +331,7 @@ def test_a_config_file_is_the_same_setting_by_its_contents(settings, tmp_path):
 
     run = tmp_path / "run"
     run.mkdir()
+    (run / settings.FIRST_OUTPUT).write_text("")
     (run / "rl_model").mkdir()  # RL has started: rl_config is the run's
     old, new = tmp_path / "old" / "rl.yaml", tmp_path / "new" / "rl.yaml"
     for path in (old, new):
@@ -334,6 +370,7 @@ def test_the_prefilter_sampler_of_a_run_is_kept(settings, tmp_path):
     --rl-config the run's from then on."""
     run = tmp_path / "run"
     run.mkdir()
+    (run / settings.FIRST_OUTPUT).write_text("")
     base = {key: None for key in settings.IDENTITY} | {"layout": settings.LAYOUT}
     older = {k: v for k, v in base.items() if k != "prefilter_sampler"}
     (run / "settings.json").write_text(json.dumps(older))
@@ -448,6 +485,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
         for key, v in vars(pipeline.build_parser().parse_args([])).items()
     }
     settings |= {"out": str(run), "layout": pipeline.LAYOUT, "items": 10, "k": 2, "eval_limit": 3, "rl_steps": 20}
+    settings["until"] = "synth"  # run with --until: the command that continues runs every stage
     (run / "settings.json").write_text(json.dumps(settings))
     items = [{"id": f"i{n}", "split": "test" if n < 3 else "train"} for n in range(10)]
     (run / "qa.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
@@ -485,6 +523,7 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     command = res.stdout.strip().splitlines()[-1].strip()
     assert command.startswith(f"python experiments/mini_pipeline.py --out {run}")
     assert "--items 10" in command and "--k 2" in command and "--rl-steps 20" in command and "--seed" not in command
+    assert "--until" not in command
     assert "--prefilter-sampler" not in command  # the default (rl)
     data = json.loads(_run("status", "--out", str(run), "--json").stdout)
     assert data["stages"]["sft"]["done"] == 2 and data["stages"]["sft"]["left_s"] == 20.0
@@ -511,11 +550,17 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     # damaged records: one line, no traceback
     for name, text in (("settings.json", json.dumps({**settings, "k": "four"})),
                        ("settings.json", json.dumps(settings).replace("}", ', "eval_limit": Infinity}')),
+                       ("results.json", json.dumps({"stages": {"synth": {"wall_s": float("nan"), "finished": True}}})),
                        ("results.json", json.dumps({"stages": {"synth": 5}}))):  # fmt: skip
         (moved / name).write_text(text)
         res = _run("status", "--out", str(moved))
         assert res.returncode == 2 and "damaged experiment records" in res.stderr and "Traceback" not in res.stderr
         (moved / name).write_text(json.dumps(settings) if name == "settings.json" else "{}")
+    (moved / "qa_stats.txt").unlink()  # synth unfinished: its time left comes from its total, the settings' items
+    (moved / "results.json").write_text(json.dumps({"stages": {"synth": {"wall_s": 5.0, "runs": 1}}}))
+    (moved / "settings.json").write_text(json.dumps({**settings, "items": "abc"}))
+    res = _run("status", "--out", str(moved))
+    assert res.returncode == 2 and "damaged experiment records" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_grounded_refuses_bad_arguments_and_measures_where_it_began(tmp_path):
