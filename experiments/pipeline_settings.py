@@ -16,6 +16,8 @@ from _common import too_small  # noqa: E402
 from pipeline_common import ROOT, file_digest  # noqa: E402
 from pipeline_status import STAGES  # noqa: E402
 
+from websailor.tools.environment import OBSERVATION_PRESETS  # noqa: E402
+
 DESCRIPTION = (
     "The base -> SFT -> RL experiment on two CPU cores: a difficulty ladder, constructive trajectories, SFT, "
     "the prefilter, an overfitting check, V2 and DUPO RL, and evaluations of every model on the held-out items."
@@ -99,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument(
         "--observations",
-        choices=("compact", "paper"),
+        choices=tuple(OBSERVATION_PRESETS),
         default="compact",
         help="observation setting of SFT data, RL and eval",
     )
@@ -303,8 +305,7 @@ def check_settings(out: Path, settings: dict) -> None:
     those of :data:`READ_LATER` only once a stage that reads them has written something; a
     config file of :data:`CONFIG_FILES` by its contents; a setting of :data:`ADDED` missing from
     the saved settings has the value the run had)."""
-    if out.exists() and not out.is_dir():
-        raise SystemExit(f"--out {out} is a file; the experiment writes a directory")
+    _check_folder("--out", out)
     saved_path = out / "settings.json"
     if not saved_path.exists():
         return
