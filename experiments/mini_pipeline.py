@@ -360,6 +360,8 @@ def cold_start(run: Run) -> None:
         ["synth", "--n", str(a.items), "--out", str(qa), "--seed", str(a.seed), "--level", a.levels]
         + ["--test-fraction", str(a.test_fraction), "--described-share", str(a.described_share), *run.obs],
     )
+    if qa.exists():
+        check_splits(qa, a.test_fraction)
     if "synth" in run.wanted and not (run.out / "qa_stats.txt").exists():
         stats = subprocess.run([WS, "synth", "stats", str(qa)], check=True, capture_output=True, text=True).stdout
         (run.out / "qa_stats.txt").write_text(stats)
@@ -383,6 +385,34 @@ def cold_start(run: Run) -> None:
     )
     for name in ("base", "sft"):
         run.evaluate(f"eval_{name}", run.models[name], run.test_items)
+
+
+def check_splits(qa: Path, test_fraction: float) -> None:
+    """Refuse, in one line, a ``qa.jsonl`` whose train or test split is empty.
+
+    Synthesis draws each item's split from its id, so no ``--items`` count guarantees both; a
+    split left empty would otherwise stop the run only at the stage that reads it (trajectories
+    for train, the evaluations for test).
+
+    Raises:
+        SystemExit: a split without items (with the counts and what to do).
+    """
+    counts = {"train": 0, "test": 0}
+    for number, line in enumerate(qa.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                split = json.loads(line).get("split")
+            except (json.JSONDecodeError, AttributeError):
+                raise SystemExit(
+                    f"[synth] {qa} line {number} is not a QA item; rerun synth into another --out"
+                ) from None
+            counts[split] = counts.get(split, 0) + 1
+    empty = [name for name in ("train", "test") if not counts[name]]
+    if empty:
+        raise SystemExit(
+            f"[synth] {qa} has no item in split {empty[0]!r} ({counts['train']} train, {counts['test']} test at "
+            f"--test-fraction {test_fraction:g}): synthesize more with a larger --items and another --out"
+        )
 
 
 def rl_stages(run: Run) -> None:

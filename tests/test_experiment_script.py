@@ -103,6 +103,22 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
     assert res.returncode != 0 and f"lies under {tmp_path / 'afile'}, a file; give a folder" in res.stderr
 
 
+def test_a_split_left_empty_by_synthesis_stops_the_run_at_synth(pipeline, tmp_path):
+    """Synthesis draws each item's split from its id: one item leaves a split empty, which
+    would otherwise stop the run only at the stage that reads it."""
+    res = _run("--out", str(tmp_path / "run"), "--items", "1", "--until", "synth")
+    qa = tmp_path / "run" / "qa.jsonl"
+    split = json.loads(qa.read_text())["split"]
+    empty = "train" if split == "test" else "test"
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert f"has no item in split {empty!r}" in res.stderr and "a larger --items and another --out" in res.stderr
+    qa.write_text(qa.read_text() + json.dumps({"id": "x", "split": empty}) + "\n")
+    pipeline.check_splits(qa, 0.15)  # both splits hold an item: no error
+    qa.write_text(qa.read_text() + "{broken\n")
+    with pytest.raises(SystemExit, match="line 3 is not a QA item"):
+        pipeline.check_splits(qa, 0.15)
+
+
 def test_an_earlier_layout_and_other_settings_are_refused(tmp_path):
     old = tmp_path / "old"
     old.mkdir()
