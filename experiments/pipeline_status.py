@@ -280,12 +280,12 @@ def status(
     except (OSError, ValueError) as e:
         print(f"{path} cannot be read ({type(e).__name__}: {e}): not an experiment folder", file=sys.stderr)
         return 2
-    if not isinstance(settings, dict) or "layout" not in settings:
+    if not isinstance(settings, dict):
         print(f"{a.out} is not a ladder experiment folder ({path} holds no experiment settings)", file=sys.stderr)
         return 2
-    if settings["layout"] != layout:
+    if settings.get("layout", 1) != layout:  # the first layout wrote no "layout" (as a run reads it)
         print(
-            f"{a.out} holds a run of {layout_difference(settings['layout'])}: this version cannot continue it",
+            f"{a.out} holds a run of {layout_difference(settings.get('layout', 1))}: this version cannot continue it",
             file=sys.stderr,
         )
         return 2

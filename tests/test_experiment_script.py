@@ -555,6 +555,9 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     (run / "settings.json").write_text(json.dumps({**settings, "layout": 2}))
     res = _run("status", "--out", str(run))
     assert res.returncode == 2 and "layout 2, now 5" in res.stderr and "Traceback" not in res.stderr
+    (run / "settings.json").write_text("{}")  # the first layout wrote no "layout": as a run reads it
+    res = _run("status", "--out", str(run))
+    assert res.returncode == 2 and "an earlier version of this script (layout 1, now 5" in res.stderr
     # a folder moved since it was made: the command continues it where it is now
     moved = tmp_path / "moved"
     run.rename(moved)
