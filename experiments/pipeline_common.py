@@ -27,6 +27,20 @@ def file_digest(path: str | Path) -> str | None:
         return None
 
 
+def folder_path(text: str) -> Path:
+    """``argparse`` type of a folder option: ``text`` as a path, an empty one refused (it
+    would silently mean the current directory).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty or only spaces.
+    """
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a folder, not an empty path")
+    return Path(text)
+
+
 #: the hand-written questions of the transfer check (stage ``transfer``)
 VITAL_QUESTIONS = ROOT / "benchmarks" / "data" / "vital_questions.jsonl"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from _common import too_small  # noqa: E402
-from pipeline_common import ROOT, file_digest  # noqa: E402
+from pipeline_common import ROOT, file_digest, folder_path  # noqa: E402
 from pipeline_status import STAGES  # noqa: E402
 
 from websailor.tools.environment import OBSERVATION_PRESETS  # noqa: E402
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="`python experiments/mini_pipeline.py status --out DIR` prints where a run stands, the time left "
         "and the command that continues it.",
     )
-    p.add_argument("--out", type=Path, default=Path("runs/ladder"))
+    p.add_argument("--out", type=folder_path, default=Path("runs/ladder"))
     p.add_argument("--items", type=int, default=600, help="items to synthesize (train + test)")
     p.add_argument("--levels", default="1-2", help="difficulty levels of the ladder (synth --level)")
     p.add_argument("--test-fraction", type=float, default=0.15)
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--throughput-max-groups", type=int, default=24, help="most groups the throughput stage samples")
     p.add_argument("--until", choices=STAGES, default=STAGES[-1], help="stop after this stage")
     p.add_argument("--only", help="run only these stages (comma-separated; their inputs must exist)")
-    p.add_argument("--publish", type=Path, help="copy the run's small outputs to this folder at the end")
+    p.add_argument("--publish", type=folder_path, help="copy the run's small outputs to this folder at the end")
     return p
 
 

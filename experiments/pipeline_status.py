@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pipeline_common import file_digest
+from pipeline_common import file_digest, folder_path
 
 #: the stages in order; --until stops after one of them
 STAGES = (
@@ -268,7 +268,7 @@ def status(
     import sys
 
     p = argparse.ArgumentParser(prog="mini_pipeline.py status", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="the experiment's folder")
+    p.add_argument("--out", type=folder_path, required=True, help="the experiment's folder")
     p.add_argument("--json", action="store_true", help="the rows as JSON")
     a = p.parse_args(argv)
     path = a.out / "settings.json"

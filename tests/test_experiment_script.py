@@ -95,6 +95,8 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
         (["--described-share", "1.5"], "--described-share must be in [0, 1], got 1.5"),
         (["--lookup-share", "-0.1"], "--lookup-share must be in [0, 1], got -0.1"),
         (["--sft-items", "-1"], "--sft-items -1: give at least 0"),
+        (["--publish", ""], "argument --publish: give a folder, not an empty path"),
+        (["--out", " "], "argument --out: give a folder, not an empty path"),
     ):
         res = _run("--out", str(tmp_path / "run"), *args)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
@@ -552,6 +554,8 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     # a folder that is not an experiment, and one of another layout
     res = _run("status", "--out", str(tmp_path))
     assert res.returncode == 2 and "is not a ladder experiment folder (no settings.json)" in res.stderr
+    res = _run("status", "--out", "")
+    assert res.returncode == 2 and "argument --out: give a folder, not an empty path" in res.stderr
     (run / "settings.json").write_text(json.dumps({**settings, "layout": 2}))
     res = _run("status", "--out", str(run))
     assert res.returncode == 2 and "layout 2, now 5" in res.stderr and "Traceback" not in res.stderr
