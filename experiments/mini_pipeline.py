@@ -39,6 +39,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -88,20 +89,39 @@ MODEL_DIRS = {"sft": "sft_model", "rl": "rl_model", "dupo": "dupo_model"}
 
 #: Seconds a stopped stage gets to end its step and clean up (stop its server) before SIGKILL.
 STOP_WAIT_S = 180
+#: Seconds between two records of a running stage's time (``results.json``), and between two
+#: looks at whether it has ended.
+RECORD_EVERY_S, POLL_S = 60.0, 0.5
 
 
-def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> None:
+def run_stage(
+    name: str, args: list[str], stages: dict, program: str = WS, save: Callable[[], None] | None = None
+) -> None:
     """Run one `websailor` command (or ``program``); record its wall time and peak resident
-    memory (MB), also when it fails or is interrupted (``status`` reads the time spent)."""
+    memory (MB), also when it fails or is interrupted (``status`` reads the time spent). While it
+    runs, the time so far is recorded and ``save`` called every :data:`RECORD_EVERY_S` seconds, so
+    a run killed outright (SIGKILL, a machine handed back) loses at most that much of its record."""
     shown = "websailor" if program == WS else "python"
     print(f"\n[{name}] $ {shown} " + " ".join(shlex.quote(a) for a in args), flush=True)
     t0 = time.perf_counter()
     rec = stages.setdefault(name, {"wall_s": 0.0, "peak_rss_mb": 0.0, "runs": 0})
+    before = rec["wall_s"]
+    rec["runs"] += 1
     proc = subprocess.Popen([program, *args])
     usage = None
     try:
-        _, status, usage = os.wait4(proc.pid, 0)
+        recorded = t0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(POLL_S)
+            if save is not None and time.perf_counter() - recorded >= RECORD_EVERY_S:
+                recorded = time.perf_counter()
+                rec["wall_s"] = round(before + recorded - t0, 1)
+                save()
     except BaseException:  # Ctrl-C or SIGTERM of the script: the stage stops too, and cleans up
+        usage = None
         proc.terminate()
         print(f"[{name}] stopping (a training step ends first; at most {STOP_WAIT_S} s)", file=sys.stderr, flush=True)
         try:
@@ -111,10 +131,9 @@ def run_stage(name: str, args: list[str], stages: dict, program: str = WS) -> No
             proc.wait()
         raise
     finally:
-        rec["wall_s"] = round(rec["wall_s"] + time.perf_counter() - t0, 1)
+        rec["wall_s"] = round(before + time.perf_counter() - t0, 1)
         if usage is not None:
             rec["peak_rss_mb"] = max(rec["peak_rss_mb"], round(usage.ru_maxrss / 1024, 1))
-        rec["runs"] += 1
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed with exit code {proc.returncode}; rerun the script to resume")
@@ -297,7 +316,7 @@ class Run:
         wanted and not done; the records are written whatever happens."""
         if self.runs(name):
             try:
-                run_stage(name, args, self.stages, program=program)
+                run_stage(name, args, self.stages, program=program, save=self.save)
             finally:
                 self.save()
 

@@ -105,6 +105,22 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
     assert res.returncode != 0 and f"lies under {tmp_path / 'afile'}, a file; give a folder" in res.stderr
 
 
+def test_a_running_stage_records_its_time_as_it_goes(pipeline, monkeypatch):
+    """A stage's wall time is saved while it runs, so a run killed outright (a machine handed
+    back) keeps what it spent; a failed stage counts its run, not as finished."""
+    monkeypatch.setattr(pipeline, "RECORD_EVERY_S", 0.3)
+    monkeypatch.setattr(pipeline, "POLL_S", 0.05)
+    stages, saved = {"sft": {"wall_s": 10.0, "peak_rss_mb": 1.0, "runs": 1}}, []
+    sleep = ["-c", "import time; time.sleep(1.5)"]
+    pipeline.run_stage("sft", sleep, stages, program=sys.executable, save=lambda: saved.append(stages["sft"]["wall_s"]))
+    rec = stages["sft"]
+    assert len(saved) >= 2 and saved == sorted(saved) and 10.3 <= saved[0] < saved[-1] <= rec["wall_s"], saved
+    assert rec["runs"] == 2 and rec["finished"] and rec["wall_s"] >= 11.5 and rec["peak_rss_mb"] > 1.0
+    with pytest.raises(SystemExit, match=r"\[traj\] failed with exit code 3"):
+        pipeline.run_stage("traj", ["-c", "raise SystemExit(3)"], stages, program=sys.executable)
+    assert stages["traj"]["runs"] == 1 and "finished" not in stages["traj"]
+
+
 def test_a_split_left_empty_by_synthesis_stops_the_run_at_synth(pipeline, tmp_path):
     """Synthesis draws each item's split from its id: one item leaves a split empty, which
     would otherwise stop the run only at the stage that reads it."""
@@ -700,7 +716,7 @@ def test_the_recipe_runs_every_stage_in_order_on_its_model_and_server(pipeline, 
     run = tmp_path / "ladder"
     ran, servers = [], []
 
-    def record(name, args, stages, program=pipeline.WS):
+    def record(name, args, stages, program=pipeline.WS, save=None):
         ran.append((name, args))
         if name == "synth":
             (run / "qa_stats.txt").write_text("")  # the script's stats of the items, once written
