@@ -73,6 +73,7 @@ SCRIPT_OPTIONS = {
     "--rl-lr": "experiments/mini_pipeline.py",
     "--sanity-lr": "experiments/mini_pipeline.py",
     "--sft-items": "experiments/mini_pipeline.py",
+    "--items": "experiments/mini_pipeline.py",
     "--rl-steps": "experiments/mini_pipeline.py",
     "--rl-groups": "experiments/mini_pipeline.py",
     "--prefilter-sampler": "experiments/mini_pipeline.py",
