@@ -804,7 +804,8 @@ def test_results_state_each_rl_run_reward_gain_by_window_and_item_by_item(tmp_pa
     text = report.tables(gains)
     assert "rl: training reward 0.500 over the first 2 steps, 1.000 over the last 2 (difference +0.500" in text
     assert (
-        "rl, item by item: the 2 items visited twice or more, 0.500 at their first visit, 1.000 at their last" in text
+        "rl, item by item: 2 distinct items visited, 1.0 a step; the 2 items visited twice or more, "
+        "0.500 at their first visit, 1.000 at their last" in text
     )
     assert "(difference +0.500, 95% CI +0.000 to +1.000; 1 up, 0 down, 1 unchanged)" in text
     # tool use by window: the calls, the repeats among them, the call-limit share, reward with and without

@@ -882,6 +882,7 @@ def test_item_reward_gain_pairs_each_item_with_itself(tmp_path):
     assert (g["items"], g["visits"], g["up"], g["down"], g["same"]) == (4, 8, 4, 0, 0)
     assert (g["first"], g["last"], g["diff"]) == (0.25, 0.5, 0.25)
     assert 0 < g["diff_ci95"][0] <= 0.25 <= g["diff_ci95"][1]
+    assert (g["distinct_items"], g["items_per_step"]) == (5, 1.12)  # "once" shares step 1 with easy1
     assert reward_gain(path, window=2)["diff"] < 0  # the windows mistake the draw for a fall
     assert item_reward_gain(tmp_path / "none.jsonl") is None
     path.write_text(json.dumps({"step": 1, "id": "a", "reward": 1.0}) + "\n")

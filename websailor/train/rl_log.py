@@ -254,9 +254,11 @@ def item_reward_gain(rollouts_path: str | Path, resamples: int = 2000, seed: int
 
     Returns:
         ``{"items", "visits", "first", "last", "diff", "diff_ci95": [lo, hi], "up", "down",
-        "same"}``: the items seen twice or more and their visits in all, the mean reward of
-        their first and of their last visits, the difference, and how many items rose, fell
-        or stayed; ``None`` when the file is missing or no item was visited twice.
+        "same", "distinct_items", "items_per_step"}``: the items seen twice or more and their
+        visits in all, the mean reward of their first and of their last visits, the difference,
+        how many items rose, fell or stayed, and (over every graded rollout) how many distinct
+        items the run visited and the mean number of items a step visited; ``None`` when the
+        file is missing or no item was visited twice.
 
     Raises:
         InputFormatError: a line is not a rollout record.
@@ -279,6 +281,10 @@ def item_reward_gain(rollouts_path: str | Path, resamples: int = 2000, seed: int
             pairs.append((sum(first) / len(first), sum(last) / len(last)))
     if not pairs:
         return None
+    steps: dict[int, int] = {}
+    for by_step in visits.values():
+        for step in by_step:
+            steps[step] = steps.get(step, 0) + 1
     before, after = np.array(pairs).T
     diffs = after - before
     rng = np.random.default_rng(seed)
@@ -293,6 +299,8 @@ def item_reward_gain(rollouts_path: str | Path, resamples: int = 2000, seed: int
         "up": int((diffs > 0).sum()),
         "down": int((diffs < 0).sum()),
         "same": int((diffs == 0).sum()),
+        "distinct_items": len(visits),
+        "items_per_step": round(sum(steps.values()) / len(steps), 2),
     }
 
 
