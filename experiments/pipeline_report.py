@@ -164,11 +164,9 @@ def tables(results: dict) -> str:
         paired = (results.get("item_reward_gain") or {}).get(name)
         if paired:
             lo, hi = paired["diff_ci95"]
-            spread = ""
-            if "distinct_items" in paired:
-                spread = f"{paired['distinct_items']} distinct items visited, {paired['items_per_step']} a step; "
             lines += [
-                f"{name}, item by item: {spread}the {paired['items']} items visited twice or more, "
+                f"{name}, item by item: {paired['distinct_items']} distinct items visited, "
+                f"{paired['items_per_step']} a step; the {paired['items']} items visited twice or more, "
                 f"{paired['first']:.3f} at their first visit, {paired['last']:.3f} at their last "
                 f"(difference {paired['diff']:+.3f}, 95% CI {lo:+.3f} to {hi:+.3f}; "
                 f"{paired['up']} up, {paired['down']} down, {paired['same']} unchanged)",

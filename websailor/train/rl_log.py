@@ -281,10 +281,7 @@ def item_reward_gain(rollouts_path: str | Path, resamples: int = 2000, seed: int
             pairs.append((sum(first) / len(first), sum(last) / len(last)))
     if not pairs:
         return None
-    steps: dict[int, int] = {}
-    for by_step in visits.values():
-        for step in by_step:
-            steps[step] = steps.get(step, 0) + 1
+    steps = {step for by_step in visits.values() for step in by_step}
     before, after = np.array(pairs).T
     diffs = after - before
     rng = np.random.default_rng(seed)
@@ -300,7 +297,7 @@ def item_reward_gain(rollouts_path: str | Path, resamples: int = 2000, seed: int
         "down": int((diffs < 0).sum()),
         "same": int((diffs == 0).sum()),
         "distinct_items": len(visits),
-        "items_per_step": round(sum(steps.values()) / len(steps), 2),
+        "items_per_step": round(sum(len(by_step) for by_step in visits.values()) / len(steps), 2),
     }
 
 
