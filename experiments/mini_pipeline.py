@@ -57,7 +57,7 @@ from pipeline_settings import (  # noqa: E402
     parse_args,
     with_config_digests,
 )
-from pipeline_status import STAGES  # noqa: E402
+from pipeline_status import STAGES, read_results  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
 
@@ -211,26 +211,6 @@ def status_command(argv: list[str]) -> int:
 
     defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
     return status(argv, LAYOUT, layout_difference, defaults, option_text, ADDED)
-
-
-def read_results(path: Path) -> dict:
-    """The run's records (``OUT/results.json``: each stage's wall time and memory), empty for a
-    new run.
-
-    Raises:
-        SystemExit: a file that is not a JSON object with a ``stages`` object (one line).
-    """
-    if not path.exists():
-        return {}
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SystemExit(
-            f"{path} cannot be read ({type(e).__name__}: {e}): move it aside to start its records anew"
-        ) from None
-    if not isinstance(results, dict) or not isinstance(results.get("stages", {}), dict):
-        raise SystemExit(f"{path} is not the run's records (a JSON object with a stages object): move it aside")
-    return results
 
 
 class Run:

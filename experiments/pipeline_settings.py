@@ -239,12 +239,22 @@ def _check_configs(a: argparse.Namespace) -> None:
 
 
 def _check_folder(flag: str, folder: Path) -> None:
-    """Refuse, in one line, a ``folder`` that is a file or lies under one."""
+    """Refuse, in one line, a ``folder`` that is a file or lies under one, or whose nearest
+    existing folder takes no file (probed with a temporary file, so that a read-only or
+    immutable folder is refused now, not after hours of stages)."""
+    import tempfile
+
     for path in (folder, *folder.parents):
         if path.exists():
             if not path.is_dir():
                 where = "is a file" if path == folder else f"lies under {path}, a file"
                 raise SystemExit(f"{flag} {folder} {where}; give a folder")
+            try:
+                with tempfile.TemporaryFile(dir=path):
+                    pass
+            except OSError as e:
+                where = "" if path == folder else f" (its nearest existing folder {path})"
+                raise SystemExit(f"{flag} {folder}{where} cannot be written: {e.strerror or e}") from None
             return
 
 

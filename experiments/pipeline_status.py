@@ -252,6 +252,34 @@ def format_status(out: Path, rows: dict[str, dict[str, Any]], command: str) -> s
     return "\n".join(lines) + "\n"
 
 
+def read_results(path: Path) -> dict:
+    """The run's records (``OUT/results.json``: each stage's wall time and memory), empty for a
+    new run.
+
+    Raises:
+        SystemExit: a file that is not a JSON object with a ``stages`` object whose records are
+            objects with a numeric ``wall_s`` (one line, naming the file and the stage).
+    """
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(
+            f"{path} cannot be read ({type(e).__name__}: {e}): move it aside to start its records anew"
+        ) from None
+    if not isinstance(results, dict) or not isinstance(results.get("stages", {}), dict):
+        raise SystemExit(f"{path} is not the run's records (a JSON object with a stages object): move it aside")
+    for name, rec in results.get("stages", {}).items():
+        wall = rec.get("wall_s", 0.0) if isinstance(rec, dict) else None
+        if not isinstance(wall, (int, float)) or isinstance(wall, bool):
+            raise SystemExit(
+                f"{path}: the record of stage {name!r} is not an object with a number wall_s ({rec!r:.80}): "
+                "move the file aside to start its records anew"
+            )
+    return results
+
+
 def status(
     argv: list[str],
     layout: int,
@@ -292,7 +320,11 @@ def status(
     if not a.out.is_dir():
         print(f"{a.out} is not a folder", file=sys.stderr)
         return 2
-    results = _json(a.out / "results.json")
+    try:
+        results = read_results(a.out / "results.json")
+    except SystemExit as e:  # the run would refuse the same file: say so, not a table of zeros
+        print(e, file=sys.stderr)
+        return 2
     settings["out"] = str(a.out)  # the folder as it is now, wherever it was made
     try:
         rows = stage_progress(a.out, settings, results)

@@ -103,6 +103,17 @@ def test_sizes_and_shares_out_of_range_are_refused_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
     res = _run("--out", str(tmp_path / "afile" / "run"))
     assert res.returncode != 0 and f"lies under {tmp_path / 'afile'}, a file; give a folder" in res.stderr
+    # a folder no file can be written to (/proc refuses even root) is refused now, not after the stages
+    if Path("/proc/self").is_dir():
+        res = _run("--out", str(tmp_path / "run"), "--publish", "/proc/websailor_publish")
+        assert (
+            res.returncode != 0
+            and "--publish /proc/websailor_publish (its nearest existing folder /proc)" in res.stderr
+        )
+        assert "cannot be written" in res.stderr and "Traceback" not in res.stderr
+        res = _run("--out", "/proc/websailor_run")
+        assert res.returncode != 0 and "cannot be written" in res.stderr and "Traceback" not in res.stderr
+        assert not (tmp_path / "run").exists()
 
 
 def test_a_running_stage_records_its_time_as_it_goes(pipeline, monkeypatch):
@@ -589,12 +600,24 @@ def test_status_reports_each_stage_and_the_command_that_continues(pipeline, tmp_
     # damaged records: one line, no traceback
     for name, text in (("settings.json", json.dumps({**settings, "k": "four"})),
                        ("settings.json", json.dumps(settings).replace("}", ', "eval_limit": Infinity}')),
-                       ("results.json", json.dumps({"stages": {"synth": {"wall_s": float("nan"), "finished": True}}})),
-                       ("results.json", json.dumps({"stages": {"synth": 5}}))):  # fmt: skip
+                       ("results.json", json.dumps({"stages": {"synth": {"wall_s": float("nan"), "finished": True}}}))):  # fmt: skip
         (moved / name).write_text(text)
         res = _run("status", "--out", str(moved))
         assert res.returncode == 2 and "damaged experiment records" in res.stderr and "Traceback" not in res.stderr
         (moved / name).write_text(json.dumps(settings) if name == "settings.json" else "{}")
+    # records the run itself would refuse: status names the file, not a table of zeros
+    for text, says in (
+        (json.dumps({"stages": {"synth": 5}}), "the record of stage 'synth' is not an object with a number wall_s"),
+        (json.dumps({"stages": {"synth": {"wall_s": "abc"}}}), "the record of stage 'synth'"),
+        ('{"stages": {"synth": {"wall_s": 5.0, "ru', "results.json cannot be read (JSONDecodeError"),
+    ):
+        (moved / "results.json").write_text(text)
+        res = _run("status", "--out", str(moved))
+        assert res.returncode == 2 and says in res.stderr and "Traceback" not in res.stderr, res.stderr
+        same = ("--items", "10", "--k", "2", "--eval-limit", "3", "--rl-steps", "20")
+        res = _run("--out", str(moved), *same, "--until", "synth")  # the run refuses it before any stage
+        assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, res.stderr
+    (moved / "results.json").write_text("{}")
     (moved / "qa_stats.txt").unlink()  # synth unfinished: its time left comes from its total, the settings' items
     (moved / "results.json").write_text(json.dumps({"stages": {"synth": {"wall_s": 5.0, "runs": 1}}}))
     (moved / "settings.json").write_text(json.dumps({**settings, "items": "abc"}))
