@@ -510,3 +510,22 @@ def test_an_export_compares_runs_and_their_flipped_questions_from_file_urls(root
     page.click('#lost a:text-is("paris")')
     page.wait_for_selector(".columns .rollout")
     assert "France" in page.locator("#question").inner_text()
+
+
+def test_the_compare_links_offer_only_runs_of_the_same_questions(tmp_path: Path, root: Path):
+    """An experiment folder holds evaluations of other question sets (a test split beside
+    hand-written questions): the eval page offers only the runs ``/compare`` can set beside it."""
+    for run in ("base", "rl", "other"):
+        shutil.copytree(root / ("base" if run == "other" else run), tmp_path / run)
+    for name in ("scores.jsonl", "trajectories.jsonl"):
+        f = tmp_path / "other" / name
+        text = f.read_text()
+        for qid in ("paris", "nile", "xss"):
+            text = text.replace(f'"id": "{qid}"', f'"id": "hand-{qid}"')
+        assert "hand-paris" in text  # the ids were rewritten
+        f.write_text(text)
+    c = TestClient(create_view_app(tmp_path))
+    html = c.get("/eval/base").text
+    assert '<option value="rl">rl</option>' in html and '<option value="other">' not in html
+    assert c.get("/compare?a=base&b=other").status_code == 422  # the link it leaves out would fail
+    assert '<option value="base">base</option>' not in c.get("/eval/other").text

@@ -33,7 +33,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from websailor.errors import InvalidArgumentError
+from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.grounding import describe_figures, describe_grounding, record_grounding
 from websailor.view.context import HEADLINE_MAX_BYTES, ViewContext, bad_query, context, query_int, run_url
 from websailor.view.discover import find_runs, run_file
@@ -181,6 +181,25 @@ def _keep(cells: list, text: str, f: Filters) -> bool:
     return True
 
 
+def _comparable(ctx: ViewContext, rel: str, grades: Grades, wait_s: float) -> list[dict[str, str]]:
+    """The other eval runs under the root that ``/compare`` can set beside run ``rel``: those
+    with a graded question id in common with ``grades`` (runs of other questions, such as a test
+    split and hand-written questions in one experiment folder, are not offered). A run whose
+    scores cannot be read is left out."""
+    mine = {qid for qid, _ in grades.by_key}
+    out = []
+    for r in find_runs(ctx.root):
+        if r.kind != "eval" or r.rel == rel:
+            continue
+        try:
+            theirs = grades_of(ctx.path(r.rel), wait_s)
+        except (InputFormatError, InvalidArgumentError):
+            continue
+        if any(qid in mine for qid, _ in theirs.by_key):
+            out.append({"rel": r.rel, "url": compare_url(rel, r.rel)})
+    return out
+
+
 def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     path = ctx.path(rel)
     if kind == "eval" and not path.is_dir():
@@ -201,15 +220,7 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     shown, page, pages = page_of(kept, f.page)
     base = run_url(kind, rel)
     k = max((len(r[0].rows) for r in summary.rows), default=0)
-    others = (
-        [
-            {"rel": r.rel, "url": compare_url(rel, r.rel)}
-            for r in find_runs(ctx.root)
-            if r.kind == "eval" and r.rel != rel
-        ]
-        if kind == "eval"
-        else []
-    )
+    others = _comparable(ctx, rel, grades, wait_s) if kind == "eval" else []
     rows = [
         {
             "q": q,
