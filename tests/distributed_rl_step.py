@@ -125,6 +125,7 @@ def main(model_dir: Path, out: Path) -> None:
         (out / "logs.json").write_text(json.dumps({"logs": logs, "prompts": prompts, "world": world}))
     from websailor.train.common import end_processes
 
+    del trainer  # its DDP wrapper holds the process group: freed at exit, it can hang (end_processes)
     end_processes()  # no process exits with gloo's threads running (SIGABRT at exit otherwise)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,17 @@ def _launch(args: list[str], processes: int, timeout: int = 600, ok: bool = True
     else:
         cmd = [str(accelerate), "launch", "--config_file", str(CONFIG), "--num_processes", str(processes)]
         cmd += ["--main_process_port", env["MASTER_PORT"], *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    # its own session, so that a launch that times out leaves no process behind
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    r = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     errors = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith(("error", "Error", "[rank"))]
     assert r.returncode == 0 or not ok, "\n".join(errors[:20]) or r.stderr[-3000:]
     return r

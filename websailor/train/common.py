@@ -127,10 +127,18 @@ def end_processes() -> None:
     that does dies with SIGABRT ("terminate called without an active exception") and the
     launcher reports the whole run failed. A no-op outside a launcher. Called only on success:
     after a failure in one process the others may be inside a collective, and a barrier would
-    hang."""
+    hang.
+
+    Unreachable objects are collected first: a DDP-wrapped model left in a reference cycle (a
+    trainer and its callbacks) holds the process group, and freed later, at exit, its reducer
+    waits for gloo's worker thread while holding the GIL that the thread needs (a hang seen in
+    one of several two-process runs). A caller that still holds its trainer drops it before."""
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
 
