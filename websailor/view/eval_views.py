@@ -22,6 +22,7 @@ the checks of :func:`websailor.eval.scoring.read_scores`); a comparison through
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -181,22 +182,28 @@ def _keep(cells: list, text: str, f: Filters) -> bool:
     return True
 
 
-def _comparable(ctx: ViewContext, rel: str, grades: Grades, wait_s: float) -> list[dict[str, str]]:
+def _comparable(ctx: ViewContext, rel: str, grades: Grades, deadline: float) -> list[dict[str, str]]:
     """The other eval runs under the root that ``/compare`` can set beside run ``rel``: those
     with a graded question id in common with ``grades`` (runs of other questions, such as a test
-    split and hand-written questions in one experiment folder, are not offered). A run whose
-    scores cannot be read is left out."""
-    mine = {qid for qid, _ in grades.by_key}
-    out = []
-    for r in find_runs(ctx.root):
-        if r.kind != "eval" or r.rel == rel:
-            continue
+    split and hand-written questions in one experiment folder, are not offered). Their scores
+    are read at once, in the page's time (``deadline``, a :func:`time.monotonic` instant); a run
+    whose scores cannot be read is left out."""
+
+    def graded(g: Grades) -> set[str]:
+        return {qid for (qid, _), grade in list(g.by_key.items()) if grade.correct is not None}
+
+    runs = [r.rel for r in find_runs(ctx.root) if r.kind == "eval" and r.rel != rel]
+    for other in runs:
+        with contextlib.suppress(InputFormatError, InvalidArgumentError):
+            grades_of(ctx.path(other), 0)  # every file read at once, not one after another
+    mine, out = graded(grades), []
+    for other in runs:
         try:
-            theirs = grades_of(ctx.path(r.rel), wait_s)
+            theirs = grades_of(ctx.path(other), max(0.0, deadline - time.monotonic()))
         except (InputFormatError, InvalidArgumentError):
             continue
-        if any(qid in mine for qid, _ in theirs.by_key):
-            out.append({"rel": r.rel, "url": compare_url(rel, r.rel)})
+        if mine & graded(theirs):
+            out.append({"rel": other, "url": compare_url(rel, other)})
     return out
 
 
@@ -220,7 +227,7 @@ def _table(ctx: ViewContext, request: Request, kind: str, rel: str) -> Response:
     shown, page, pages = page_of(kept, f.page)
     base = run_url(kind, rel)
     k = max((len(r[0].rows) for r in summary.rows), default=0)
-    others = _comparable(ctx, rel, grades, wait_s) if kind == "eval" else []
+    others = _comparable(ctx, rel, grades, deadline) if kind == "eval" else []
     rows = [
         {
             "q": q,
