@@ -290,8 +290,12 @@ def _same(key: str, saved: dict, settings: dict) -> bool:
 
 
 def _difference(key: str, saved: dict, settings: dict) -> str:
-    """How ``key`` changed, in words (a config file at the same path: its contents changed)."""
-    text = f"{option_text(key, saved[key])} (now {option_text(key, settings[key])}"
+    """How ``key`` changed, in words (a config file at the same path: its contents changed; the
+    same text of another JSON type, such as ``"400"`` for 400: the saved value as written)."""
+    was, now = option_text(key, saved[key]), option_text(key, settings[key])
+    text = f"{was} (now {now}"
+    if was == now and type(saved[key]) is not type(settings[key]):  # same text, another JSON type
+        text += f", saved as {json.dumps(saved[key])}: was settings.json edited by hand?"
     if key in CONFIG_FILES and saved[key] == settings[key]:
         digest = f"{key}_sha256"
         text += f", its contents changed: sha256 {str(saved.get(digest))[:12]}, now {str(settings.get(digest))[:12]}"

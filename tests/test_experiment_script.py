@@ -366,6 +366,9 @@ def test_a_setting_of_a_stage_not_yet_run_may_change(settings, tmp_path):
         settings.check_settings(run, now)
     with pytest.raises(SystemExit, match=r"--items 400 \(now --items 600\)"):  # an early stage's: always
         settings.check_settings(run, now | {"items": 600, "rl_lr": 1e-5})
+    (run / "settings.json").write_text(json.dumps({"layout": settings.LAYOUT, "items": "400", "rl_lr": 1e-5}))
+    with pytest.raises(SystemExit, match=r'--items 400 \(now --items 400, saved as "400": was settings.json edited'):
+        settings.check_settings(run, now | {"rl_lr": 1e-5})  # a hand-edited number written as text
 
 
 def test_a_config_file_is_the_same_setting_by_its_contents(settings, tmp_path):
