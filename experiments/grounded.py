@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import claim_for_model, too_small, write_results  # noqa: E402
-from pipeline_common import VITAL_QUESTIONS, WS, figures, publish, search_baseline, served  # noqa: E402
+from pipeline_common import VITAL_QUESTIONS, WS, figures, note_checkout, publish, search_baseline, served  # noqa: E402
 
 LADDER = ROOT / "experiments" / "results" / "ladder"
 BEFORE = ROOT / "experiments" / "results" / "transfer_opening" / "eval_question"
@@ -371,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     check_args(a)
     interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a.out.mkdir(parents=True, exist_ok=True)
+    note_checkout(a.out)
     engine = rollout_engine(a.engine)
     # seconds spent in each stage, over every sitting (a resumed stage adds, a finished one adds ~0)
     wall_path = a.out / "wall_s.json"

@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline_common import ROOT, VITAL_QUESTIONS, WS, search_baseline, served  # noqa: E402
+from pipeline_common import ROOT, VITAL_QUESTIONS, WS, note_checkout, search_baseline, served  # noqa: E402
 from pipeline_report import MODELS, report  # noqa: E402
 from pipeline_settings import (  # noqa: E402
     ADDED,
@@ -236,6 +236,7 @@ class Run:
         self.results_path = self.out / "results.json"
         self.results = read_results(self.results_path)
         self.out.mkdir(parents=True, exist_ok=True)
+        note_checkout(self.out)  # --publish from another checkout strips this one's paths too
         (self.out / "settings.json").write_text(json.dumps(self.settings, indent=2))
         self.stages = self.results.setdefault("stages", {})
         self.results["settings"] = self.settings

@@ -135,15 +135,33 @@ PUBLISHED = (
 )
 
 
+#: the run's list of the checkouts that ran its stages (one path a line; :func:`note_checkout`)
+CHECKOUTS = "checkouts.txt"
+
+
+def note_checkout(out: Path) -> None:
+    """Add this checkout's path to ``OUT/checkouts.txt`` (once), so that :func:`publish` strips
+    it from the files of the stages it ran even when another checkout publishes the run (a run
+    resumed from a checkout laid anew elsewhere records both paths). ``out`` must exist."""
+    path = out / CHECKOUTS
+    known = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    if str(ROOT) not in known:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(f"{ROOT}\n")
+
+
 def machine_paths(out: Path) -> list[tuple[bytes, bytes]]:
     """What :func:`publish` writes instead of this machine's paths: the run folder's (``OUT``,
-    wherever it lives), the checkout's (paths relative to it) and ``$WEBSAILOR_HOME``'s; longest
-    first, so a run folder inside the checkout reads ``OUT``."""
+    wherever it lives), the checkouts' (this one and those of ``OUT/checkouts.txt``: paths
+    relative to them) and ``$WEBSAILOR_HOME``'s; longest first, so a run folder inside a checkout
+    reads ``OUT``."""
     from websailor.config import websailor_home
 
+    path = out / CHECKOUTS
+    checkouts = {str(ROOT)} | set(path.read_text(encoding="utf-8").splitlines() if path.exists() else ())
     pairs = [
         (f"{out.resolve()}".encode(), b"OUT"),
-        (f"{ROOT}/".encode(), b""),
+        *((f"{c.rstrip('/')}/".encode(), b"") for c in checkouts if c.strip("/")),
         (f"{websailor_home().resolve()}".encode(), b"$WEBSAILOR_HOME"),
     ]
     return sorted(pairs, key=lambda p: -len(p[0]))

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import claim_for_model, too_small, write_results  # noqa: E402
-from pipeline_common import VITAL_QUESTIONS, WS, figures, publish, read_pages, search_baseline, served  # noqa: E402
+from pipeline_common import VITAL_QUESTIONS, WS, figures, note_checkout, publish, read_pages, search_baseline, served  # noqa: E402
 from rl_overfit import items, warm_start  # noqa: E402
 
 from websailor.models.vllm_launch import rollout_engine  # noqa: E402
@@ -164,6 +164,7 @@ def main() -> int:
     interrupt_on_termination()  # a killed run stops the vLLM server of its stage
     a.pool = 1  # rl_overfit.items() also writes an RL pool; this script does not use it
     a.out.mkdir(parents=True, exist_ok=True)
+    note_checkout(a.out)
     engine = rollout_engine(a.engine)
     warm_qa, _ = items(a.out, a)
     results = {"baseline": {k: v for k, v in search_baseline(VITAL_QUESTIONS).items() if k != "answers"}}

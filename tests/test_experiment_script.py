@@ -239,11 +239,23 @@ def test_publish_copies_small_outputs_and_never_a_model(common, tmp_path):
     # the run folder lives outside the checkout: its own path is published as OUT
     (run / "settings.json").write_text(json.dumps({"rl_config": str(config), "out": str(run.resolve())}))
     (run / "eval_sft" / "summary.json").write_text(json.dumps({"model": f"hf:{run.resolve()}/sft_model"}))
+    # a stage ran from another checkout (a tree laid anew elsewhere): its paths are stripped too
+    elsewhere = tmp_path / "other checkout"
+    (run / "eval_sft" / "summary.json").write_text(
+        json.dumps({"model": f"hf:{run.resolve()}/sft_model", "bench": f"{elsewhere}/benchmarks/data/q.jsonl"})
+    )
+    common.note_checkout(run)
+    (run / common.CHECKOUTS).write_text((run / common.CHECKOUTS).read_text() + f"{elsewhere}\n")
+    common.note_checkout(run)  # once a checkout
+    assert (run / common.CHECKOUTS).read_text().splitlines() == [str(common.ROOT), str(elsewhere)]
     files["settings.json"] = json.dumps({"rl_config": "configs/rl/cpu_ladder.yaml", "out": "OUT"})
-    files["eval_sft/summary.json"] = json.dumps({"model": "hf:OUT/sft_model"})
+    files["eval_sft/summary.json"] = json.dumps({"model": "hf:OUT/sft_model", "bench": "benchmarks/data/q.jsonl"})
     size = common.publish(run, dest)
     assert json.loads((dest / "settings.json").read_text()) == {"rl_config": "configs/rl/cpu_ladder.yaml", "out": "OUT"}
-    assert json.loads((dest / "eval_sft" / "summary.json").read_text()) == {"model": "hf:OUT/sft_model"}
+    assert json.loads((dest / "eval_sft" / "summary.json").read_text()) == {
+        "model": "hf:OUT/sft_model",
+        "bench": "benchmarks/data/q.jsonl",
+    }
     assert str(tmp_path).encode() not in b"".join(p.read_bytes() for p in dest.rglob("*") if p.is_file())
     copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert copied == sorted(r for r in files if "safetensors" not in r and "checkpoint" not in r)
