@@ -167,12 +167,22 @@ def machine_paths(out: Path) -> list[tuple[bytes, bytes]]:
     return sorted(pairs, key=lambda p: -len(p[0]))
 
 
+#: JSONL files of at least this many bytes are published packed (``NAME.gz``,
+#: :mod:`websailor.packed`): the checkout must stay small enough to travel (a GPU machine here
+#: takes a working tree of 64 MiB at most), and rollouts compress 8 to 12 times.
+PACK_BYTES = 2_000_000
+
+
 def publish(out: Path, dest: Path, patterns: tuple[str, ...] = PUBLISHED) -> int:
     """Copy the run's small outputs (``patterns``, globs under ``out``; :data:`PUBLISHED` for this
     pipeline) from ``out`` to ``dest`` (same relative
-    paths; files of an earlier publish are replaced); returns the bytes written. No path of the
-    machine that ran the experiment is published (:func:`machine_paths`): the run folder reads
-    ``OUT``, paths under the checkout (the configs in the settings) are relative to it."""
+    paths; files of an earlier publish are replaced, packed or not); returns the bytes written.
+    No path of the machine that ran the experiment is published (:func:`machine_paths`): the
+    run folder reads ``OUT``, paths under the checkout (the configs in the settings) are relative
+    to it. A JSONL file of :data:`PACK_BYTES` or more is written packed, as ``NAME.gz`` (the viewer
+    and ``compare`` read it as it is)."""
+    from websailor.packed import pack, packed_twin
+
     total = 0
     replace = machine_paths(out)
     for pattern in patterns:
@@ -185,6 +195,12 @@ def publish(out: Path, dest: Path, patterns: tuple[str, ...] = PUBLISHED) -> int
             if src.suffix != ".png":
                 for old, new in replace:
                     data = data.replace(old, new)
+            stale = target
+            if src.suffix == ".jsonl" and len(data) >= PACK_BYTES:
+                data, target = pack(data), packed_twin(target)
+            else:
+                stale = packed_twin(target)
+            stale.unlink(missing_ok=True)  # the other form, from an earlier publish
             target.write_bytes(data)
             total += len(data)
     return total

@@ -125,6 +125,20 @@ def test_the_step_page_shows_groups_better_and_worse(rl_run: Path):
     assert 'href="/rl/rl?step=1&amp;group=1&amp;rollout=1"' in html and 'href="/rl/rl?step=2"' in html
 
 
+def test_a_published_run_with_packed_rollouts_shows_the_same_step(rl_run: Path, tmp_path: Path):
+    import shutil
+
+    from websailor.packed import pack, packed_twin
+
+    root = tmp_path / rl_run.name  # the same root name: the pages are compared whole
+    shutil.copytree(rl_run / "rl", root / "rl")
+    plain = root / "rl" / "rollouts.jsonl"
+    packed_twin(plain).write_bytes(pack(plain.read_bytes()))
+    plain.unlink()
+    for url in ("/rl/rl?step=1", "/rl/rl?step=1&group=1&rollout=2"):
+        assert _client(root).get(url).text == _client(rl_run).get(url).text
+
+
 def test_the_rollout_page_shows_its_steps(rl_run: Path):
     client = _client(rl_run)
     html = client.get("/rl/rl?step=1&group=1&rollout=2").text

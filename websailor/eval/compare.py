@@ -17,6 +17,7 @@ from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.eval.report import _pct, summarize
 from websailor.eval.scoring import Score, read_scores
 from websailor.log import get_logger
+from websailor.packed import unpacked
 
 logger = get_logger(__name__)
 
@@ -57,7 +58,7 @@ def load_scores(run: Path) -> list[Score]:
         InputFormatError: a line that is not a score record.
     """
     run = Path(run)
-    path = run / "scores.jsonl" if run.is_dir() else run
+    path = unpacked(run / "scores.jsonl") if run.is_dir() else run  # a published run's may be packed
     if not path.is_file():
         raise InvalidArgumentError(
             f"{run}: no {'scores.jsonl in this directory' if run.is_dir() else 'such file'}; give the --out "
@@ -167,7 +168,7 @@ def check_same_questions(a: Path, b: Path) -> None:
     """
     from websailor.eval.scoring import read_trajectories
 
-    paths = [Path(p) / "trajectories.jsonl" for p in (a, b)]
+    paths = [unpacked(Path(p) / "trajectories.jsonl") for p in (a, b)]  # a published run's may be packed
     if not all(p.is_file() for p in paths):
         logger.warning(
             "%s: no trajectories.jsonl beside the scores, so the question texts behind the ids are not checked; "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from websailor.errors import InvalidArgumentError
+from websailor.packed import exists, packed_twin, unpacked
 
 #: Files that make a folder with a ``trajectories.jsonl`` an eval run.
 EVAL_FILES = ("scores.jsonl", "summary.json", "race.jsonl", "fact.jsonl")
@@ -69,7 +70,8 @@ def resolve(root: Path, rel: str) -> Path:
 
 
 def run_file(run: Path, name: str) -> Path:
-    """``run / name``, a file of the run folder ``run`` (a path :func:`resolve` returned),
+    """``run / name``, a file of the run folder ``run`` (a path :func:`resolve` returned; a
+    published run's packed ``name.gz`` is read through its plain copy, :mod:`websailor.packed`),
     refused when it is a symbolic link that leads out of the folder: a run someone sent must not
     read (and show, and export) another file of this machine.
 
@@ -77,13 +79,14 @@ def run_file(run: Path, name: str) -> Path:
         InvalidArgumentError: the file leads out of the run folder (the message names it).
     """
     path = run / name
+    packed = not path.is_file() and packed_twin(path).is_file()
     try:
-        target = path.resolve()
+        target = (packed_twin(path) if packed else path).resolve()
     except (OSError, RuntimeError):
         raise InvalidArgumentError(f"{run.name}/{name} cannot be opened (a symbolic link loop?)") from None
     if run.resolve() not in target.parents:
         raise InvalidArgumentError(f"{run.name}/{name} is a symbolic link out of its run folder: it is not read")
-    return path
+    return unpacked(path) if packed else path
 
 
 def _utf8(name: str) -> bool:
@@ -155,11 +158,11 @@ def not_a_run(path: Path) -> str | None:
 def folder_kind(path: Path) -> str | None:
     """``eval``, ``rl``, ``sft`` or ``None`` for a folder, from the files it holds."""
     traj = path / "trajectories.jsonl"
-    if traj.is_file() and (any((path / name).is_file() for name in EVAL_FILES) or _eval_record(_first_record(traj))):
-        return "eval"
-    if (path / "rl_log.jsonl").is_file() or (
-        (path / "rollouts.jsonl").is_file() and (path / "rl_settings.json").is_file()
+    if exists(traj) and (
+        any((path / name).is_file() for name in EVAL_FILES) or _eval_record(_first_record(unpacked(traj)))
     ):
+        return "eval"
+    if (path / "rl_log.jsonl").is_file() or (exists(path / "rollouts.jsonl") and (path / "rl_settings.json").is_file()):
         return "rl"
     if (path / "sft_summary.json").is_file() or (path / "sft_settings.json").is_file():
         return "sft"

@@ -513,7 +513,8 @@ def _eval_dir(ctx: ViewContext, rel: str | None, which: str) -> Path:
 
 def _same_questions(a: Path, b: Path, names: tuple[str, str]) -> None:
     """:func:`websailor.eval.compare.check_same_questions` over the cached indexes."""
-    idx = [file_index(p / "trajectories.jsonl", FULL_WAIT_S) for p in (a, b) if (p / "trajectories.jsonl").is_file()]
+    trajs = [run_file(p, "trajectories.jsonl") for p in (a, b)]
+    idx = [file_index(t, FULL_WAIT_S) for t in trajs if t.is_file()]
     if len(idx) < 2:
         return
     qa, qb = idx[0].questions, idx[1].questions
@@ -545,8 +546,9 @@ def compare(request: Request) -> Response:
         return ctx.page("error.html", title="These runs cannot be compared", message=str(e), status_code=422)
     texts = {}
     for p in (a, b):
-        if (p / "trajectories.jsonl").is_file():
-            for qid, q in file_index(p / "trajectories.jsonl", FULL_WAIT_S).questions.items():
+        traj = run_file(p, "trajectories.jsonl")
+        if traj.is_file():
+            for qid, q in file_index(traj, FULL_WAIT_S).questions.items():
                 texts.setdefault(qid, q.question)
 
     def listed(ids: list[str]) -> list[dict]:
@@ -577,7 +579,7 @@ def _compare_question(ctx: ViewContext, a: tuple[str, Path], b: tuple[str, Path]
     rollouts: list[dict] = []
     q = None
     for label, (_, p) in (("A ", a), ("B ", b)):
-        index = file_index(p / "trajectories.jsonl")
+        index = file_index(run_file(p, "trajectories.jsonl"))
         q = _find(index, qid)
         rollouts += _rollouts_of(index, q, grades_of(p, FULL_WAIT_S), None, label, score_files(p))
     assert q is not None
