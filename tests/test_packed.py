@@ -125,3 +125,22 @@ def test_a_packed_file_linked_out_of_its_run_folder_is_not_read(tmp_path: Path):
     packed_twin(run / "trajectories.jsonl").symlink_to(secret)
     with pytest.raises(InvalidArgumentError, match="symbolic link out of its run folder"):
         run_file(run, "trajectories.jsonl")
+
+
+def test_a_bad_line_in_a_packed_file_names_the_packed_file(tmp_path: Path):
+    import re
+
+    from typer.testing import CliRunner
+
+    from websailor.cli import app
+
+    good = json.dumps(_traj("q1", "Which river is longest?"))
+    run = _eval_run(tmp_path / "root" / "ev", "Which river is longest?", packed=True)
+    packed_twin(run / "trajectories.jsonl").write_bytes(pack(f"{good}\nnot json\n".encode()))
+    page = TestClient(create_view_app(tmp_path / "root")).get("/eval/ev")
+    text = re.sub(r"\s+", " ", re.sub("<[^>]+>", " ", page.text))
+    assert page.status_code == 422 and "ev/trajectories.jsonl.gz line 2 is not a trajectory record" in text
+    assert "unpacked" not in text and os.environ["WEBSAILOR_HOME"] not in text
+    plain = _eval_run(tmp_path / "plain", "Which river is longest?", packed=False)
+    res = CliRunner().invoke(app, ["compare", str(plain), str(run)])
+    assert res.exit_code == 2 and f"{run}/trajectories.jsonl.gz line 2" in res.output and "unpacked" not in res.output

@@ -23,6 +23,8 @@ from websailor.errors import InputFormatError
 
 #: The suffix of a packed file (``rollouts.jsonl.gz`` holds ``rollouts.jsonl``).
 PACKED_SUFFIX = ".gz"
+#: Each plain copy this process read, with the packed file it came from (:func:`named_sources`).
+_SOURCES: dict[str, str] = {}
 
 
 def packed_twin(path: Path) -> Path:
@@ -57,6 +59,7 @@ def unpacked(path: Path) -> Path:
     st = twin.stat()
     key = hashlib.sha256(f"{twin.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:20]
     target = websailor_home() / "cache" / "unpacked" / key / path.name
+    _SOURCES[str(target)] = str(twin)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -70,3 +73,11 @@ def unpacked(path: Path) -> Path:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return target
+
+
+def named_sources(message: str) -> str:
+    """``message`` with the plain copies :func:`unpacked` made named by the packed files they
+    came from (an error about ``line 2`` of a copy in the cache names ``run/x.jsonl.gz line 2``)."""
+    for copy, source in _SOURCES.items():
+        message = message.replace(copy, source)
+    return message

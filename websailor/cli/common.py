@@ -20,6 +20,7 @@ import typer
 
 from websailor.errors import EXIT_SERVICE_DOWN, ServiceDown, WebsailorError
 from websailor.log import get_logger
+from websailor.packed import named_sources
 from websailor.text import clean_strings
 
 logger = get_logger("websailor.cli")
@@ -123,8 +124,9 @@ SeedOpt = Annotated[int, typer.Option(help="Sampling seed (with the question id 
 
 
 def fail(message: str) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with status 2."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print ``error: message`` on stderr and exit with status 2 (a packed run file's copy in
+    the cache named by the packed file, :func:`websailor.packed.named_sources`)."""
+    print(f"error: {named_sources(message)}", file=sys.stderr)
     raise typer.Exit(2)
 
 

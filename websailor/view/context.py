@@ -24,6 +24,7 @@ from markupsafe import Markup
 
 from websailor.errors import InputFormatError, InvalidArgumentError
 from websailor.jsonio import loads_object
+from websailor.packed import named_sources
 from websailor.view.discover import folder_kind, resolve
 
 HERE = Path(__file__).parent
@@ -142,6 +143,7 @@ def relative(message: str, root: Path) -> str:
     (a page shows ``runs/a/scores.jsonl line 3``, not where the folder lives on this machine).
     Only whole paths are replaced: the location must start a path (not follow a letter, a dot or
     a slash, as inside a URL) and end at a path boundary (``/data`` is not replaced in ``/database``)."""
+    message = named_sources(message)  # a packed run file's copy in the cache: the packed file
     real = root.resolve()
     if real == Path(real.anchor):  # viewing "/": every path is already absolute
         return message
