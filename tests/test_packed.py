@@ -42,7 +42,6 @@ def _eval_run(folder: Path, question: str, packed: bool) -> Path:
     graded = (json.dumps(dataclasses.asdict(score)) + "\n").encode()
     if packed:  # a large evaluation's scores are packed too
         packed_twin(folder / "scores.jsonl").write_bytes(pack(graded))
-        (folder / "summary.json").write_text('{"k": 1}')
     else:
         (folder / "scores.jsonl").write_bytes(graded)
     return folder

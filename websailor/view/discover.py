@@ -159,7 +159,7 @@ def folder_kind(path: Path) -> str | None:
     """``eval``, ``rl``, ``sft`` or ``None`` for a folder, from the files it holds."""
     traj = path / "trajectories.jsonl"
     if exists(traj) and (
-        any((path / name).is_file() for name in EVAL_FILES) or _eval_record(_first_record(unpacked(traj)))
+        any(exists(path / name) for name in EVAL_FILES) or _eval_record(_first_record(unpacked(traj)))
     ):
         return "eval"
     if (path / "rl_log.jsonl").is_file() or (exists(path / "rollouts.jsonl") and (path / "rl_settings.json").is_file()):
